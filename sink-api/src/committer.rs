@@ -1,0 +1,165 @@
+//! The second phase of the two-phase commit: making prepared data visible.
+//!
+//! A [`Committer`] receives a batch of [`CommitRequest`]s and settles each one
+//! with an outcome. Expected outcomes are values, not errors:
+//!
+//! ```text
+//!                    ┌─▶ Committed            (the default: the sink said nothing)
+//!                    ├─▶ AlreadyCommitted     (a replay after recovery)
+//! CommitRequest ─────┼─▶ RetryLater           (transient; the runtime retries with backoff)
+//!                    ├─▶ UpdatedAndRetryLater (partial progress; retry with the new committable)
+//!                    ├─▶ FailedWithKnownReason   (logged, counted, dropped; the job goes on)
+//!                    └─▶ FailedWithUnknownReason (the job fails and restarts from the last checkpoint)
+//! ```
+
+use async_trait::async_trait;
+
+use crate::{CheckpointId, SinkError};
+
+/// How one [`CommitRequest`] ended. Set by the committer through the request's
+/// `signal_*` and `retry_*` methods; read by the runtime afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// The committable is now visible. The default when the committer does
+    /// not signal anything.
+    Committed,
+    /// The committable had been committed before (a replay after recovery).
+    AlreadyCommitted,
+    /// A transient failure: the runtime retries the same committable later.
+    RetryLater,
+    /// Partial progress: the committable was replaced by an updated one, and
+    /// the runtime retries with it later.
+    UpdatedAndRetryLater,
+    /// The committable can never be committed, for a reason the sink
+    /// understands (for example its data expired). The runtime logs it, counts
+    /// it and drops it; the job goes on.
+    FailedWithKnownReason(String),
+    /// The commit failed for a reason the sink does not understand. The job
+    /// fails and restarts from the last completed checkpoint.
+    FailedWithUnknownReason(String),
+}
+
+/// One committable to commit, with where it came from and how often it was
+/// tried. Created by the runtime, handed to [`Committer::commit`].
+#[derive(Debug)]
+pub struct CommitRequest<C> {
+    committable: C,
+    checkpoint_id: CheckpointId,
+    retry_count: u32,
+    outcome: CommitOutcome,
+}
+
+impl<C> CommitRequest<C> {
+    /// A request for `committable` of checkpoint `checkpoint_id`, tried
+    /// `retry_count` times before. Called by the runtime, and by sink authors
+    /// who test their committer directly.
+    pub fn new(committable: C, checkpoint_id: CheckpointId, retry_count: u32) -> CommitRequest<C> {
+        CommitRequest {
+            committable,
+            checkpoint_id,
+            retry_count,
+            outcome: CommitOutcome::Committed,
+        }
+    }
+
+    /// The committable to commit.
+    pub fn committable(&self) -> &C {
+        &self.committable
+    }
+
+    /// The checkpoint the committable belongs to.
+    pub fn checkpoint_id(&self) -> CheckpointId {
+        self.checkpoint_id
+    }
+
+    /// How many times this committable was retried before this attempt
+    /// (0 on the first attempt).
+    pub fn retry_count(&self) -> u32 {
+        self.retry_count
+    }
+
+    /// The outcome so far; [`CommitOutcome::Committed`] unless signalled.
+    pub fn outcome(&self) -> &CommitOutcome {
+        &self.outcome
+    }
+
+    /// Consumes the request, returning its committable and outcome. Called by
+    /// the runtime after [`Committer::commit`] returns.
+    pub fn into_parts(self) -> (C, CommitOutcome) {
+        (self.committable, self.outcome)
+    }
+
+    /// The committable was committed before: a replay after recovery.
+    pub fn signal_already_committed(&mut self) {
+        self.outcome = CommitOutcome::AlreadyCommitted;
+    }
+
+    /// A transient failure: try the same committable again later.
+    pub fn retry_later(&mut self) {
+        self.outcome = CommitOutcome::RetryLater;
+    }
+
+    /// Partial progress: replace the committable and try again later.
+    pub fn update_and_retry_later(&mut self, committable: C) {
+        self.committable = committable;
+        self.outcome = CommitOutcome::UpdatedAndRetryLater;
+    }
+
+    /// The committable can never be committed, for a reason the sink
+    /// understands; it is logged, counted and dropped.
+    pub fn signal_failed_with_known_reason(&mut self, reason: impl std::fmt::Display) {
+        self.outcome = CommitOutcome::FailedWithKnownReason(reason.to_string());
+    }
+
+    /// The commit failed for a reason the sink does not understand; the job
+    /// fails.
+    pub fn signal_failed_with_unknown_reason(&mut self, reason: impl std::fmt::Display) {
+        self.outcome = CommitOutcome::FailedWithUnknownReason(reason.to_string());
+    }
+}
+
+/// Makes prepared data visible: the second phase of the two-phase commit.
+///
+/// Created by [`Sink::create_committer`](crate::Sink::create_committer), one per
+/// subtask and per start of the job. Driven by the same runtime task as the
+/// subtask's writer, so it is never called concurrently with it.
+///
+/// # When it is called
+///
+/// - When checkpoint `n` completes, with every pending committable of
+///   checkpoints `<= n`, oldest checkpoint first, one checkpoint per call.
+/// - Without checkpointing (bounded input, or batch mode), once at end of input
+///   with everything.
+/// - After a restore, with every committable the restored checkpoint still
+///   held, before any new record is written.
+/// - Again for the requests it asked to retry, after a backoff, up to the
+///   job's retry limit.
+///
+/// # Guarantees the committer must give
+///
+/// - **Idempotence.** A committable may be committed again after a crash,
+///   because the commit happened but the checkpoint that records it did not.
+///   Committing it again must not duplicate data; signal
+///   [`CommitRequest::signal_already_committed`] when it can tell.
+/// - A committable whose data cannot be found at all is a failure, never a
+///   silent success: signal a known or unknown reason.
+/// - Returning `Err` fails every request of the batch as with an unknown
+///   reason: the job fails.
+#[async_trait]
+pub trait Committer: Send + 'static {
+    /// What the writer's `prepare_commit` returned.
+    type Committable: Send + 'static;
+
+    /// Commits a batch of requests, all of one checkpoint, settling each with
+    /// an outcome (the default is [`CommitOutcome::Committed`]).
+    async fn commit(
+        &mut self,
+        requests: &mut [CommitRequest<Self::Committable>],
+    ) -> Result<(), SinkError>;
+
+    /// Releases resources. Called once when the job finishes, fails or is
+    /// cancelled. The default does nothing.
+    async fn close(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}

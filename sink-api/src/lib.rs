@@ -1,0 +1,46 @@
+//! The trait family a two-phase-commit sink implements.
+//!
+//! A sink author implements four traits, each in its own module:
+//!
+//! | trait | phase | called by the runtime |
+//! |---|---|---|
+//! | [`Sink`] | factory | at job start: makes writers and committers, names serializers |
+//! | [`SinkWriter`] | 1: write and prepare | for every record; at every checkpoint before the barrier; once at end of input |
+//! | [`Committer`] | 2: commit | when a checkpoint completes (or at end of input without checkpoints), idempotently |
+//! | [`GlobalCommitter`] | after commit, optional | once per checkpoint, with every subtask's committed committables |
+//!
+//! ```text
+//!  records ─▶ SinkWriter ── prepare_commit at checkpoint n ─▶ committables(n)
+//!                                                                 │ checkpoint n completes
+//!                                                                 ▼
+//!                                                            Committer::commit ─▶ GlobalCommitter
+//! ```
+//!
+//! This crate has no runtime in it and does not depend on tokio: sinks are
+//! written against the API alone. The runtime lives in `sink-runtime`; the
+//! contract both sides keep is in the project's `docs/semantics.md`.
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod committer;
+mod context;
+mod error;
+mod global_committer;
+mod serializer;
+mod sink;
+mod writer;
+
+pub use committer::{CommitOutcome, CommitRequest, Committer};
+pub use context::{CheckpointId, Generation, InitContext, SubtaskIndex};
+pub use error::SinkError;
+pub use global_committer::GlobalCommitter;
+pub use serializer::{
+    deserialize_versioned, serialize_versioned, BincodeSerializer, SerializerError,
+    VersionedSerializer,
+};
+pub use sink::Sink;
+pub use writer::SinkWriter;
+
+/// Re-exported so that sink authors use the same `async_trait` as the traits.
+pub use async_trait::async_trait;
