@@ -1,0 +1,513 @@
+//! The checkpoint coordinator: starts the tasks, triggers checkpoints,
+//! collects acknowledgements, stores completed checkpoints, tells the tasks
+//! to commit, and decides when the job has ended.
+//!
+//! ```text
+//!   tick ──▶ try_trigger ──Trigger(n)──▶ subtasks ──Ack(n, state)──▶ all acknowledged?
+//!                                                                        │ yes
+//!   Complete(n, final?) ◀── on_stored ◀── storage.store (in order, one at a time)
+//! ```
+//!
+//! Decisions come from [`CheckpointTracker`]; this loop only waits for
+//! events, times and stores. Stores run one at a time in checkpoint order, so
+//! storage never sees an older checkpoint after a newer one.
+//!
+//! # Error handling
+//!
+//! A failing task fails the job: the other tasks are told to cancel (closing
+//! their writers, which aborts what was not committed) and the first error is
+//! returned. Failed checkpoints are counted; past the tolerated number the job
+//! fails with [`JobError::CheckpointsFailing`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sink_api::{BincodeSerializer, CheckpointId, InitContext, Sink};
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::core::checkpoints::{AckStep, CheckpointTracker, FailureVerdict, TaskId};
+use crate::core::ledger::CommitLedger;
+use crate::core::lifecycle::SubtaskLifecycle;
+use crate::error::JobError;
+use crate::job::{JobReport, JobSpec, JobStatus};
+use crate::metrics::{self, Metrics};
+use crate::restore;
+use crate::source::Source;
+use crate::storage::{
+    CompletedCheckpoint, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot,
+};
+use crate::task::global::GlobalTask;
+use crate::task::subtask::{Serializers, SubtaskSettings, SubtaskTask};
+use crate::task::{Control, TaskEvent, TaskState, GLOBAL_CHANNEL_CAPACITY};
+
+/// How long tasks get to close after a failure or a cancel before they are
+/// aborted.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// The acknowledged states of one checkpoint, as they arrive.
+#[derive(Default)]
+struct Collecting {
+    subtasks: BTreeMap<usize, SubtaskSnapshot>,
+    global: Option<GlobalCommitterSnapshot>,
+}
+
+type StoreTask = (CheckpointId, JoinHandle<Result<(), StorageError>>);
+
+/// Runs a job to its end. Spawned by [`crate::Job::start`].
+pub(crate) async fn run<Src, S>(
+    spec: JobSpec<Src, S>,
+    metrics: Arc<Metrics>,
+    cancelled: watch::Receiver<bool>,
+) -> Result<JobReport, JobError>
+where
+    Src: Source<Record = S::Input>,
+    S: Sink,
+{
+    let span = info_span!("job", name = %spec.name);
+    async move {
+        let mut tasks = JoinSet::new();
+        let result = run_inner(spec, metrics.clone(), cancelled, &mut tasks).await;
+        if result.is_err() {
+            // The failing task has returned; give the others a moment to
+            // close (they were told to cancel), then stop them.
+            let drained = tokio::time::timeout(CLOSE_GRACE, async {
+                while tasks.join_next().await.is_some() {}
+            })
+            .await;
+            if drained.is_err() {
+                tasks.shutdown().await;
+            }
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+async fn run_inner<Src, S>(
+    spec: JobSpec<Src, S>,
+    metrics: Arc<Metrics>,
+    mut cancelled: watch::Receiver<bool>,
+    tasks: &mut JoinSet<(TaskId, Result<(), JobError>)>,
+) -> Result<JobReport, JobError>
+where
+    Src: Source<Record = S::Input>,
+    S: Sink,
+{
+    let start = Instant::now();
+    let serializers = Serializers::<S, Src> {
+        committable: spec.sink.committable_serializer(),
+        writer_state: spec.sink.writer_state_serializer(),
+        splits: Arc::new(BincodeSerializer::new(1)),
+    };
+    let latest = spec.storage.latest().await?;
+    let plan = restore::plan(&spec.name, &spec.source, spec.parallelism, &serializers, latest)?;
+    let restored = plan.restored.unwrap_or(CheckpointId::NONE);
+    info!(parallelism = spec.parallelism, generation = %plan.generation, restored = ?plan.restored,
+        checkpointing = ?spec.checkpointing.map(|c| c.interval), "job starting");
+
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (global_tx, global_rx) = match spec.global_committer.is_some() {
+        true => {
+            let (tx, rx) = mpsc::channel(GLOBAL_CHANNEL_CAPACITY);
+            (Some(tx), Some(rx))
+        }
+        false => (None, None),
+    };
+    let settings = SubtaskSettings {
+        batch_size: spec.batch_size,
+        idle_poll: spec.idle_poll,
+        retry: spec.retry,
+        commit_at_end_of_input: spec.checkpointing.is_none(),
+    };
+
+    let mut controls = Vec::with_capacity(spec.parallelism);
+    for (index, start_state) in plan.subtasks.into_iter().enumerate() {
+        let name = format!("subtask {index}");
+        let context = InitContext {
+            subtask_index: index,
+            parallelism: spec.parallelism,
+            generation: plan.generation,
+            restored_checkpoint_id: plan.restored,
+            job_name: spec.name.clone(),
+        };
+        let sink_error = |action| {
+            let task = name.clone();
+            move |source| JobError::Sink {
+                task,
+                action,
+                source,
+            }
+        };
+        let writer = spec
+            .sink
+            .create_writer(&context, start_state.writer_states)
+            .await
+            .map_err(sink_error("create_writer"))?;
+        let committer = spec
+            .sink
+            .create_committer(&context)
+            .await
+            .map_err(sink_error("create_committer"))?;
+        let reader = spec
+            .source
+            .create_reader(index, start_state.splits)
+            .map_err(|source| JobError::Source {
+                subtask: index,
+                source,
+            })?;
+        let mut ledger = CommitLedger::new([index]);
+        for part in start_state.pending {
+            metrics::add(&metrics.committables_pending, part.committables.len() as u64);
+            ledger
+                .restore_part(part)
+                .map_err(|e| JobError::invariant(name.clone(), e))?;
+        }
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        controls.push(control_tx);
+        let task = SubtaskTask::<S, Src> {
+            index,
+            name,
+            reader,
+            writer,
+            committer,
+            ledger,
+            lifecycle: SubtaskLifecycle::new(restored, spec.defer_end_of_stream),
+            control: control_rx,
+            events: events_tx.clone(),
+            global: global_tx.clone(),
+            metrics: metrics.clone(),
+            serializers: serializers.clone(),
+            settings: settings.clone(),
+            restored: plan.restored,
+            records_since_barrier: 0,
+        };
+        tasks.spawn(
+            async move { (TaskId::Subtask(index), task.run().await) }
+                .instrument(info_span!("subtask", index)),
+        );
+    }
+    drop(global_tx);
+
+    if let (Some(committer), Some(input)) = (spec.global_committer, global_rx) {
+        let mut ledger = CommitLedger::new(0..spec.parallelism);
+        for part in plan.global_pending {
+            ledger
+                .add(part.summary, part.committables)
+                .map_err(|e| JobError::invariant("global committer", e))?;
+        }
+        let task = GlobalTask {
+            committer,
+            parallelism: spec.parallelism,
+            ledger,
+            input,
+            events: events_tx.clone(),
+            serializer: serializers.committable.clone(),
+            metrics: metrics.clone(),
+            ended: Default::default(),
+            end_of_input_called: false,
+        };
+        tasks.spawn(
+            async move { (TaskId::GlobalCommitter, task.run().await) }
+                .instrument(info_span!("global_committer")),
+        );
+    }
+    drop(events_tx);
+
+    let mut coordinator = Coordinator {
+        name: spec.name,
+        parallelism: spec.parallelism,
+        generation: plan.generation,
+        start,
+        tracker: spec.checkpointing.map(|config| {
+            CheckpointTracker::new(config.policy(), spec.parallelism, controls.len() < tasks.len(), restored)
+        }),
+        storage: spec.storage,
+        controls,
+        metrics,
+        collecting: BTreeMap::new(),
+        triggered_at: BTreeMap::new(),
+        store_queue: VecDeque::new(),
+        storing: None,
+    };
+
+    let mut running = tasks.len();
+    let mut status = JobStatus::Finished;
+    let mut cancel_watch_open = true;
+    while running > 0 {
+        let deadline = coordinator.next_deadline();
+        tokio::select! {
+            changed = cancelled.changed(), if cancel_watch_open => {
+                match changed {
+                    Ok(()) if *cancelled.borrow() => {
+                        info!("cancelling");
+                        status = JobStatus::Cancelled;
+                        coordinator.cancel_tasks();
+                        coordinator.tracker = None;
+                        cancel_watch_open = false;
+                    }
+                    Ok(()) => {}
+                    // The handle was dropped: nobody can cancel any more.
+                    Err(_) => cancel_watch_open = false,
+                }
+            }
+            joined = tasks.join_next() => {
+                let Some(joined) = joined else { break };
+                match joined {
+                    Ok((task, Ok(()))) => {
+                        debug!(?task, "task ended");
+                        running -= 1;
+                    }
+                    Ok((task, Err(error))) => {
+                        warn!(?task, %error, "task failed; failing the job");
+                        coordinator.cancel_tasks();
+                        return Err(error);
+                    }
+                    Err(join_error) => {
+                        coordinator.cancel_tasks();
+                        return Err(JobError::Panicked {
+                            task: "a task".into(),
+                            message: join_error.to_string(),
+                        });
+                    }
+                }
+            }
+            Some(event) = events.recv() => coordinator.on_event(event),
+            (id, stored) = wait_for_store(&mut coordinator.storing) => {
+                coordinator.storing = None;
+                coordinator.on_store_result(id, stored)?;
+            }
+            () = sleep_until(deadline) => coordinator.on_tick()?,
+        }
+    }
+    let last = coordinator
+        .tracker
+        .as_ref()
+        .map(CheckpointTracker::last_completed)
+        .filter(|&id| id > CheckpointId::NONE);
+    let metrics = coordinator.metrics.snapshot();
+    info!(?status, records_written = metrics.records_written, records_committed = metrics.records_committed, "job ended");
+    Ok(JobReport {
+        status,
+        metrics,
+        last_checkpoint: last,
+    })
+}
+
+async fn wait_for_store(storing: &mut Option<StoreTask>) -> (CheckpointId, Result<(), String>) {
+    match storing {
+        Some((id, handle)) => {
+            let result = match handle.await {
+                Ok(stored) => stored.map_err(|e| e.to_string()),
+                Err(join_error) => Err(format!("the store task ended abnormally: {join_error}")),
+            };
+            (*id, result)
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+struct Coordinator {
+    name: String,
+    parallelism: usize,
+    generation: sink_api::Generation,
+    start: Instant,
+    tracker: Option<CheckpointTracker>,
+    storage: Arc<dyn crate::storage::CheckpointStorage>,
+    controls: Vec<mpsc::UnboundedSender<Control>>,
+    metrics: Arc<Metrics>,
+    collecting: BTreeMap<CheckpointId, Collecting>,
+    triggered_at: BTreeMap<CheckpointId, Duration>,
+    store_queue: VecDeque<CompletedCheckpoint>,
+    storing: Option<StoreTask>,
+}
+
+impl Coordinator {
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let due = self.tracker.as_ref()?.next_deadline()?;
+        Some(self.start + due)
+    }
+
+    fn send_all(&self, control: Control) {
+        for tx in &self.controls {
+            // A task that already exited needs no more messages.
+            let _ = tx.send(control);
+        }
+    }
+
+    fn cancel_tasks(&self) {
+        self.send_all(Control::Cancel);
+    }
+
+    fn on_event(&mut self, event: TaskEvent) {
+        match event {
+            TaskEvent::EndOfInput { subtask } => {
+                if let Some(tracker) = &mut self.tracker {
+                    tracker.on_end_of_input(subtask);
+                }
+            }
+            TaskEvent::Ack {
+                task,
+                checkpoint_id,
+                state,
+            } => {
+                let Some(tracker) = &mut self.tracker else {
+                    return;
+                };
+                let step = tracker.on_ack(checkpoint_id, task);
+                if step == AckStep::Stale {
+                    debug!(?task, checkpoint = %checkpoint_id, "late acknowledgement ignored");
+                    return;
+                }
+                let collecting = self.collecting.entry(checkpoint_id).or_default();
+                match state {
+                    TaskState::Subtask(snapshot) => {
+                        collecting.subtasks.insert(snapshot.subtask, snapshot);
+                    }
+                    TaskState::GlobalCommitter(snapshot) => collecting.global = Some(snapshot),
+                }
+                if step == AckStep::AllAcknowledged {
+                    let is_final = tracker.is_final_candidate(checkpoint_id);
+                    let collected = self.collecting.remove(&checkpoint_id).unwrap_or_default();
+                    self.store_queue.push_back(CompletedCheckpoint {
+                        checkpoint_id,
+                        job_name: self.name.clone(),
+                        generation: self.generation,
+                        parallelism: self.parallelism,
+                        subtasks: collected.subtasks.into_values().collect(),
+                        global_committer: collected.global,
+                        is_final,
+                    });
+                    self.start_next_store();
+                }
+            }
+        }
+    }
+
+    fn start_next_store(&mut self) {
+        if self.storing.is_some() {
+            return;
+        }
+        if let Some(checkpoint) = self.store_queue.pop_front() {
+            let storage = self.storage.clone();
+            let id = checkpoint.checkpoint_id;
+            debug!(checkpoint = %id, "storing checkpoint");
+            self.storing = Some((id, tokio::spawn(async move { storage.store(&checkpoint).await })));
+        }
+    }
+
+    fn on_store_result(&mut self, id: CheckpointId, stored: Result<(), String>) -> Result<(), JobError> {
+        let now = self.now();
+        match stored {
+            Ok(()) => {
+                let Some(tracker) = &mut self.tracker else {
+                    return Ok(());
+                };
+                let in_flight_before = tracker.in_flight().len() as u64;
+                if let Some(completion) = tracker.on_stored(id, now) {
+                    let duration = self
+                        .triggered_at
+                        .remove(&id)
+                        .map(|at| now.saturating_sub(at))
+                        .unwrap_or_default();
+                    metrics::add(&self.metrics.checkpoints_completed, 1);
+                    self.metrics
+                        .last_checkpoint_duration_ms
+                        .store(duration.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+                    // Subsumed and, after the final checkpoint, abandoned ones.
+                    let abandoned = in_flight_before - 1 - tracker.in_flight().len() as u64;
+                    metrics::add(&self.metrics.checkpoints_aborted, abandoned);
+                    for old in completion.subsumed.iter() {
+                        self.triggered_at.remove(old);
+                        self.collecting.remove(old);
+                    }
+                    info!(checkpoint = %id, is_final = completion.is_final, ?duration, "checkpoint completed");
+                    self.send_all(Control::Complete {
+                        checkpoint_id: id,
+                        is_final: completion.is_final,
+                    });
+                    if completion.is_final {
+                        self.store_queue.clear();
+                        self.collecting.clear();
+                    }
+                    self.store_queue.retain(|c| c.checkpoint_id > id);
+                }
+            }
+            Err(reason) => self.on_checkpoint_failed(id, format!("storing it failed: {reason}"))?,
+        }
+        self.start_next_store();
+        Ok(())
+    }
+
+    fn on_checkpoint_failed(&mut self, id: CheckpointId, reason: String) -> Result<(), JobError> {
+        let now = self.now();
+        let Some(tracker) = &mut self.tracker else {
+            return Ok(());
+        };
+        self.collecting.remove(&id);
+        self.triggered_at.remove(&id);
+        self.store_queue.retain(|c| c.checkpoint_id != id);
+        let Some(verdict) = tracker.on_failed(id, now) else {
+            return Ok(());
+        };
+        metrics::add(&self.metrics.checkpoints_failed, 1);
+        match verdict {
+            FailureVerdict::Tolerated { consecutive } => {
+                info!(checkpoint = %id, %reason, consecutive, "checkpoint failed");
+            }
+            FailureVerdict::Warn { consecutive } => {
+                warn!(checkpoint = %id, %reason, consecutive,
+                    "checkpoints keep failing: nothing is committed until one completes");
+            }
+            FailureVerdict::FailJob { consecutive } => {
+                return Err(JobError::CheckpointsFailing {
+                    consecutive,
+                    tolerated: consecutive - 1,
+                    checkpoint_id: id,
+                    reason,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn on_tick(&mut self) -> Result<(), JobError> {
+        let now = self.now();
+        let expired = match &self.tracker {
+            Some(tracker) => tracker.expired(now),
+            None => return Ok(()),
+        };
+        for id in expired {
+            if let Some((storing, handle)) = &self.storing {
+                if *storing == id {
+                    handle.abort();
+                    self.storing = None;
+                }
+            }
+            self.on_checkpoint_failed(id, "it timed out".into())?;
+        }
+        self.start_next_store();
+        if let Some(id) = self.tracker.as_mut().and_then(|t| t.try_trigger(now)) {
+            metrics::add(&self.metrics.checkpoints_triggered, 1);
+            self.triggered_at.insert(id, now);
+            debug!(checkpoint = %id, "checkpoint triggered");
+            self.send_all(Control::Trigger(id));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,22 @@
+//! The pure decision core: every rule of the commit contract, with no I/O, no
+//! clock and no tokio.
+//!
+//! The async task loops in [`crate::task`] and the coordinator feed these
+//! state machines events and carry out the actions they return, so the
+//! hardest logic is tested exhaustively with plain unit and property tests.
+//!
+//! | module | decides |
+//! |---|---|
+//! | [`alignment`] | which messages the global committer processes before its snapshot of a checkpoint, and which after |
+//! | [`ledger`] | which committables wait for which checkpoint; which checkpoint may be committed (completion, subsumption, completeness) |
+//! | [`commit_round`] | how one checkpoint's commit ends, through its retries |
+//! | [`retry`] | backoff with jitter, and when retries are exhausted |
+//! | [`lifecycle`] | what a subtask does at a barrier and at end of input; when end of stream may go to the global committer |
+//! | [`checkpoints`] | when to trigger, when all acknowledged, what a completion means, which checkpoint is final, how failures count |
+
+pub mod alignment;
+pub mod checkpoints;
+pub mod commit_round;
+pub mod ledger;
+pub mod lifecycle;
+pub mod retry;

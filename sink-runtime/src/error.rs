@@ -1,0 +1,143 @@
+//! Errors of building and running a job.
+//!
+//! [`BuildError`] is returned by the job builder when a configuration can
+//! never work (most importantly: one that would never commit); it names the
+//! fix. [`JobError`] is why a running job failed.
+
+use sink_api::{CheckpointId, SerializerError, SinkError};
+
+use crate::core::commit_round::CommitFailure;
+use crate::source::SourceError;
+use crate::storage::StorageError;
+
+/// A job configuration the builder refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// An unbounded source, a two-phase-commit sink and no checkpointing:
+    /// nothing would ever be committed.
+    #[error(
+        "job '{job}': the source is unbounded and checkpointing is off, so the sink would never commit anything \
+         (prepare_commit runs only at checkpoints or at end of input, and an unbounded input never ends). \
+         Enable checkpointing with `.checkpointing(CheckpointConfig::every(Duration::from_secs(1)))`, \
+         or, if uncommitted output is really what you want, call `.allow_uncommitted_output()`"
+    )]
+    UnboundedWithoutCheckpointing {
+        /// The job's name.
+        job: String,
+    },
+    /// Batch mode with a source that never ends.
+    #[error(
+        "job '{job}': batch mode needs a bounded source, because it commits once at end of input and an unbounded \
+         source never ends. Use `RuntimeMode::Streaming` with checkpointing, or a bounded source"
+    )]
+    BatchWithUnboundedSource {
+        /// The job's name.
+        job: String,
+    },
+    /// A setting out of its range.
+    #[error("job '{job}': {message}")]
+    InvalidSetting {
+        /// The job's name.
+        job: String,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+}
+
+/// Why a job failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// A writer, committer or global committer returned an error.
+    #[error("{task}: {action} failed: {source}")]
+    Sink {
+        /// Which task: "subtask 1", "global committer".
+        task: String,
+        /// The call that failed, for example "prepare_commit".
+        action: &'static str,
+        /// The sink's error.
+        #[source]
+        source: SinkError,
+    },
+    /// A source reader failed.
+    #[error("subtask {subtask}: reading the source failed: {source}")]
+    Source {
+        /// The subtask.
+        subtask: usize,
+        /// The source's error.
+        #[source]
+        source: SourceError,
+    },
+    /// A commit could not succeed (an unknown failure, or retries exhausted).
+    #[error("subtask {subtask}: {source}")]
+    Commit {
+        /// The subtask whose committer failed.
+        subtask: usize,
+        /// What went wrong.
+        #[source]
+        source: CommitFailure,
+    },
+    /// Checkpoints failed more often in a row than tolerated.
+    #[error(
+        "{consecutive} checkpoints failed in a row (tolerated: {tolerated}); the last, checkpoint {checkpoint_id}, \
+         failed because {reason}. Without completed checkpoints nothing is committed: raise the checkpoint timeout, \
+         fix the checkpoint storage, or raise CheckpointConfig::tolerable_failures"
+    )]
+    CheckpointsFailing {
+        /// Consecutive failures.
+        consecutive: u32,
+        /// The tolerated number.
+        tolerated: u32,
+        /// The last failed checkpoint.
+        checkpoint_id: CheckpointId,
+        /// Why it failed.
+        reason: String,
+    },
+    /// A checkpoint could not be read from or written to storage.
+    #[error("checkpoint storage: {0}")]
+    Storage(#[from] StorageError),
+    /// A state blob could not be encoded or decoded.
+    #[error("{task}: {what}: {source}")]
+    Serialization {
+        /// Which task.
+        task: String,
+        /// What was being encoded or decoded.
+        what: &'static str,
+        /// The serializer's error.
+        #[source]
+        source: SerializerError,
+    },
+    /// The runtime broke one of its own ordering or bookkeeping promises. A
+    /// bug in the runtime (or a corrupt restore); please report it.
+    #[error("{task}: internal invariant broken: {message}")]
+    Invariant {
+        /// Which task.
+        task: String,
+        /// What broke.
+        message: String,
+    },
+    /// A task panicked.
+    #[error("{task} panicked: {message}")]
+    Panicked {
+        /// Which task.
+        task: String,
+        /// The panic's message.
+        message: String,
+    },
+    /// The job could not resume from the stored checkpoint.
+    #[error("cannot resume from checkpoint {checkpoint_id}: {message}")]
+    Restore {
+        /// The stored checkpoint.
+        checkpoint_id: CheckpointId,
+        /// What does not fit and what to do.
+        message: String,
+    },
+}
+
+impl JobError {
+    pub(crate) fn invariant(task: impl Into<String>, message: impl std::fmt::Display) -> JobError {
+        JobError::Invariant {
+            task: task.into(),
+            message: message.to_string(),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! What each task starts with: fresh splits, or the state of the newest
+//! completed checkpoint.
+//!
+//! On a fresh start the source cuts its input into splits and split `k` goes
+//! to subtask `k % parallelism`. On a restore, every part of the checkpoint is
+//! decoded and handed back: source splits (re-spread over the subtasks),
+//! writer states and pending committables (to the subtask that stored them),
+//! and the global committer's received committables.
+
+use sink_api::{deserialize_versioned, CheckpointId, Generation, Sink};
+
+use crate::core::ledger::SubtaskPart;
+use crate::error::JobError;
+use crate::source::Source;
+use crate::storage::{decode_pending, CompletedCheckpoint};
+use crate::task::subtask::Serializers;
+
+/// What one subtask starts with.
+pub(crate) struct SubtaskStart<Src: Source, S: Sink> {
+    pub splits: Vec<Src::Split>,
+    pub writer_states: Vec<S::WriterState>,
+    pub pending: Vec<SubtaskPart<S::Committable>>,
+}
+
+/// What the whole job starts with.
+pub(crate) struct StartPlan<Src: Source, S: Sink> {
+    pub restored: Option<CheckpointId>,
+    pub generation: Generation,
+    pub subtasks: Vec<SubtaskStart<Src, S>>,
+    pub global_pending: Vec<SubtaskPart<S::Committable>>,
+}
+
+/// Plans a fresh start, or a restore from `latest`.
+pub(crate) fn plan<Src, S>(
+    job_name: &str,
+    source: &Src,
+    parallelism: usize,
+    serializers: &Serializers<S, Src>,
+    latest: Option<CompletedCheckpoint>,
+) -> Result<StartPlan<Src, S>, JobError>
+where
+    Src: Source<Record = S::Input>,
+    S: Sink,
+{
+    let mut subtasks: Vec<SubtaskStart<Src, S>> = (0..parallelism)
+        .map(|_| SubtaskStart {
+            splits: Vec::new(),
+            writer_states: Vec::new(),
+            pending: Vec::new(),
+        })
+        .collect();
+    let Some(checkpoint) = latest else {
+        for (k, split) in source.create_splits(parallelism).into_iter().enumerate() {
+            subtasks[k % parallelism].splits.push(split);
+        }
+        return Ok(StartPlan {
+            restored: None,
+            generation: Generation(1),
+            subtasks,
+            global_pending: Vec::new(),
+        });
+    };
+
+    let checkpoint_id = checkpoint.checkpoint_id;
+    let refuse = |message: String| JobError::Restore {
+        checkpoint_id,
+        message,
+    };
+    if checkpoint.job_name != job_name {
+        return Err(refuse(format!(
+            "it belongs to job '{}', not '{job_name}'; give each job its own checkpoint storage",
+            checkpoint.job_name
+        )));
+    }
+    if checkpoint.parallelism != parallelism {
+        return Err(refuse(format!(
+            "it was taken with parallelism {}, and changing the parallelism on restore is not supported yet; \
+             run the job with parallelism {}",
+            checkpoint.parallelism, checkpoint.parallelism
+        )));
+    }
+    let decode = |what: &str, error: sink_api::SerializerError| {
+        refuse(format!("cannot decode {what}: {error}"))
+    };
+    let mut split_index = 0;
+    for snapshot in checkpoint.subtasks {
+        let Some(start) = subtasks.get_mut(snapshot.subtask) else {
+            return Err(refuse(format!(
+                "it holds subtask {}, beyond parallelism {parallelism}",
+                snapshot.subtask
+            )));
+        };
+        start.writer_states = snapshot
+            .writer_states
+            .iter()
+            .map(|blob| deserialize_versioned(serializers.writer_state.as_ref(), blob))
+            .collect::<Result<_, _>>()
+            .map_err(|e| decode("a writer state", e))?;
+        start.pending = decode_pending(&snapshot.pending, serializers.committable.as_ref())
+            .map_err(|e| decode("a pending committable", e))?;
+        let splits: Vec<Src::Split> =
+            deserialize_versioned(serializers.splits.as_ref(), &snapshot.source_splits)
+                .map_err(|e| decode("the source position", e))?;
+        for split in splits {
+            subtasks[split_index % parallelism].splits.push(split);
+            split_index += 1;
+        }
+    }
+    let global_pending = match &checkpoint.global_committer {
+        Some(global) => decode_pending(&global.pending, serializers.committable.as_ref())
+            .map_err(|e| decode("a committable of the global committer", e))?,
+        None => Vec::new(),
+    };
+    Ok(StartPlan {
+        restored: Some(checkpoint_id),
+        generation: Generation(checkpoint.generation.0 + 1),
+        subtasks,
+        global_pending,
+    })
+}

@@ -1,0 +1,106 @@
+//! Sources: partitioned, replayable inputs whose positions go into
+//! checkpoints.
+//!
+//! A [`Source`] cuts its input into splits, each a serializable description
+//! of what is left to read (for example "offsets 40..80"). Every subtask owns
+//! some splits and reads them through a [`SplitReader`]. At each checkpoint
+//! the runtime asks the reader for its splits as they stand and stores them;
+//! after a restore the splits are handed out again, so reading resumes exactly
+//! after the last record of the checkpoint: no record is lost or read twice.
+//!
+//! Built-ins: [`SequenceSource`] (the numbers `0..n`, bounded or unbounded)
+//! and [`VecSource`] (the items of a vector or an iterator).
+
+mod range;
+mod sequence;
+mod vec;
+
+use async_trait::async_trait;
+use serde::{de::DeserializeOwned, Serialize};
+use sink_api::SubtaskIndex;
+
+pub use range::{RangeReader, RangeRecords, RangeSplit};
+pub use sequence::Numbers;
+pub use vec::Items;
+pub use sequence::SequenceSource;
+pub use vec::VecSource;
+
+/// Whether a source ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boundedness {
+    /// The source ends: its readers eventually return [`ReadStatus::Finished`].
+    Bounded,
+    /// The source never ends: readers that run out of data return
+    /// [`ReadStatus::Idle`] and wait.
+    Unbounded,
+}
+
+/// What a [`SplitReader::read_batch`] call found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadStatus {
+    /// More records may follow at once.
+    More,
+    /// Nothing to read now; the runtime asks again after a short pause, and
+    /// meanwhile serves checkpoints.
+    Idle,
+    /// This reader's input ended for good (bounded sources only).
+    Finished,
+}
+
+/// A failure to read from a source.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SourceError(pub String);
+
+/// Reads the splits one subtask owns.
+///
+/// Created by [`Source::create_reader`], driven by the subtask's runtime task.
+#[async_trait]
+pub trait SplitReader: Send + 'static {
+    /// The records read.
+    type Record: Send + 'static;
+    /// The source's split type.
+    type Split;
+
+    /// Appends up to `max` records to `out`, and says whether more may follow.
+    /// Records appended before a call to
+    /// [`snapshot_splits`](Self::snapshot_splits) are not in the splits it
+    /// returns.
+    async fn read_batch(
+        &mut self,
+        max: usize,
+        out: &mut Vec<Self::Record>,
+    ) -> Result<ReadStatus, SourceError>;
+
+    /// What is left to read, as splits: stored in the checkpoint. Called at
+    /// every checkpoint, between two `read_batch` calls.
+    fn snapshot_splits(&self) -> Vec<Self::Split>;
+}
+
+/// A partitioned, replayable input.
+///
+/// Given to the job builder; the runtime calls
+/// [`create_splits`](Self::create_splits) on a fresh start and
+/// [`create_reader`](Self::create_reader) once per subtask and start.
+pub trait Source: Send + Sync + 'static {
+    /// The records it produces.
+    type Record: Send + 'static;
+    /// A serializable description of what is left of a part of the input.
+    type Split: Serialize + DeserializeOwned + Clone + Send + Sync + 'static;
+    /// The reader of one subtask's splits.
+    type Reader: SplitReader<Record = Self::Record, Split = Self::Split>;
+
+    /// Whether the source ends.
+    fn boundedness(&self) -> Boundedness;
+
+    /// Cuts the whole input into splits for a fresh start with `parallelism`
+    /// subtasks. The runtime assigns split `k` to subtask `k % parallelism`.
+    fn create_splits(&self, parallelism: usize) -> Vec<Self::Split>;
+
+    /// A reader for the splits assigned to subtask `subtask`.
+    fn create_reader(
+        &self,
+        subtask: SubtaskIndex,
+        splits: Vec<Self::Split>,
+    ) -> Result<Self::Reader, SourceError>;
+}

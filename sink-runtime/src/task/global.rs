@@ -1,0 +1,169 @@
+//! The global committer's task: parallelism 1, after every committer.
+//!
+//! It receives, in order from each subtask, what that subtask committed per
+//! checkpoint (with a summary), the barriers the subtask passed, and finally
+//! its end of stream. It acts on a checkpoint once every subtask delivered
+//! it completely, snapshots checkpoint `n` once every subtask's barrier `n`
+//! arrived (aligned by `BarrierAligner`, so its state holds exactly what was
+//! committed before the barriers), and ends when every subtask ended its
+//! stream.
+//!
+//! Each subtask sends its end of stream only after forwarding its final
+//! committables (see `SubtaskLifecycle`), so nothing can arrive after the
+//! global committer was told the input ended. Should it happen anyway, the
+//! delivery is passed on and reported as an error rather than dropped.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use sink_api::{CheckpointId, GlobalCommitter, SubtaskIndex, VersionedSerializer};
+use tokio::sync::mpsc;
+use tracing::{error, info};
+
+use super::{GlobalMessage, TaskEvent, TaskState};
+use crate::core::checkpoints::TaskId;
+use crate::core::alignment::{Aligned, AlignerInput, BarrierAligner};
+use crate::core::ledger::CommitLedger;
+use crate::error::JobError;
+use crate::metrics::{self, Metrics};
+use crate::storage::{encode_pending, GlobalCommitterSnapshot};
+
+const TASK: &str = "global committer";
+
+/// The global committer's task.
+pub(crate) struct GlobalTask<C: Send + 'static> {
+    pub committer: Box<dyn GlobalCommitter<Committable = C>>,
+    pub parallelism: usize,
+    pub ledger: CommitLedger<C>,
+    pub input: mpsc::Receiver<GlobalMessage<C>>,
+    pub events: mpsc::UnboundedSender<TaskEvent>,
+    pub serializer: Arc<dyn VersionedSerializer<C>>,
+    pub metrics: Arc<Metrics>,
+    /// Subtasks whose end of stream arrived.
+    pub ended: BTreeSet<SubtaskIndex>,
+    /// Whether `GlobalCommitter::end_of_input` was called.
+    pub end_of_input_called: bool,
+}
+
+impl<C: Send + 'static> GlobalTask<C> {
+    /// Runs until every subtask ended its stream and the channel closed, or
+    /// until the job is torn down.
+    pub(crate) async fn run(mut self) -> Result<(), JobError> {
+        let mut aligner = BarrierAligner::new(self.parallelism);
+        while let Some(message) = self.input.recv().await {
+            let (subtask, input) = match message {
+                GlobalMessage::Barrier {
+                    checkpoint_id,
+                    subtask,
+                } => (subtask, AlignerInput::Barrier(checkpoint_id)),
+                GlobalMessage::Committed { ref summary, .. } => {
+                    (summary.subtask, AlignerInput::Message(message))
+                }
+                GlobalMessage::EndOfStream { subtask } => {
+                    (subtask, AlignerInput::Message(message))
+                }
+            };
+            let aligned = aligner
+                .push(subtask, input)
+                .map_err(|e| JobError::invariant(TASK, e))?;
+            for step in aligned {
+                match step {
+                    Aligned::Snapshot(checkpoint_id) => self.acknowledge(checkpoint_id)?,
+                    Aligned::Message(message) => self.process(message).await?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn process(&mut self, message: GlobalMessage<C>) -> Result<(), JobError> {
+        match message {
+            GlobalMessage::Committed {
+                summary,
+                committables,
+            } => {
+                if self.end_of_input_called {
+                    error!(checkpoint = %summary.checkpoint_id, subtask = summary.subtask,
+                        "committables reached the global committer after its end of input; \
+                         end of stream was not deferred until the final commit");
+                }
+                self.ledger
+                    .add(summary, committables)
+                    .map_err(|e| JobError::invariant(TASK, e))?;
+                // The committers forward only what they committed, so arrival
+                // means completion; the ledger still waits until every
+                // subtask delivered the checkpoint.
+                self.ledger.notify_complete(summary.checkpoint_id);
+                self.act_on_ready().await
+            }
+            GlobalMessage::EndOfStream { subtask } => {
+                self.ended.insert(subtask);
+                if self.ended.len() < self.parallelism || self.end_of_input_called {
+                    return Ok(());
+                }
+                if let Some(held) = self.ledger.held() {
+                    return Err(JobError::invariant(
+                        TASK,
+                        format_args!(
+                            "every subtask ended its stream, but checkpoint {} is incomplete: {held:?}",
+                            held.checkpoint_id
+                        ),
+                    ));
+                }
+                info!("end of input");
+                self.end_of_input_called = true;
+                self.committer
+                    .end_of_input()
+                    .await
+                    .map_err(|source| JobError::Sink {
+                        task: TASK.into(),
+                        action: "end_of_input",
+                        source,
+                    })
+            }
+            GlobalMessage::Barrier { .. } => Err(JobError::invariant(
+                TASK,
+                "a barrier passed the aligner as a message",
+            )),
+        }
+    }
+
+    async fn act_on_ready(&mut self) -> Result<(), JobError> {
+        while let Some(ready) = self.ledger.take_ready() {
+            let committables: Vec<C> = ready
+                .parts
+                .into_iter()
+                .flat_map(|part| part.committables)
+                .collect();
+            if committables.is_empty() {
+                continue;
+            }
+            self.committer
+                .commit_checkpoint(ready.checkpoint_id, committables)
+                .await
+                .map_err(|source| JobError::Sink {
+                    task: TASK.into(),
+                    action: "commit_checkpoint",
+                    source,
+                })?;
+            metrics::add(&self.metrics.global_commits, 1);
+        }
+        Ok(())
+    }
+
+    fn acknowledge(&self, checkpoint_id: CheckpointId) -> Result<(), JobError> {
+        let pending = encode_pending(self.ledger.pending_parts(), self.serializer.as_ref())
+            .map_err(|source| JobError::Serialization {
+                task: TASK.into(),
+                what: "encoding a committable",
+                source,
+            })?;
+        self.events
+            .send(TaskEvent::Ack {
+                task: TaskId::GlobalCommitter,
+                checkpoint_id,
+                state: TaskState::GlobalCommitter(GlobalCommitterSnapshot { pending }),
+            })
+            .map_err(|_| JobError::invariant(TASK, "the coordinator is gone"))
+    }
+}

@@ -1,0 +1,480 @@
+//! One subtask's chain: source reader, writer and committer in one tokio task.
+//!
+//! The loop reads a batch, writes it, and between batches serves the
+//! coordinator's control messages. Because the source lives in the same task,
+//! a barrier is aligned by construction: every record read before it is
+//! written and prepared before the checkpoint is acknowledged.
+//!
+//! ```text
+//! loop:
+//!   serve every waiting control message:
+//!     Trigger(n)     ─▶ [flush(false), prepare_commit, summary n]  snapshot_state(n), ack, barrier to global
+//!     Complete(n)    ─▶ commit every ready checkpoint <= n (retries with backoff), forward to global
+//!                       final? ─▶ end of stream to global, close, exit
+//!     Cancel         ─▶ close, exit
+//!   before end of input: read a batch ─▶ write_batch
+//!     source finished ─▶ flush(true), prepare_commit (tagged last barrier + 1)
+//!                        without checkpoints: commit everything, end of stream, close, exit
+//!   after end of input: wait for the next control message
+//! ```
+//!
+//! The decisions are made by [`SubtaskLifecycle`], [`CommitLedger`] and
+//! [`CommitRound`]; this file only carries them out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sink_api::{
+    serialize_versioned, BincodeSerializer, CheckpointId, Committer, Sink, SinkError, SinkWriter,
+    SubtaskIndex, VersionedSerializer,
+};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use super::{Control, GlobalMessage, TaskEvent, TaskState};
+use crate::core::checkpoints::TaskId;
+use crate::core::commit_round::{CommitRound, RoundStep};
+use crate::core::ledger::{CommitLedger, CommittableSummary};
+use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
+use crate::core::retry::RetryPolicy;
+use crate::error::JobError;
+use crate::metrics::{self, Metrics};
+use crate::source::{ReadStatus, Source, SplitReader};
+use crate::storage::{encode_pending, SubtaskSnapshot};
+
+/// Settings shared by every subtask of a job.
+#[derive(Debug, Clone)]
+pub(crate) struct SubtaskSettings {
+    pub batch_size: usize,
+    pub idle_poll: Duration,
+    pub retry: RetryPolicy,
+    /// No checkpoints will come (checkpointing off, or batch mode): commit
+    /// everything at end of input.
+    pub commit_at_end_of_input: bool,
+}
+
+/// What to do after a control message or end of input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Exit,
+}
+
+/// The sink's serializers and the source's, for snapshots.
+pub(crate) struct Serializers<S: Sink, Src: Source> {
+    pub committable: Arc<dyn VersionedSerializer<S::Committable>>,
+    pub writer_state: Arc<dyn VersionedSerializer<S::WriterState>>,
+    pub splits: Arc<BincodeSerializer<Vec<Src::Split>>>,
+}
+
+impl<S: Sink, Src: Source> Clone for Serializers<S, Src> {
+    fn clone(&self) -> Self {
+        Serializers {
+            committable: self.committable.clone(),
+            writer_state: self.writer_state.clone(),
+            splits: self.splits.clone(),
+        }
+    }
+}
+
+/// The chain of one subtask.
+pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = S::Input>> {
+    pub index: SubtaskIndex,
+    pub name: String,
+    pub reader: Src::Reader,
+    pub writer: S::Writer,
+    pub committer: S::Committer,
+    pub ledger: CommitLedger<S::Committable>,
+    pub lifecycle: SubtaskLifecycle,
+    pub control: mpsc::UnboundedReceiver<Control>,
+    pub events: mpsc::UnboundedSender<TaskEvent>,
+    pub global: Option<mpsc::Sender<GlobalMessage<S::Committable>>>,
+    pub metrics: Arc<Metrics>,
+    pub serializers: Serializers<S, Src>,
+    pub settings: SubtaskSettings,
+    /// Restored from a checkpoint: its pending committables are committed
+    /// before any record is read.
+    pub restored: Option<CheckpointId>,
+    pub records_since_barrier: u64,
+}
+
+impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
+    fn sink_error(&self, action: &'static str) -> impl FnOnce(SinkError) -> JobError + '_ {
+        move |source| JobError::Sink {
+            task: self.name.clone(),
+            action,
+            source,
+        }
+    }
+
+    fn invariant(&self) -> impl FnOnce(&dyn std::fmt::Display) -> JobError + '_ {
+        move |error| JobError::invariant(self.name.clone(), error)
+    }
+
+    /// Runs the chain until the job finishes, is cancelled, or fails.
+    pub(crate) async fn run(mut self) -> Result<(), JobError> {
+        let result = self.run_loop().await;
+        if result.is_err() {
+            // Abort whatever the writer holds; the error that stopped the job
+            // matters more than one from closing.
+            if let Err(error) = self.writer.close().await {
+                warn!(subtask = self.index, %error, "closing the writer after a failure failed too");
+            }
+            let _ = self.committer.close().await;
+        }
+        result
+    }
+
+    async fn run_loop(&mut self) -> Result<(), JobError> {
+        if let Some(restored) = self.restored {
+            // Everything <= the restored checkpoint is committed again, at
+            // once, before new data flows: the commit may or may not have
+            // happened before the crash, so it must be idempotent.
+            info!(subtask = self.index, checkpoint = %restored, "re-committing what the restored checkpoint holds");
+            self.ledger.notify_complete(restored);
+            self.commit_ready().await?;
+        }
+        let mut batch = Vec::with_capacity(self.settings.batch_size);
+        loop {
+            loop {
+                match self.control.try_recv() {
+                    Ok(message) => {
+                        if self.on_control(message).await? == Flow::Exit {
+                            return Ok(());
+                        }
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    // The coordinator is gone: the job is being torn down.
+                    Err(mpsc::error::TryRecvError::Disconnected) => return self.close().await,
+                }
+            }
+            if !self.lifecycle.accepts_input() {
+                match self.control.recv().await {
+                    Some(message) => {
+                        if self.on_control(message).await? == Flow::Exit {
+                            return Ok(());
+                        }
+                    }
+                    None => return self.close().await,
+                }
+                continue;
+            }
+            let status = self
+                .reader
+                .read_batch(self.settings.batch_size, &mut batch)
+                .await
+                .map_err(|source| JobError::Source {
+                    subtask: self.index,
+                    source,
+                })?;
+            if !batch.is_empty() {
+                let count = batch.len() as u64;
+                let records = std::mem::replace(
+                    &mut batch,
+                    Vec::with_capacity(self.settings.batch_size),
+                );
+                self.writer
+                    .write_batch(records)
+                    .await
+                    .map_err(self.sink_error("write_batch"))?;
+                self.records_since_barrier += count;
+                metrics::add(&self.metrics.records_written, count);
+            }
+            match status {
+                // Let the coordinator and other subtasks run between batches.
+                ReadStatus::More => tokio::task::yield_now().await,
+                ReadStatus::Idle => {
+                    if let Ok(message) =
+                        tokio::time::timeout(self.settings.idle_poll, self.control.recv()).await
+                    {
+                        let Some(message) = message else {
+                            return self.close().await;
+                        };
+                        if self.on_control(message).await? == Flow::Exit {
+                            return Ok(());
+                        }
+                    }
+                }
+                ReadStatus::Finished => {
+                    if self.on_end_of_input().await? == Flow::Exit {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn on_control(&mut self, message: Control) -> Result<Flow, JobError> {
+        match message {
+            Control::Trigger(checkpoint_id) => {
+                self.on_barrier(checkpoint_id).await?;
+                Ok(Flow::Continue)
+            }
+            Control::Complete {
+                checkpoint_id,
+                is_final,
+            } => {
+                self.ledger.notify_complete(checkpoint_id);
+                self.commit_ready().await?;
+                if is_final {
+                    self.finish(checkpoint_id).await?;
+                    return Ok(Flow::Exit);
+                }
+                Ok(Flow::Continue)
+            }
+            Control::Cancel => {
+                self.close().await?;
+                Ok(Flow::Exit)
+            }
+        }
+    }
+
+    /// Adds the writer's committables to the ledger under `checkpoint_id`.
+    fn add_to_ledger(
+        &mut self,
+        checkpoint_id: CheckpointId,
+        committables: Vec<S::Committable>,
+    ) -> Result<(), JobError> {
+        let summary = CommittableSummary {
+            checkpoint_id,
+            subtask: self.index,
+            committable_count: committables.len() as u64,
+            record_count: std::mem::take(&mut self.records_since_barrier),
+        };
+        metrics::add(&self.metrics.committables_pending, committables.len() as u64);
+        self.ledger
+            .add(summary, committables)
+            .map_err(|e| (self.invariant())(&e))
+    }
+
+    async fn prepare_commit(&mut self, end_of_input: bool) -> Result<Vec<S::Committable>, JobError> {
+        self.writer
+            .flush(end_of_input)
+            .await
+            .map_err(self.sink_error("flush"))?;
+        let committables = self
+            .writer
+            .prepare_commit()
+            .await
+            .map_err(self.sink_error("prepare_commit"))?;
+        metrics::add(&self.metrics.prepare_commit_calls, 1);
+        Ok(committables)
+    }
+
+    async fn on_barrier(&mut self, checkpoint_id: CheckpointId) -> Result<(), JobError> {
+        let action = self
+            .lifecycle
+            .on_barrier(checkpoint_id)
+            .map_err(|e| (self.invariant())(&e))?;
+        match action {
+            BarrierAction::PrepareAndSnapshot => {
+                let committables = self.prepare_commit(false).await?;
+                self.add_to_ledger(checkpoint_id, committables)?;
+            }
+            BarrierAction::SnapshotWithEmptySummary => {
+                self.add_to_ledger(checkpoint_id, Vec::new())?;
+            }
+            BarrierAction::SnapshotOnly => {}
+        }
+        let states = self
+            .writer
+            .snapshot_state(checkpoint_id)
+            .await
+            .map_err(self.sink_error("snapshot_state"))?;
+        let snapshot = self.snapshot(states)?;
+        debug!(subtask = self.index, checkpoint = %checkpoint_id, ?action, "barrier passed");
+        self.events
+            .send(TaskEvent::Ack {
+                task: TaskId::Subtask(self.index),
+                checkpoint_id,
+                state: TaskState::Subtask(snapshot),
+            })
+            .map_err(|_| (self.invariant())(&"the coordinator is gone"))?;
+        self.send_global(GlobalMessage::Barrier {
+            checkpoint_id,
+            subtask: self.index,
+        })
+        .await
+    }
+
+    fn snapshot(&self, states: Vec<S::WriterState>) -> Result<SubtaskSnapshot, JobError> {
+        let encode_error = |what| {
+            move |source| JobError::Serialization {
+                task: self.name.clone(),
+                what,
+                source,
+            }
+        };
+        let writer_states = states
+            .iter()
+            .map(|state| serialize_versioned(self.serializers.writer_state.as_ref(), state))
+            .collect::<Result<_, _>>()
+            .map_err(encode_error("encoding a writer state"))?;
+        let pending = encode_pending(
+            self.ledger.pending_parts(),
+            self.serializers.committable.as_ref(),
+        )
+        .map_err(encode_error("encoding a committable"))?;
+        let source_splits = serialize_versioned(
+            self.serializers.splits.as_ref(),
+            &self.reader.snapshot_splits(),
+        )
+        .map_err(encode_error("encoding the source position"))?;
+        Ok(SubtaskSnapshot {
+            subtask: self.index,
+            source_splits,
+            writer_states,
+            pending,
+            end_of_input: !self.lifecycle.accepts_input(),
+        })
+    }
+
+    async fn on_end_of_input(&mut self) -> Result<Flow, JobError> {
+        let tag = self
+            .lifecycle
+            .on_end_of_input()
+            .map_err(|e| (self.invariant())(&e))?;
+        let committables = self.prepare_commit(true).await?;
+        info!(subtask = self.index, tag = %tag, committables = committables.len(), "end of input");
+        self.add_to_ledger(tag, committables)?;
+        if self.settings.commit_at_end_of_input {
+            // No checkpoint will ever come: commit everything now, once.
+            self.ledger.complete_everything();
+            self.commit_ready().await?;
+            self.finish(tag).await?;
+            return Ok(Flow::Exit);
+        }
+        self.events
+            .send(TaskEvent::EndOfInput {
+                subtask: self.index,
+            })
+            .map_err(|_| (self.invariant())(&"the coordinator is gone"))?;
+        if self.lifecycle.take_end_of_stream(false) {
+            // Only reached when the deferral is switched off (a test of the
+            // FLINK-38614 race): end of stream before the final commit.
+            self.send_global(GlobalMessage::EndOfStream {
+                subtask: self.index,
+            })
+            .await?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Commits every checkpoint the ledger says is ready, oldest first, each
+    /// through its retries, and forwards what was committed.
+    async fn commit_ready(&mut self) -> Result<(), JobError> {
+        while let Some(ready) = self.ledger.take_ready() {
+            let checkpoint_id = ready.checkpoint_id;
+            let record_count = ready.record_count();
+            let committables: Vec<S::Committable> = ready
+                .parts
+                .into_iter()
+                .flat_map(|part| part.committables)
+                .collect();
+            let count = committables.len() as u64;
+            let mut round = CommitRound::new(checkpoint_id, committables);
+            loop {
+                let mut requests = round.take_requests();
+                if requests.is_empty() {
+                    break;
+                }
+                metrics::add(&self.metrics.commit_calls, 1);
+                self.committer
+                    .commit(&mut requests)
+                    .await
+                    .map_err(self.sink_error("commit"))?;
+                let step = round
+                    .settle(requests, &self.settings.retry)
+                    .map_err(|source| JobError::Commit {
+                        subtask: self.index,
+                        source,
+                    })?;
+                match step {
+                    RoundStep::Done => break,
+                    RoundStep::Retry { retry } => {
+                        let delay = self.settings.retry.backoff(retry, fastrand::f64());
+                        warn!(subtask = self.index, checkpoint = %checkpoint_id, retry, ?delay, "commit asked to be retried");
+                        tokio::time::sleep(delay).await;
+                    }
+                }
+            }
+            let (committed, tally) = round.into_committed();
+            for reason in &tally.known_failures {
+                warn!(subtask = self.index, checkpoint = %checkpoint_id, %reason, "a committable failed with a known reason and was dropped");
+            }
+            metrics::sub(&self.metrics.committables_pending, count);
+            metrics::add(&self.metrics.records_committed, record_count);
+            metrics::add(&self.metrics.commits_succeeded, tally.committed);
+            metrics::add(
+                &self.metrics.commits_already_committed,
+                tally.already_committed,
+            );
+            metrics::add(&self.metrics.commits_retried, tally.retries);
+            metrics::add(
+                &self.metrics.commits_failed,
+                tally.known_failures.len() as u64,
+            );
+            info!(subtask = self.index, checkpoint = %checkpoint_id, committed = tally.committed,
+                already_committed = tally.already_committed, records = record_count, "checkpoint committed");
+            self.send_global(GlobalMessage::Committed {
+                summary: CommittableSummary {
+                    checkpoint_id,
+                    subtask: self.index,
+                    committable_count: committed.len() as u64,
+                    record_count,
+                },
+                committables: committed,
+            })
+            .await?;
+        }
+        if let Some(held) = self.ledger.held() {
+            warn!(subtask = self.index, ?held, "a completed checkpoint is incomplete and holds the commit");
+        }
+        Ok(())
+    }
+
+    /// After the final commit (or the commit at end of input): drops what
+    /// was opened after the final checkpoint, tells the global committer the
+    /// stream ended, and closes.
+    async fn finish(&mut self, final_checkpoint: CheckpointId) -> Result<(), JobError> {
+        if !self.ledger.is_empty() {
+            let leftover = self.ledger.pending_committables();
+            if leftover > 0 {
+                // Only checkpoints after the final one can be left, and after
+                // end of input no committable is ever produced.
+                return Err((self.invariant())(&format_args!(
+                    "{leftover} committables are still pending after the final checkpoint {final_checkpoint}"
+                )));
+            }
+        }
+        if self.lifecycle.take_end_of_stream(true) {
+            self.send_global(GlobalMessage::EndOfStream {
+                subtask: self.index,
+            })
+            .await?;
+        }
+        info!(subtask = self.index, checkpoint = %final_checkpoint, "finished");
+        self.close().await
+    }
+
+    async fn close(&mut self) -> Result<(), JobError> {
+        self.writer.close().await.map_err(self.sink_error("close"))?;
+        self.committer
+            .close()
+            .await
+            .map_err(self.sink_error("close the committer"))
+    }
+
+    async fn send_global(
+        &mut self,
+        message: GlobalMessage<S::Committable>,
+    ) -> Result<(), JobError> {
+        let Some(global) = &self.global else {
+            return Ok(());
+        };
+        global
+            .send(message)
+            .await
+            .map_err(|_| (self.invariant())(&"the global committer is gone"))
+    }
+}

@@ -1,0 +1,105 @@
+//! The memory sink factory: makes writers and committers on one shared store.
+
+use async_trait::async_trait;
+use serde::{de::DeserializeOwned, Serialize};
+use sink_api::{InitContext, Sink, SinkError};
+
+use crate::{MemoryCommittable, MemoryCommitter, MemoryStore, MemoryWriter, MemoryWriterState};
+
+/// A transactional in-memory sink: every writer and committer it makes works
+/// on the same [`MemoryStore`].
+///
+/// Created by a test with a clone of the store it keeps, and given to the job
+/// builder. The runtime calls [`Sink::create_writer`] and
+/// [`Sink::create_committer`] once per subtask and per start of the job; both
+/// are counted in [`MemoryStats`](crate::MemoryStats). Committables and writer
+/// states use the default bincode serializers.
+pub struct MemorySink<T> {
+    store: MemoryStore<T>,
+}
+
+impl<T> MemorySink<T> {
+    /// A sink writing to `store`. Called by tests; keep a clone of `store` to
+    /// inspect it afterwards.
+    pub fn new(store: MemoryStore<T>) -> MemorySink<T> {
+        MemorySink { store }
+    }
+
+    /// The store this sink writes to.
+    pub fn store(&self) -> &MemoryStore<T> {
+        &self.store
+    }
+}
+
+#[async_trait]
+impl<T> Sink for MemorySink<T>
+where
+    T: Clone + Send + Sync + 'static + Serialize + DeserializeOwned,
+{
+    type Input = T;
+    type Committable = MemoryCommittable;
+    type WriterState = MemoryWriterState<T>;
+    type Writer = MemoryWriter<T>;
+    type Committer = MemoryCommitter<T>;
+
+    /// A writer for the context's subtask and generation, resumed from
+    /// `restored_states` (largest sequence number, concatenated buffers).
+    async fn create_writer(
+        &self,
+        context: &InitContext,
+        restored_states: Vec<MemoryWriterState<T>>,
+    ) -> Result<MemoryWriter<T>, SinkError> {
+        self.store.lock().stats.writers_created += 1;
+        Ok(MemoryWriter::new(
+            self.store.clone(),
+            context.subtask_index,
+            context.generation,
+            restored_states,
+        ))
+    }
+
+    /// A committer for the context's subtask.
+    async fn create_committer(
+        &self,
+        context: &InitContext,
+    ) -> Result<MemoryCommitter<T>, SinkError> {
+        self.store.lock().stats.committers_created += 1;
+        Ok(MemoryCommitter::new(
+            self.store.clone(),
+            context.subtask_index,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sink_api::{deserialize_versioned, serialize_versioned, Sink};
+
+    use super::*;
+
+    #[test]
+    fn committables_and_states_round_trip_through_the_default_serializers() {
+        let sink = MemorySink::new(MemoryStore::<String>::new());
+        let committable = MemoryCommittable {
+            transaction_id: "g3-s1-t4".into(),
+            record_count: 2,
+        };
+        let state = MemoryWriterState {
+            next_transaction_seq: 5,
+            buffered: vec!["a".to_owned()],
+        };
+
+        let committables = sink.committable_serializer();
+        let blob = serialize_versioned(committables.as_ref(), &committable).unwrap();
+        assert_eq!(
+            deserialize_versioned(committables.as_ref(), &blob).unwrap(),
+            committable
+        );
+        let states = sink.writer_state_serializer();
+        let blob = serialize_versioned(states.as_ref(), &state).unwrap();
+        assert_eq!(
+            deserialize_versioned(states.as_ref(), &blob).unwrap(),
+            state
+        );
+    }
+}
