@@ -152,10 +152,16 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     pub defer_end_of_stream: bool,
 }
 
-/// Entry point: [`Job::builder`].
-#[derive(Debug)]
+/// A checked job, ready to start. Made by [`Job::builder`] and
+/// [`JobBuilder::build`].
 pub struct Job<Src, S: Sink> {
     spec: JobSpec<Src, S>,
+}
+
+impl<Src, S: Sink> std::fmt::Debug for Job<Src, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("spec", &self.spec).finish()
+    }
 }
 
 impl<Src, S: Sink> std::fmt::Debug for JobSpec<Src, S> {
