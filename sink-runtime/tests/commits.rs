@@ -1,0 +1,209 @@
+//! Commit outcomes through the runtime: subsumption, retries with backoff,
+//! exhausted retries, known and unknown failures, failing sinks and failing
+//! checkpoints.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use sink_api::CheckpointId;
+use sink_runtime::{
+    CheckpointConfig, Job, JobError, JobStatus, RetryPolicy, SequenceSource,
+};
+use sinks_memory::{InjectedCommitFailure, MemorySink, MemoryStore};
+use tokio::time::Instant;
+
+fn bounded_job(
+    store: &MemoryStore<u64>,
+) -> sink_runtime::JobBuilder<SequenceSource, MemorySink<u64>> {
+    Job::builder("commits", SequenceSource::bounded(100), MemorySink::new(store.clone()))
+}
+
+/// A failed checkpoint commits nothing; the next completion commits its
+/// committables too (subsumption), in checkpoint order.
+#[tokio::test(start_paused = true)]
+async fn a_completion_commits_the_failed_checkpoint_before_it() {
+    let store = MemoryStore::<u64>::new();
+    let storage = ScriptedStorage::new(|id| match id.0 {
+        1 => StoreScript::FailAfter(ms(10)),
+        _ => StoreScript::Succeed,
+    });
+    let handle = Job::builder(
+        "subsume",
+        ThrottledSource::unbounded(1_000, 10, ms(10)),
+        MemorySink::new(store.clone()),
+    )
+    .checkpointing(CheckpointConfig::every(ms(300)))
+    .checkpoint_storage(storage)
+    .build()
+    .unwrap()
+    .start();
+
+    // Checkpoint 1 (at 300 ms) fails: nothing is committed.
+    tokio::time::sleep(ms(450)).await;
+    assert!(store.committed().is_empty());
+    assert_eq!(handle.metrics().checkpoints_failed, 1);
+    assert!(!store.pending().is_empty());
+
+    // Checkpoint 2 (at 600 ms) completes and commits 1 and then 2.
+    tokio::time::sleep(ms(300)).await;
+    let per_checkpoint = store.commits_per_checkpoint();
+    assert_eq!(per_checkpoint.keys().copied().collect::<Vec<_>>(), vec![CheckpointId(1), CheckpointId(2)]);
+    let committed = store.committed();
+    assert!(committed.windows(2).all(|w| w[0] < w[1]), "oldest checkpoint first");
+    handle.cancel();
+    let report = handle.join().await.unwrap();
+    assert_eq!(report.status, JobStatus::Cancelled);
+    assert_no_violations(&store);
+}
+
+/// "Retry later" is retried with growing, jittered delays, every retry
+/// counted, until the commit succeeds.
+#[tokio::test(start_paused = true)]
+async fn retry_later_is_retried_with_backoff_until_it_succeeds() {
+    let store = MemoryStore::<u64>::new();
+    store.fail_next_commits(3, InjectedCommitFailure::RetryLater);
+    let policy = RetryPolicy {
+        max_retries: 5,
+        initial_backoff: ms(100),
+        max_backoff: Duration::from_secs(10),
+    };
+    let started = Instant::now();
+    let report = bounded_job(&store).commit_retry(policy).build().unwrap().run().await.unwrap();
+    let elapsed = started.elapsed();
+
+    assert_exactly_once("committed", &store.committed(), 100);
+    assert_eq!(report.metrics.commits_retried, 3);
+    assert_eq!(report.metrics.commit_calls, 4);
+    assert_eq!(report.metrics.commits_succeeded, 1);
+    assert_eq!(store.stats().injected_retry_later, 3);
+    // Backoffs of at least 50, 100 and 200 ms (half of 100, 200, 400 with
+    // jitter), at most 700 ms in all.
+    assert!(elapsed >= ms(350) && elapsed <= ms(700) + ms(50), "{elapsed:?}");
+    assert_no_violations(&store);
+}
+
+/// Past the retry limit the job fails with an error that names the
+/// checkpoint and the fix.
+#[tokio::test(start_paused = true)]
+async fn exhausted_retries_fail_the_job() {
+    let store = MemoryStore::<u64>::new();
+    store.fail_next_commits(1_000, InjectedCommitFailure::RetryLater);
+    let policy = RetryPolicy {
+        max_retries: 3,
+        ..RetryPolicy::default()
+    };
+    let error = bounded_job(&store).commit_retry(policy).build().unwrap().run().await.unwrap_err();
+    assert!(matches!(error, JobError::Commit { subtask: 0, .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(message.contains("after 3 retries"), "{message}");
+    assert!(message.contains("commit_retry"), "names the fix: {message}");
+    assert_eq!(store.stats().injected_retry_later, 4, "first try and three retries");
+    assert!(store.committed().is_empty());
+}
+
+/// A known failure is counted and dropped; the job goes on and ends well.
+#[tokio::test(start_paused = true)]
+async fn a_known_failure_is_counted_and_the_job_goes_on() {
+    let store = MemoryStore::<u64>::new();
+    store.fail_next_commits(1, InjectedCommitFailure::KnownReason);
+    let report = Job::builder(
+        "known",
+        ThrottledSource::bounded(100, 10, ms(100)),
+        MemorySink::new(store.clone()),
+    )
+    .checkpointing(CheckpointConfig::every(ms(300)))
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_eq!(report.metrics.commits_failed, 1);
+    assert_eq!(store.stats().injected_known_failures, 1);
+    // The first checkpoint's transaction was dropped; everything after it
+    // was committed.
+    let committed = store.committed();
+    assert!(!committed.is_empty() && committed.len() < 100, "{}", committed.len());
+    assert_eq!(*committed.last().unwrap(), 99);
+}
+
+/// An unknown failure fails the job.
+#[tokio::test(start_paused = true)]
+async fn an_unknown_failure_fails_the_job() {
+    let store = MemoryStore::<u64>::new();
+    store.fail_next_commits(1, InjectedCommitFailure::UnknownReason);
+    let error = bounded_job(&store).build().unwrap().run().await.unwrap_err();
+    assert!(matches!(error, JobError::Commit { .. }), "{error:?}");
+    assert!(error.to_string().contains("unknown reason"), "{error}");
+    assert!(store.committed().is_empty());
+}
+
+/// A committer, writer or checkpoint storage that keeps failing fails the
+/// job with an error naming the call.
+#[tokio::test(start_paused = true)]
+async fn failing_sink_calls_fail_the_job_with_the_call_named() {
+    let store = MemoryStore::<u64>::new();
+    store.fail_next_commit_calls(1);
+    let error = bounded_job(&store).build().unwrap().run().await.unwrap_err();
+    assert!(matches!(error, JobError::Sink { action: "commit", .. }), "{error:?}");
+
+    let store = MemoryStore::<u64>::new();
+    store.fail_next_prepare_commits(1);
+    let error = bounded_job(&store).build().unwrap().run().await.unwrap_err();
+    assert!(matches!(error, JobError::Sink { action: "prepare_commit", .. }), "{error:?}");
+    assert!(error.to_string().contains("subtask 0: prepare_commit failed"), "{error}");
+    assert_eq!(store.stats().commit_calls, 0, "nothing committed after a failed prepare");
+}
+
+/// Checkpoints that keep failing fail the job past the tolerated number.
+#[tokio::test(start_paused = true)]
+async fn checkpoints_failing_past_tolerance_fail_the_job() {
+    let store = MemoryStore::<u64>::new();
+    let error = Job::builder(
+        "failing",
+        SequenceSource::unbounded(100),
+        MemorySink::new(store.clone()),
+    )
+    .checkpointing(CheckpointConfig::every(ms(100)).tolerable_failures(2))
+    .checkpoint_storage(ScriptedStorage::new(|_| StoreScript::FailAfter(ms(1))))
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap_err();
+    let JobError::CheckpointsFailing { consecutive, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(*consecutive, 3);
+    assert!(error.to_string().contains("nothing is committed"), "{error}");
+    assert!(store.committed().is_empty());
+}
+
+/// A checkpoint whose storage hangs times out and counts as failed; the next
+/// one commits everything.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_checkpoint_times_out_and_the_next_one_commits() {
+    let store = MemoryStore::<u64>::new();
+    let storage = ScriptedStorage::new(|id| match id.0 {
+        1 => StoreScript::Hang,
+        _ => StoreScript::Succeed,
+    });
+    let handle = Job::builder(
+        "timeout",
+        SequenceSource::unbounded(100),
+        MemorySink::new(store.clone()),
+    )
+    .checkpointing(CheckpointConfig::every(ms(100)).timeout(ms(500)))
+    .checkpoint_storage(storage)
+    .build()
+    .unwrap()
+    .start();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    handle.cancel();
+    let report = handle.join().await.unwrap();
+    assert_eq!(report.metrics.checkpoints_failed, 1);
+    assert!(report.metrics.checkpoints_completed >= 1);
+    assert_exactly_once("committed", &store.committed(), 100);
+}
