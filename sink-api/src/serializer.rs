@@ -183,9 +183,8 @@ impl<T: Serialize + DeserializeOwned> VersionedSerializer<T> for BincodeSerializ
             version,
             message,
         };
-        let (value, read) =
-            bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-                .map_err(|err| decode_error(err.to_string()))?;
+        let (value, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+            .map_err(|err| decode_error(err.to_string()))?;
         if read != bytes.len() {
             return Err(decode_error(format!(
                 "{} trailing bytes after the value",

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::{BincodeSerializer, Committer, InitContext, SinkError, SinkWriter, VersionedSerializer};
+use crate::{
+    BincodeSerializer, Committer, InitContext, SinkError, SinkWriter, VersionedSerializer,
+};
 
 /// A two-phase-commit sink: the factory of its writers and committers.
 ///

@@ -37,9 +37,7 @@ use crate::job::{JobReport, JobSpec, JobStatus};
 use crate::metrics::{self, Metrics};
 use crate::restore;
 use crate::source::Source;
-use crate::storage::{
-    CompletedCheckpoint, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot,
-};
+use crate::storage::{CompletedCheckpoint, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot};
 use crate::task::global::GlobalTask;
 use crate::task::subtask::{Serializers, SubtaskSettings, SubtaskTask};
 use crate::task::{Control, TaskEvent, TaskState, GLOBAL_CHANNEL_CAPACITY};
@@ -105,7 +103,13 @@ where
         splits: Arc::new(BincodeSerializer::new(1)),
     };
     let latest = spec.storage.latest().await?;
-    let plan = restore::plan(&spec.name, &spec.source, spec.parallelism, &serializers, latest)?;
+    let plan = restore::plan(
+        &spec.name,
+        &spec.source,
+        spec.parallelism,
+        &serializers,
+        latest,
+    )?;
     let restored = plan.restored.unwrap_or(CheckpointId::NONE);
     info!(parallelism = spec.parallelism, generation = %plan.generation, restored = ?plan.restored,
         checkpointing = ?spec.checkpointing.map(|c| c.interval), "job starting");
@@ -162,7 +166,10 @@ where
             })?;
         let mut ledger = CommitLedger::new([index]);
         for part in start_state.pending {
-            metrics::add(&metrics.committables_pending, part.committables.len() as u64);
+            metrics::add(
+                &metrics.committables_pending,
+                part.committables.len() as u64,
+            );
             ledger
                 .restore_part(part)
                 .map_err(|e| JobError::invariant(name.clone(), e))?;
@@ -224,7 +231,12 @@ where
         generation: plan.generation,
         start,
         tracker: spec.checkpointing.map(|config| {
-            CheckpointTracker::new(config.policy(), spec.parallelism, controls.len() < tasks.len(), restored)
+            CheckpointTracker::new(
+                config.policy(),
+                spec.parallelism,
+                controls.len() < tasks.len(),
+                restored,
+            )
         }),
         storage: spec.storage,
         controls,
@@ -290,7 +302,12 @@ where
         .map(CheckpointTracker::last_completed)
         .filter(|&id| id > CheckpointId::NONE);
     let metrics = coordinator.metrics.snapshot();
-    info!(?status, records_written = metrics.records_written, records_committed = metrics.records_committed, "job ended");
+    info!(
+        ?status,
+        records_written = metrics.records_written,
+        records_committed = metrics.records_committed,
+        "job ended"
+    );
     Ok(JobReport {
         status,
         metrics,
@@ -407,11 +424,18 @@ impl Coordinator {
             let storage = self.storage.clone();
             let id = checkpoint.checkpoint_id;
             debug!(checkpoint = %id, "storing checkpoint");
-            self.storing = Some((id, tokio::spawn(async move { storage.store(&checkpoint).await })));
+            self.storing = Some((
+                id,
+                tokio::spawn(async move { storage.store(&checkpoint).await }),
+            ));
         }
     }
 
-    fn on_store_result(&mut self, id: CheckpointId, stored: Result<(), String>) -> Result<(), JobError> {
+    fn on_store_result(
+        &mut self,
+        id: CheckpointId,
+        stored: Result<(), String>,
+    ) -> Result<(), JobError> {
         let now = self.now();
         match stored {
             Ok(()) => {
@@ -426,9 +450,10 @@ impl Coordinator {
                         .map(|at| now.saturating_sub(at))
                         .unwrap_or_default();
                     metrics::add(&self.metrics.checkpoints_completed, 1);
-                    self.metrics
-                        .last_checkpoint_duration_ms
-                        .store(duration.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+                    self.metrics.last_checkpoint_duration_ms.store(
+                        duration.as_millis() as u64,
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
                     // Subsumed and, after the final checkpoint, abandoned ones.
                     let abandoned = in_flight_before - 1 - tracker.in_flight().len() as u64;
                     metrics::add(&self.metrics.checkpoints_aborted, abandoned);

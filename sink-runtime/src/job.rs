@@ -217,7 +217,11 @@ where
     pub fn start(self) -> JobHandle {
         let metrics = Arc::new(Metrics::default());
         let (cancel, cancelled) = watch::channel(false);
-        let task = tokio::spawn(crate::coordinator::run(self.spec, metrics.clone(), cancelled));
+        let task = tokio::spawn(crate::coordinator::run(
+            self.spec,
+            metrics.clone(),
+            cancelled,
+        ));
         JobHandle {
             metrics,
             cancel,

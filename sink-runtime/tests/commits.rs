@@ -8,16 +8,18 @@ use std::time::Duration;
 
 use common::*;
 use sink_api::CheckpointId;
-use sink_runtime::{
-    CheckpointConfig, Job, JobError, JobStatus, RetryPolicy, SequenceSource,
-};
+use sink_runtime::{CheckpointConfig, Job, JobError, JobStatus, RetryPolicy, SequenceSource};
 use sinks_memory::{InjectedCommitFailure, MemorySink, MemoryStore};
 use tokio::time::Instant;
 
 fn bounded_job(
     store: &MemoryStore<u64>,
 ) -> sink_runtime::JobBuilder<SequenceSource, MemorySink<u64>> {
-    Job::builder("commits", SequenceSource::bounded(100), MemorySink::new(store.clone()))
+    Job::builder(
+        "commits",
+        SequenceSource::bounded(100),
+        MemorySink::new(store.clone()),
+    )
 }
 
 /// A failed checkpoint commits nothing; the next completion commits its
@@ -49,9 +51,15 @@ async fn a_completion_commits_the_failed_checkpoint_before_it() {
     // Checkpoint 2 (at 600 ms) completes and commits 1 and then 2.
     tokio::time::sleep(ms(300)).await;
     let per_checkpoint = store.commits_per_checkpoint();
-    assert_eq!(per_checkpoint.keys().copied().collect::<Vec<_>>(), vec![CheckpointId(1), CheckpointId(2)]);
+    assert_eq!(
+        per_checkpoint.keys().copied().collect::<Vec<_>>(),
+        vec![CheckpointId(1), CheckpointId(2)]
+    );
     let committed = store.committed();
-    assert!(committed.windows(2).all(|w| w[0] < w[1]), "oldest checkpoint first");
+    assert!(
+        committed.windows(2).all(|w| w[0] < w[1]),
+        "oldest checkpoint first"
+    );
     handle.cancel();
     let report = handle.join().await.unwrap();
     assert_eq!(report.status, JobStatus::Cancelled);
@@ -70,7 +78,13 @@ async fn retry_later_is_retried_with_backoff_until_it_succeeds() {
         max_backoff: Duration::from_secs(10),
     };
     let started = Instant::now();
-    let report = bounded_job(&store).commit_retry(policy).build().unwrap().run().await.unwrap();
+    let report = bounded_job(&store)
+        .commit_retry(policy)
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
     let elapsed = started.elapsed();
 
     assert_exactly_once("committed", &store.committed(), 100);
@@ -80,7 +94,10 @@ async fn retry_later_is_retried_with_backoff_until_it_succeeds() {
     assert_eq!(store.stats().injected_retry_later, 3);
     // Backoffs of at least 50, 100 and 200 ms (half of 100, 200, 400 with
     // jitter), at most 700 ms in all.
-    assert!(elapsed >= ms(350) && elapsed <= ms(700) + ms(50), "{elapsed:?}");
+    assert!(
+        elapsed >= ms(350) && elapsed <= ms(700) + ms(50),
+        "{elapsed:?}"
+    );
     assert_no_violations(&store);
 }
 
@@ -94,12 +111,25 @@ async fn exhausted_retries_fail_the_job() {
         max_retries: 3,
         ..RetryPolicy::default()
     };
-    let error = bounded_job(&store).commit_retry(policy).build().unwrap().run().await.unwrap_err();
-    assert!(matches!(error, JobError::Commit { subtask: 0, .. }), "{error:?}");
+    let error = bounded_job(&store)
+        .commit_retry(policy)
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, JobError::Commit { subtask: 0, .. }),
+        "{error:?}"
+    );
     let message = error.to_string();
     assert!(message.contains("after 3 retries"), "{message}");
     assert!(message.contains("commit_retry"), "names the fix: {message}");
-    assert_eq!(store.stats().injected_retry_later, 4, "first try and three retries");
+    assert_eq!(
+        store.stats().injected_retry_later,
+        4,
+        "first try and three retries"
+    );
     assert!(store.committed().is_empty());
 }
 
@@ -125,7 +155,11 @@ async fn a_known_failure_is_counted_and_the_job_goes_on() {
     // The first checkpoint's transaction was dropped; everything after it
     // was committed.
     let committed = store.committed();
-    assert!(!committed.is_empty() && committed.len() < 100, "{}", committed.len());
+    assert!(
+        !committed.is_empty() && committed.len() < 100,
+        "{}",
+        committed.len()
+    );
     assert_eq!(*committed.last().unwrap(), 99);
 }
 
@@ -134,7 +168,12 @@ async fn a_known_failure_is_counted_and_the_job_goes_on() {
 async fn an_unknown_failure_fails_the_job() {
     let store = MemoryStore::<u64>::new();
     store.fail_next_commits(1, InjectedCommitFailure::UnknownReason);
-    let error = bounded_job(&store).build().unwrap().run().await.unwrap_err();
+    let error = bounded_job(&store)
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap_err();
     assert!(matches!(error, JobError::Commit { .. }), "{error:?}");
     assert!(error.to_string().contains("unknown reason"), "{error}");
     assert!(store.committed().is_empty());
@@ -146,15 +185,52 @@ async fn an_unknown_failure_fails_the_job() {
 async fn failing_sink_calls_fail_the_job_with_the_call_named() {
     let store = MemoryStore::<u64>::new();
     store.fail_next_commit_calls(1);
-    let error = bounded_job(&store).build().unwrap().run().await.unwrap_err();
-    assert!(matches!(error, JobError::Sink { action: "commit", .. }), "{error:?}");
+    let error = bounded_job(&store)
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            JobError::Sink {
+                action: "commit",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
 
     let store = MemoryStore::<u64>::new();
     store.fail_next_prepare_commits(1);
-    let error = bounded_job(&store).build().unwrap().run().await.unwrap_err();
-    assert!(matches!(error, JobError::Sink { action: "prepare_commit", .. }), "{error:?}");
-    assert!(error.to_string().contains("subtask 0: prepare_commit failed"), "{error}");
-    assert_eq!(store.stats().commit_calls, 0, "nothing committed after a failed prepare");
+    let error = bounded_job(&store)
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            JobError::Sink {
+                action: "prepare_commit",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("subtask 0: prepare_commit failed"),
+        "{error}"
+    );
+    assert_eq!(
+        store.stats().commit_calls,
+        0,
+        "nothing committed after a failed prepare"
+    );
 }
 
 /// Checkpoints that keep failing fail the job past the tolerated number.
@@ -177,7 +253,10 @@ async fn checkpoints_failing_past_tolerance_fail_the_job() {
         panic!("{error:?}");
     };
     assert_eq!(*consecutive, 3);
-    assert!(error.to_string().contains("nothing is committed"), "{error}");
+    assert!(
+        error.to_string().contains("nothing is committed"),
+        "{error}"
+    );
     assert!(store.committed().is_empty());
 }
 

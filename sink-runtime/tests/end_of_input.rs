@@ -43,11 +43,16 @@ async fn bounded_with_checkpoints_commits_everything_before_returning() {
     let metrics = &report.metrics;
     assert_eq!(metrics.records_committed, 2_000);
     assert_eq!(metrics.committables_pending, 0);
-    assert!(metrics.checkpoints_completed >= 3, "checkpoints during the input: {metrics:?}");
+    assert!(
+        metrics.checkpoints_completed >= 3,
+        "checkpoints during the input: {metrics:?}"
+    );
     // One prepare_commit per subtask per checkpoint before its end of input,
     // plus exactly one at end of input; none after.
     assert_eq!(store.stats().end_of_input_flushes, 2);
-    let last = report.last_checkpoint.expect("a final checkpoint completed");
+    let last = report
+        .last_checkpoint
+        .expect("a final checkpoint completed");
     let stored = storage.inner.checkpoints();
     let final_checkpoint = stored.last().unwrap();
     assert_eq!(final_checkpoint.checkpoint_id, last);
@@ -88,7 +93,10 @@ async fn the_global_committer_receives_the_final_committables_before_end_of_inpu
     assert_exactly_once("global committer", &store.global_records(), 160);
     assert_exactly_once("committed", &store.committed(), 160);
     let checkpoints = store.global_checkpoints();
-    assert!(checkpoints.windows(2).all(|w| w[0] < w[1]), "in order: {checkpoints:?}");
+    assert!(
+        checkpoints.windows(2).all(|w| w[0] < w[1]),
+        "in order: {checkpoints:?}"
+    );
 }
 
 /// The same test with the deferral switched off reproduces the Flink bug:
@@ -118,30 +126,40 @@ async fn after_finish_the_first_completion_ends_the_job_and_no_transaction_is_op
     });
     let timeout = Duration::from_secs(600);
     let started = Instant::now();
-    let report = Job::builder("finish", SequenceSource::bounded(160), MemorySink::new(store.clone()))
-        .parallelism(2)
-        .checkpointing(
-            CheckpointConfig::every(ms(100))
-                .max_concurrent(3)
-                .timeout(timeout),
-        )
-        .checkpoint_storage(storage.clone())
-        .build()
-        .unwrap()
-        .run()
-        .await
-        .unwrap();
+    let report = Job::builder(
+        "finish",
+        SequenceSource::bounded(160),
+        MemorySink::new(store.clone()),
+    )
+    .parallelism(2)
+    .checkpointing(
+        CheckpointConfig::every(ms(100))
+            .max_concurrent(3)
+            .timeout(timeout),
+    )
+    .checkpoint_storage(storage.clone())
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
     let elapsed = started.elapsed();
 
     assert_eq!(report.status, JobStatus::Finished);
-    assert!(elapsed < Duration::from_secs(1), "did not wait for checkpoint 3: {elapsed:?}");
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "did not wait for checkpoint 3: {elapsed:?}"
+    );
     let metrics = &report.metrics;
     assert_eq!(metrics.checkpoints_triggered, 3, "{metrics:?}");
     assert_eq!(metrics.checkpoints_failed, 1);
     assert_eq!(metrics.checkpoints_completed, 1);
     assert_eq!(metrics.checkpoints_aborted, 1, "checkpoint 3 abandoned");
     assert_eq!(report.last_checkpoint, Some(CheckpointId(2)));
-    assert_eq!(storage.store_calls(), vec![CheckpointId(1), CheckpointId(2)]);
+    assert_eq!(
+        storage.store_calls(),
+        vec![CheckpointId(1), CheckpointId(2)]
+    );
     // The input ended before the first checkpoint: the only prepare_commit of
     // each subtask is the one at end of input, tagged checkpoint 1 and
     // committed when checkpoint 2 completed.
@@ -149,7 +167,10 @@ async fn after_finish_the_first_completion_ends_the_job_and_no_transaction_is_op
     assert_eq!(metrics.prepare_commit_calls, 2);
     assert_eq!(store.stats().transactions_opened, 2);
     assert_eq!(
-        store.commits_per_checkpoint().into_iter().collect::<Vec<_>>(),
+        store
+            .commits_per_checkpoint()
+            .into_iter()
+            .collect::<Vec<_>>(),
         vec![(CheckpointId(1), 2)]
     );
     assert_exactly_once("committed", &store.committed(), 160);
@@ -166,23 +187,33 @@ async fn subtasks_finishing_at_different_times_commit_exactly_once() {
     let mut source = ThrottledSource::bounded(1_000, 7, ms(30));
     source.splits = Some(vec![
         RangeSplit { next: 0, end: 10 },
-        RangeSplit { next: 10, end: 1_000 },
-        RangeSplit { next: 1_000, end: 1_000 },
+        RangeSplit {
+            next: 10,
+            end: 1_000,
+        },
+        RangeSplit {
+            next: 1_000,
+            end: 1_000,
+        },
     ]);
     let report = Job::builder("uneven", source, MemorySink::new(store.clone()))
-    .parallelism(3)
-    .batch_size(5)
-    .checkpointing(CheckpointConfig::every(ms(200)))
-    .global_committer(MemoryGlobalCommitter::new(store.clone()))
-    .build()
-    .unwrap()
-    .run()
-    .await
-    .unwrap();
+        .parallelism(3)
+        .batch_size(5)
+        .checkpointing(CheckpointConfig::every(ms(200)))
+        .global_committer(MemoryGlobalCommitter::new(store.clone()))
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
     assert_eq!(report.status, JobStatus::Finished);
     assert_exactly_once("committed", &store.committed(), 1_000);
     assert_exactly_once("global committer", &store.global_records(), 1_000);
     assert_eq!(store.stats().end_of_input_flushes, 3);
-    assert!(report.metrics.checkpoints_completed > 5, "{:?}", report.metrics);
+    assert!(
+        report.metrics.checkpoints_completed > 5,
+        "{:?}",
+        report.metrics
+    );
     assert_no_violations(&store);
 }

@@ -8,9 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use sink_runtime::{
-    BuildError, CheckpointConfig, Job, JobStatus, RuntimeMode, SequenceSource,
-};
+use sink_runtime::{BuildError, CheckpointConfig, Job, JobStatus, RuntimeMode, SequenceSource};
 use sinks_memory::{MemorySink, MemoryStore};
 
 const RECORDS: u64 = 160;
@@ -38,7 +36,11 @@ async fn unbounded_with_checkpoints_commits_everything() {
 
     let mut seconds = 0;
     while (store.committed().len() as u64) < RECORDS {
-        assert!(seconds < 4, "not all committed after {seconds} s: {:?}", handle.metrics());
+        assert!(
+            seconds < 4,
+            "not all committed after {seconds} s: {:?}",
+            handle.metrics()
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
         seconds += 1;
     }
@@ -60,7 +62,10 @@ async fn unbounded_with_checkpoints_commits_everything() {
         PARALLELISM as u64 * metrics.checkpoints_triggered,
         "{metrics:?}"
     );
-    assert_eq!(store.stats().prepare_commit_calls, metrics.prepare_commit_calls);
+    assert_eq!(
+        store.stats().prepare_commit_calls,
+        metrics.prepare_commit_calls
+    );
     assert_eq!(store.stats().end_of_input_flushes, 0);
     assert_no_violations(&store);
 }
@@ -76,10 +81,16 @@ fn unbounded_without_checkpoints_is_refused_at_build_time() {
     .parallelism(PARALLELISM)
     .build()
     .expect_err("must be refused");
-    assert!(matches!(error, BuildError::UnboundedWithoutCheckpointing { .. }));
+    assert!(matches!(
+        error,
+        BuildError::UnboundedWithoutCheckpointing { .. }
+    ));
     let message = error.to_string();
     assert!(message.contains("never commit"), "{message}");
-    assert!(message.contains(".checkpointing("), "names the fix: {message}");
+    assert!(
+        message.contains(".checkpointing("),
+        "names the fix: {message}"
+    );
     assert!(message.contains("allow_uncommitted_output"), "{message}");
 }
 
@@ -141,7 +152,10 @@ async fn bounded_without_checkpoints_commits_everything_at_end_of_input() {
     // Both subtasks' end-of-input committables carry checkpoint id 1 (the id
     // after "no checkpoint yet").
     assert_eq!(
-        store.commits_per_checkpoint().into_iter().collect::<Vec<_>>(),
+        store
+            .commits_per_checkpoint()
+            .into_iter()
+            .collect::<Vec<_>>(),
         vec![(sink_api::CheckpointId(1), 2)]
     );
     assert_eq!(report.metrics.records_committed, RECORDS);
@@ -170,7 +184,10 @@ async fn batch_mode_commits_everything_at_the_end() {
 
     assert_eq!(report.status, JobStatus::Finished);
     assert_exactly_once("committed", &store.committed(), RECORDS);
-    assert_eq!(report.metrics.checkpoints_triggered, 0, "batch ignores checkpointing");
+    assert_eq!(
+        report.metrics.checkpoints_triggered, 0,
+        "batch ignores checkpointing"
+    );
     assert_eq!(store.stats().prepare_commit_calls, 2);
     assert_eq!(store.stats().commit_calls, 2);
     assert_no_violations(&store);

@@ -133,10 +133,16 @@ mod tests {
     #[test]
     fn messages_after_a_barrier_wait_for_the_snapshot() {
         let mut aligner = BarrierAligner::new(2);
-        assert_eq!(aligner.push(0, Message("a")).unwrap(), vec![Aligned::Message("a")]);
+        assert_eq!(
+            aligner.push(0, Message("a")).unwrap(),
+            vec![Aligned::Message("a")]
+        );
         assert_eq!(aligner.push(0, Barrier(cp(1))).unwrap(), vec![]);
         assert_eq!(aligner.push(0, Message("b")).unwrap(), vec![], "held back");
-        assert_eq!(aligner.push(1, Message("c")).unwrap(), vec![Aligned::Message("c")]);
+        assert_eq!(
+            aligner.push(1, Message("c")).unwrap(),
+            vec![Aligned::Message("c")]
+        );
         assert_eq!(
             aligner.push(1, Barrier(cp(1))).unwrap(),
             vec![Aligned::Snapshot(cp(1)), Aligned::Message("b")]

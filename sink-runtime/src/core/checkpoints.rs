@@ -158,9 +158,7 @@ impl CheckpointTracker {
         let after_interval = match self.last_trigger_at {
             // Once every subtask ended input, the final checkpoint is taken
             // at once rather than an interval later.
-            _ if self.all_ended_input()
-                && !self.in_flight.values().any(|c| c.after_all_ended) =>
-            {
+            _ if self.all_ended_input() && !self.in_flight.values().any(|c| c.after_all_ended) => {
                 Duration::ZERO
             }
             Some(last) => last + self.policy.interval,
@@ -332,7 +330,10 @@ mod tests {
         assert_eq!(tracker.try_trigger(Duration::from_millis(999)), None);
         assert_eq!(tracker.try_trigger(secs(1)), Some(CheckpointId(1)));
         assert_eq!(tracker.try_trigger(secs(5)), None, "one in flight already");
-        assert_eq!(ack_all(&mut tracker, CheckpointId(1), 2), AckStep::AllAcknowledged);
+        assert_eq!(
+            ack_all(&mut tracker, CheckpointId(1), 2),
+            AckStep::AllAcknowledged
+        );
         tracker.on_stored(CheckpointId(1), secs(5)).unwrap();
         assert_eq!(tracker.try_trigger(secs(5)), Some(CheckpointId(2)));
     }
@@ -363,7 +364,10 @@ mod tests {
             tracker.on_ack(id, TaskId::GlobalCommitter),
             AckStep::AllAcknowledged
         );
-        assert_eq!(tracker.on_ack(CheckpointId(9), TaskId::Subtask(0)), AckStep::Stale);
+        assert_eq!(
+            tracker.on_ack(CheckpointId(9), TaskId::Subtask(0)),
+            AckStep::Stale
+        );
     }
 
     #[test]
@@ -374,13 +378,17 @@ mod tests {
         ack_all(&mut tracker, second, 1);
         let completion = tracker.on_stored(second, secs(2)).unwrap();
         assert_eq!(completion.subsumed, vec![first]);
-        assert_eq!(tracker.on_stored(first, secs(3)), None, "subsumed, not announced");
+        assert_eq!(
+            tracker.on_stored(first, secs(3)),
+            None,
+            "subsumed, not announced"
+        );
     }
 
     #[test]
     fn failures_warn_then_fail_the_job_and_a_completion_resets_them() {
         let mut tracker = CheckpointTracker::new(policy(), 1, false, CheckpointId::NONE);
-        let mut fail_next = |tracker: &mut CheckpointTracker, at| {
+        let fail_next = |tracker: &mut CheckpointTracker, at| {
             let id = tracker.try_trigger(secs(at)).unwrap();
             tracker.on_failed(id, secs(at)).unwrap()
         };
@@ -388,7 +396,10 @@ mod tests {
             fail_next(&mut tracker, 1),
             FailureVerdict::Tolerated { consecutive: 1 }
         );
-        assert_eq!(fail_next(&mut tracker, 2), FailureVerdict::Warn { consecutive: 2 });
+        assert_eq!(
+            fail_next(&mut tracker, 2),
+            FailureVerdict::Warn { consecutive: 2 }
+        );
         let id = tracker.try_trigger(secs(3)).unwrap();
         ack_all(&mut tracker, id, 1);
         tracker.on_stored(id, secs(3)).unwrap();
@@ -431,14 +442,21 @@ mod tests {
         assert_eq!(tracker.try_trigger(secs(3)), None, "concurrency limit of 3");
         tracker.on_failed(before, secs(3)).unwrap();
         let n3 = tracker.try_trigger(secs(3)).unwrap();
-        assert_eq!((n1, n2, n3), (CheckpointId(43), CheckpointId(44), CheckpointId(45)));
+        assert_eq!(
+            (n1, n2, n3),
+            (CheckpointId(43), CheckpointId(44), CheckpointId(45))
+        );
         tracker.on_failed(n1, secs(3)).unwrap();
         ack_all(&mut tracker, n2, 2);
         let completion = tracker.on_stored(n2, secs(4)).unwrap();
         assert!(completion.is_final);
         assert_eq!(tracker.final_completed(), Some(n2));
         assert!(tracker.in_flight().is_empty(), "n+3 is not waited for");
-        assert_eq!(tracker.next_trigger_at(), None, "nothing is triggered after the final checkpoint");
+        assert_eq!(
+            tracker.next_trigger_at(),
+            None,
+            "nothing is triggered after the final checkpoint"
+        );
         assert_eq!(tracker.on_ack(n3, TaskId::Subtask(0)), AckStep::Stale);
     }
 

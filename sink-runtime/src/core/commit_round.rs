@@ -190,7 +190,10 @@ mod tests {
         );
         let requests = round.take_requests();
         assert_eq!(
-            requests.iter().map(|r| *r.committable()).collect::<Vec<_>>(),
+            requests
+                .iter()
+                .map(|r| *r.committable())
+                .collect::<Vec<_>>(),
             vec!["a", "b2"]
         );
         assert!(requests.iter().all(|r| r.retry_count() == 1));

@@ -131,7 +131,10 @@ pub struct ReadyCheckpoint<C> {
 impl<C> ReadyCheckpoint<C> {
     /// The records all parts hold, as counted by the runtime.
     pub fn record_count(&self) -> u64 {
-        self.parts.iter().map(|part| part.summary.record_count).sum()
+        self.parts
+            .iter()
+            .map(|part| part.summary.record_count)
+            .sum()
     }
 }
 
@@ -385,7 +388,9 @@ mod tests {
     fn a_completion_commits_earlier_checkpoints_oldest_first() {
         let mut ledger = CommitLedger::new([0]);
         for checkpoint in 1..=3 {
-            ledger.add(summary(checkpoint, 0, 1), vec![checkpoint]).unwrap();
+            ledger
+                .add(summary(checkpoint, 0, 1), vec![checkpoint])
+                .unwrap();
         }
         ledger.notify_complete(CheckpointId(2));
         assert_eq!(ledger.take_ready().unwrap().checkpoint_id, CheckpointId(1));

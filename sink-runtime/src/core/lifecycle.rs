@@ -34,7 +34,9 @@ pub enum BarrierAction {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LifecycleError {
     /// Barriers must reach a subtask in increasing order.
-    #[error("barrier {got} reached the subtask after barrier {last}; barriers must arrive in order")]
+    #[error(
+        "barrier {got} reached the subtask after barrier {last}; barriers must arrive in order"
+    )]
     BarrierOutOfOrder {
         /// The barrier that arrived.
         got: CheckpointId,
@@ -110,8 +112,8 @@ impl SubtaskLifecycle {
     /// ended. Call at end of input with `final_commit_done = false` and after
     /// the final commit with `true`; answers true at most once.
     pub fn take_end_of_stream(&mut self, final_commit_done: bool) -> bool {
-        let ready = self.end_of_input_tag.is_some()
-            && (final_commit_done || !self.defer_end_of_stream);
+        let ready =
+            self.end_of_input_tag.is_some() && (final_commit_done || !self.defer_end_of_stream);
         if ready && !self.end_of_stream_sent {
             self.end_of_stream_sent = true;
             return true;
@@ -133,7 +135,10 @@ mod tests {
         );
         assert_eq!(life.on_end_of_input(), Ok(CheckpointId(2)));
         assert!(!life.accepts_input());
-        assert_eq!(life.on_barrier(CheckpointId(2)), Ok(BarrierAction::SnapshotOnly));
+        assert_eq!(
+            life.on_barrier(CheckpointId(2)),
+            Ok(BarrierAction::SnapshotOnly)
+        );
         assert_eq!(
             life.on_barrier(CheckpointId(3)),
             Ok(BarrierAction::SnapshotWithEmptySummary)
@@ -160,7 +165,10 @@ mod tests {
         let mut life = SubtaskLifecycle::new(CheckpointId::NONE, true);
         assert!(!life.take_end_of_stream(true), "input has not ended");
         life.on_end_of_input().unwrap();
-        assert!(!life.take_end_of_stream(false), "deferred until the final commit");
+        assert!(
+            !life.take_end_of_stream(false),
+            "deferred until the final commit"
+        );
         assert!(life.take_end_of_stream(true));
         assert!(!life.take_end_of_stream(true), "sent once");
     }

@@ -1,7 +1,7 @@
 //! The pure decision core: every rule of the commit contract, with no I/O, no
 //! clock and no tokio.
 //!
-//! The async task loops in [`crate::task`] and the coordinator feed these
+//! The async task loops (the private `task` module) and the coordinator feed these
 //! state machines events and carry out the actions they return, so the
 //! hardest logic is tested exhaustively with plain unit and property tests.
 //!

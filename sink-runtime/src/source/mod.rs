@@ -21,8 +21,8 @@ use sink_api::SubtaskIndex;
 
 pub use range::{RangeReader, RangeRecords, RangeSplit};
 pub use sequence::Numbers;
-pub use vec::Items;
 pub use sequence::SequenceSource;
+pub use vec::Items;
 pub use vec::VecSource;
 
 /// Whether a source ends.

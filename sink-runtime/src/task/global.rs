@@ -21,8 +21,8 @@ use tokio::sync::mpsc;
 use tracing::{error, info};
 
 use super::{GlobalMessage, TaskEvent, TaskState};
-use crate::core::checkpoints::TaskId;
 use crate::core::alignment::{Aligned, AlignerInput, BarrierAligner};
+use crate::core::checkpoints::TaskId;
 use crate::core::ledger::CommitLedger;
 use crate::error::JobError;
 use crate::metrics::{self, Metrics};
@@ -59,9 +59,7 @@ impl<C: Send + 'static> GlobalTask<C> {
                 GlobalMessage::Committed { ref summary, .. } => {
                     (summary.subtask, AlignerInput::Message(message))
                 }
-                GlobalMessage::EndOfStream { subtask } => {
-                    (subtask, AlignerInput::Message(message))
-                }
+                GlobalMessage::EndOfStream { subtask } => (subtask, AlignerInput::Message(message)),
             };
             let aligned = aligner
                 .push(subtask, input)

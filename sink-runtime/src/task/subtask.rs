@@ -169,10 +169,8 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                 })?;
             if !batch.is_empty() {
                 let count = batch.len() as u64;
-                let records = std::mem::replace(
-                    &mut batch,
-                    Vec::with_capacity(self.settings.batch_size),
-                );
+                let records =
+                    std::mem::replace(&mut batch, Vec::with_capacity(self.settings.batch_size));
                 self.writer
                     .write_batch(records)
                     .await
@@ -241,13 +239,19 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             committable_count: committables.len() as u64,
             record_count: std::mem::take(&mut self.records_since_barrier),
         };
-        metrics::add(&self.metrics.committables_pending, committables.len() as u64);
+        metrics::add(
+            &self.metrics.committables_pending,
+            committables.len() as u64,
+        );
         self.ledger
             .add(summary, committables)
             .map_err(|e| (self.invariant())(&e))
     }
 
-    async fn prepare_commit(&mut self, end_of_input: bool) -> Result<Vec<S::Committable>, JobError> {
+    async fn prepare_commit(
+        &mut self,
+        end_of_input: bool,
+    ) -> Result<Vec<S::Committable>, JobError> {
         self.writer
             .flush(end_of_input)
             .await
@@ -428,7 +432,11 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             .await?;
         }
         if let Some(held) = self.ledger.held() {
-            warn!(subtask = self.index, ?held, "a completed checkpoint is incomplete and holds the commit");
+            warn!(
+                subtask = self.index,
+                ?held,
+                "a completed checkpoint is incomplete and holds the commit"
+            );
         }
         Ok(())
     }
@@ -458,7 +466,10 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
     }
 
     async fn close(&mut self) -> Result<(), JobError> {
-        self.writer.close().await.map_err(self.sink_error("close"))?;
+        self.writer
+            .close()
+            .await
+            .map_err(self.sink_error("close"))?;
         self.committer
             .close()
             .await

@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sink_api::{CheckpointId, SubtaskIndex};
 use sink_runtime::source::{
-    Boundedness, Numbers, RangeReader, RangeSplit, ReadStatus, SequenceSource, Source,
-    SourceError, SplitReader,
+    Boundedness, Numbers, RangeReader, RangeSplit, ReadStatus, SequenceSource, Source, SourceError,
+    SplitReader,
 };
 use sink_runtime::storage::{
     CheckpointStorage, CompletedCheckpoint, MemoryCheckpointStorage, StorageError,
@@ -164,19 +164,37 @@ impl CheckpointStorage for ScriptedStorage {
 pub fn assert_exactly_once(what: &str, records: &[u64], count: u64) {
     let mut sorted = records.to_vec();
     sorted.sort_unstable();
-    let duplicates: Vec<u64> = sorted.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
-    assert!(duplicates.is_empty(), "{what}: duplicated records {duplicates:?}");
+    let duplicates: Vec<u64> = sorted
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    assert!(
+        duplicates.is_empty(),
+        "{what}: duplicated records {duplicates:?}"
+    );
     let expected: Vec<u64> = (0..count).collect();
     if sorted != expected {
-        let missing: Vec<u64> = expected.iter().filter(|r| sorted.binary_search(r).is_err()).copied().collect();
-        panic!("{what}: {} records instead of {count}; missing {:?}", sorted.len(), &missing[..missing.len().min(20)]);
+        let missing: Vec<u64> = expected
+            .iter()
+            .filter(|r| sorted.binary_search(r).is_err())
+            .copied()
+            .collect();
+        panic!(
+            "{what}: {} records instead of {count}; missing {:?}",
+            sorted.len(),
+            &missing[..missing.len().min(20)]
+        );
     }
 }
 
 /// Asserts the memory sink saw no broken contract.
 pub fn assert_no_violations(store: &MemoryStore<u64>) {
     let violations = store.violations();
-    assert!(violations.is_empty(), "contract violations: {violations:#?}");
+    assert!(
+        violations.is_empty(),
+        "contract violations: {violations:#?}"
+    );
 }
 
 pub fn ms(ms: u64) -> Duration {
