@@ -232,7 +232,7 @@ where
         start,
         tracker: spec.checkpointing.map(|config| {
             CheckpointTracker::new(
-                config.policy(),
+                config,
                 spec.parallelism,
                 controls.len() < tasks.len(),
                 restored,

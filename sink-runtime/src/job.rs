@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::core::checkpoints::CheckpointPolicy;
+use crate::core::checkpoints::CheckpointConfig;
 use crate::core::retry::RetryPolicy;
 use crate::error::{BuildError, JobError};
 use crate::metrics::{Metrics, MetricsSnapshot};
@@ -52,86 +52,6 @@ pub enum RuntimeMode {
     /// A bounded input processed as a whole: checkpointing is ignored and
     /// everything is committed once at end of input.
     Batch,
-}
-
-/// When and how checkpoints are taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckpointConfig {
-    /// Time between two checkpoint triggers.
-    pub interval: Duration,
-    /// A checkpoint not completed this long after its trigger fails.
-    /// Default 10 minutes.
-    pub timeout: Duration,
-    /// Least time between the end of one checkpoint and the next trigger.
-    /// Default zero.
-    pub min_pause: Duration,
-    /// Most checkpoints in flight at once. Default 1.
-    pub max_concurrent: usize,
-    /// Consecutive failed checkpoints tolerated; one more fails the job.
-    /// Default 10.
-    pub tolerable_failures: u32,
-    /// From this many consecutive failures on, each failure is logged as a
-    /// warning: checkpointing that never succeeds commits nothing. Default 3.
-    pub warn_after_failures: u32,
-}
-
-impl CheckpointConfig {
-    /// Checkpoints every `interval`, with the defaults for the rest.
-    pub fn every(interval: Duration) -> CheckpointConfig {
-        CheckpointConfig {
-            interval,
-            timeout: Duration::from_secs(600),
-            min_pause: Duration::ZERO,
-            max_concurrent: 1,
-            tolerable_failures: 10,
-            warn_after_failures: 3,
-        }
-    }
-
-    /// Sets the timeout.
-    pub fn timeout(self, timeout: Duration) -> CheckpointConfig {
-        CheckpointConfig { timeout, ..self }
-    }
-
-    /// Sets the minimum pause between checkpoints.
-    pub fn min_pause(self, min_pause: Duration) -> CheckpointConfig {
-        CheckpointConfig { min_pause, ..self }
-    }
-
-    /// Sets the most checkpoints in flight at once.
-    pub fn max_concurrent(self, max_concurrent: usize) -> CheckpointConfig {
-        CheckpointConfig {
-            max_concurrent,
-            ..self
-        }
-    }
-
-    /// Sets the consecutive failures tolerated.
-    pub fn tolerable_failures(self, tolerable_failures: u32) -> CheckpointConfig {
-        CheckpointConfig {
-            tolerable_failures,
-            ..self
-        }
-    }
-
-    /// Sets the consecutive failures from which failures are warnings.
-    pub fn warn_after_failures(self, warn_after_failures: u32) -> CheckpointConfig {
-        CheckpointConfig {
-            warn_after_failures,
-            ..self
-        }
-    }
-
-    pub(crate) fn policy(&self) -> CheckpointPolicy {
-        CheckpointPolicy {
-            interval: self.interval,
-            timeout: self.timeout,
-            min_pause: self.min_pause,
-            max_concurrent: self.max_concurrent,
-            tolerable_failures: self.tolerable_failures,
-            warn_after_failures: self.warn_after_failures,
-        }
-    }
 }
 
 /// The global committer a job was given, boxed.

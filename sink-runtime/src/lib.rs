@@ -32,9 +32,10 @@ pub mod source;
 pub mod storage;
 mod task;
 
+pub use crate::core::checkpoints::CheckpointConfig;
 pub use crate::core::retry::RetryPolicy;
 pub use error::{BuildError, JobError};
-pub use job::{CheckpointConfig, Job, JobBuilder, JobHandle, JobReport, JobStatus, RuntimeMode};
+pub use job::{Job, JobBuilder, JobHandle, JobReport, JobStatus, RuntimeMode};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use source::{Boundedness, SequenceSource, Source, VecSource};
 pub use storage::{CheckpointStorage, MemoryCheckpointStorage};

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use sink_api::{CheckpointId, SubtaskIndex};
-use sink_runtime::core::checkpoints::{AckStep, CheckpointPolicy, CheckpointTracker, TaskId};
+use sink_runtime::core::checkpoints::{AckStep, CheckpointConfig, CheckpointTracker, TaskId};
 use sink_runtime::core::ledger::{CommitLedger, CommittableSummary};
 use std::time::Duration;
 
@@ -207,7 +207,7 @@ proptest! {
         subtasks in 1usize..4,
         steps in prop::collection::vec((0u8..6, 0usize..4, 0u64..8), 0..200),
     ) {
-        let policy = CheckpointPolicy {
+        let policy = CheckpointConfig {
             interval: Duration::from_millis(100),
             timeout: Duration::from_secs(3600),
             min_pause: Duration::ZERO,

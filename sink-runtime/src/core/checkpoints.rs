@@ -30,22 +30,75 @@ pub enum TaskId {
     GlobalCommitter,
 }
 
-/// When and how checkpoints are taken. Built from the user's
-/// `CheckpointConfig` by the job builder.
+/// When and how checkpoints are taken. Given to
+/// [`JobBuilder::checkpointing`](crate::JobBuilder::checkpointing); read by the
+/// coordinator's [`CheckpointTracker`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckpointPolicy {
-    /// Time between two triggers.
+pub struct CheckpointConfig {
+    /// Time between two checkpoint triggers.
     pub interval: Duration,
-    /// A checkpoint not completed this long after its trigger is aborted.
+    /// A checkpoint not completed this long after its trigger fails.
+    /// Default 10 minutes.
     pub timeout: Duration,
     /// Least time between the end of one checkpoint and the next trigger.
+    /// Default zero.
     pub min_pause: Duration,
-    /// Most checkpoints in flight at once (at least 1).
+    /// Most checkpoints in flight at once. Default 1.
     pub max_concurrent: usize,
     /// Consecutive failed checkpoints tolerated; one more fails the job.
+    /// Default 10.
     pub tolerable_failures: u32,
-    /// Consecutive failed checkpoints from which each failure is a warning.
+    /// From this many consecutive failures on, each failure is logged as a
+    /// warning: checkpointing that never succeeds commits nothing. Default 3.
     pub warn_after_failures: u32,
+}
+
+impl CheckpointConfig {
+    /// Checkpoints every `interval`, with the defaults for the rest.
+    pub fn every(interval: Duration) -> CheckpointConfig {
+        CheckpointConfig {
+            interval,
+            timeout: Duration::from_secs(600),
+            min_pause: Duration::ZERO,
+            max_concurrent: 1,
+            tolerable_failures: 10,
+            warn_after_failures: 3,
+        }
+    }
+
+    /// Sets the timeout.
+    pub fn timeout(self, timeout: Duration) -> CheckpointConfig {
+        CheckpointConfig { timeout, ..self }
+    }
+
+    /// Sets the minimum pause between checkpoints.
+    pub fn min_pause(self, min_pause: Duration) -> CheckpointConfig {
+        CheckpointConfig { min_pause, ..self }
+    }
+
+    /// Sets the most checkpoints in flight at once.
+    pub fn max_concurrent(self, max_concurrent: usize) -> CheckpointConfig {
+        CheckpointConfig {
+            max_concurrent,
+            ..self
+        }
+    }
+
+    /// Sets the consecutive failures tolerated.
+    pub fn tolerable_failures(self, tolerable_failures: u32) -> CheckpointConfig {
+        CheckpointConfig {
+            tolerable_failures,
+            ..self
+        }
+    }
+
+    /// Sets the consecutive failures from which failures are warnings.
+    pub fn warn_after_failures(self, warn_after_failures: u32) -> CheckpointConfig {
+        CheckpointConfig {
+            warn_after_failures,
+            ..self
+        }
+    }
 }
 
 /// What an acknowledgement led to.
@@ -102,7 +155,7 @@ struct InFlight {
 /// loop, which feeds it events and carries out its answers.
 #[derive(Debug)]
 pub struct CheckpointTracker {
-    policy: CheckpointPolicy,
+    policy: CheckpointConfig,
     tasks: BTreeSet<TaskId>,
     subtasks: usize,
     next_id: CheckpointId,
@@ -119,7 +172,7 @@ impl CheckpointTracker {
     /// A tracker for `subtasks` subtasks, plus the global committer when
     /// `with_global_committer`, continuing after checkpoint `restored`.
     pub fn new(
-        policy: CheckpointPolicy,
+        policy: CheckpointConfig,
         subtasks: usize,
         with_global_committer: bool,
         restored: CheckpointId,
@@ -293,8 +346,8 @@ impl CheckpointTracker {
 mod tests {
     use super::*;
 
-    fn policy() -> CheckpointPolicy {
-        CheckpointPolicy {
+    fn policy() -> CheckpointConfig {
+        CheckpointConfig {
             interval: Duration::from_secs(1),
             timeout: Duration::from_secs(10),
             min_pause: Duration::ZERO,
@@ -319,7 +372,7 @@ mod tests {
     #[test]
     fn triggers_on_the_interval_up_to_the_concurrency_limit() {
         let mut tracker = CheckpointTracker::new(
-            CheckpointPolicy {
+            CheckpointConfig {
                 max_concurrent: 1,
                 ..policy()
             },
@@ -341,7 +394,7 @@ mod tests {
     #[test]
     fn min_pause_delays_the_next_trigger() {
         let mut tracker = CheckpointTracker::new(
-            CheckpointPolicy {
+            CheckpointConfig {
                 min_pause: secs(3),
                 ..policy()
             },
