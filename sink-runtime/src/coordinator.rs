@@ -115,7 +115,8 @@ where
         checkpointing = ?spec.checkpointing.map(|c| c.interval), "job starting");
 
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    let (global_tx, global_rx) = match spec.global_committer.is_some() {
+    let with_global_committer = spec.global_committer.is_some();
+    let (global_tx, global_rx) = match with_global_committer {
         true => {
             let (tx, rx) = mpsc::channel(GLOBAL_CHANNEL_CAPACITY);
             (Some(tx), Some(rx))
@@ -250,6 +251,10 @@ where
     let mut running = tasks.len();
     let mut status = JobStatus::Finished;
     let mut cancel_watch_open = true;
+    // Set once cancelled: tasks still running then (a commit stuck in its
+    // retries, say) are stopped. What they were committing is either done or
+    // replayed after a restore; commits are idempotent.
+    let mut cancel_deadline = None;
     while running > 0 {
         let deadline = coordinator.next_deadline();
         tokio::select! {
@@ -261,6 +266,7 @@ where
                         coordinator.cancel_tasks();
                         coordinator.tracker = None;
                         cancel_watch_open = false;
+                        cancel_deadline = Some(Instant::now() + CLOSE_GRACE);
                     }
                     Ok(()) => {}
                     // The handle was dropped: nobody can cancel any more.
@@ -294,6 +300,11 @@ where
                 coordinator.on_store_result(id, stored)?;
             }
             () = sleep_until(deadline) => coordinator.on_tick()?,
+            () = sleep_until(cancel_deadline) => {
+                warn!(running, grace = ?CLOSE_GRACE, "tasks did not close in time after the cancel; stopping them");
+                tasks.shutdown().await;
+                break;
+            }
         }
     }
     let last = coordinator

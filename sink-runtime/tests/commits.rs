@@ -286,3 +286,37 @@ async fn a_hanging_checkpoint_times_out_and_the_next_one_commits() {
     assert!(report.metrics.checkpoints_completed >= 1);
     assert_exactly_once("committed", &store.committed(), 100);
 }
+
+/// A cancel reaches a job whose commit is stuck in its retries: the job stops
+/// within the close grace period instead of waiting out every retry.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_stops_a_commit_stuck_in_retries() {
+    let store = MemoryStore::<u64>::new();
+    store.fail_next_commits(1_000, InjectedCommitFailure::RetryLater);
+    let handle = Job::builder(
+        "stuck",
+        SequenceSource::unbounded(100),
+        MemorySink::new(store.clone()),
+    )
+    .checkpointing(CheckpointConfig::every(ms(100)))
+    .commit_retry(RetryPolicy {
+        max_retries: 1_000,
+        initial_backoff: Duration::from_secs(10),
+        max_backoff: Duration::from_secs(60),
+    })
+    .build()
+    .unwrap()
+    .start();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(handle.metrics().commits_retried >= 1);
+    let cancelled_at = Instant::now();
+    handle.cancel();
+    let report = handle.join().await.unwrap();
+    assert_eq!(report.status, JobStatus::Cancelled);
+    assert!(
+        cancelled_at.elapsed() <= Duration::from_secs(6),
+        "{:?}",
+        cancelled_at.elapsed()
+    );
+    assert!(store.committed().is_empty());
+}

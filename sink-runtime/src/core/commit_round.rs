@@ -62,6 +62,8 @@ pub enum RoundStep {
     Retry {
         /// The retry number, from 1.
         retry: u32,
+        /// How many requests are retried.
+        requests: u64,
     },
 }
 
@@ -102,6 +104,7 @@ impl<C> CommitRound<C> {
         policy: &RetryPolicy,
     ) -> Result<RoundStep, CommitFailure> {
         let mut max_retry = 0;
+        let mut retried = 0;
         for request in requests {
             let retries = request.retry_count();
             let (committable, outcome) = request.into_parts();
@@ -122,6 +125,7 @@ impl<C> CommitRound<C> {
                         });
                     }
                     self.tally.retries += 1;
+                    retried += 1;
                     max_retry = max_retry.max(retries + 1);
                     self.waiting.push((committable, retries + 1));
                 }
@@ -139,7 +143,10 @@ impl<C> CommitRound<C> {
         Ok(if self.waiting.is_empty() {
             RoundStep::Done
         } else {
-            RoundStep::Retry { retry: max_retry }
+            RoundStep::Retry {
+                retry: max_retry,
+                requests: retried,
+            }
         })
     }
 
@@ -186,7 +193,10 @@ mod tests {
         requests[1].update_and_retry_later("b2");
         assert_eq!(
             round.settle(requests, &policy(3)),
-            Ok(RoundStep::Retry { retry: 1 })
+            Ok(RoundStep::Retry {
+                retry: 1,
+                requests: 2
+            })
         );
         let requests = round.take_requests();
         assert_eq!(
@@ -209,7 +219,7 @@ mod tests {
             requests[0].retry_later();
             assert_eq!(
                 round.settle(requests, &policy(2)),
-                Ok(RoundStep::Retry { retry })
+                Ok(RoundStep::Retry { retry, requests: 1 })
             );
         }
         let mut requests = round.take_requests();

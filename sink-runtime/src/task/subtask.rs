@@ -395,7 +395,8 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                     })?;
                 match step {
                     RoundStep::Done => break,
-                    RoundStep::Retry { retry } => {
+                    RoundStep::Retry { retry, requests } => {
+                        metrics::add(&self.metrics.commits_retried, requests);
                         let delay = self.settings.retry.backoff(retry, fastrand::f64());
                         warn!(subtask = self.index, checkpoint = %checkpoint_id, retry, ?delay, "commit asked to be retried");
                         tokio::time::sleep(delay).await;
@@ -413,7 +414,6 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                 &self.metrics.commits_already_committed,
                 tally.already_committed,
             );
-            metrics::add(&self.metrics.commits_retried, tally.retries);
             metrics::add(
                 &self.metrics.commits_failed,
                 tally.known_failures.len() as u64,
