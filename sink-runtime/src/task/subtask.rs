@@ -136,26 +136,22 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         }
         let mut batch = Vec::with_capacity(self.settings.batch_size);
         loop {
-            loop {
-                match self.control.try_recv() {
-                    Ok(message) => {
-                        if self.on_control(message).await? == Flow::Exit {
-                            return Ok(());
-                        }
-                    }
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    // The coordinator is gone: the job is being torn down.
-                    Err(mpsc::error::TryRecvError::Disconnected) => return self.close().await,
+            // Control messages first: a barrier waits for one batch at most.
+            let waiting = match self.control.try_recv() {
+                Ok(message) => Some(Some(message)),
+                Err(mpsc::error::TryRecvError::Empty) => None,
+                Err(mpsc::error::TryRecvError::Disconnected) => Some(None),
+            };
+            if let Some(message) = waiting {
+                if self.serve(message).await? == Flow::Exit {
+                    return Ok(());
                 }
+                continue;
             }
             if !self.lifecycle.accepts_input() {
-                match self.control.recv().await {
-                    Some(message) => {
-                        if self.on_control(message).await? == Flow::Exit {
-                            return Ok(());
-                        }
-                    }
-                    None => return self.close().await,
+                let message = self.control.recv().await;
+                if self.serve(message).await? == Flow::Exit {
+                    return Ok(());
                 }
                 continue;
             }
@@ -178,26 +174,34 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                 self.records_since_barrier += count;
                 metrics::add(&self.metrics.records_written, count);
             }
-            match status {
+            let flow = match status {
                 // Let the coordinator and other subtasks run between batches.
-                ReadStatus::More => tokio::task::yield_now().await,
+                ReadStatus::More => {
+                    tokio::task::yield_now().await;
+                    Flow::Continue
+                }
                 ReadStatus::Idle => {
-                    if let Ok(message) =
-                        tokio::time::timeout(self.settings.idle_poll, self.control.recv()).await
-                    {
-                        let Some(message) = message else {
-                            return self.close().await;
-                        };
-                        if self.on_control(message).await? == Flow::Exit {
-                            return Ok(());
-                        }
+                    match tokio::time::timeout(self.settings.idle_poll, self.control.recv()).await {
+                        Ok(message) => self.serve(message).await?,
+                        Err(_elapsed) => Flow::Continue,
                     }
                 }
-                ReadStatus::Finished => {
-                    if self.on_end_of_input().await? == Flow::Exit {
-                        return Ok(());
-                    }
-                }
+                ReadStatus::Finished => self.on_end_of_input().await?,
+            };
+            if flow == Flow::Exit {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Serves one control message; `None` means the coordinator is gone and
+    /// the job is being torn down.
+    async fn serve(&mut self, message: Option<Control>) -> Result<Flow, JobError> {
+        match message {
+            Some(message) => self.on_control(message).await,
+            None => {
+                self.close().await?;
+                Ok(Flow::Exit)
             }
         }
     }
