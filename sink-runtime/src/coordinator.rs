@@ -102,6 +102,16 @@ where
         writer_state: spec.sink.writer_state_serializer(),
         splits: Arc::new(BincodeSerializer::new(1)),
     };
+    if let Some(marker) = spec.storage.finished().await? {
+        info!(generation = %marker.generation, last_checkpoint = ?marker.last_checkpoint,
+            "the job already finished on this checkpoint storage; nothing to do");
+        return Ok(JobReport {
+            status: JobStatus::AlreadyFinished,
+            metrics: metrics.snapshot(),
+            last_checkpoint: marker.last_checkpoint,
+        });
+    }
+    let generation = spec.storage.begin().await?;
     let latest = spec.storage.latest().await?;
     let plan = restore::plan(
         &spec.name,
@@ -109,6 +119,7 @@ where
         spec.parallelism,
         &serializers,
         latest,
+        generation,
     )?;
     let restored = plan.restored.unwrap_or(CheckpointId::NONE);
     info!(parallelism = spec.parallelism, generation = %plan.generation, restored = ?plan.restored,

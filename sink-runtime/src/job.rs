@@ -279,6 +279,9 @@ pub enum JobStatus {
     /// [`JobHandle::cancel`] stopped it; uncommitted output stays
     /// uncommitted.
     Cancelled,
+    /// The checkpoint storage says this job finished before: nothing was
+    /// read, written or committed.
+    AlreadyFinished,
 }
 
 /// What a job reports when it ends.

@@ -38,4 +38,4 @@ pub use error::{BuildError, JobError};
 pub use job::{Job, JobBuilder, JobHandle, JobReport, JobStatus, RuntimeMode};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use source::{Boundedness, SequenceSource, Source, VecSource};
-pub use storage::{CheckpointStorage, MemoryCheckpointStorage};
+pub use storage::{CheckpointStorage, LocalCheckpointStorage, MemoryCheckpointStorage};

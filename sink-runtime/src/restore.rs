@@ -37,6 +37,7 @@ pub(crate) fn plan<Src, S>(
     parallelism: usize,
     serializers: &Serializers<S, Src>,
     latest: Option<CompletedCheckpoint>,
+    generation: Generation,
 ) -> Result<StartPlan<Src, S>, JobError>
 where
     Src: Source<Record = S::Input>,
@@ -55,7 +56,7 @@ where
         }
         return Ok(StartPlan {
             restored: None,
-            generation: Generation(1),
+            generation,
             subtasks,
             global_pending: Vec::new(),
         });
@@ -113,7 +114,7 @@ where
     };
     Ok(StartPlan {
         restored: Some(checkpoint_id),
-        generation: Generation(checkpoint.generation.0 + 1),
+        generation,
         subtasks,
         global_pending,
     })

@@ -5,14 +5,24 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use super::{CheckpointStorage, CompletedCheckpoint, StorageError};
+use sink_api::Generation;
+
+use super::{CheckpointStorage, CompletedCheckpoint, FinishedMarker, StorageError};
 
 /// Keeps the newest `retained` completed checkpoints in memory. Clones share
-/// the same checkpoints, so a test can read what a job stored.
+/// the same checkpoints, so a test (or a restarted job in the same process)
+/// can read what a job stored.
 #[derive(Debug, Clone)]
 pub struct MemoryCheckpointStorage {
     retained: usize,
-    checkpoints: Arc<Mutex<Vec<CompletedCheckpoint>>>,
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    checkpoints: Vec<CompletedCheckpoint>,
+    generation: u64,
+    finished: Option<FinishedMarker>,
 }
 
 impl Default for MemoryCheckpointStorage {
@@ -26,27 +36,34 @@ impl MemoryCheckpointStorage {
     pub fn new(retained: usize) -> MemoryCheckpointStorage {
         MemoryCheckpointStorage {
             retained: retained.max(1),
-            checkpoints: Arc::default(),
+            state: Arc::default(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<CompletedCheckpoint>> {
-        // A panic while holding this lock cannot leave the vector half
-        // changed (every change is one push or drain), so a poisoned lock is
-        // still consistent.
-        self.checkpoints.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the state half
+        // changed (every change is one assignment, push or drain), so a
+        // poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The retained checkpoints, oldest first.
     pub fn checkpoints(&self) -> Vec<CompletedCheckpoint> {
-        self.lock().clone()
+        self.lock().checkpoints.clone()
     }
 }
 
 #[async_trait]
 impl CheckpointStorage for MemoryCheckpointStorage {
+    async fn begin(&self) -> Result<Generation, StorageError> {
+        let mut state = self.lock();
+        state.generation += 1;
+        Ok(Generation(state.generation))
+    }
+
     async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
-        let mut checkpoints = self.lock();
+        let mut state = self.lock();
+        let checkpoints = &mut state.checkpoints;
         if let Some(newest) = checkpoints.last() {
             if newest.checkpoint_id >= checkpoint.checkpoint_id {
                 return Err(StorageError::Message(format!(
@@ -62,6 +79,15 @@ impl CheckpointStorage for MemoryCheckpointStorage {
     }
 
     async fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
-        Ok(self.lock().last().cloned())
+        Ok(self.lock().checkpoints.last().cloned())
+    }
+
+    async fn mark_finished(&self, marker: FinishedMarker) -> Result<(), StorageError> {
+        self.lock().finished = Some(marker);
+        Ok(())
+    }
+
+    async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError> {
+        Ok(self.lock().finished)
     }
 }

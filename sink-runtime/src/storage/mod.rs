@@ -10,6 +10,7 @@
 //! (see `sink_api::serialize_versioned`), so the checkpoint itself stays
 //! readable when a sink's own format changes.
 
+mod local;
 mod memory;
 
 use async_trait::async_trait;
@@ -21,6 +22,7 @@ use sink_api::{
 
 use crate::core::ledger::{CommittableSummary, SubtaskPart};
 
+pub use local::LocalCheckpointStorage;
 pub use memory::MemoryCheckpointStorage;
 
 /// Committables of one (checkpoint, subtask) that were not committed when the
@@ -83,24 +85,83 @@ pub struct CompletedCheckpoint {
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// An I/O operation on the storage failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {source}{hint}")]
     Io {
         /// What was being done, with the path.
         context: String,
         /// The underlying error.
         #[source]
         source: std::io::Error,
+        /// What the user can do, from the error's kind (may be empty).
+        hint: &'static str,
+    },
+    /// A stored checkpoint cannot be read back.
+    #[error(
+        "checkpoint file {path} is unusable: {problem}. The job stops rather than resume from an older \
+         checkpoint, which could write again output that was committed after it. Restore the file from a \
+         backup; or, accepting that output committed after the previous checkpoint may be written twice, \
+         move the file out of the state directory to resume from the previous checkpoint"
+    )]
+    Corrupt {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Another live instance holds the state directory.
+    #[error(
+        "the state directory {path} is in use by another running instance of the job (its lock file is held); \
+         stop that instance first, or give this one its own state directory"
+    )]
+    Locked {
+        /// The state directory.
+        path: std::path::PathBuf,
     },
     /// Any other failure, in words that say what to do.
     #[error("{0}")]
     Message(String),
 }
 
+impl StorageError {
+    /// An I/O failure while doing `context`, with a hint chosen from the
+    /// error's kind (a full disk, a read-only or missing directory).
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> StorageError {
+        let hint = match source.kind() {
+            std::io::ErrorKind::StorageFull => "; the disk is full: free space on it and start the job again",
+            std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
+                "; the state directory must be writable by this process"
+            }
+            std::io::ErrorKind::NotFound => {
+                "; the state directory or a file in it is missing: was it removed while the job ran?"
+            }
+            _ => "",
+        };
+        StorageError::Io {
+            context: context.into(),
+            source,
+            hint,
+        }
+    }
+}
+
+/// Written when a job ended with everything committed, so that running it
+/// again does not process its input a second time by accident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedMarker {
+    /// The generation that finished the job.
+    pub generation: Generation,
+    /// Its last completed checkpoint, if it took any.
+    pub last_checkpoint: Option<CheckpointId>,
+}
+
 /// Keeps completed checkpoints.
 ///
-/// Called by the checkpoint coordinator only: [`store`](Self::store) once per
-/// checkpoint whose every task acknowledged, in increasing checkpoint order
-/// and never concurrently; [`latest`](Self::latest) when a job starts.
+/// Called by the checkpoint coordinator only. At each start of the job (the
+/// first, and every restart): [`begin`](Self::begin), then
+/// [`finished`](Self::finished) and [`latest`](Self::latest). While it runs:
+/// [`store`](Self::store) once per checkpoint whose every task acknowledged,
+/// in increasing checkpoint order and never concurrently. When it ended with
+/// everything committed: [`mark_finished`](Self::mark_finished).
 ///
 /// # Guarantees an implementation must give
 ///
@@ -110,13 +171,27 @@ pub enum StorageError {
 /// - When `store` returns `Err` or is abandoned, `latest` returns either the
 ///   previous checkpoint or this one, complete: never a partial one.
 /// - Older checkpoints are dropped only after a newer one is stored.
+/// - `begin` returns a generation larger than any it returned before, and
+///   remembers it as durably as the checkpoints.
+/// - `latest` never falls back to an older checkpoint when the newest cannot
+///   be read: it returns [`StorageError::Corrupt`].
 #[async_trait]
 pub trait CheckpointStorage: Send + Sync + 'static {
+    /// A job (re)starts on this storage: returns its new generation, one more
+    /// than the last.
+    async fn begin(&self) -> Result<Generation, StorageError>;
+
     /// Stores a completed checkpoint.
     async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError>;
 
     /// The newest stored checkpoint, if any.
     async fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError>;
+
+    /// Records that the job ended with everything committed.
+    async fn mark_finished(&self, marker: FinishedMarker) -> Result<(), StorageError>;
+
+    /// The finished marker, if the job ended before.
+    async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError>;
 }
 
 /// Encodes a ledger's pending parts for a snapshot.

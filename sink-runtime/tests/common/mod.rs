@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sink_api::{CheckpointId, SubtaskIndex};
+use sink_api::{CheckpointId, Generation, SubtaskIndex};
 use sink_runtime::source::{
     Boundedness, Numbers, RangeReader, RangeSplit, ReadStatus, SequenceSource, Source, SourceError,
     SplitReader,
 };
 use sink_runtime::storage::{
-    CheckpointStorage, CompletedCheckpoint, MemoryCheckpointStorage, StorageError,
+    CheckpointStorage, CompletedCheckpoint, FinishedMarker, MemoryCheckpointStorage, StorageError,
 };
 use sinks_memory::MemoryStore;
 
@@ -157,6 +157,18 @@ impl CheckpointStorage for ScriptedStorage {
 
     async fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
         self.inner.latest().await
+    }
+
+    async fn begin(&self) -> Result<Generation, StorageError> {
+        self.inner.begin().await
+    }
+
+    async fn mark_finished(&self, marker: FinishedMarker) -> Result<(), StorageError> {
+        self.inner.mark_finished(marker).await
+    }
+
+    async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError> {
+        self.inner.finished().await
     }
 }
 

@@ -1,0 +1,579 @@
+//! Durable checkpoints in a local state directory: the embedded default.
+//!
+//! ```text
+//! STATE_DIR/
+//!   LOCK                                   held (flock) while a job uses the directory
+//!   GENERATION                             the last generation started here
+//!   checkpoint-00000000000000000007.ckpt   the newest K completed checkpoints
+//!   checkpoint-00000000000000000008.ckpt
+//!   FINISHED                               written once the job ended with everything committed
+//! ```
+//!
+//! Every file but `LOCK` is written atomically (a temporary file, fsync,
+//! rename, fsync of the directory) and framed with a checksum and a format
+//! version:
+//!
+//! ```text
+//! +----------+------+----------+----------------+-------------------+---------------+---------+
+//! | "EOSINK" | kind | reserved | version: u32le | payload len: u64le | crc32c: u32le | payload |
+//! +----------+------+----------+----------------+-------------------+---------------+---------+
+//! ```
+//!
+//! A newest checkpoint that is truncated, fails its checksum or has an unknown
+//! version is an error naming the file ([`StorageError::Corrupt`]); there is no
+//! silent fallback to an older one. File I/O runs on tokio's blocking pool.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{de::DeserializeOwned, Serialize};
+use sink_api::{BincodeSerializer, CheckpointId, Generation, VersionedSerializer};
+
+use super::{CheckpointStorage, CompletedCheckpoint, FinishedMarker, StorageError};
+
+const MAGIC: &[u8; 6] = b"EOSINK";
+/// The version of the frame and of the payloads this build writes.
+const FORMAT_VERSION: u32 = 1;
+const HEADER_LEN: usize = 6 + 1 + 1 + 4 + 8 + 4;
+
+const LOCK_FILE: &str = "LOCK";
+const GENERATION_FILE: &str = "GENERATION";
+const FINISHED_FILE: &str = "FINISHED";
+const CHECKPOINT_PREFIX: &str = "checkpoint-";
+const CHECKPOINT_SUFFIX: &str = ".ckpt";
+
+/// What a framed file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Kind {
+    Checkpoint = 1,
+    Generation = 2,
+    Finished = 3,
+}
+
+/// Durable checkpoint storage in a local directory, exclusively owned by one
+/// running job (see the module docs for the layout).
+///
+/// Made by the user with [`open`](Self::open) and given to
+/// `JobBuilder::checkpoint_storage`. Clones share the directory and its lock;
+/// the lock is released when the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct LocalCheckpointStorage {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    retained: usize,
+    _lock: File,
+}
+
+/// One checkpoint file found in a state directory, for inspection tools.
+#[derive(Debug)]
+pub struct CheckpointFile {
+    /// The checkpoint id its name carries.
+    pub checkpoint_id: CheckpointId,
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size_bytes: u64,
+    /// Its content, or why it cannot be read.
+    pub content: Result<CompletedCheckpoint, StorageError>,
+}
+
+/// What a state directory holds, read without taking its lock.
+#[derive(Debug)]
+pub struct StateDirectory {
+    /// The last generation started, if any.
+    pub generation: Option<Generation>,
+    /// The finished marker, if the job ended.
+    pub finished: Option<FinishedMarker>,
+    /// The checkpoint files, oldest first.
+    pub checkpoints: Vec<CheckpointFile>,
+    /// Whether a running instance holds the directory now.
+    pub locked: bool,
+}
+
+impl LocalCheckpointStorage {
+    /// Opens (creating it if needed) the state directory `dir`, keeping the
+    /// newest 3 checkpoints, and takes its lock. Fails with
+    /// [`StorageError::Locked`] when another live instance holds it.
+    pub fn open(dir: impl AsRef<Path>) -> Result<LocalCheckpointStorage, StorageError> {
+        LocalCheckpointStorage::open_retaining(dir, 3)
+    }
+
+    /// Like [`open`](Self::open), keeping the newest `retained` (at least 1)
+    /// checkpoints.
+    pub fn open_retaining(
+        dir: impl AsRef<Path>,
+        retained: usize,
+    ) -> Result<LocalCheckpointStorage, StorageError> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).map_err(|e| {
+            StorageError::io(format!("creating the state directory {}", dir.display()), e)
+        })?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StorageError::io(format!("opening {}", lock_path.display()), e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Err(StorageError::Locked { path: dir }),
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(StorageError::io(
+                    format!("locking {}", lock_path.display()),
+                    e,
+                ))
+            }
+        }
+        Ok(LocalCheckpointStorage {
+            inner: Arc::new(Inner {
+                dir,
+                retained: retained.max(1),
+                _lock: lock,
+            }),
+        })
+    }
+
+    /// The state directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Reads everything in the state directory `dir` without taking its
+    /// lock (a running job may be writing it): for inspection tools.
+    pub fn inspect(dir: impl AsRef<Path>) -> Result<StateDirectory, StorageError> {
+        let dir = dir.as_ref();
+        if !dir.is_dir() {
+            return Err(StorageError::Message(format!(
+                "{} is not a state directory (it does not exist or is not a directory)",
+                dir.display()
+            )));
+        }
+        let locked = match File::open(dir.join(LOCK_FILE)) {
+            Ok(file) => match file.try_lock_shared() {
+                Ok(()) => false,
+                Err(fs::TryLockError::WouldBlock) => true,
+                Err(fs::TryLockError::Error(_)) => false,
+            },
+            Err(_) => false,
+        };
+        let checkpoints = list_checkpoints(dir)?
+            .into_iter()
+            .map(|(checkpoint_id, path)| {
+                let size_bytes = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                let content = read_checkpoint(&path, checkpoint_id);
+                CheckpointFile {
+                    checkpoint_id,
+                    path,
+                    size_bytes,
+                    content,
+                }
+            })
+            .collect();
+        Ok(StateDirectory {
+            generation: read_optional::<u64>(&dir.join(GENERATION_FILE), Kind::Generation)?
+                .map(Generation),
+            finished: read_optional(&dir.join(FINISHED_FILE), Kind::Finished)?,
+            checkpoints,
+            locked,
+        })
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Inner) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, StorageError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || work(&inner))
+            .await
+            .map_err(|e| {
+                StorageError::Message(format!(
+                    "a checkpoint storage operation ended abnormally: {e}"
+                ))
+            })?
+    }
+}
+
+#[async_trait]
+impl CheckpointStorage for LocalCheckpointStorage {
+    async fn begin(&self) -> Result<Generation, StorageError> {
+        self.blocking(|inner| {
+            let path = inner.dir.join(GENERATION_FILE);
+            let last = read_optional::<u64>(&path, Kind::Generation)?.unwrap_or(0);
+            let next = last + 1;
+            write_framed(&inner.dir, GENERATION_FILE, Kind::Generation, &next)?;
+            Ok(Generation(next))
+        })
+        .await
+    }
+
+    async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
+        let checkpoint = checkpoint.clone();
+        self.blocking(move |inner| {
+            let existing = list_checkpoints(&inner.dir)?;
+            if let Some((newest, _)) = existing.last() {
+                if *newest >= checkpoint.checkpoint_id {
+                    return Err(StorageError::Message(format!(
+                        "checkpoint {} is not newer than checkpoint {newest} already in {}; checkpoints are stored in order",
+                        checkpoint.checkpoint_id,
+                        inner.dir.display()
+                    )));
+                }
+            }
+            let name = checkpoint_file_name(checkpoint.checkpoint_id);
+            write_framed(&inner.dir, &name, Kind::Checkpoint, &checkpoint)?;
+            // Older checkpoints go only now that a newer one is durable.
+            let excess = (existing.len() + 1).saturating_sub(inner.retained);
+            for (_, path) in existing.iter().take(excess) {
+                fs::remove_file(path).map_err(|e| {
+                    StorageError::io(format!("removing the old checkpoint {}", path.display()), e)
+                })?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
+        self.blocking(|inner| match list_checkpoints(&inner.dir)?.pop() {
+            Some((id, path)) => read_checkpoint(&path, id).map(Some),
+            None => Ok(None),
+        })
+        .await
+    }
+
+    async fn mark_finished(&self, marker: FinishedMarker) -> Result<(), StorageError> {
+        self.blocking(move |inner| write_framed(&inner.dir, FINISHED_FILE, Kind::Finished, &marker))
+            .await
+    }
+
+    async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError> {
+        self.blocking(|inner| read_optional(&inner.dir.join(FINISHED_FILE), Kind::Finished))
+            .await
+    }
+}
+
+fn checkpoint_file_name(id: CheckpointId) -> String {
+    format!("{CHECKPOINT_PREFIX}{:020}{CHECKPOINT_SUFFIX}", id.0)
+}
+
+/// The checkpoint files of `dir`, oldest first. Other files (temporary ones
+/// left by a crash among them) are ignored.
+fn list_checkpoints(dir: &Path) -> Result<Vec<(CheckpointId, PathBuf)>, StorageError> {
+    let entries = fs::read_dir(dir).map_err(|e| {
+        StorageError::io(format!("listing the state directory {}", dir.display()), e)
+    })?;
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| {
+            StorageError::io(format!("listing the state directory {}", dir.display()), e)
+        })?;
+        let name = entry.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(CHECKPOINT_PREFIX))
+            .and_then(|n| n.strip_suffix(CHECKPOINT_SUFFIX))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        found.push((CheckpointId(id), entry.path()));
+    }
+    found.sort_by_key(|(id, _)| *id);
+    Ok(found)
+}
+
+fn read_checkpoint(path: &Path, id: CheckpointId) -> Result<CompletedCheckpoint, StorageError> {
+    let checkpoint: CompletedCheckpoint = read_framed(path, Kind::Checkpoint)?;
+    if checkpoint.checkpoint_id != id {
+        return Err(StorageError::Corrupt {
+            path: path.to_path_buf(),
+            problem: format!(
+                "its name says checkpoint {id}, its content checkpoint {}",
+                checkpoint.checkpoint_id
+            ),
+        });
+    }
+    Ok(checkpoint)
+}
+
+fn read_optional<T: Serialize + DeserializeOwned>(
+    path: &Path,
+    kind: Kind,
+) -> Result<Option<T>, StorageError> {
+    match fs::metadata(path) {
+        Ok(_) => read_framed(path, kind).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StorageError::io(format!("reading {}", path.display()), e)),
+    }
+}
+
+/// Encodes `value` into a frame and writes it atomically as `dir/name`.
+fn write_framed<T: Serialize + DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+    kind: Kind,
+    value: &T,
+) -> Result<(), StorageError> {
+    let payload = BincodeSerializer::<T>::new(FORMAT_VERSION)
+        .serialize(value)
+        .map_err(|e| StorageError::Message(format!("encoding {name}: {e}")))?;
+    let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
+    frame.extend_from_slice(MAGIC);
+    frame.push(kind as u8);
+    frame.push(0);
+    frame.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    frame.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    frame.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    frame.extend_from_slice(&payload);
+    write_atomically(dir, name, &frame)
+}
+
+/// Writes `bytes` to `dir/name` so that a crash leaves either the old file or
+/// the new one: a temporary file, fsync, rename, fsync of the directory.
+fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
+    let target = dir.join(name);
+    let temporary = dir.join(format!(".{name}.tmp"));
+    let result = (|| {
+        let mut file = File::create(&temporary)
+            .map_err(|e| StorageError::io(format!("creating {}", temporary.display()), e))?;
+        file.write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| StorageError::io(format!("writing {}", temporary.display()), e))?;
+        fs::rename(&temporary, &target).map_err(|e| {
+            StorageError::io(
+                format!("renaming {} to {}", temporary.display(), target.display()),
+                e,
+            )
+        })?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StorageError::io(format!("syncing the directory {}", dir.display()), e))
+    })();
+    if result.is_err() {
+        // Best effort: a leftover temporary file is ignored anyway.
+        let _ = fs::remove_file(&temporary);
+    }
+    result
+}
+
+/// Reads and checks a frame, then decodes its payload.
+fn read_framed<T: Serialize + DeserializeOwned>(
+    path: &Path,
+    kind: Kind,
+) -> Result<T, StorageError> {
+    let bytes =
+        fs::read(path).map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
+    let corrupt = |problem: String| StorageError::Corrupt {
+        path: path.to_path_buf(),
+        problem,
+    };
+    if bytes.len() < HEADER_LEN {
+        return Err(corrupt(format!(
+            "it is truncated: {} bytes, shorter than the {HEADER_LEN}-byte header",
+            bytes.len()
+        )));
+    }
+    let (header, payload) = bytes.split_at(HEADER_LEN);
+    if &header[..6] != MAGIC {
+        return Err(corrupt(
+            "it does not start with the state file marker \"EOSINK\"".into(),
+        ));
+    }
+    if header[6] != kind as u8 {
+        return Err(corrupt(format!(
+            "it holds data of kind {}, expected {}",
+            header[6], kind as u8
+        )));
+    }
+    let le_u32 = |at: usize| {
+        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let version = le_u32(8);
+    if version != FORMAT_VERSION {
+        return Err(corrupt(format!(
+            "its format version {version} is unknown to this build, which reads version {FORMAT_VERSION}; \
+             run the build that wrote it, or a newer one"
+        )));
+    }
+    let mut length = [0u8; 8];
+    length.copy_from_slice(&header[12..20]);
+    let length = u64::from_le_bytes(length);
+    if length != payload.len() as u64 {
+        return Err(corrupt(format!(
+            "it is truncated or padded: the header announces {length} bytes of payload, the file holds {}",
+            payload.len()
+        )));
+    }
+    let expected = le_u32(20);
+    let actual = crc32c::crc32c(payload);
+    if expected != actual {
+        return Err(corrupt(format!(
+            "its checksum does not match (stored {expected:#010x}, computed {actual:#010x})"
+        )));
+    }
+    BincodeSerializer::<T>::new(FORMAT_VERSION)
+        .deserialize(version, payload)
+        .map_err(|e| corrupt(format!("its payload does not decode: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::SubtaskSnapshot;
+
+    fn checkpoint(id: u64) -> CompletedCheckpoint {
+        CompletedCheckpoint {
+            checkpoint_id: CheckpointId(id),
+            job_name: "job".into(),
+            generation: Generation(1),
+            parallelism: 1,
+            subtasks: vec![SubtaskSnapshot {
+                subtask: 0,
+                source_splits: vec![1, 2, 3],
+                writer_states: vec![vec![4]],
+                pending: Vec::new(),
+                end_of_input: false,
+            }],
+            global_committer: None,
+            is_final: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn stores_reads_and_retains_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = LocalCheckpointStorage::open_retaining(dir.path(), 2).unwrap();
+        assert_eq!(storage.latest().await.unwrap(), None);
+        for id in 1..=4 {
+            storage.store(&checkpoint(id)).await.unwrap();
+        }
+        assert_eq!(storage.latest().await.unwrap(), Some(checkpoint(4)));
+        let ids: Vec<u64> = list_checkpoints(dir.path())
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.0)
+            .collect();
+        assert_eq!(ids, vec![3, 4]);
+        assert!(storage.store(&checkpoint(4)).await.is_err(), "not newer");
+    }
+
+    #[tokio::test]
+    async fn generations_grow_across_opens_and_finished_is_remembered() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+            assert_eq!(storage.begin().await.unwrap(), Generation(1));
+            assert_eq!(storage.begin().await.unwrap(), Generation(2));
+            assert_eq!(storage.finished().await.unwrap(), None);
+            let marker = FinishedMarker {
+                generation: Generation(2),
+                last_checkpoint: Some(CheckpointId(9)),
+            };
+            storage.mark_finished(marker).await.unwrap();
+        }
+        let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+        assert_eq!(storage.begin().await.unwrap(), Generation(3));
+        assert_eq!(
+            storage.finished().await.unwrap().unwrap().last_checkpoint,
+            Some(CheckpointId(9))
+        );
+    }
+
+    #[test]
+    fn a_second_live_instance_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = LocalCheckpointStorage::open(dir.path()).unwrap();
+        let error = LocalCheckpointStorage::open(dir.path()).unwrap_err();
+        assert!(matches!(error, StorageError::Locked { .. }), "{error:?}");
+        assert!(
+            error
+                .to_string()
+                .contains("in use by another running instance"),
+            "{error}"
+        );
+        drop(_first);
+        LocalCheckpointStorage::open(dir.path()).expect("free again once the first is gone");
+    }
+
+    async fn corrupt_newest(mangle: impl FnOnce(&mut Vec<u8>)) -> StorageError {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+        storage.store(&checkpoint(1)).await.unwrap();
+        storage.store(&checkpoint(2)).await.unwrap();
+        let path = dir.path().join(checkpoint_file_name(CheckpointId(2)));
+        let mut bytes = fs::read(&path).unwrap();
+        mangle(&mut bytes);
+        fs::write(&path, bytes).unwrap();
+        let error = storage.latest().await.unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains(&path.display().to_string()),
+            "names the file: {message}"
+        );
+        assert!(
+            message.contains("move the file out"),
+            "says what to do: {message}"
+        );
+        error
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_newest_checkpoint_is_refused_never_skipped() {
+        let truncated = corrupt_newest(|b| b.truncate(b.len() - 3)).await;
+        assert!(truncated.to_string().contains("truncated"), "{truncated}");
+        let header_only = corrupt_newest(|b| b.truncate(10)).await;
+        assert!(
+            header_only.to_string().contains("truncated"),
+            "{header_only}"
+        );
+        let flipped = corrupt_newest(|b| *b.last_mut().unwrap() ^= 0xff).await;
+        assert!(flipped.to_string().contains("checksum"), "{flipped}");
+        let version = corrupt_newest(|b| b[8] = 9).await;
+        assert!(
+            version.to_string().contains("format version 9"),
+            "{version}"
+        );
+        let foreign = corrupt_newest(|b| b[0] = b'X').await;
+        assert!(foreign.to_string().contains("marker"), "{foreign}");
+    }
+
+    #[tokio::test]
+    async fn a_full_disk_is_reported_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+        // The temporary file of checkpoint 1 leads to /dev/full: every write
+        // to it fails with "no space left on device".
+        let name = checkpoint_file_name(CheckpointId(1));
+        std::os::unix::fs::symlink("/dev/full", dir.path().join(format!(".{name}.tmp"))).unwrap();
+        let error = storage.store(&checkpoint(1)).await.unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("the disk is full"), "{message}");
+        assert!(message.contains(&name), "names the file: {message}");
+        assert_eq!(
+            storage.latest().await.unwrap(),
+            None,
+            "nothing half-written is visible"
+        );
+    }
+
+    #[test]
+    fn an_uncreatable_state_directory_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        fs::write(&file, b"x").unwrap();
+        let error = LocalCheckpointStorage::open(file.join("state")).unwrap_err();
+        assert!(
+            error.to_string().contains("creating the state directory"),
+            "{error}"
+        );
+    }
+}
