@@ -29,7 +29,9 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::core::checkpoints::{AckStep, CheckpointTracker, FailureVerdict, TaskId};
+use crate::core::checkpoints::{
+    AckStep, CheckpointConfig, CheckpointTracker, FailureVerdict, TaskId,
+};
 use crate::core::ledger::CommitLedger;
 use crate::core::lifecycle::SubtaskLifecycle;
 use crate::error::JobError;
@@ -138,7 +140,6 @@ where
         batch_size: spec.batch_size,
         idle_poll: spec.idle_poll,
         retry: spec.retry,
-        commit_at_end_of_input: spec.checkpointing.is_none(),
     };
 
     let mut controls = Vec::with_capacity(spec.parallelism);
@@ -242,14 +243,16 @@ where
         parallelism: spec.parallelism,
         generation: plan.generation,
         start,
-        tracker: spec.checkpointing.map(|config| {
-            CheckpointTracker::new(
-                config,
-                spec.parallelism,
-                controls.len() < tasks.len(),
-                restored,
-            )
-        }),
+        // Without checkpointing only the final checkpoint is taken: the
+        // commit at end of input then survives a crash like any other.
+        tracker: Some(CheckpointTracker::new(
+            spec.checkpointing
+                .unwrap_or_else(|| CheckpointConfig::every(Duration::from_secs(1))),
+            spec.checkpointing.is_some(),
+            spec.parallelism,
+            with_global_committer,
+            restored,
+        )),
         storage: spec.storage,
         controls,
         metrics,

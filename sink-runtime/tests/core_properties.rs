@@ -215,7 +215,7 @@ proptest! {
             tolerable_failures: u32::MAX,
             warn_after_failures: 3,
         };
-        let mut tracker = CheckpointTracker::new(policy, subtasks, false, CheckpointId::NONE);
+        let mut tracker = CheckpointTracker::new(policy, true, subtasks, false, CheckpointId::NONE);
         let mut now = Duration::ZERO;
         let mut ended = BTreeSet::new();
         let mut triggered_after_all_ended = BTreeSet::new();

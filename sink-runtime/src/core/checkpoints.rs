@@ -156,6 +156,7 @@ struct InFlight {
 #[derive(Debug)]
 pub struct CheckpointTracker {
     policy: CheckpointConfig,
+    periodic: bool,
     tasks: BTreeSet<TaskId>,
     subtasks: usize,
     next_id: CheckpointId,
@@ -171,8 +172,12 @@ pub struct CheckpointTracker {
 impl CheckpointTracker {
     /// A tracker for `subtasks` subtasks, plus the global committer when
     /// `with_global_committer`, continuing after checkpoint `restored`.
+    /// Checkpoints are triggered every `policy.interval` when `periodic`;
+    /// otherwise (checkpointing off, batch mode) only the final checkpoint is
+    /// taken, so that the commit at end of input survives a crash.
     pub fn new(
         policy: CheckpointConfig,
+        periodic: bool,
         subtasks: usize,
         with_global_committer: bool,
         restored: CheckpointId,
@@ -183,6 +188,7 @@ impl CheckpointTracker {
         }
         CheckpointTracker {
             policy,
+            periodic,
             tasks,
             subtasks,
             next_id: restored.next(),
@@ -214,7 +220,8 @@ impl CheckpointTracker {
             _ if self.all_ended_input() && !self.in_flight.values().any(|c| c.after_all_ended) => {
                 Duration::ZERO
             }
-            Some(last) => last + self.policy.interval,
+            _ if !self.periodic => return None,
+            Some(last) => last.saturating_add(self.policy.interval),
             None => self.policy.interval,
         };
         Some(after_interval.max(after_pause.unwrap_or(Duration::ZERO)))
@@ -376,6 +383,7 @@ mod tests {
                 max_concurrent: 1,
                 ..policy()
             },
+            true,
             2,
             false,
             CheckpointId::NONE,
@@ -398,6 +406,7 @@ mod tests {
                 min_pause: secs(3),
                 ..policy()
             },
+            true,
             1,
             false,
             CheckpointId::NONE,
@@ -410,7 +419,7 @@ mod tests {
 
     #[test]
     fn every_task_including_the_global_committer_must_acknowledge() {
-        let mut tracker = CheckpointTracker::new(policy(), 2, true, CheckpointId::NONE);
+        let mut tracker = CheckpointTracker::new(policy(), true, 2, true, CheckpointId::NONE);
         let id = tracker.try_trigger(secs(1)).unwrap();
         assert_eq!(ack_all(&mut tracker, id, 2), AckStep::Waiting);
         assert_eq!(
@@ -425,7 +434,7 @@ mod tests {
 
     #[test]
     fn a_completion_subsumes_older_checkpoints_in_flight() {
-        let mut tracker = CheckpointTracker::new(policy(), 1, false, CheckpointId::NONE);
+        let mut tracker = CheckpointTracker::new(policy(), true, 1, false, CheckpointId::NONE);
         let first = tracker.try_trigger(secs(1)).unwrap();
         let second = tracker.try_trigger(secs(2)).unwrap();
         ack_all(&mut tracker, second, 1);
@@ -440,7 +449,7 @@ mod tests {
 
     #[test]
     fn failures_warn_then_fail_the_job_and_a_completion_resets_them() {
-        let mut tracker = CheckpointTracker::new(policy(), 1, false, CheckpointId::NONE);
+        let mut tracker = CheckpointTracker::new(policy(), true, 1, false, CheckpointId::NONE);
         let fail_next = |tracker: &mut CheckpointTracker, at| {
             let id = tracker.try_trigger(secs(at)).unwrap();
             tracker.on_failed(id, secs(at)).unwrap()
@@ -469,7 +478,7 @@ mod tests {
 
     #[test]
     fn timeouts_expire_checkpoints() {
-        let mut tracker = CheckpointTracker::new(policy(), 1, false, CheckpointId::NONE);
+        let mut tracker = CheckpointTracker::new(policy(), true, 1, false, CheckpointId::NONE);
         let id = tracker.try_trigger(secs(1)).unwrap();
         assert!(tracker.expired(secs(10)).is_empty());
         assert_eq!(tracker.expired(secs(11)), vec![id]);
@@ -480,7 +489,7 @@ mod tests {
     /// n+2 completes. The job ends on n+2 and does not wait for n+3.
     #[test]
     fn the_first_completion_after_every_subtask_finished_is_final() {
-        let mut tracker = CheckpointTracker::new(policy(), 2, false, CheckpointId(41));
+        let mut tracker = CheckpointTracker::new(policy(), true, 2, false, CheckpointId(41));
         let before = tracker.try_trigger(secs(1)).unwrap();
         assert_eq!(before, CheckpointId(42));
         tracker.on_end_of_input(0);
@@ -514,8 +523,27 @@ mod tests {
     }
 
     #[test]
+    fn without_periodic_checkpoints_only_the_final_one_is_taken() {
+        let mut tracker = CheckpointTracker::new(policy(), false, 2, false, CheckpointId::NONE);
+        assert_eq!(tracker.next_trigger_at(), None);
+        assert_eq!(tracker.try_trigger(secs(3600)), None);
+        tracker.on_end_of_input(0);
+        assert_eq!(tracker.next_trigger_at(), None, "one subtask still reads");
+        tracker.on_end_of_input(1);
+        let id = tracker.try_trigger(secs(3601)).unwrap();
+        assert!(tracker.is_final_candidate(id));
+        assert_eq!(
+            tracker.next_trigger_at(),
+            None,
+            "one final checkpoint in flight is enough"
+        );
+        ack_all(&mut tracker, id, 2);
+        assert!(tracker.on_stored(id, secs(3602)).unwrap().is_final);
+    }
+
+    #[test]
     fn a_checkpoint_triggered_before_the_last_subtask_ended_is_not_final() {
-        let mut tracker = CheckpointTracker::new(policy(), 2, false, CheckpointId::NONE);
+        let mut tracker = CheckpointTracker::new(policy(), true, 2, false, CheckpointId::NONE);
         tracker.on_end_of_input(0);
         let id = tracker.try_trigger(secs(1)).unwrap();
         tracker.on_end_of_input(1);

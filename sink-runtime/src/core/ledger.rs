@@ -286,12 +286,6 @@ impl<C> CommitLedger<C> {
         self.completed_through = self.completed_through.max(checkpoint_id);
     }
 
-    /// Everything pending may be committed: end of input without
-    /// checkpointing, or batch mode.
-    pub fn complete_everything(&mut self) {
-        self.completed_through = CheckpointId(u64::MAX);
-    }
-
     /// Removes and returns the oldest checkpoint that is completed and
     /// complete, or `None` when there is none or when the oldest completed one
     /// is incomplete (see [`held`](Self::held)).
@@ -487,16 +481,5 @@ mod tests {
         }
         ledger.notify_complete(CheckpointId(4));
         assert_eq!(ledger.take_ready().unwrap().parts.len(), 3);
-    }
-
-    #[test]
-    fn complete_everything_commits_all_in_order() {
-        let mut ledger = CommitLedger::new([0]);
-        ledger.add(summary(1, 0, 1), vec![1]).unwrap();
-        ledger.add(summary(5, 0, 1), vec![5]).unwrap();
-        ledger.complete_everything();
-        assert_eq!(ledger.take_ready().unwrap().checkpoint_id, CheckpointId(1));
-        assert_eq!(ledger.take_ready().unwrap().checkpoint_id, CheckpointId(5));
-        assert!(ledger.is_empty());
     }
 }

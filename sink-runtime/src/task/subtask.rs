@@ -48,9 +48,6 @@ pub(crate) struct SubtaskSettings {
     pub batch_size: usize,
     pub idle_poll: Duration,
     pub retry: RetryPolicy,
-    /// No checkpoints will come (checkpointing off, or batch mode): commit
-    /// everything at end of input.
-    pub commit_at_end_of_input: bool,
 }
 
 /// What to do after a control message or end of input.
@@ -345,13 +342,6 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         let committables = self.prepare_commit(true).await?;
         info!(subtask = self.index, tag = %tag, committables = committables.len(), "end of input");
         self.add_to_ledger(tag, committables)?;
-        if self.settings.commit_at_end_of_input {
-            // No checkpoint will ever come: commit everything now, once.
-            self.ledger.complete_everything();
-            self.commit_ready().await?;
-            self.finish(tag).await?;
-            return Ok(Flow::Exit);
-        }
         self.events
             .send(TaskEvent::EndOfInput {
                 subtask: self.index,
