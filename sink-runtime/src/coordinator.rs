@@ -204,6 +204,7 @@ where
             serializers: serializers.clone(),
             settings: settings.clone(),
             restored: plan.restored,
+            recommitting: false,
             records_since_barrier: 0,
         };
         tasks.spawn(
@@ -215,6 +216,9 @@ where
 
     if let (Some(committer), Some(input)) = (spec.global_committer, global_rx) {
         let mut ledger = CommitLedger::new(0..spec.parallelism);
+        if let Some(restored) = plan.restored {
+            ledger.expect_until(restored, 0..plan.restored_parallelism);
+        }
         for part in plan.global_pending {
             ledger
                 .add(part.summary, part.committables)

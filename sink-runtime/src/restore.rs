@@ -4,10 +4,13 @@
 //! On a fresh start the source cuts its input into splits and split `k` goes
 //! to subtask `k % parallelism`. On a restore, every part of the checkpoint is
 //! decoded and handed back: source splits (re-spread over the subtasks),
-//! writer states and pending committables (to the subtask that stored them),
-//! and the global committer's received committables.
+//! writer states and pending committables (to the subtask that stored them,
+//! or spread over the new subtasks when the parallelism changed), and the
+//! global committer's received committables.
 
 use sink_api::{deserialize_versioned, CheckpointId, Generation, Sink};
+
+use tracing::info;
 
 use crate::core::ledger::SubtaskPart;
 use crate::error::JobError;
@@ -25,6 +28,10 @@ pub(crate) struct SubtaskStart<Src: Source, S: Sink> {
 /// What the whole job starts with.
 pub(crate) struct StartPlan<Src: Source, S: Sink> {
     pub restored: Option<CheckpointId>,
+    /// The parallelism of the restored checkpoint (the job's own on a fresh
+    /// start): the subtasks the global committer expects for checkpoints up to
+    /// the restored one.
+    pub restored_parallelism: usize,
     pub generation: Generation,
     pub subtasks: Vec<SubtaskStart<Src, S>>,
     pub global_pending: Vec<SubtaskPart<S::Committable>>,
@@ -56,6 +63,7 @@ where
         }
         return Ok(StartPlan {
             restored: None,
+            restored_parallelism: parallelism,
             generation,
             subtasks,
             global_pending: Vec::new(),
@@ -73,32 +81,50 @@ where
             checkpoint.job_name
         )));
     }
-    if checkpoint.parallelism != parallelism {
-        return Err(refuse(format!(
-            "it was taken with parallelism {}, and changing the parallelism on restore is not supported yet; \
-             run the job with parallelism {}",
-            checkpoint.parallelism, checkpoint.parallelism
-        )));
-    }
     let decode = |what: &str, error: sink_api::SerializerError| {
         refuse(format!("cannot decode {what}: {error}"))
     };
+    let rescaled = checkpoint.parallelism != parallelism;
+    if rescaled {
+        info!(from = checkpoint.parallelism, to = parallelism, checkpoint = %checkpoint_id,
+            "restoring with another parallelism: spreading writer states, splits and pending committables");
+    }
+    // Writer states stay with their subtask when the parallelism is the same,
+    // and are dealt round-robin otherwise. Splits are always dealt
+    // round-robin. Pending committables go to subtask `origin % parallelism`,
+    // keeping their origin, so that each is committed exactly once and the
+    // global committer still sees every original subtask's part.
+    let mut state_index = 0;
     let mut split_index = 0;
     for snapshot in checkpoint.subtasks {
-        let Some(start) = subtasks.get_mut(snapshot.subtask) else {
+        if snapshot.subtask >= checkpoint.parallelism {
             return Err(refuse(format!(
-                "it holds subtask {}, beyond parallelism {parallelism}",
-                snapshot.subtask
+                "it holds subtask {}, beyond its own parallelism {}; the file is inconsistent",
+                snapshot.subtask, checkpoint.parallelism
             )));
-        };
-        start.writer_states = snapshot
+        }
+        let states: Vec<S::WriterState> = snapshot
             .writer_states
             .iter()
             .map(|blob| deserialize_versioned(serializers.writer_state.as_ref(), blob))
             .collect::<Result<_, _>>()
             .map_err(|e| decode("a writer state", e))?;
-        start.pending = decode_pending(&snapshot.pending, serializers.committable.as_ref())
-            .map_err(|e| decode("a pending committable", e))?;
+        for state in states {
+            let target = if rescaled {
+                state_index += 1;
+                (state_index - 1) % parallelism
+            } else {
+                snapshot.subtask
+            };
+            subtasks[target].writer_states.push(state);
+        }
+        for part in decode_pending(&snapshot.pending, serializers.committable.as_ref())
+            .map_err(|e| decode("a pending committable", e))?
+        {
+            subtasks[part.summary.subtask % parallelism]
+                .pending
+                .push(part);
+        }
         let splits: Vec<Src::Split> =
             deserialize_versioned(serializers.splits.as_ref(), &snapshot.source_splits)
                 .map_err(|e| decode("the source position", e))?;
@@ -114,6 +140,7 @@ where
     };
     Ok(StartPlan {
         restored: Some(checkpoint_id),
+        restored_parallelism: checkpoint.parallelism,
         generation,
         subtasks,
         global_pending,

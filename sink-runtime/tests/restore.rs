@@ -4,10 +4,8 @@
 mod common;
 
 use common::*;
-use sink_runtime::{
-    CheckpointConfig, Job, JobError, JobStatus, MemoryCheckpointStorage, SequenceSource,
-};
-use sinks_memory::{MemorySink, MemoryStore};
+use sink_runtime::{CheckpointConfig, Job, JobStatus, MemoryCheckpointStorage, SequenceSource};
+use sinks_memory::{MemoryGlobalCommitter, MemorySink, MemoryStore};
 
 const RECORDS: u64 = 2_000;
 
@@ -77,34 +75,56 @@ async fn a_stopped_job_resumes_from_its_last_checkpoint_exactly_once() {
     assert_no_violations(&store);
 }
 
-/// A checkpoint of another parallelism is refused with what to do (rescaling
-/// comes later), rather than restored wrongly.
-#[tokio::test(start_paused = true)]
-async fn a_checkpoint_of_another_parallelism_is_refused() {
+/// Stops a job of parallelism `from` in the middle, restarts it with
+/// parallelism `to` (and a global committer throughout), and checks that every
+/// record is committed, and delivered to the global committer, exactly once.
+async fn rescale(from: usize, to: usize) {
     let store = MemoryStore::<u64>::new();
     let storage = MemoryCheckpointStorage::new(3);
-    let first = job(
-        ThrottledSource::unbounded(RECORDS, 10, ms(10)),
-        &store,
-        &storage,
-        2,
-    )
-    .start();
-    tokio::time::sleep(ms(450)).await;
+    let build = |source: ThrottledSource, parallelism| {
+        Job::builder("resume", source, MemorySink::new(store.clone()))
+            .parallelism(parallelism)
+            .checkpointing(CheckpointConfig::every(ms(200)))
+            .checkpoint_storage(storage.clone())
+            .global_committer(MemoryGlobalCommitter::new(store.clone()))
+            .build()
+            .unwrap()
+    };
+    let first = build(ThrottledSource::unbounded(RECORDS, 10, ms(10)), from).start();
+    tokio::time::sleep(ms(650)).await;
     first.cancel();
     first.join().await.unwrap();
+    let restored = storage.checkpoints().last().unwrap().clone();
+    assert_eq!(restored.parallelism, from);
+    assert!(
+        restored.subtasks.iter().any(|s| !s.pending.is_empty())
+            || restored
+                .global_committer
+                .as_ref()
+                .is_some_and(|g| !g.pending.is_empty()),
+        "the restored checkpoint should hold something to re-commit"
+    );
+    assert!((store.committed().len() as u64) < RECORDS);
 
-    let error = job(
-        ThrottledSource::bounded(RECORDS, 10, ms(10)),
-        &store,
-        &storage,
-        3,
-    )
-    .run()
-    .await
-    .unwrap_err();
-    assert!(matches!(error, JobError::Restore { .. }), "{error:?}");
-    assert!(error.to_string().contains("parallelism 2"), "{error}");
+    let report = build(ThrottledSource::bounded(RECORDS, 10, ms(10)), to)
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_exactly_once("committed", &store.committed(), RECORDS);
+    assert_exactly_once("global committer", &store.global_records(), RECORDS);
+    assert_eq!(store.stats().writers_created as usize, from + to);
+    assert_no_violations(&store);
+}
+
+#[tokio::test(start_paused = true)]
+async fn rescaling_from_two_to_three_is_exactly_once() {
+    rescale(2, 3).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn rescaling_from_three_to_one_is_exactly_once() {
+    rescale(3, 1).await;
 }
 
 /// A checkpoint of another job is refused.

@@ -157,6 +157,9 @@ pub struct Held {
 #[derive(Debug)]
 pub struct CommitLedger<C> {
     expected: BTreeSet<SubtaskIndex>,
+    /// Checkpoints up to this one expect other subtasks: those of the
+    /// parallelism the job was restored from.
+    expected_until: Option<(CheckpointId, BTreeSet<SubtaskIndex>)>,
     pending: BTreeMap<CheckpointId, PendingCheckpoint<C>>,
     completed_through: CheckpointId,
     committed_through: CheckpointId,
@@ -168,9 +171,29 @@ impl<C> CommitLedger<C> {
     pub fn new(expected: impl IntoIterator<Item = SubtaskIndex>) -> CommitLedger<C> {
         CommitLedger {
             expected: expected.into_iter().collect(),
+            expected_until: None,
             pending: BTreeMap::new(),
             completed_through: CheckpointId::NONE,
             committed_through: CheckpointId::NONE,
+        }
+    }
+
+    /// Checkpoints up to `checkpoint_id` expect summaries from `expected`
+    /// instead: after a restore with another parallelism, the global
+    /// committer still receives the restored checkpoints' parts under their
+    /// original subtasks.
+    pub fn expect_until(
+        &mut self,
+        checkpoint_id: CheckpointId,
+        expected: impl IntoIterator<Item = SubtaskIndex>,
+    ) {
+        self.expected_until = Some((checkpoint_id, expected.into_iter().collect()));
+    }
+
+    fn expected_for(&self, checkpoint_id: CheckpointId) -> &BTreeSet<SubtaskIndex> {
+        match &self.expected_until {
+            Some((until, expected)) if checkpoint_id <= *until => expected,
+            _ => &self.expected,
         }
     }
 
@@ -188,12 +211,12 @@ impl<C> CommitLedger<C> {
                 subtask,
             });
         }
-        let expected = &self.expected;
+        let expected = self.expected_for(checkpoint_id).clone();
         let checkpoint = self
             .pending
             .entry(checkpoint_id)
             .or_insert_with(|| PendingCheckpoint {
-                expected: expected.clone(),
+                expected,
                 parts: BTreeMap::new(),
             });
         if !checkpoint.expected.contains(&subtask) {
@@ -466,6 +489,26 @@ mod tests {
             Err(LedgerError::AlreadyCommitted { .. })
         ));
         assert_eq!(ledger.take_ready(), None);
+    }
+
+    #[test]
+    fn restored_checkpoints_can_expect_the_former_subtasks() {
+        let mut ledger = CommitLedger::new([0]);
+        ledger.expect_until(CheckpointId(4), [0, 1, 2]);
+        ledger.add(summary(4, 2, 1), vec![42]).unwrap();
+        ledger.add(summary(4, 0, 0), vec![]).unwrap();
+        ledger.notify_complete(CheckpointId(5));
+        assert_eq!(
+            ledger.take_ready(),
+            None,
+            "subtask 1 of the old parallelism is missing"
+        );
+        ledger.add(summary(4, 1, 0), vec![]).unwrap();
+        assert_eq!(ledger.take_ready().unwrap().parts.len(), 3);
+        assert!(matches!(
+            ledger.add(summary(5, 1, 0), vec![]),
+            Err(LedgerError::UnexpectedSubtask { .. })
+        ));
     }
 
     #[test]

@@ -34,7 +34,7 @@ use tracing::{debug, info, warn};
 use super::{Control, GlobalMessage, TaskEvent, TaskState};
 use crate::core::checkpoints::TaskId;
 use crate::core::commit_round::{CommitRound, RoundStep};
-use crate::core::ledger::{CommitLedger, CommittableSummary};
+use crate::core::ledger::{CommitLedger, CommittableSummary, SubtaskPart};
 use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
 use crate::core::retry::RetryPolicy;
 use crate::error::JobError;
@@ -92,6 +92,8 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = S::Input>> {
     /// Restored from a checkpoint: its pending committables are committed
     /// before any record is read.
     pub restored: Option<CheckpointId>,
+    /// True while re-committing what the restored checkpoint held.
+    pub recommitting: bool,
     pub records_since_barrier: u64,
 }
 
@@ -129,7 +131,9 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             // happened before the crash, so it must be idempotent.
             info!(subtask = self.index, checkpoint = %restored, "re-committing what the restored checkpoint holds");
             self.ledger.notify_complete(restored);
+            self.recommitting = true;
             self.commit_ready().await?;
+            self.recommitting = false;
         }
         let mut batch = Vec::with_capacity(self.settings.batch_size);
         loop {
@@ -362,68 +366,12 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
     /// through its retries, and forwards what was committed.
     async fn commit_ready(&mut self) -> Result<(), JobError> {
         while let Some(ready) = self.ledger.take_ready() {
-            let checkpoint_id = ready.checkpoint_id;
-            let record_count = ready.record_count();
-            let committables: Vec<S::Committable> = ready
-                .parts
-                .into_iter()
-                .flat_map(|part| part.committables)
-                .collect();
-            let count = committables.len() as u64;
-            let mut round = CommitRound::new(checkpoint_id, committables);
-            loop {
-                let mut requests = round.take_requests();
-                if requests.is_empty() {
-                    break;
-                }
-                metrics::add(&self.metrics.commit_calls, 1);
-                self.committer
-                    .commit(&mut requests)
-                    .await
-                    .map_err(self.sink_error("commit"))?;
-                let step = round
-                    .settle(requests, &self.settings.retry)
-                    .map_err(|source| JobError::Commit {
-                        subtask: self.index,
-                        source,
-                    })?;
-                match step {
-                    RoundStep::Done => break,
-                    RoundStep::Retry { retry, requests } => {
-                        metrics::add(&self.metrics.commits_retried, requests);
-                        let delay = self.settings.retry.backoff(retry, fastrand::f64());
-                        warn!(subtask = self.index, checkpoint = %checkpoint_id, retry, ?delay, "commit asked to be retried");
-                        tokio::time::sleep(delay).await;
-                    }
-                }
+            // One part per checkpoint, unless this subtask took over the
+            // parts of several former subtasks in a restore with another
+            // parallelism.
+            for part in ready.parts {
+                self.commit_part(ready.checkpoint_id, part).await?;
             }
-            let (committed, tally) = round.into_committed();
-            for reason in &tally.known_failures {
-                warn!(subtask = self.index, checkpoint = %checkpoint_id, %reason, "a committable failed with a known reason and was dropped");
-            }
-            metrics::sub(&self.metrics.committables_pending, count);
-            metrics::add(&self.metrics.records_committed, record_count);
-            metrics::add(&self.metrics.commits_succeeded, tally.committed);
-            metrics::add(
-                &self.metrics.commits_already_committed,
-                tally.already_committed,
-            );
-            metrics::add(
-                &self.metrics.commits_failed,
-                tally.known_failures.len() as u64,
-            );
-            info!(subtask = self.index, checkpoint = %checkpoint_id, committed = tally.committed,
-                already_committed = tally.already_committed, records = record_count, "checkpoint committed");
-            self.send_global(GlobalMessage::Committed {
-                summary: CommittableSummary {
-                    checkpoint_id,
-                    subtask: self.index,
-                    committable_count: committed.len() as u64,
-                    record_count,
-                },
-                committables: committed,
-            })
-            .await?;
         }
         if let Some(held) = self.ledger.held() {
             warn!(
@@ -433,6 +381,73 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             );
         }
         Ok(())
+    }
+
+    /// Commits one part through its retries and forwards what was committed
+    /// to the global committer, under the part's original subtask.
+    async fn commit_part(
+        &mut self,
+        checkpoint_id: CheckpointId,
+        part: SubtaskPart<S::Committable>,
+    ) -> Result<(), JobError> {
+        let summary = part.summary;
+        let count = part.committables.len() as u64;
+        let mut round = CommitRound::new(checkpoint_id, part.committables);
+        loop {
+            let mut requests = round.take_requests();
+            if requests.is_empty() {
+                break;
+            }
+            metrics::add(&self.metrics.commit_calls, 1);
+            self.committer
+                .commit(&mut requests)
+                .await
+                .map_err(self.sink_error("commit"))?;
+            let step = round
+                .settle(requests, &self.settings.retry)
+                .map_err(|source| JobError::Commit {
+                    subtask: self.index,
+                    source,
+                })?;
+            match step {
+                RoundStep::Done => break,
+                RoundStep::Retry { retry, requests } => {
+                    metrics::add(&self.metrics.commits_retried, requests);
+                    let delay = self.settings.retry.backoff(retry, fastrand::f64());
+                    warn!(subtask = self.index, checkpoint = %checkpoint_id, retry, ?delay, "commit asked to be retried");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+        let (committed, tally) = round.into_committed();
+        for reason in &tally.known_failures {
+            warn!(subtask = self.index, checkpoint = %checkpoint_id, %reason, "a committable failed with a known reason and was dropped");
+        }
+        metrics::sub(&self.metrics.committables_pending, count);
+        if !self.recommitting {
+            // Restored records were written, and counted, by an earlier run.
+            metrics::add(&self.metrics.records_committed, summary.record_count);
+        }
+        metrics::add(&self.metrics.commits_succeeded, tally.committed);
+        metrics::add(
+            &self.metrics.commits_already_committed,
+            tally.already_committed,
+        );
+        metrics::add(
+            &self.metrics.commits_failed,
+            tally.known_failures.len() as u64,
+        );
+        info!(subtask = self.index, checkpoint = %checkpoint_id, origin = summary.subtask,
+            committed = tally.committed, already_committed = tally.already_committed,
+            records = summary.record_count, "checkpoint committed");
+        self.send_global(GlobalMessage::Committed {
+            summary: CommittableSummary {
+                committable_count: committed.len() as u64,
+                ..summary
+            },
+            committables: committed,
+        })
+        .await
     }
 
     /// After the final commit (or the commit at end of input): drops what
