@@ -39,7 +39,9 @@ use crate::job::{JobReport, JobSpec, JobStatus};
 use crate::metrics::{self, Metrics};
 use crate::restore;
 use crate::source::Source;
-use crate::storage::{CompletedCheckpoint, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot};
+use crate::storage::{
+    CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot,
+};
 use crate::task::global::GlobalTask;
 use crate::task::subtask::{Serializers, SubtaskSettings, SubtaskTask};
 use crate::task::{Control, TaskEvent, TaskState, GLOBAL_CHANNEL_CAPACITY};
@@ -57,11 +59,12 @@ struct Collecting {
 
 type StoreTask = (CheckpointId, JoinHandle<Result<(), StorageError>>);
 
-/// Runs a job to its end. Spawned by [`crate::Job::start`].
+/// Runs a job to its end, restarting it after failures as its restart
+/// strategy allows. Spawned by [`crate::Job::start`].
 pub(crate) async fn run<Src, S>(
     spec: JobSpec<Src, S>,
     metrics: Arc<Metrics>,
-    cancelled: watch::Receiver<bool>,
+    mut cancelled: watch::Receiver<bool>,
 ) -> Result<JobReport, JobError>
 where
     Src: Source<Record = S::Input>,
@@ -69,11 +72,16 @@ where
 {
     let span = info_span!("job", name = %spec.name);
     async move {
-        let mut tasks = JoinSet::new();
-        let result = run_inner(spec, metrics.clone(), cancelled, &mut tasks).await;
-        if result.is_err() {
+        let mut restarts = 0;
+        loop {
+            let mut tasks = JoinSet::new();
+            let result = run_attempt(&spec, metrics.clone(), &mut cancelled, &mut tasks).await;
+            let Err(error) = result else {
+                return result;
+            };
             // The failing task has returned; give the others a moment to
-            // close (they were told to cancel), then stop them.
+            // close (they were told to cancel), then stop them. Either way
+            // none of them runs on when the next attempt starts.
             let drained = tokio::time::timeout(CLOSE_GRACE, async {
                 while tasks.join_next().await.is_some() {}
             })
@@ -81,17 +89,27 @@ where
             if drained.is_err() {
                 tasks.shutdown().await;
             }
+            restarts += 1;
+            let delay = match spec.restart.delay_before(restarts, fastrand::f64()) {
+                Some(delay) if error.is_restartable() && !*cancelled.borrow() => delay,
+                _ => return Err(error),
+            };
+            warn!(%error, restart = restarts, ?delay, "the job failed; restarting from its last completed checkpoint");
+            metrics::add(&metrics.restarts, 1);
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                _ = cancelled.wait_for(|&cancel| cancel) => return Err(error),
+            }
         }
-        result
     }
     .instrument(span)
     .await
 }
 
-async fn run_inner<Src, S>(
-    spec: JobSpec<Src, S>,
+async fn run_attempt<Src, S>(
+    spec: &JobSpec<Src, S>,
     metrics: Arc<Metrics>,
-    mut cancelled: watch::Receiver<bool>,
+    cancelled: &mut watch::Receiver<bool>,
     tasks: &mut JoinSet<(TaskId, Result<(), JobError>)>,
 ) -> Result<JobReport, JobError>
 where
@@ -214,7 +232,8 @@ where
     }
     drop(global_tx);
 
-    if let (Some(committer), Some(input)) = (spec.global_committer, global_rx) {
+    if let (Some(factory), Some(input)) = (&spec.global_committer, global_rx) {
+        let committer = factory();
         let mut ledger = CommitLedger::new(0..spec.parallelism);
         if let Some(restored) = plan.restored {
             ledger.expect_until(restored, 0..plan.restored_parallelism);
@@ -243,7 +262,7 @@ where
     drop(events_tx);
 
     let mut coordinator = Coordinator {
-        name: spec.name,
+        name: spec.name.clone(),
         parallelism: spec.parallelism,
         generation: plan.generation,
         start,
@@ -257,7 +276,7 @@ where
             with_global_committer,
             restored,
         )),
-        storage: spec.storage,
+        storage: spec.storage.clone(),
         controls,
         metrics,
         collecting: BTreeMap::new(),
@@ -330,6 +349,15 @@ where
         .as_ref()
         .map(CheckpointTracker::last_completed)
         .filter(|&id| id > CheckpointId::NONE);
+    if status == JobStatus::Finished {
+        coordinator
+            .storage
+            .mark_finished(FinishedMarker {
+                generation: coordinator.generation,
+                last_checkpoint: last,
+            })
+            .await?;
+    }
     let metrics = coordinator.metrics.snapshot();
     info!(
         ?status,

@@ -134,6 +134,17 @@ pub enum JobError {
 }
 
 impl JobError {
+    /// Whether restarting from the last completed checkpoint may help: not
+    /// for a checkpoint that cannot be restored or a state directory in use,
+    /// which need the user.
+    pub fn is_restartable(&self) -> bool {
+        !matches!(
+            self,
+            JobError::Restore { .. }
+                | JobError::Storage(StorageError::Corrupt { .. } | StorageError::Locked { .. })
+        )
+    }
+
     pub(crate) fn invariant(task: impl Into<String>, message: impl std::fmt::Display) -> JobError {
         JobError::Invariant {
             task: task.into(),

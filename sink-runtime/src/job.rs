@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::core::checkpoints::CheckpointConfig;
+use crate::core::restart::RestartStrategy;
 use crate::core::retry::RetryPolicy;
 use crate::error::{BuildError, JobError};
 use crate::metrics::{Metrics, MetricsSnapshot};
@@ -54,8 +55,9 @@ pub enum RuntimeMode {
     Batch,
 }
 
-/// The global committer a job was given, boxed.
-pub(crate) type BoxedGlobalCommitter<C> = Box<dyn GlobalCommitter<Committable = C>>;
+/// Makes the job's global committer, once per start of the job.
+pub(crate) type GlobalCommitterFactory<C> =
+    Box<dyn Fn() -> Box<dyn GlobalCommitter<Committable = C>> + Send + Sync>;
 
 /// Everything the coordinator needs to run a job. Made by [`JobBuilder::build`].
 pub(crate) struct JobSpec<Src, S: Sink> {
@@ -64,7 +66,8 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     pub sink: S,
     pub parallelism: usize,
     pub checkpointing: Option<CheckpointConfig>,
-    pub global_committer: Option<BoxedGlobalCommitter<S::Committable>>,
+    pub global_committer: Option<GlobalCommitterFactory<S::Committable>>,
+    pub restart: RestartStrategy,
     pub storage: Arc<dyn CheckpointStorage>,
     pub retry: RetryPolicy,
     pub batch_size: usize,
@@ -122,6 +125,7 @@ where
                 parallelism: 1,
                 checkpointing: None,
                 global_committer: None,
+                restart: RestartStrategy::Never,
                 storage: Arc::new(MemoryCheckpointStorage::default()),
                 retry: RetryPolicy::default(),
                 batch_size: 1024,
@@ -182,12 +186,20 @@ where
     }
 
     /// Adds a global committer, which acts once per checkpoint on what every
-    /// subtask committed.
-    pub fn global_committer(
-        mut self,
-        committer: impl GlobalCommitter<Committable = S::Committable>,
-    ) -> Self {
-        self.spec.global_committer = Some(Box::new(committer));
+    /// subtask committed. `factory` makes it, once per start of the job (the
+    /// first and every restart).
+    pub fn global_committer<G>(mut self, factory: impl Fn() -> G + Send + Sync + 'static) -> Self
+    where
+        G: GlobalCommitter<Committable = S::Committable>,
+    {
+        self.spec.global_committer = Some(Box::new(move || Box::new(factory())));
+        self
+    }
+
+    /// What to do when a task fails: by default the job fails; with a
+    /// restart strategy it restarts from its last completed checkpoint.
+    pub fn restart_strategy(mut self, strategy: RestartStrategy) -> Self {
+        self.spec.restart = strategy;
         self
     }
 
@@ -289,7 +301,7 @@ pub enum JobStatus {
 pub struct JobReport {
     /// How it ended.
     pub status: JobStatus,
-    /// Its counters at the end.
+    /// Its counters at the end, over every restart.
     pub metrics: MetricsSnapshot,
     /// The newest completed checkpoint, if any.
     pub last_checkpoint: Option<CheckpointId>,

@@ -33,6 +33,7 @@ pub mod storage;
 mod task;
 
 pub use crate::core::checkpoints::CheckpointConfig;
+pub use crate::core::restart::RestartStrategy;
 pub use crate::core::retry::RetryPolicy;
 pub use error::{BuildError, JobError};
 pub use job::{Job, JobBuilder, JobHandle, JobReport, JobStatus, RuntimeMode};

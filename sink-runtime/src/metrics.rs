@@ -45,6 +45,8 @@ pub struct MetricsSnapshot {
     pub last_checkpoint_duration_ms: u64,
     /// Checkpoints the global committer acted on.
     pub global_commits: u64,
+    /// Restarts after a failure.
+    pub restarts: u64,
 }
 
 /// A job's live counters, shared by its tasks.
@@ -65,6 +67,7 @@ pub struct Metrics {
     pub(crate) checkpoints_aborted: AtomicU64,
     pub(crate) last_checkpoint_duration_ms: AtomicU64,
     pub(crate) global_commits: AtomicU64,
+    pub(crate) restarts: AtomicU64,
 }
 
 pub(crate) fn add(counter: &AtomicU64, amount: u64) {
@@ -99,6 +102,7 @@ impl Metrics {
             checkpoints_aborted: get(&self.checkpoints_aborted),
             last_checkpoint_duration_ms: get(&self.last_checkpoint_duration_ms),
             global_commits: get(&self.global_commits),
+            restarts: get(&self.restarts),
         }
     }
 }

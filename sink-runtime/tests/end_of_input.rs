@@ -74,7 +74,10 @@ async fn run_with_slow_final_checkpoint(defer: bool) -> MemoryStore<u64> {
     .parallelism(2)
     .checkpointing(CheckpointConfig::every(ms(300)))
     .checkpoint_storage(ScriptedStorage::new(|_| StoreScript::SucceedAfter(ms(400))))
-    .global_committer(MemoryGlobalCommitter::new(store.clone()));
+    .global_committer({
+        let store = store.clone();
+        move || MemoryGlobalCommitter::new(store.clone())
+    });
     let builder = if defer {
         builder
     } else {
@@ -200,7 +203,10 @@ async fn subtasks_finishing_at_different_times_commit_exactly_once() {
         .parallelism(3)
         .batch_size(5)
         .checkpointing(CheckpointConfig::every(ms(200)))
-        .global_committer(MemoryGlobalCommitter::new(store.clone()))
+        .global_committer({
+            let store = store.clone();
+            move || MemoryGlobalCommitter::new(store.clone())
+        })
         .build()
         .unwrap()
         .run()

@@ -4,8 +4,11 @@
 mod common;
 
 use common::*;
-use sink_runtime::{CheckpointConfig, Job, JobStatus, MemoryCheckpointStorage, SequenceSource};
-use sinks_memory::{MemoryGlobalCommitter, MemorySink, MemoryStore};
+use sink_runtime::{
+    CheckpointConfig, Job, JobError, JobStatus, MemoryCheckpointStorage, RestartStrategy,
+    SequenceSource,
+};
+use sinks_memory::{InjectedCommitFailure, MemoryGlobalCommitter, MemorySink, MemoryStore};
 
 const RECORDS: u64 = 2_000;
 
@@ -86,7 +89,10 @@ async fn rescale(from: usize, to: usize) {
             .parallelism(parallelism)
             .checkpointing(CheckpointConfig::every(ms(200)))
             .checkpoint_storage(storage.clone())
-            .global_committer(MemoryGlobalCommitter::new(store.clone()))
+            .global_committer({
+                let store = store.clone();
+                move || MemoryGlobalCommitter::new(store.clone())
+            })
             .build()
             .unwrap()
     };
@@ -153,4 +159,111 @@ async fn a_checkpoint_of_another_job_is_refused() {
         error.to_string().contains("belongs to job 'resume'"),
         "{error}"
     );
+}
+
+/// A task failure restarts the whole job from its last completed checkpoint
+/// when a restart strategy allows it; the output is still exactly once.
+#[tokio::test(start_paused = true)]
+async fn a_failed_job_restarts_from_its_last_checkpoint() {
+    let store = MemoryStore::<u64>::new();
+    let handle = Job::builder(
+        "restarts",
+        ThrottledSource::bounded(RECORDS, 10, ms(10)),
+        MemorySink::new(store.clone()),
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(ms(200)))
+    .global_committer({
+        let store = store.clone();
+        move || MemoryGlobalCommitter::new(store.clone())
+    })
+    .restart_strategy(RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: ms(100),
+    })
+    .build()
+    .unwrap()
+    .start();
+    // Fail twice while the job runs: once in a commit, once in a writer.
+    tokio::time::sleep(ms(450)).await;
+    store.fail_next_commits(1, InjectedCommitFailure::UnknownReason);
+    tokio::time::sleep(ms(400)).await;
+    store.fail_next_prepare_commits(1);
+    let report = handle.join().await.unwrap();
+
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_eq!(report.metrics.restarts, 2, "{:?}", report.metrics);
+    assert_exactly_once("committed", &store.committed(), RECORDS);
+    assert_exactly_once("global committer", &store.global_records(), RECORDS);
+    let generations: std::collections::BTreeSet<String> = store
+        .transactions()
+        .into_iter()
+        .map(|(id, _)| id.split('-').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        generations.into_iter().collect::<Vec<_>>(),
+        vec!["g1", "g2", "g3"]
+    );
+    assert_no_violations(&store);
+}
+
+/// Past the allowed restarts, the job fails with the last error.
+#[tokio::test(start_paused = true)]
+async fn restarts_are_bounded() {
+    let store = MemoryStore::<u64>::new();
+    store.fail_next_prepare_commits(10);
+    let error = Job::builder(
+        "doomed",
+        SequenceSource::bounded(100),
+        MemorySink::new(store.clone()),
+    )
+    .restart_strategy(RestartStrategy::FixedDelay {
+        attempts: 2,
+        delay: ms(100),
+    })
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            JobError::Sink {
+                action: "prepare_commit",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(
+        store.stats().writers_created,
+        3,
+        "the first start and two restarts"
+    );
+    assert!(store.committed().is_empty());
+}
+
+/// A finished job is recognised as finished and not run again.
+#[tokio::test(start_paused = true)]
+async fn a_finished_job_is_not_run_again() {
+    let store = MemoryStore::<u64>::new();
+    let storage = MemoryCheckpointStorage::new(3);
+    let run = || {
+        Job::builder(
+            "once",
+            SequenceSource::bounded(100),
+            MemorySink::new(store.clone()),
+        )
+        .checkpoint_storage(storage.clone())
+        .build()
+        .unwrap()
+        .run()
+    };
+    assert_eq!(run().await.unwrap().status, JobStatus::Finished);
+    let again = run().await.unwrap();
+    assert_eq!(again.status, JobStatus::AlreadyFinished);
+    assert_eq!(again.metrics.records_written, 0);
+    assert_eq!(store.stats().writers_created, 1);
+    assert_exactly_once("committed", &store.committed(), 100);
 }

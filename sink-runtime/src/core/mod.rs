@@ -12,6 +12,7 @@
 //! | [`commit_round`] | how one checkpoint's commit ends, through its retries |
 //! | [`retry`] | backoff with jitter, and when retries are exhausted |
 //! | [`lifecycle`] | what a subtask does at a barrier and at end of input; when end of stream may go to the global committer |
+//! | [`restart`] | whether and when a failed job restarts |
 //! | [`checkpoints`] | when to trigger, when all acknowledged, what a completion means, which checkpoint is final, how failures count |
 
 pub mod alignment;
@@ -19,4 +20,5 @@ pub mod checkpoints;
 pub mod commit_round;
 pub mod ledger;
 pub mod lifecycle;
+pub mod restart;
 pub mod retry;
