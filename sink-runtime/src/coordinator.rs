@@ -35,6 +35,7 @@ use crate::core::checkpoints::{
 use crate::core::ledger::CommitLedger;
 use crate::core::lifecycle::SubtaskLifecycle;
 use crate::error::JobError;
+use crate::failpoints::failpoint;
 use crate::job::{JobReport, JobSpec, JobStatus};
 use crate::metrics::{self, Metrics};
 use crate::restore;
@@ -285,65 +286,74 @@ where
         storing: None,
     };
 
-    let mut running = tasks.len();
-    let mut status = JobStatus::Finished;
-    let mut cancel_watch_open = true;
-    // Set once cancelled: tasks still running then (a commit stuck in its
-    // retries, say) are stopped. What they were committing is either done or
-    // replayed after a restore; commits are idempotent.
-    let mut cancel_deadline = None;
-    while running > 0 {
-        let deadline = coordinator.next_deadline();
-        tokio::select! {
-            changed = cancelled.changed(), if cancel_watch_open => {
-                match changed {
-                    Ok(()) if *cancelled.borrow() => {
-                        info!("cancelling");
-                        status = JobStatus::Cancelled;
-                        coordinator.cancel_tasks();
-                        coordinator.tracker = None;
-                        cancel_watch_open = false;
-                        cancel_deadline = Some(Instant::now() + CLOSE_GRACE);
-                    }
-                    Ok(()) => {}
-                    // The handle was dropped: nobody can cancel any more.
-                    Err(_) => cancel_watch_open = false,
-                }
-            }
-            joined = tasks.join_next() => {
-                let Some(joined) = joined else { break };
-                match joined {
-                    Ok((task, Ok(()))) => {
-                        debug!(?task, "task ended");
-                        running -= 1;
-                    }
-                    Ok((task, Err(error))) => {
-                        warn!(?task, %error, "task failed; failing the job");
-                        coordinator.cancel_tasks();
-                        return Err(error);
-                    }
-                    Err(join_error) => {
-                        coordinator.cancel_tasks();
-                        return Err(JobError::Panicked {
-                            task: "a task".into(),
-                            message: join_error.to_string(),
-                        });
+    let outcome: Result<JobStatus, JobError> = async {
+        let mut running = tasks.len();
+        let mut status = JobStatus::Finished;
+        let mut cancel_watch_open = true;
+        // Set once cancelled: tasks still running then (a commit stuck in its
+        // retries, say) are stopped. What they were committing is either done or
+        // replayed after a restore; commits are idempotent.
+        let mut cancel_deadline = None;
+        while running > 0 {
+            let deadline = coordinator.next_deadline();
+            tokio::select! {
+                changed = cancelled.changed(), if cancel_watch_open => {
+                    match changed {
+                        Ok(()) if *cancelled.borrow() => {
+                            info!("cancelling");
+                            status = JobStatus::Cancelled;
+                            coordinator.cancel_tasks();
+                            coordinator.tracker = None;
+                            cancel_watch_open = false;
+                            cancel_deadline = Some(Instant::now() + CLOSE_GRACE);
+                        }
+                        Ok(()) => {}
+                        // The handle was dropped: nobody can cancel any more.
+                        Err(_) => cancel_watch_open = false,
                     }
                 }
-            }
-            Some(event) = events.recv() => coordinator.on_event(event),
-            (id, stored) = wait_for_store(&mut coordinator.storing) => {
-                coordinator.storing = None;
-                coordinator.on_store_result(id, stored)?;
-            }
-            () = sleep_until(deadline) => coordinator.on_tick()?,
-            () = sleep_until(cancel_deadline) => {
-                warn!(running, grace = ?CLOSE_GRACE, "tasks did not close in time after the cancel; stopping them");
-                tasks.shutdown().await;
-                break;
+                joined = tasks.join_next() => {
+                    let Some(joined) = joined else { break };
+                    match joined {
+                        Ok((task, Ok(()))) => {
+                            debug!(?task, "task ended");
+                            running -= 1;
+                        }
+                        Ok((task, Err(error))) => {
+                            warn!(?task, %error, "task failed; failing the job");
+                            return Err(error);
+                        }
+                        Err(join_error) => {
+                            return Err(JobError::Panicked {
+                                task: "a task".into(),
+                                message: join_error.to_string(),
+                            });
+                        }
+                    }
+                }
+                Some(event) = events.recv() => coordinator.on_event(event),
+                (id, stored) = wait_for_store(&mut coordinator.storing) => {
+                    coordinator.storing = None;
+                    coordinator.on_store_result(id, stored)?;
+                }
+                () = sleep_until(deadline) => coordinator.on_tick()?,
+                () = sleep_until(cancel_deadline) => {
+                    warn!(running, grace = ?CLOSE_GRACE, "tasks did not close in time after the cancel; stopping them");
+                    tasks.shutdown().await;
+                    break;
+                }
             }
         }
+        Ok(status)
     }
+    .await;
+    // Whatever ended the attempt, no task and no store outlives it: a
+    // restart must not find the old generation still at work.
+    if outcome.is_err() {
+        coordinator.cancel_tasks();
+    }
+    coordinator.settle_store().await;
+    let status = outcome?;
     let last = coordinator
         .tracker
         .as_ref()
@@ -473,6 +483,16 @@ impl Coordinator {
         }
     }
 
+    /// Waits (a bounded time) for a store still in flight when the attempt
+    /// ends, so that it does not race the next attempt's storage access.
+    async fn settle_store(&mut self) {
+        if let Some((id, handle)) = self.storing.take() {
+            if tokio::time::timeout(CLOSE_GRACE, handle).await.is_err() {
+                warn!(checkpoint = %id, "a checkpoint store did not finish in time after the job ended");
+            }
+        }
+    }
+
     fn start_next_store(&mut self) {
         if self.storing.is_some() {
             return;
@@ -500,6 +520,9 @@ impl Coordinator {
                     return Ok(());
                 };
                 let in_flight_before = tracker.in_flight().len() as u64;
+                // Stored, so complete: a crash here restores from it, and its
+                // commits happen at the restore.
+                failpoint!("after-checkpoint-stored");
                 if let Some(completion) = tracker.on_stored(id, now) {
                     let duration = self
                         .triggered_at

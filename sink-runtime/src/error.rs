@@ -123,6 +123,13 @@ pub enum JobError {
         /// The panic's message.
         message: String,
     },
+    /// A crash simulated at a named crash point (the `failpoints` feature;
+    /// crash tests only).
+    #[error("simulated crash at failpoint {failpoint}")]
+    Crash {
+        /// The crash point.
+        failpoint: &'static str,
+    },
     /// The job could not resume from the stored checkpoint.
     #[error("cannot resume from checkpoint {checkpoint_id}: {message}")]
     Restore {

@@ -25,6 +25,7 @@
 mod coordinator;
 pub mod core;
 mod error;
+pub mod failpoints;
 mod job;
 mod metrics;
 mod restore;

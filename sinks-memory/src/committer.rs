@@ -82,8 +82,16 @@ where
                 requests.len()
             )));
         }
-        for request in requests.iter_mut() {
+        let last = requests.len().saturating_sub(1);
+        for (position, request) in requests.iter_mut().enumerate() {
             commit_one(&mut state, request);
+            if position < last {
+                // A crash with part of the batch committed (crash tests only).
+                #[cfg(feature = "failpoints")]
+                fail::fail_point!("memory-commit-mid-batch", |_| Err(SinkError::msg(
+                    "simulated crash at failpoint memory-commit-mid-batch"
+                )));
+            }
         }
         Ok(())
     }

@@ -16,13 +16,25 @@ use crate::{MemoryCommittable, MemoryCommitter, MemoryStore, MemoryWriter, Memor
 /// states use the default bincode serializers.
 pub struct MemorySink<T> {
     store: MemoryStore<T>,
+    roll_every: Option<usize>,
 }
 
 impl<T> MemorySink<T> {
     /// A sink writing to `store`. Called by tests; keep a clone of `store` to
     /// inspect it afterwards.
     pub fn new(store: MemoryStore<T>) -> MemorySink<T> {
-        MemorySink { store }
+        MemorySink {
+            store,
+            roll_every: None,
+        }
+    }
+
+    /// Writers close a transaction once it holds `records` records and open
+    /// the next, so that each checkpoint commits several committables in one
+    /// batch. By default a transaction spans a whole checkpoint.
+    pub fn roll_every(mut self, records: usize) -> MemorySink<T> {
+        self.roll_every = Some(records);
+        self
     }
 
     /// The store this sink writes to.
@@ -50,12 +62,16 @@ where
         restored_states: Vec<MemoryWriterState<T>>,
     ) -> Result<MemoryWriter<T>, SinkError> {
         self.store.lock().stats.writers_created += 1;
-        Ok(MemoryWriter::new(
+        let writer = MemoryWriter::new(
             self.store.clone(),
             context.subtask_index,
             context.generation,
             restored_states,
-        ))
+        );
+        Ok(match self.roll_every {
+            Some(records) => writer.with_roll_every(records),
+            None => writer,
+        })
     }
 
     /// A committer for the context's subtask.

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //!  write / write_batch ─▶ (opens a transaction lazily) ─▶ records appended to it
-//!  prepare_commit       ─▶ open transaction becomes Prepared ─▶ one MemoryCommittable
+//!  (roll_every n)       ─▶ a transaction holding n records is closed, the next opened
+//!  prepare_commit       ─▶ closed and open transactions become Prepared ─▶ one MemoryCommittable each
 //!  snapshot_state(n)    ─▶ MemoryWriterState { next_transaction_seq, buffered: [] }
 //!  close                ─▶ a still-open transaction is Aborted (prepared ones stay)
 //! ```
@@ -84,7 +85,8 @@ enum WriteCall {
 ///
 /// - A transaction is opened at the first record after the previous
 ///   `prepare_commit` (or after creation), never at a checkpoint with nothing
-///   written: `prepare_commit` returns one committable or none.
+///   written: `prepare_commit` returns one committable per transaction
+///   (one, or several with `roll_every`), or none.
 /// - Records are invisible until their committable is committed.
 /// - `close` aborts the open, unprepared transaction; prepared ones belong to
 ///   their committables and stay prepared.
@@ -95,6 +97,11 @@ pub struct MemoryWriter<T> {
     next_transaction_seq: u64,
     /// Index in the store of the open transaction, if one is open.
     open_transaction: Option<usize>,
+    /// Transactions closed because they reached `roll_every` records, not
+    /// yet prepared: `prepare_commit` prepares them with the open one.
+    rolled: Vec<usize>,
+    /// Most records per transaction, if limited.
+    roll_every: Option<usize>,
     /// Restored records not yet moved into a transaction.
     buffered: Vec<T>,
     phase: InputPhase,
@@ -126,9 +133,21 @@ impl<T> MemoryWriter<T> {
             generation,
             next_transaction_seq,
             open_transaction: None,
+            rolled: Vec::new(),
+            roll_every: None,
             buffered,
             phase: InputPhase::Running,
         }
+    }
+
+    /// Closes a transaction once it holds `records` records and opens the
+    /// next, so that one checkpoint yields several committables (as a file
+    /// sink rolls part files). Called by
+    /// [`MemorySink::create_writer`](crate::MemorySink) when the sink was made
+    /// with [`MemorySink::roll_every`](crate::MemorySink::roll_every).
+    pub fn with_roll_every(mut self, records: usize) -> MemoryWriter<T> {
+        self.roll_every = Some(records.max(1));
+        self
     }
 
     /// The sequence number the next transaction would take.
@@ -200,12 +219,23 @@ impl<T: Clone> MemoryWriter<T> {
                 records.len()
             ));
         }
-        if records.is_empty() {
-            return;
-        }
-        let index = self.ensure_open_transaction(&mut state);
         state.written.extend(records.iter().cloned());
-        state.transactions[index].records.extend(records);
+        let mut records = records.into_iter().peekable();
+        while records.peek().is_some() {
+            let index = self.ensure_open_transaction(&mut state);
+            let transaction = &mut state.transactions[index];
+            let room = match self.roll_every {
+                Some(limit) => limit.saturating_sub(transaction.records.len()),
+                None => usize::MAX,
+            };
+            transaction.records.extend(records.by_ref().take(room));
+            if self
+                .roll_every
+                .is_some_and(|limit| transaction.records.len() >= limit)
+            {
+                self.rolled.extend(self.open_transaction.take());
+            }
+        }
     }
 }
 
@@ -283,15 +313,19 @@ where
         if self.phase == InputPhase::EndFlushed {
             self.phase = InputPhase::EndPrepared;
         }
-        let Some(index) = self.open_transaction.take() else {
-            return Ok(Vec::new());
-        };
-        let transaction = &mut state.transactions[index];
-        transaction.state = crate::TransactionState::Prepared;
-        Ok(vec![MemoryCommittable {
-            transaction_id: transaction.id.clone(),
-            record_count: transaction.records.len() as u64,
-        }])
+        let mut prepared: Vec<usize> = std::mem::take(&mut self.rolled);
+        prepared.extend(self.open_transaction.take());
+        Ok(prepared
+            .into_iter()
+            .map(|index| {
+                let transaction = &mut state.transactions[index];
+                transaction.state = crate::TransactionState::Prepared;
+                MemoryCommittable {
+                    transaction_id: transaction.id.clone(),
+                    record_count: transaction.records.len() as u64,
+                }
+            })
+            .collect())
     }
 
     /// Returns one state with the next transaction number (and any restored
@@ -303,7 +337,7 @@ where
         let store = self.store.clone();
         let mut state = store.lock();
         state.stats.snapshot_state_calls += 1;
-        if let Some(index) = self.open_transaction {
+        if let Some(&index) = self.open_transaction.as_ref().or(self.rolled.first()) {
             // Its records are in neither a committable nor this state: a
             // restore from this checkpoint would lose them.
             let message = format!(
@@ -326,7 +360,7 @@ where
         let store = self.store.clone();
         let mut state = store.lock();
         state.stats.closes += 1;
-        if let Some(index) = self.open_transaction.take() {
+        for index in self.rolled.drain(..).chain(self.open_transaction.take()) {
             state.transactions[index].state = crate::TransactionState::Aborted;
             state.stats.transactions_aborted += 1;
         }
@@ -552,5 +586,20 @@ mod tests {
         let violations = store.violations();
         assert_eq!(violations.len(), 1, "{violations:?}");
         assert!(violations[0].contains("g1-s0-t0 already exists"));
+    }
+
+    #[tokio::test]
+    async fn rolling_yields_one_committable_per_full_transaction() {
+        let store = MemoryStore::<u32>::new();
+        let mut writer =
+            MemoryWriter::new(store.clone(), 0, Generation(1), Vec::new()).with_roll_every(2);
+        writer.write_batch(vec![1, 2, 3, 4, 5]).await.unwrap();
+        writer.flush(false).await.unwrap();
+        let committables = writer.prepare_commit().await.unwrap();
+        let counts: Vec<u64> = committables.iter().map(|c| c.record_count).collect();
+        assert_eq!(counts, vec![2, 2, 1]);
+        writer.snapshot_state(CheckpointId(1)).await.unwrap();
+        assert!(store.violations().is_empty(), "{:?}", store.violations());
+        assert_eq!(store.pending(), vec![1, 2, 3, 4, 5]);
     }
 }

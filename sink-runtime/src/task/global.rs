@@ -25,6 +25,7 @@ use crate::core::alignment::{Aligned, AlignerInput, BarrierAligner};
 use crate::core::checkpoints::TaskId;
 use crate::core::ledger::CommitLedger;
 use crate::error::JobError;
+use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
 use crate::storage::{encode_pending, GlobalCommitterSnapshot};
 
@@ -145,6 +146,7 @@ impl<C: Send + 'static> GlobalTask<C> {
                     source,
                 })?;
             metrics::add(&self.metrics.global_commits, 1);
+            failpoint!("after-global-commit");
         }
         Ok(())
     }

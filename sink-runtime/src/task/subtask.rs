@@ -38,6 +38,7 @@ use crate::core::ledger::{CommitLedger, CommittableSummary, SubtaskPart};
 use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
 use crate::core::retry::RetryPolicy;
 use crate::error::JobError;
+use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
 use crate::source::{ReadStatus, Source, SplitReader};
 use crate::storage::{encode_pending, SubtaskSnapshot};
@@ -174,6 +175,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                     .map_err(self.sink_error("write_batch"))?;
                 self.records_since_barrier += count;
                 metrics::add(&self.metrics.records_written, count);
+                failpoint!("after-write");
             }
             let flow = match status {
                 // Let the coordinator and other subtasks run between batches.
@@ -261,12 +263,14 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             .flush(end_of_input)
             .await
             .map_err(self.sink_error("flush"))?;
+        failpoint!("after-flush");
         let committables = self
             .writer
             .prepare_commit()
             .await
             .map_err(self.sink_error("prepare_commit"))?;
         metrics::add(&self.metrics.prepare_commit_calls, 1);
+        failpoint!("after-prepare-commit");
         Ok(committables)
     }
 
@@ -281,15 +285,17 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                 self.add_to_ledger(checkpoint_id, committables)?;
             }
             BarrierAction::SnapshotWithEmptySummary => {
+                failpoint!("during-final-checkpoint");
                 self.add_to_ledger(checkpoint_id, Vec::new())?;
             }
-            BarrierAction::SnapshotOnly => {}
+            BarrierAction::SnapshotOnly => failpoint!("during-final-checkpoint"),
         }
         let states = self
             .writer
             .snapshot_state(checkpoint_id)
             .await
             .map_err(self.sink_error("snapshot_state"))?;
+        failpoint!("after-snapshot");
         let snapshot = self.snapshot(states)?;
         debug!(subtask = self.index, checkpoint = %checkpoint_id, ?action, "barrier passed");
         self.events
@@ -299,6 +305,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                 state: TaskState::Subtask(snapshot),
             })
             .map_err(|_| (self.invariant())(&"the coordinator is gone"))?;
+        failpoint!("after-acknowledge");
         self.send_global(GlobalMessage::Barrier {
             checkpoint_id,
             subtask: self.index,
@@ -343,6 +350,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             .lifecycle
             .on_end_of_input()
             .map_err(|e| (self.invariant())(&e))?;
+        failpoint!("during-end-of-input");
         let committables = self.prepare_commit(true).await?;
         info!(subtask = self.index, tag = %tag, committables = committables.len(), "end of input");
         self.add_to_ledger(tag, committables)?;
@@ -440,6 +448,11 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         info!(subtask = self.index, checkpoint = %checkpoint_id, origin = summary.subtask,
             committed = tally.committed, already_committed = tally.already_committed,
             records = summary.record_count, "checkpoint committed");
+        if self.recommitting {
+            failpoint!("during-recovery-recommit");
+        } else {
+            failpoint!("after-commit");
+        }
         self.send_global(GlobalMessage::Committed {
             summary: CommittableSummary {
                 committable_count: committed.len() as u64,
