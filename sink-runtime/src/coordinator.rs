@@ -36,7 +36,7 @@ use crate::core::ledger::CommitLedger;
 use crate::core::lifecycle::SubtaskLifecycle;
 use crate::error::JobError;
 use crate::failpoints::failpoint;
-use crate::job::{JobReport, JobSpec, JobStatus};
+use crate::job::{JobReport, JobSpec, JobStatus, NoticeDelivery, NotificationFaults};
 use crate::metrics::{self, Metrics};
 use crate::restore;
 use crate::source::Source;
@@ -284,6 +284,7 @@ where
         triggered_at: BTreeMap::new(),
         store_queue: VecDeque::new(),
         storing: None,
+        notification_faults: spec.notification_faults.clone(),
     };
 
     let outcome: Result<JobStatus, JobError> = async {
@@ -297,6 +298,8 @@ where
         while running > 0 {
             let deadline = coordinator.next_deadline();
             tokio::select! {
+                // Polled in order, so that a run is reproducible on a paused clock.
+                biased;
                 changed = cancelled.changed(), if cancel_watch_open => {
                     match changed {
                         Ok(()) if *cancelled.borrow() => {
@@ -415,6 +418,7 @@ struct Coordinator {
     triggered_at: BTreeMap<CheckpointId, Duration>,
     store_queue: VecDeque<CompletedCheckpoint>,
     storing: Option<StoreTask>,
+    notification_faults: Option<NotificationFaults>,
 }
 
 impl Coordinator {
@@ -431,6 +435,37 @@ impl Coordinator {
         for tx in &self.controls {
             // A task that already exited needs no more messages.
             let _ = tx.send(control);
+        }
+    }
+
+    /// Tells every subtask that `checkpoint_id` completed. A simulation may
+    /// lose or delay these notices (never the final one's loss: nothing would
+    /// follow to subsume it).
+    fn notify_complete(&self, checkpoint_id: CheckpointId, is_final: bool) {
+        let control = Control::Complete {
+            checkpoint_id,
+            is_final,
+        };
+        for (subtask, tx) in self.controls.iter().enumerate() {
+            let delivery = match &self.notification_faults {
+                Some(faults) => faults(subtask, checkpoint_id),
+                None => NoticeDelivery::Deliver,
+            };
+            match delivery {
+                NoticeDelivery::Lose if !is_final => {
+                    debug!(subtask, checkpoint = %checkpoint_id, "simulation: completion notice lost");
+                }
+                NoticeDelivery::Delay(delay) => {
+                    let tx = tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = tx.send(control);
+                    });
+                }
+                _ => {
+                    let _ = tx.send(control);
+                }
+            }
         }
     }
 
@@ -542,10 +577,7 @@ impl Coordinator {
                         self.collecting.remove(old);
                     }
                     info!(checkpoint = %id, is_final = completion.is_final, ?duration, "checkpoint completed");
-                    self.send_all(Control::Complete {
-                        checkpoint_id: id,
-                        is_final: completion.is_final,
-                    });
+                    self.notify_complete(id, completion.is_final);
                     if completion.is_final {
                         self.store_queue.clear();
                         self.collecting.clear();

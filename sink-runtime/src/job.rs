@@ -30,7 +30,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sink_api::{CheckpointId, GlobalCommitter, Sink};
+use sink_api::{CheckpointId, GlobalCommitter, Sink, SubtaskIndex};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -73,7 +73,24 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     pub batch_size: usize,
     pub idle_poll: Duration,
     pub defer_end_of_stream: bool,
+    pub notification_faults: Option<NotificationFaults>,
 }
+
+/// What happens to one completion notice, in a simulation.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeDelivery {
+    /// Delivered at once.
+    Deliver,
+    /// Lost (never for the final checkpoint).
+    Lose,
+    /// Delivered after a delay, possibly after later messages.
+    Delay(Duration),
+}
+
+/// Decides, per subtask and checkpoint, what happens to a completion notice.
+pub(crate) type NotificationFaults =
+    Arc<dyn Fn(SubtaskIndex, CheckpointId) -> NoticeDelivery + Send + Sync>;
 
 /// A checked job, ready to start. Made by [`Job::builder`] and
 /// [`JobBuilder::build`].
@@ -131,6 +148,7 @@ where
                 batch_size: 1024,
                 idle_poll: Duration::from_millis(20),
                 defer_end_of_stream: true,
+                notification_faults: None,
             },
             mode: RuntimeMode::Streaming,
             allow_uncommitted: false,
@@ -235,6 +253,18 @@ where
     #[doc(hidden)]
     pub fn unsafe_disable_end_of_stream_deferral(mut self) -> Self {
         self.spec.defer_end_of_stream = false;
+        self
+    }
+
+    /// Loses or delays completion notices as `faults` decides, to test that
+    /// commits survive lost and late notifications (subsumption). Only for
+    /// simulations.
+    #[doc(hidden)]
+    pub fn simulate_notification_faults(
+        mut self,
+        faults: impl Fn(SubtaskIndex, CheckpointId) -> NoticeDelivery + Send + Sync + 'static,
+    ) -> Self {
+        self.spec.notification_faults = Some(Arc::new(faults));
         self
     }
 

@@ -37,7 +37,7 @@ pub use crate::core::checkpoints::CheckpointConfig;
 pub use crate::core::restart::RestartStrategy;
 pub use crate::core::retry::RetryPolicy;
 pub use error::{BuildError, JobError};
-pub use job::{Job, JobBuilder, JobHandle, JobReport, JobStatus, RuntimeMode};
+pub use job::{Job, JobBuilder, JobHandle, JobReport, JobStatus, NoticeDelivery, RuntimeMode};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use source::{Boundedness, SequenceSource, Source, VecSource};
 pub use storage::{CheckpointStorage, LocalCheckpointStorage, MemoryCheckpointStorage};

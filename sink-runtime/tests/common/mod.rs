@@ -172,8 +172,9 @@ impl CheckpointStorage for ScriptedStorage {
     }
 }
 
-/// Asserts that `records` holds every number of `0..count` exactly once.
-pub fn assert_exactly_once(what: &str, records: &[u64], count: u64) {
+/// What is wrong with `records` as "every number of `0..count` exactly
+/// once", if anything.
+pub fn exactly_once_problem(what: &str, records: &[u64], count: u64) -> Option<String> {
     let mut sorted = records.to_vec();
     sorted.sort_unstable();
     let duplicates: Vec<u64> = sorted
@@ -181,10 +182,12 @@ pub fn assert_exactly_once(what: &str, records: &[u64], count: u64) {
         .filter(|w| w[0] == w[1])
         .map(|w| w[0])
         .collect();
-    assert!(
-        duplicates.is_empty(),
-        "{what}: duplicated records {duplicates:?}"
-    );
+    if !duplicates.is_empty() {
+        return Some(format!(
+            "{what}: duplicated records {:?}",
+            &duplicates[..duplicates.len().min(20)]
+        ));
+    }
     let expected: Vec<u64> = (0..count).collect();
     if sorted != expected {
         let missing: Vec<u64> = expected
@@ -192,11 +195,19 @@ pub fn assert_exactly_once(what: &str, records: &[u64], count: u64) {
             .filter(|r| sorted.binary_search(r).is_err())
             .copied()
             .collect();
-        panic!(
+        return Some(format!(
             "{what}: {} records instead of {count}; missing {:?}",
             sorted.len(),
             &missing[..missing.len().min(20)]
-        );
+        ));
+    }
+    None
+}
+
+/// Asserts that `records` holds every number of `0..count` exactly once.
+pub fn assert_exactly_once(what: &str, records: &[u64], count: u64) {
+    if let Some(problem) = exactly_once_problem(what, records, count) {
+        panic!("{problem}");
     }
 }
 
