@@ -448,10 +448,9 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         info!(subtask = self.index, checkpoint = %checkpoint_id, origin = summary.subtask,
             committed = tally.committed, already_committed = tally.already_committed,
             records = summary.record_count, "checkpoint committed");
-        if self.recommitting {
-            failpoint!("during-recovery-recommit");
-        } else {
-            failpoint!("after-commit");
+        match self.recommitting {
+            true => failpoint!("during-recovery-recommit"),
+            false => failpoint!("after-commit"),
         }
         self.send_global(GlobalMessage::Committed {
             summary: CommittableSummary {
