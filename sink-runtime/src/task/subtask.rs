@@ -448,9 +448,11 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         info!(subtask = self.index, checkpoint = %checkpoint_id, origin = summary.subtask,
             committed = tally.committed, already_committed = tally.already_committed,
             records = summary.record_count, "checkpoint committed");
-        match self.recommitting {
-            true => failpoint!("during-recovery-recommit"),
-            false => failpoint!("after-commit"),
+        if self.recommitting {
+            failpoint!("during-recovery-recommit");
+        }
+        if !self.recommitting {
+            failpoint!("after-commit");
         }
         self.send_global(GlobalMessage::Committed {
             summary: CommittableSummary {
