@@ -1,0 +1,99 @@
+//! The checkpoint inspector on a real state directory.
+
+use std::process::Command;
+use std::time::Duration;
+
+use sink_runtime::{CheckpointConfig, Job, LocalCheckpointStorage, SequenceSource};
+use sinks_memory::{MemoryGlobalCommitter, MemorySink, MemoryStore};
+
+fn inspect(dir: &std::path::Path, json: bool) -> (bool, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sink-inspect"));
+    command.arg(dir);
+    if json {
+        command.arg("--json");
+    }
+    let output = command.output().expect("the inspector runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr),
+    )
+}
+
+#[tokio::test]
+async fn inspects_checkpoints_pending_committables_and_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::<u64>::new();
+    let handle = Job::builder(
+        "inspected",
+        SequenceSource::unbounded(1_000),
+        MemorySink::new(store.clone()),
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(Duration::from_millis(20)))
+    .checkpoint_storage(LocalCheckpointStorage::open(dir.path()).unwrap())
+    .global_committer({
+        let store = store.clone();
+        move || MemoryGlobalCommitter::new(store.clone())
+    })
+    .build()
+    .unwrap()
+    .start();
+    while handle.metrics().checkpoints_completed < 3 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    handle.cancel();
+    handle.join().await.unwrap();
+
+    let (ok, out) = inspect(dir.path(), true);
+    assert!(ok, "{out}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    assert_eq!(report["generation"], 1);
+    assert_eq!(report["finished"], serde_json::Value::Null);
+    assert_eq!(report["in_use"], false);
+    let checkpoints = report["checkpoints"].as_array().unwrap();
+    assert_eq!(
+        checkpoints.len(),
+        3,
+        "the newest three are retained: {report}"
+    );
+    for checkpoint in checkpoints {
+        assert_eq!(checkpoint["job"], "inspected");
+        assert_eq!(checkpoint["parallelism"], 2);
+        assert!(checkpoint["size_bytes"].as_u64().unwrap() > 0);
+        assert!(checkpoint["pending"].is_array());
+        assert!(checkpoint["global_committer_pending"].is_array());
+    }
+
+    let (ok, table) = inspect(dir.path(), false);
+    assert!(ok, "{table}");
+    assert!(table.contains("generation       1"), "{table}");
+    assert!(table.contains("pending committables"), "{table}");
+
+    // A damaged checkpoint is reported, and the others still shown.
+    let newest = checkpoints.last().unwrap()["file"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(&newest, b"EOSINK").unwrap();
+    let (ok, out) = inspect(dir.path(), true);
+    assert!(ok, "{out}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let damaged = report["checkpoints"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        damaged["error"].as_str().unwrap().contains("truncated"),
+        "{damaged}"
+    );
+}
+
+#[test]
+fn a_missing_state_directory_is_a_clear_error() {
+    let (ok, out) = inspect(std::path::Path::new("/nonexistent/state"), false);
+    assert!(!ok);
+    assert!(out.contains("is not a state directory"), "{out}");
+}
