@@ -15,18 +15,21 @@ use sinks_memory::{
     MemoryCommitter, MemorySink, MemoryStore, MemoryWriter, MemoryWriterState, TransactionState,
 };
 
+/// Every transaction and its state, taken at the first write of a run.
+type Picture = Arc<Mutex<Option<Vec<(String, TransactionState)>>>>;
+
 /// The memory sink, with a writer that takes a picture of every transaction
 /// at its first write.
 struct Probe {
     inner: MemorySink<u64>,
     store: MemoryStore<u64>,
-    at_first_write: Arc<Mutex<Option<Vec<(String, TransactionState)>>>>,
+    at_first_write: Picture,
 }
 
 struct ProbeWriter {
     inner: MemoryWriter<u64>,
     store: MemoryStore<u64>,
-    at_first_write: Arc<Mutex<Option<Vec<(String, TransactionState)>>>>,
+    at_first_write: Picture,
 }
 
 #[async_trait]
@@ -101,7 +104,7 @@ impl SinkWriter for ProbeWriter {
 async fn after_a_crash_between_completion_and_commit_the_commit_comes_before_new_data() {
     let dir = tempfile::tempdir().unwrap();
     let store = MemoryStore::<u64>::new();
-    let run = |picture: Arc<Mutex<Option<Vec<(String, TransactionState)>>>>| {
+    let run = |picture: Picture| {
         let sink = Probe {
             inner: MemorySink::new(store.clone()),
             store: store.clone(),
