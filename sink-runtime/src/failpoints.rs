@@ -1,20 +1,21 @@
 //! Named crash points at every phase boundary, for crash tests.
 //!
 //! Compiled in only with the `failpoints` cargo feature (which enables the
-//! `fail` crate); without it [`failpoint!`] expands to nothing and costs
-//! nothing. A crash test configures a point with `fail::cfg(name, "return")`
-//! (or `"3*off->return"` to crash at its fourth hit): the task that reaches it
-//! fails with [`JobError::Crash`](crate::JobError::Crash), as if the process
-//! had died there, and the test starts the job again on the same checkpoint
-//! storage. Every hit is also counted (see [`hits`]), so a test can assert
-//! that each point was reached and a renamed point cannot silently stop
-//! being tested.
+//! `fail` crate); without it the internal `failpoint!` marks expand to
+//! nothing and cost nothing. A crash test configures a point with
+//! `fail::cfg(name, "return")` (or `"3*off->return"` to crash at its fourth
+//! hit): the task that reaches it fails with
+//! [`JobError::Crash`](crate::JobError::Crash), as if the process had died
+//! there, and the test starts the job again on the same checkpoint storage.
+//! Every hit is also counted (`hits`, with the feature), so a test can assert
+//! that each point was reached and a renamed point cannot silently stop being
+//! tested.
 //!
 //! `fail`'s configuration is process-wide: run crash tests one per process,
 //! or serialise them.
 
 /// Every crash point of the runtime, in the order a record meets them. The
-//  memory sink adds `memory-commit-mid-batch` (its own `failpoints` feature).
+/// memory sink adds `memory-commit-mid-batch` (its own `failpoints` feature).
 pub const FAILPOINTS: &[&str] = &[
     "after-write",
     "after-flush",
