@@ -161,6 +161,7 @@ where
         retry: spec.retry,
     };
 
+    let (cancel_tx, cancel_rx) = watch::channel(false);
     let mut controls = Vec::with_capacity(spec.parallelism);
     for (index, start_state) in plan.subtasks.into_iter().enumerate() {
         let name = format!("subtask {index}");
@@ -224,6 +225,8 @@ where
             settings: settings.clone(),
             restored: plan.restored,
             recommitting: false,
+            cancel: cancel_rx.clone(),
+            closed: false,
             records_since_barrier: 0,
         };
         tasks.spawn(
@@ -285,6 +288,8 @@ where
         store_queue: VecDeque::new(),
         storing: None,
         notification_faults: spec.notification_faults.clone(),
+        cancel: cancel_tx,
+        last_completed: plan.restored.unwrap_or(CheckpointId::NONE),
     };
 
     let outcome: Result<JobStatus, JobError> = async {
@@ -322,6 +327,10 @@ where
                             debug!(?task, "task ended");
                             running -= 1;
                         }
+                        Ok((task, Err(JobError::Cancelled))) if status == JobStatus::Cancelled => {
+                            debug!(?task, "task stopped by the cancel");
+                            running -= 1;
+                        }
                         Ok((task, Err(error))) => {
                             warn!(?task, %error, "task failed; failing the job");
                             return Err(error);
@@ -357,11 +366,7 @@ where
     }
     coordinator.settle_store().await;
     let status = outcome?;
-    let last = coordinator
-        .tracker
-        .as_ref()
-        .map(CheckpointTracker::last_completed)
-        .filter(|&id| id > CheckpointId::NONE);
+    let last = Some(coordinator.last_completed).filter(|&id| id > CheckpointId::NONE);
     if status == JobStatus::Finished {
         coordinator
             .storage
@@ -419,6 +424,11 @@ struct Coordinator {
     store_queue: VecDeque<CompletedCheckpoint>,
     storing: Option<StoreTask>,
     notification_faults: Option<NotificationFaults>,
+    /// Raised when tasks must stop: cancel or failure.
+    cancel: watch::Sender<bool>,
+    /// The newest completed checkpoint (kept when the tracker is dropped at
+    /// a cancel).
+    last_completed: CheckpointId,
 }
 
 impl Coordinator {
@@ -470,6 +480,7 @@ impl Coordinator {
     }
 
     fn cancel_tasks(&self) {
+        self.cancel.send_replace(true);
         self.send_all(Control::Cancel);
     }
 
@@ -565,6 +576,7 @@ impl Coordinator {
                         .map(|at| now.saturating_sub(at))
                         .unwrap_or_default();
                     metrics::add(&self.metrics.checkpoints_completed, 1);
+                    self.last_completed = self.last_completed.max(id);
                     self.metrics.last_checkpoint_duration_ms.store(
                         duration.as_millis() as u64,
                         std::sync::atomic::Ordering::Relaxed,
@@ -632,8 +644,9 @@ impl Coordinator {
         for id in expired {
             if let Some((storing, handle)) = &self.storing {
                 if *storing == id {
+                    // Stop it, but start the next store only once this one
+                    // has really ended: stores never overlap.
                     handle.abort();
-                    self.storing = None;
                 }
             }
             self.on_checkpoint_failed(id, "it timed out".into())?;

@@ -130,6 +130,10 @@ pub enum JobError {
         /// The crash point.
         failpoint: &'static str,
     },
+    /// The job was cancelled while a task was busy (a task's own way of
+    /// stopping; a cancelled job reports `JobStatus::Cancelled`).
+    #[error("the job was cancelled")]
+    Cancelled,
     /// The job could not resume from the stored checkpoint.
     #[error("cannot resume from checkpoint {checkpoint_id}: {message}")]
     Restore {

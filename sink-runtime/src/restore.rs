@@ -94,15 +94,16 @@ where
     // round-robin. Pending committables go to subtask `origin % parallelism`,
     // keeping their origin, so that each is committed exactly once and the
     // global committer still sees every original subtask's part.
+    let indices: Vec<usize> = checkpoint.subtasks.iter().map(|s| s.subtask).collect();
+    if indices != (0..checkpoint.parallelism).collect::<Vec<_>>() {
+        return Err(refuse(format!(
+            "it holds the subtasks {indices:?}, not each of 0..{} once; the checkpoint is inconsistent",
+            checkpoint.parallelism
+        )));
+    }
     let mut state_index = 0;
     let mut split_index = 0;
     for snapshot in checkpoint.subtasks {
-        if snapshot.subtask >= checkpoint.parallelism {
-            return Err(refuse(format!(
-                "it holds subtask {}, beyond its own parallelism {}; the file is inconsistent",
-                snapshot.subtask, checkpoint.parallelism
-            )));
-        }
         let states: Vec<S::WriterState> = snapshot
             .writer_states
             .iter()
@@ -121,9 +122,22 @@ where
         for part in decode_pending(&snapshot.pending, serializers.committable.as_ref())
             .map_err(|e| decode("a pending committable", e))?
         {
-            subtasks[part.summary.subtask % parallelism]
-                .pending
-                .push(part);
+            let summary = part.summary;
+            if summary.committable_count != part.committables.len() as u64
+                || summary.subtask >= checkpoint.parallelism
+                || summary.checkpoint_id > checkpoint_id
+            {
+                return Err(refuse(format!(
+                    "subtask {} holds a part of checkpoint {} from subtask {} announcing {} committables \
+                     with {} present; the checkpoint is inconsistent",
+                    snapshot.subtask,
+                    summary.checkpoint_id,
+                    summary.subtask,
+                    summary.committable_count,
+                    part.committables.len()
+                )));
+            }
+            subtasks[summary.subtask % parallelism].pending.push(part);
         }
         let splits: Vec<Src::Split> =
             deserialize_versioned(serializers.splits.as_ref(), &snapshot.source_splits)

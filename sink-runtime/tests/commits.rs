@@ -288,11 +288,11 @@ async fn a_hanging_checkpoint_times_out_and_the_next_one_commits() {
 }
 
 /// A cancel reaches a job whose commit is stuck in its retries: the job stops
-/// within the close grace period instead of waiting out every retry.
+/// at once, commits nothing more, and reports its last checkpoint.
 #[tokio::test(start_paused = true)]
-async fn a_cancel_stops_a_commit_stuck_in_retries() {
+async fn a_cancel_stops_a_commit_stuck_in_retries_and_commits_nothing_more() {
     let store = MemoryStore::<u64>::new();
-    store.fail_next_commits(1_000, InjectedCommitFailure::RetryLater);
+    store.fail_next_commits(9, InjectedCommitFailure::RetryLater);
     let handle = Job::builder(
         "stuck",
         SequenceSource::unbounded(100),
@@ -301,22 +301,60 @@ async fn a_cancel_stops_a_commit_stuck_in_retries() {
     .checkpointing(CheckpointConfig::every(ms(100)))
     .commit_retry(RetryPolicy {
         max_retries: 1_000,
-        initial_backoff: Duration::from_secs(10),
+        initial_backoff: Duration::from_secs(1),
         max_backoff: Duration::from_secs(60),
     })
     .build()
     .unwrap()
     .start();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(ms(150)).await;
     assert!(handle.metrics().commits_retried >= 1);
     let cancelled_at = Instant::now();
     handle.cancel();
     let report = handle.join().await.unwrap();
     assert_eq!(report.status, JobStatus::Cancelled);
     assert!(
-        cancelled_at.elapsed() <= Duration::from_secs(6),
+        cancelled_at.elapsed() < ms(100),
         "{:?}",
         cancelled_at.elapsed()
     );
-    assert!(store.committed().is_empty());
+    assert!(
+        store.committed().is_empty(),
+        "nothing is committed after the cancel"
+    );
+    assert_eq!(report.last_checkpoint, Some(CheckpointId(1)));
+}
+
+/// The backoff is jittered: the same three retries, run five times, never
+/// wait the full exponential delay (700 ms) and do not all wait the same.
+#[tokio::test(start_paused = true)]
+async fn retry_backoff_is_jittered() {
+    let policy = RetryPolicy {
+        max_retries: 5,
+        initial_backoff: ms(100),
+        max_backoff: Duration::from_secs(10),
+    };
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let store = MemoryStore::<u64>::new();
+        store.fail_next_commits(3, InjectedCommitFailure::RetryLater);
+        let started = Instant::now();
+        let report = bounded_job(&store)
+            .commit_retry(policy)
+            .build()
+            .unwrap()
+            .run()
+            .await
+            .unwrap();
+        assert_eq!(report.metrics.commits_retried, 3);
+        waits.push(started.elapsed());
+    }
+    assert!(
+        waits.iter().all(|w| *w >= ms(350) && *w < ms(700)),
+        "each wait in [350 ms, 700 ms): {waits:?}"
+    );
+    assert!(
+        waits.windows(2).any(|w| w[0] != w[1]),
+        "jitter varies the waits: {waits:?}"
+    );
 }

@@ -8,10 +8,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use sink_api::CheckpointId;
+use sink_api::{CheckpointId, GlobalCommitter, SinkError};
 use sink_runtime::source::RangeSplit;
 use sink_runtime::{CheckpointConfig, Job, JobStatus, SequenceSource};
-use sinks_memory::{MemoryGlobalCommitter, MemorySink, MemoryStore};
+use sinks_memory::{MemoryCommittable, MemoryGlobalCommitter, MemorySink, MemoryStore};
 use tokio::time::Instant;
 
 /// Bounded input with checkpoints in the middle of it: every record is
@@ -221,5 +221,54 @@ async fn subtasks_finishing_at_different_times_commit_exactly_once() {
         "{:?}",
         report.metrics
     );
+    assert_no_violations(&store);
+}
+
+/// A global committer that takes its time.
+struct SlowGlobalCommitter(MemoryGlobalCommitter<u64>);
+
+#[async_trait::async_trait]
+impl GlobalCommitter for SlowGlobalCommitter {
+    type Committable = MemoryCommittable;
+
+    async fn commit_checkpoint(
+        &mut self,
+        id: CheckpointId,
+        committables: Vec<MemoryCommittable>,
+    ) -> Result<(), SinkError> {
+        tokio::time::sleep(ms(50)).await;
+        self.0.commit_checkpoint(id, committables).await
+    }
+
+    async fn end_of_input(&mut self) -> Result<(), SinkError> {
+        tokio::time::sleep(ms(50)).await;
+        self.0.end_of_input().await
+    }
+}
+
+/// The job returns only after the global committer finished too.
+#[tokio::test(start_paused = true)]
+async fn the_job_returns_only_after_a_slow_global_committer_finished() {
+    let store = MemoryStore::<u64>::new();
+    let report = Job::builder(
+        "slow-global",
+        ThrottledSource::bounded(160, 10, ms(100)),
+        MemorySink::new(store.clone()),
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(ms(300)))
+    .global_committer({
+        let store = store.clone();
+        move || SlowGlobalCommitter(MemoryGlobalCommitter::new(store.clone()))
+    })
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert!(store.global_end_of_input_called());
+    assert_exactly_once("global committer", &store.global_records(), 160);
+    assert_exactly_once("committed", &store.committed(), 160);
     assert_no_violations(&store);
 }

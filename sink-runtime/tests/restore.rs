@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use sink_api::CheckpointId;
 use sink_runtime::{
     CheckpointConfig, Job, JobError, JobStatus, MemoryCheckpointStorage, RestartStrategy,
     SequenceSource,
@@ -266,4 +267,112 @@ async fn a_finished_job_is_not_run_again() {
     assert_eq!(again.metrics.records_written, 0);
     assert_eq!(store.stats().writers_created, 1);
     assert_exactly_once("committed", &store.committed(), 100);
+}
+
+/// Runs a job briefly and returns its newest checkpoint.
+async fn a_checkpoint(store: &MemoryStore<u64>) -> sink_runtime::storage::CompletedCheckpoint {
+    let storage = MemoryCheckpointStorage::new(3);
+    let first = job(
+        ThrottledSource::unbounded(RECORDS, 10, ms(10)),
+        store,
+        &storage,
+        2,
+    )
+    .start();
+    tokio::time::sleep(ms(450)).await;
+    first.cancel();
+    first.join().await.unwrap();
+    storage.checkpoints().pop().unwrap()
+}
+
+/// The pending committables of a restored checkpoint are committed before the
+/// first record is read.
+#[tokio::test(start_paused = true)]
+async fn a_restored_checkpoint_is_committed_before_any_record_is_read() {
+    let store = MemoryStore::<u64>::new();
+    let storage = MemoryCheckpointStorage::new(3);
+    // Each subtask's first commit fails: the job dies with checkpoint 1
+    // stored and not committed.
+    store.fail_next_commits(2, InjectedCommitFailure::UnknownReason);
+    let error = job(
+        ThrottledSource::unbounded(RECORDS, 10, ms(10)),
+        &store,
+        &storage,
+        2,
+    )
+    .run()
+    .await
+    .unwrap_err();
+    assert!(matches!(error, JobError::Commit { .. }), "{error:?}");
+    let stored = storage.checkpoints().pop().unwrap();
+    assert_eq!(stored.checkpoint_id, CheckpointId(1));
+    let pending_records: u64 = stored
+        .subtasks
+        .iter()
+        .flat_map(|s| &s.pending)
+        .map(|p| p.summary.record_count)
+        .sum();
+    assert!(pending_records > 0);
+    assert!(store.committed().is_empty());
+    let written_before = store.written().len();
+
+    let second = job(
+        ThrottledSource::bounded(RECORDS, 10, ms(10)),
+        &store,
+        &storage,
+        2,
+    )
+    .start();
+    // The throttled reader sleeps 10 ms before its first read.
+    tokio::time::sleep(ms(5)).await;
+    assert_eq!(store.written().len(), written_before, "no record read yet");
+    assert_eq!(
+        store.committed().len() as u64,
+        pending_records,
+        "the restored checkpoint is committed before new data flows"
+    );
+    let report = second.join().await.unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_exactly_once("committed", &store.committed(), RECORDS);
+    assert_no_violations(&store);
+}
+
+/// An inconsistent checkpoint (a subtask missing, a part whose count does not
+/// match its summary) is refused rather than restored wrongly.
+#[tokio::test(start_paused = true)]
+async fn an_inconsistent_checkpoint_is_refused() {
+    let store = MemoryStore::<u64>::new();
+    let checkpoint = a_checkpoint(&store).await;
+
+    let mut missing = checkpoint.clone();
+    missing.subtasks.pop();
+    let mut miscounted = checkpoint.clone();
+    let part = miscounted
+        .subtasks
+        .iter_mut()
+        .flat_map(|s| s.pending.iter_mut())
+        .next()
+        .expect("a pending part");
+    part.summary.committable_count += 1;
+
+    for (broken, expected) in [
+        (missing, "not each of 0..2 once"),
+        (miscounted, "announcing"),
+    ] {
+        let storage = MemoryCheckpointStorage::new(3);
+        sink_runtime::CheckpointStorage::store(&storage, &broken)
+            .await
+            .unwrap();
+        let error = job(
+            ThrottledSource::bounded(RECORDS, 10, ms(10)),
+            &store,
+            &storage,
+            2,
+        )
+        .run()
+        .await
+        .unwrap_err();
+        assert!(matches!(error, JobError::Restore { .. }), "{error:?}");
+        assert!(error.to_string().contains(expected), "{error}");
+    }
 }

@@ -28,7 +28,7 @@ use sink_api::{
     serialize_versioned, BincodeSerializer, CheckpointId, Committer, Sink, SinkError, SinkWriter,
     SubtaskIndex, VersionedSerializer,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::{Control, GlobalMessage, TaskEvent, TaskState};
@@ -95,6 +95,11 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = S::Input>> {
     pub restored: Option<CheckpointId>,
     /// True while re-committing what the restored checkpoint held.
     pub recommitting: bool,
+    /// Set by the coordinator when the job is cancelled or failed: no more
+    /// commits, no more waiting.
+    pub cancel: watch::Receiver<bool>,
+    /// Whether the writer and committer were closed.
+    pub closed: bool,
     pub records_since_barrier: u64,
 }
 
@@ -114,13 +119,12 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
     /// Runs the chain until the job finishes, is cancelled, or fails.
     pub(crate) async fn run(mut self) -> Result<(), JobError> {
         let result = self.run_loop().await;
-        if result.is_err() {
+        if result.is_err() && !self.closed {
             // Abort whatever the writer holds; the error that stopped the job
             // matters more than one from closing.
-            if let Err(error) = self.writer.close().await {
-                warn!(subtask = self.index, %error, "closing the writer after a failure failed too");
+            if let Err(error) = self.close().await {
+                warn!(subtask = self.index, %error, "closing after a failure failed too");
             }
-            let _ = self.committer.close().await;
         }
         result
     }
@@ -406,6 +410,9 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             if requests.is_empty() {
                 break;
             }
+            // After a cancel nothing more is committed: what this round held
+            // stays in the last checkpoint and is committed after a restore.
+            self.check_cancelled()?;
             metrics::add(&self.metrics.commit_calls, 1);
             self.committer
                 .commit(&mut requests)
@@ -423,7 +430,11 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                     metrics::add(&self.metrics.commits_retried, requests);
                     let delay = self.settings.retry.backoff(retry, fastrand::f64());
                     warn!(subtask = self.index, checkpoint = %checkpoint_id, retry, ?delay, "commit asked to be retried");
-                    tokio::time::sleep(delay).await;
+                    let mut cancel = self.cancel.clone();
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        _ = cancel.wait_for(|&cancelled| cancelled) => return Err(JobError::Cancelled),
+                    }
                 }
             }
         }
@@ -488,15 +499,27 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         self.close().await
     }
 
+    /// Closes the writer and the committer, once: a second call does
+    /// nothing.
     async fn close(&mut self) -> Result<(), JobError> {
-        self.writer
+        if std::mem::replace(&mut self.closed, true) {
+            return Ok(());
+        }
+        let writer = self.writer.close().await.map_err(self.sink_error("close"));
+        let committer = self
+            .committer
             .close()
             .await
-            .map_err(self.sink_error("close"))?;
-        self.committer
-            .close()
-            .await
-            .map_err(self.sink_error("close the committer"))
+            .map_err(self.sink_error("close the committer"));
+        writer.and(committer)
+    }
+
+    /// Fails with [`JobError::Cancelled`] once the job was cancelled.
+    fn check_cancelled(&self) -> Result<(), JobError> {
+        match *self.cancel.borrow() {
+            true => Err(JobError::Cancelled),
+            false => Ok(()),
+        }
     }
 
     async fn send_global(
