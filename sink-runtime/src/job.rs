@@ -351,9 +351,12 @@ impl JobHandle {
         self.metrics.snapshot()
     }
 
-    /// Asks the job to stop: tasks close their writers (aborting what is not
-    /// committed) and exit; nothing more is committed. [`join`](Self::join)
-    /// then returns a report with [`JobStatus::Cancelled`].
+    /// Asks the job to stop: tasks stop at their next step, no commit starts
+    /// or is retried any more, and writers are closed (aborting what they
+    /// held open). What was prepared but not committed stays in the last
+    /// completed checkpoint, for a restart on the same storage.
+    /// [`join`](Self::join) then returns a report with
+    /// [`JobStatus::Cancelled`].
     pub fn cancel(&self) {
         self.cancel.send_replace(true);
     }

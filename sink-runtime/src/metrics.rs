@@ -74,8 +74,12 @@ pub(crate) fn add(counter: &AtomicU64, amount: u64) {
     counter.fetch_add(amount, Ordering::Relaxed);
 }
 
+/// Lowers a gauge, never below zero (a bookkeeping slip must not wrap it to
+/// an absurd value).
 pub(crate) fn sub(counter: &AtomicU64, amount: u64) {
-    counter.fetch_sub(amount, Ordering::Relaxed);
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |value| {
+        Some(value.saturating_sub(amount))
+    });
 }
 
 impl Metrics {
