@@ -112,6 +112,14 @@ async fn scenario(mode: Mode, global: bool, failpoint: &'static str) -> u32 {
     }
     let violations = store.violations();
     assert!(violations.is_empty(), "{what}: {violations:#?}");
+    // A commit is replayed only by a restore: at most once per crash.
+    let replays = store.replays_per_transaction();
+    if let Some((transaction, count)) = replays.iter().max_by_key(|(_, &count)| count) {
+        assert!(
+            *count <= u64::from(crashes),
+            "{what}: transaction {transaction} replayed {count} times after {crashes} crashes"
+        );
+    }
     assert!(crashes >= 1, "{what}: the crash point was never reached");
     crashes
 }

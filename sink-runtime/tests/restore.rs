@@ -376,3 +376,35 @@ async fn an_inconsistent_checkpoint_is_refused() {
         assert!(error.to_string().contains(expected), "{error}");
     }
 }
+
+/// A panicking task is a task failure like any other: the job restarts from
+/// its last checkpoint and the output stays exactly once.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_writer_restarts_the_job() {
+    let store = MemoryStore::<u64>::new();
+    let handle = Job::builder(
+        "panics",
+        ThrottledSource::bounded(RECORDS, 10, ms(10)),
+        MemorySink::new(store.clone()),
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(ms(200)))
+    .restart_strategy(RestartStrategy::ExponentialBackoff(
+        sink_runtime::RetryPolicy {
+            max_retries: 3,
+            initial_backoff: ms(50),
+            max_backoff: ms(500),
+        },
+    ))
+    .build()
+    .unwrap()
+    .start();
+    tokio::time::sleep(ms(450)).await;
+    store.panic_next_writes(1);
+    let report = handle.join().await.unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_eq!(report.metrics.restarts, 1);
+    assert_eq!(store.stats().injected_write_panics, 1);
+    assert_exactly_once("committed", &store.committed(), RECORDS);
+    assert_no_violations(&store);
+}

@@ -155,6 +155,10 @@ fn commit_one<T: Clone>(state: &mut StoreState<T>, request: &mut CommitRequest<M
         }
         TransactionState::Committed => {
             state.stats.replays += 1;
+            *state
+                .replays_per_transaction
+                .entry(transaction_id.clone())
+                .or_default() += 1;
             request.signal_already_committed();
         }
         TransactionState::Open | TransactionState::Aborted => {

@@ -11,6 +11,7 @@
 //! | [`MemoryStore::fail_next_prepare_commits`] | the next `prepare_commit` calls | `Err(SinkError)`; the open transaction stays open | `injected_prepare_commit_failures` |
 //! | [`MemoryStore::fail_next_commits`] | the next commit *requests* | the request ends with the chosen outcome; its transaction stays prepared | `injected_retry_later`, `injected_known_failures`, `injected_unknown_failures` |
 //! | [`MemoryStore::fail_next_commit_calls`] | the next `Committer::commit` calls | `Err(SinkError)`; nothing of the batch is committed | `injected_commit_call_failures` |
+//! | [`MemoryStore::panic_next_writes`] | the next `write` or `write_batch` calls | the writer panics (a bug in a sink); nothing of the batch is written | `injected_write_panics` |
 
 use std::collections::VecDeque;
 
@@ -44,6 +45,7 @@ pub(crate) struct FailurePlan {
     /// Runs of `(kind, how many requests)`, fired front first.
     commit_failures: VecDeque<(InjectedCommitFailure, u64)>,
     commit_call_failures: u64,
+    write_panics: u64,
 }
 
 impl FailurePlan {
@@ -61,6 +63,11 @@ impl FailurePlan {
             self.commit_failures.pop_front();
         }
         Some(kind)
+    }
+
+    /// Consumes one armed write panic, if any.
+    pub(crate) fn take_write_panic(&mut self) -> bool {
+        take_one(&mut self.write_panics)
     }
 
     /// Consumes one armed `Committer::commit` call failure, if any.
@@ -88,6 +95,15 @@ impl<T> MemoryStore<T> {
     pub fn fail_next_prepare_commits(&self, n: u64) {
         let mut state = self.lock();
         state.failures.prepare_commit_failures += n;
+    }
+
+    /// Makes the next `n` calls of `write` or `write_batch`, on any writer of
+    /// this store, panic before writing anything: a sink with a bug. The
+    /// runtime treats a panicking task as a failed one.
+    ///
+    /// Called by tests, before or during a job. Adds to panics armed before.
+    pub fn panic_next_writes(&self, n: u64) {
+        self.lock().failures.write_panics += n;
     }
 
     /// Makes the next `n` commit *requests*, on any committer of this store,

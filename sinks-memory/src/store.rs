@@ -88,6 +88,8 @@ pub struct MemoryStats {
     /// Requests for a transaction that was already committed (signalled as
     /// already committed; nothing duplicated).
     pub replays: u64,
+    /// Writes that panicked on purpose ([`MemoryStore::panic_next_writes`]).
+    pub injected_write_panics: u64,
     /// Requests ended with an injected `RetryLater`.
     pub injected_retry_later: u64,
     /// Requests ended with an injected known-reason failure.
@@ -181,6 +183,8 @@ pub(crate) struct StoreState<T> {
     pub(crate) violations: Vec<String>,
     /// Per checkpoint: committables newly committed.
     pub(crate) commits_per_checkpoint: BTreeMap<CheckpointId, u64>,
+    /// Per transaction: how often a commit of it was replayed.
+    pub(crate) replays_per_transaction: BTreeMap<String, u64>,
     pub(crate) failures: FailurePlan,
     pub(crate) global: GlobalLog<T>,
 }
@@ -195,6 +199,7 @@ impl<T> Default for StoreState<T> {
             stats: MemoryStats::default(),
             violations: Vec::new(),
             commits_per_checkpoint: BTreeMap::new(),
+            replays_per_transaction: BTreeMap::new(),
             failures: FailurePlan::default(),
             global: GlobalLog::default(),
         }
@@ -288,6 +293,13 @@ impl<T> MemoryStore<T> {
     /// run: exactly-once tests assert so.
     pub fn violations(&self) -> Vec<String> {
         self.lock().violations.clone()
+    }
+
+    /// Per transaction, how often its commit was replayed (committed again
+    /// after it had been committed): what a crash between a commit and the
+    /// checkpoint recording it costs.
+    pub fn replays_per_transaction(&self) -> BTreeMap<String, u64> {
+        self.lock().replays_per_transaction.clone()
     }
 
     /// Per checkpoint, how many committables were newly committed (replays

@@ -207,6 +207,14 @@ impl<T: Clone> MemoryWriter<T> {
     fn write_records(&mut self, records: Vec<T>, call: WriteCall) {
         let store = self.store.clone();
         let mut state = store.lock();
+        if state.failures.take_write_panic() {
+            state.stats.injected_write_panics += 1;
+            drop(state);
+            panic!(
+                "injected panic in a write of {} (armed with MemoryStore::panic_next_writes)",
+                self.name()
+            );
+        }
         match call {
             WriteCall::Single => state.stats.write_calls += 1,
             WriteCall::Batch => state.stats.write_batch_calls += 1,
