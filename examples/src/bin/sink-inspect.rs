@@ -65,6 +65,21 @@ fn describe(checkpoint: &CompletedCheckpoint) -> Value {
     })
 }
 
+/// "checkpoint/subtask: count" for each entry of a JSON list of pending parts.
+fn pending_list(parts: &Value) -> Vec<String> {
+    parts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}/{}: {}",
+                p["checkpoint"], p["subtask"], p["committables"]
+            )
+        })
+        .collect()
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let state = LocalCheckpointStorage::inspect(&args.state_dir)
@@ -130,28 +145,8 @@ fn main() -> anyhow::Result<()> {
     for (file, value) in state.checkpoints.iter().zip(&checkpoints) {
         match &file.content {
             Ok(checkpoint) => {
-                let pending: Vec<String> = value["pending"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| {
-                        format!(
-                            "{}/{}: {}",
-                            p["checkpoint"], p["subtask"], p["committables"]
-                        )
-                    })
-                    .collect();
-                let global: Vec<String> = value["global_committer_pending"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| {
-                        format!(
-                            "{}/{}: {}",
-                            p["checkpoint"], p["subtask"], p["committables"]
-                        )
-                    })
-                    .collect();
+                let pending = pending_list(&value["pending"]);
+                let global = pending_list(&value["global_committer_pending"]);
                 let mut line = if pending.is_empty() {
                     "none".to_string()
                 } else {
