@@ -146,129 +146,18 @@ where
     info!(parallelism = spec.parallelism, generation = %plan.generation, restored = ?plan.restored,
         checkpointing = ?spec.checkpointing.map(|c| c.interval), "job starting");
 
-    let (events_tx, mut events) = mpsc::unbounded_channel();
-    let with_global_committer = spec.global_committer.is_some();
-    let (global_tx, global_rx) = match with_global_committer {
-        true => {
-            let (tx, rx) = mpsc::channel(GLOBAL_CHANNEL_CAPACITY);
-            (Some(tx), Some(rx))
-        }
-        false => (None, None),
-    };
-    let settings = SubtaskSettings {
-        batch_size: spec.batch_size,
-        idle_poll: spec.idle_poll,
-        retry: spec.retry,
-    };
-
-    let (cancel_tx, cancel_rx) = watch::channel(false);
-    let mut controls = Vec::with_capacity(spec.parallelism);
-    for (index, start_state) in plan.subtasks.into_iter().enumerate() {
-        let name = format!("subtask {index}");
-        let context = InitContext {
-            subtask_index: index,
-            parallelism: spec.parallelism,
-            generation: plan.generation,
-            restored_checkpoint_id: plan.restored,
-            job_name: spec.name.clone(),
-        };
-        let sink_error = |action| {
-            let task = name.clone();
-            move |source| JobError::Sink {
-                task,
-                action,
-                source,
-            }
-        };
-        let writer = spec
-            .sink
-            .create_writer(&context, start_state.writer_states)
-            .await
-            .map_err(sink_error("create_writer"))?;
-        let committer = spec
-            .sink
-            .create_committer(&context)
-            .await
-            .map_err(sink_error("create_committer"))?;
-        let reader = spec
-            .source
-            .create_reader(index, start_state.splits)
-            .map_err(|source| JobError::Source {
-                subtask: index,
-                source,
-            })?;
-        let mut ledger = CommitLedger::new([index]);
-        for part in start_state.pending {
-            metrics::add(
-                &metrics.committables_pending,
-                part.committables.len() as u64,
-            );
-            ledger
-                .restore_part(part)
-                .map_err(|e| JobError::invariant(name.clone(), e))?;
-        }
-        let (control_tx, control_rx) = mpsc::unbounded_channel();
-        controls.push(control_tx);
-        let task = SubtaskTask::<S, Src> {
-            index,
-            name,
-            reader,
-            writer,
-            committer,
-            ledger,
-            lifecycle: SubtaskLifecycle::new(restored, spec.defer_end_of_stream),
-            control: control_rx,
-            events: events_tx.clone(),
-            global: global_tx.clone(),
-            metrics: metrics.clone(),
-            serializers: serializers.clone(),
-            settings: settings.clone(),
-            restored: plan.restored,
-            recommitting: false,
-            cancel: cancel_rx.clone(),
-            closed: false,
-            records_since_barrier: 0,
-        };
-        tasks.spawn(
-            async move { (TaskId::Subtask(index), task.run().await) }
-                .instrument(info_span!("subtask", index)),
-        );
-    }
-    drop(global_tx);
-
-    if let (Some(factory), Some(input)) = (&spec.global_committer, global_rx) {
-        let committer = factory();
-        let mut ledger = CommitLedger::new(0..spec.parallelism);
-        if let Some(restored) = plan.restored {
-            ledger.expect_until(restored, 0..plan.restored_parallelism);
-        }
-        for part in plan.global_pending {
-            ledger
-                .add(part.summary, part.committables)
-                .map_err(|e| JobError::invariant("global committer", e))?;
-        }
-        let task = GlobalTask {
-            committer,
-            parallelism: spec.parallelism,
-            ledger,
-            input,
-            events: events_tx.clone(),
-            serializer: serializers.committable.clone(),
-            metrics: metrics.clone(),
-            ended: Default::default(),
-            end_of_input_called: false,
-        };
-        tasks.spawn(
-            async move { (TaskId::GlobalCommitter, task.run().await) }
-                .instrument(info_span!("global_committer")),
-        );
-    }
-    drop(events_tx);
+    let generation = plan.generation;
+    let restored_id = plan.restored;
+    let Started {
+        controls,
+        mut events,
+        cancel: cancel_tx,
+    } = start_tasks(spec, plan, &metrics, &serializers, tasks).await?;
 
     let mut coordinator = Coordinator {
         name: spec.name.clone(),
         parallelism: spec.parallelism,
-        generation: plan.generation,
+        generation,
         start,
         // Without checkpointing only the final checkpoint is taken: the
         // commit at end of input then survives a crash like any other.
@@ -277,7 +166,7 @@ where
                 .unwrap_or_else(|| CheckpointConfig::every(Duration::from_secs(1))),
             spec.checkpointing.is_some(),
             spec.parallelism,
-            with_global_committer,
+            spec.global_committer.is_some(),
             restored,
         )),
         storage: spec.storage.clone(),
@@ -289,7 +178,7 @@ where
         storing: None,
         notification_faults: spec.notification_faults.clone(),
         cancel: cancel_tx,
-        last_completed: plan.restored.unwrap_or(CheckpointId::NONE),
+        last_completed: restored_id.unwrap_or(CheckpointId::NONE),
     };
 
     let outcome: Result<JobStatus, JobError> = async {
@@ -387,6 +276,155 @@ where
         status,
         metrics,
         last_checkpoint: last,
+    })
+}
+
+/// What [`start_tasks`] hands back to the coordinator loop.
+struct Started {
+    /// One control channel per subtask.
+    controls: Vec<mpsc::UnboundedSender<Control>>,
+    /// Every task's acknowledgements and ends of input.
+    events: mpsc::UnboundedReceiver<TaskEvent>,
+    /// Raised to stop every task at once.
+    cancel: watch::Sender<bool>,
+}
+
+/// Creates every subtask's reader, writer and committer (and the global
+/// committer) from `plan`, and spawns their tasks into `tasks`.
+async fn start_tasks<Src, S>(
+    spec: &JobSpec<Src, S>,
+    plan: restore::StartPlan<Src, S>,
+    metrics: &Arc<Metrics>,
+    serializers: &Serializers<S, Src>,
+    tasks: &mut JoinSet<(TaskId, Result<(), JobError>)>,
+) -> Result<Started, JobError>
+where
+    Src: Source<Record = S::Input>,
+    S: Sink,
+{
+    let restored = plan.restored.unwrap_or(CheckpointId::NONE);
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let (global_tx, global_rx) = match spec.global_committer.is_some() {
+        true => {
+            let (tx, rx) = mpsc::channel(GLOBAL_CHANNEL_CAPACITY);
+            (Some(tx), Some(rx))
+        }
+        false => (None, None),
+    };
+    let settings = SubtaskSettings {
+        batch_size: spec.batch_size,
+        idle_poll: spec.idle_poll,
+        retry: spec.retry,
+    };
+
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let mut controls = Vec::with_capacity(spec.parallelism);
+    for (index, start_state) in plan.subtasks.into_iter().enumerate() {
+        let name = format!("subtask {index}");
+        let context = InitContext {
+            subtask_index: index,
+            parallelism: spec.parallelism,
+            generation: plan.generation,
+            restored_checkpoint_id: plan.restored,
+            job_name: spec.name.clone(),
+        };
+        let sink_error = |action| {
+            let task = name.clone();
+            move |source| JobError::Sink {
+                task,
+                action,
+                source,
+            }
+        };
+        let writer = spec
+            .sink
+            .create_writer(&context, start_state.writer_states)
+            .await
+            .map_err(sink_error("create_writer"))?;
+        let committer = spec
+            .sink
+            .create_committer(&context)
+            .await
+            .map_err(sink_error("create_committer"))?;
+        let reader = spec
+            .source
+            .create_reader(index, start_state.splits)
+            .map_err(|source| JobError::Source {
+                subtask: index,
+                source,
+            })?;
+        let mut ledger = CommitLedger::new([index]);
+        for part in start_state.pending {
+            metrics::add(
+                &metrics.committables_pending,
+                part.committables.len() as u64,
+            );
+            ledger
+                .restore_part(part)
+                .map_err(|e| JobError::invariant(name.clone(), e))?;
+        }
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        controls.push(control_tx);
+        let task = SubtaskTask::<S, Src> {
+            index,
+            name,
+            reader,
+            writer,
+            committer,
+            ledger,
+            lifecycle: SubtaskLifecycle::new(restored, spec.defer_end_of_stream),
+            control: control_rx,
+            events: events_tx.clone(),
+            global: global_tx.clone(),
+            metrics: Arc::clone(metrics),
+            serializers: serializers.clone(),
+            settings: settings.clone(),
+            restored: plan.restored,
+            recommitting: false,
+            cancel: cancel_rx.clone(),
+            closed: false,
+            records_since_barrier: 0,
+        };
+        tasks.spawn(
+            async move { (TaskId::Subtask(index), task.run().await) }
+                .instrument(info_span!("subtask", index)),
+        );
+    }
+    drop(global_tx);
+
+    if let (Some(factory), Some(input)) = (&spec.global_committer, global_rx) {
+        let committer = factory();
+        let mut ledger = CommitLedger::new(0..spec.parallelism);
+        if let Some(restored) = plan.restored {
+            ledger.expect_until(restored, 0..plan.restored_parallelism);
+        }
+        for part in plan.global_pending {
+            ledger
+                .add(part.summary, part.committables)
+                .map_err(|e| JobError::invariant("global committer", e))?;
+        }
+        let task = GlobalTask {
+            committer,
+            parallelism: spec.parallelism,
+            ledger,
+            input,
+            events: events_tx.clone(),
+            serializer: serializers.committable.clone(),
+            metrics: Arc::clone(metrics),
+            ended: Default::default(),
+            end_of_input_called: false,
+        };
+        tasks.spawn(
+            async move { (TaskId::GlobalCommitter, task.run().await) }
+                .instrument(info_span!("global_committer")),
+        );
+    }
+    drop(events_tx);
+
+    Ok(Started {
+        controls,
+        events,
+        cancel: cancel_tx,
     })
 }
 
