@@ -1,1 +1,54 @@
-//! placeholder
+//! The file sink: records into part files, made visible exactly once.
+//!
+//! ```text
+//!  .part-<id>-<n>.inprogress.<x>  ──roll──▶  (same file, closed, fsynced: pending)
+//!                                                  │ checkpoint completes: commit = atomic rename
+//!                                                  ▼
+//!                                           part-<id>-<n><suffix>  (finished, visible)
+//! ```
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`encoder`] | how a record becomes a row: lines, JSON lines, CSV |
+//! | [`bucket`] | which directory a record goes to: the base path, date-time, a closure |
+//! | [`rolling`] | when a part rolls: size, age, inactivity, every checkpoint |
+//! | `part_file` | the life of one part file on disk |
+//! | `writer`, `committer`, `sink` | the `sink-api` implementation |
+//!
+//! Everything not yet committed has a hidden name (a leading dot), so a crash
+//! at any moment leaves only complete finished files and hidden files:
+//! readers of the output directory skip names starting with `.`.
+//!
+//! ```no_run
+//! use sinks_file::{FileSink, LineEncoder, RollingPolicy};
+//!
+//! let sink = FileSink::builder("/tmp/out", LineEncoder)
+//!     .rolling_policy(RollingPolicy::on_checkpoint())
+//!     .part_suffix(".txt")
+//!     .build()?;
+//! # let _: &FileSink<u64, LineEncoder> = &sink;
+//! # Ok::<(), sink_api::SinkError>(())
+//! ```
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod bucket;
+pub mod clock;
+mod committer;
+pub mod encoder;
+mod part_file;
+pub mod rolling;
+mod sink;
+mod writer;
+
+pub use bucket::{
+    BasePathBucketAssigner, BucketAssigner, BucketContext, DateTimeBucketAssigner, FnBucketAssigner,
+};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use committer::FileCommitter;
+pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
+pub use part_file::{FileCommittable, InProgressState};
+pub use rolling::{PartInfo, RollingPolicy};
+pub use sink::{FileSink, FileSinkBuilder, FileSinkStats, FileSinkStatsSnapshot};
+pub use writer::{FileWriter, FileWriterState};

@@ -1,0 +1,224 @@
+//! The life of one part file, on disk.
+//!
+//! ```text
+//!  .part-<uuid>-<n>.inprogress.<uuid2>   in progress: being written, hidden
+//!        │ roll (flush, fsync, close)
+//!        ▼
+//!  .part-<uuid>-<n>.inprogress.<uuid2>   pending: complete and durable, still hidden;
+//!        │                               its committable waits for a checkpoint
+//!        │ commit: atomic rename
+//!        ▼
+//!  part-<uuid>-<n><suffix>               finished: visible to readers
+//! ```
+//!
+//! At a checkpoint an in-progress file is *persisted*: flushed, fsynced, and
+//! its path and length recorded in the writer's state. A restore truncates it
+//! back to that length and turns it into a pending file, so that exactly the
+//! records before the checkpoint are in it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sink_api::SinkError;
+
+use crate::rolling::PartInfo;
+
+/// Size of each part file's write buffer.
+const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+
+/// A complete, durable, hidden part file waiting to be made visible: what
+/// the file writer's `prepare_commit` returns and the file committer renames.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileCommittable {
+    /// The hidden file holding the data.
+    pub pending: PathBuf,
+    /// The visible name it is renamed to when committed.
+    pub target: PathBuf,
+    /// Its size in bytes.
+    pub size_bytes: u64,
+    /// The records in it.
+    pub records: u64,
+}
+
+/// An in-progress part as recorded in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InProgressState {
+    /// The hidden file.
+    pub path: PathBuf,
+    /// Its visible name once committed.
+    pub target: PathBuf,
+    /// Its length when the checkpoint was taken.
+    pub length: u64,
+    /// The records in those bytes.
+    pub records: u64,
+}
+
+/// Names of one part: the visible target and the hidden in-progress file.
+pub(crate) fn part_paths(
+    dir: &Path,
+    prefix: &str,
+    uuid: &str,
+    counter: u64,
+    suffix: &str,
+) -> (PathBuf, PathBuf) {
+    let visible = format!("{prefix}-{uuid}-{counter}{suffix}");
+    let hidden = format!(".{visible}.inprogress.{}", uuid::Uuid::new_v4().simple());
+    (dir.join(hidden), dir.join(visible))
+}
+
+/// A part file being written.
+pub(crate) struct InProgressPart {
+    path: PathBuf,
+    target: PathBuf,
+    file: BufWriter<File>,
+    pub(crate) info: PartInfo,
+    records: u64,
+}
+
+impl InProgressPart {
+    /// Creates the hidden file `path`, to become `target` when committed.
+    pub(crate) fn create(
+        path: PathBuf,
+        target: PathBuf,
+        now_ms: u64,
+    ) -> Result<InProgressPart, SinkError> {
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| {
+                io_error(
+                    format!("creating the bucket directory {}", dir.display()),
+                    e,
+                )
+            })?;
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| io_error(format!("creating the part file {}", path.display()), e))?;
+        Ok(InProgressPart {
+            path,
+            target,
+            file: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
+            info: PartInfo {
+                size_bytes: 0,
+                created_ms: now_ms,
+                last_write_ms: now_ms,
+            },
+            records: 0,
+        })
+    }
+
+    /// Appends one encoded record.
+    pub(crate) fn write_record(&mut self, bytes: &[u8], now_ms: u64) -> Result<(), SinkError> {
+        self.file
+            .write_all(bytes)
+            .map_err(|e| io_error(format!("writing the part file {}", self.path.display()), e))?;
+        self.info.size_bytes += bytes.len() as u64;
+        self.info.last_write_ms = now_ms;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Hands buffered bytes to the operating system.
+    pub(crate) fn flush(&mut self) -> Result<(), SinkError> {
+        self.file
+            .flush()
+            .map_err(|e| io_error(format!("flushing the part file {}", self.path.display()), e))
+    }
+
+    /// Makes everything written so far durable and describes it for a
+    /// checkpoint; writing goes on afterwards.
+    pub(crate) fn persist(&mut self) -> Result<InProgressState, SinkError> {
+        self.flush()?;
+        self.file
+            .get_ref()
+            .sync_data()
+            .map_err(|e| io_error(format!("syncing the part file {}", self.path.display()), e))?;
+        Ok(InProgressState {
+            path: self.path.clone(),
+            target: self.target.clone(),
+            length: self.info.size_bytes,
+            records: self.records,
+        })
+    }
+
+    /// Closes the part for good: durable, and ready to be committed.
+    pub(crate) fn close_for_commit(mut self) -> Result<FileCommittable, SinkError> {
+        let state = self.persist()?;
+        Ok(FileCommittable {
+            pending: state.path,
+            target: state.target,
+            size_bytes: state.length,
+            records: state.records,
+        })
+    }
+}
+
+/// Turns an in-progress part recorded in a checkpoint into a pending file:
+/// truncates it back to its recorded length (dropping what was written after
+/// the checkpoint, which the source replays) and makes that durable.
+pub(crate) fn recover_for_commit(state: &InProgressState) -> Result<FileCommittable, SinkError> {
+    let path = &state.path;
+    let file = OpenOptions::new().write(true).open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            SinkError::msg(format!(
+                "the in-progress part file {} recorded in the checkpoint has vanished; its {} records \
+                 cannot be recovered. Was the hidden file deleted from the output directory? Restore it, \
+                 or start the job afresh",
+                path.display(),
+                state.records
+            ))
+        } else {
+            io_error(format!("opening the in-progress part file {} to recover it", path.display()), e)
+        }
+    })?;
+    let length = file
+        .metadata()
+        .map_err(|e| io_error(format!("reading the size of {}", path.display()), e))?
+        .len();
+    if length < state.length {
+        return Err(SinkError::msg(format!(
+            "the in-progress part file {} holds {length} bytes, fewer than the {} recorded in the checkpoint; \
+             it was truncated by something else than this sink",
+            path.display(),
+            state.length
+        )));
+    }
+    file.set_len(state.length)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| {
+            io_error(
+                format!("truncating {} to its checkpointed length", path.display()),
+                e,
+            )
+        })?;
+    Ok(FileCommittable {
+        pending: state.path.clone(),
+        target: state.target.clone(),
+        size_bytes: state.length,
+        records: state.records,
+    })
+}
+
+/// An I/O error with what was being done, and a hint for a full disk.
+pub(crate) fn io_error(context: String, error: std::io::Error) -> SinkError {
+    let context = match error.kind() {
+        std::io::ErrorKind::StorageFull => {
+            format!("{context} (the disk is full: free space and restart the job)")
+        }
+        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
+            format!("{context} (the output directory must be writable by this process)")
+        }
+        _ => context,
+    };
+    SinkError::io(context, error)
+}
+
+/// Makes a rename or a creation in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), SinkError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_error(format!("syncing the directory {}", dir.display()), e))
+}

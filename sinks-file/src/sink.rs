@@ -1,0 +1,241 @@
+//! The file sink: its configuration, its builder, and the counters it keeps.
+
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sink_api::{InitContext, Sink, SinkError};
+
+use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
+use crate::clock::{Clock, SystemClock};
+use crate::committer::FileCommitter;
+use crate::encoder::Encoder;
+use crate::part_file::{io_error, FileCommittable};
+use crate::rolling::RollingPolicy;
+use crate::writer::{FileWriter, FileWriterState};
+
+/// Everything a file writer needs, shared by the writers of a job.
+pub(crate) struct FileSinkConfig<E, B> {
+    pub base_path: PathBuf,
+    pub encoder: E,
+    pub bucket_assigner: B,
+    pub rolling: RollingPolicy,
+    pub part_prefix: String,
+    pub part_suffix: String,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// What the file committers did, counted over every subtask and restart.
+#[derive(Debug, Default)]
+pub struct FileSinkStats {
+    committed_files: AtomicU64,
+    committed_records: AtomicU64,
+    committed_bytes: AtomicU64,
+    replayed: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// A copy of [`FileSinkStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileSinkStatsSnapshot {
+    /// Part files made visible.
+    pub committed_files: u64,
+    /// Records in them.
+    pub committed_records: u64,
+    /// Bytes in them.
+    pub committed_bytes: u64,
+    /// Commits recognised as done before (replays after recovery).
+    pub replayed: u64,
+    /// Commits that failed with a known reason (lost or altered files).
+    pub failed: u64,
+}
+
+impl FileSinkStats {
+    pub(crate) fn committed(&self, committable: &FileCommittable) {
+        self.committed_files.fetch_add(1, Ordering::Relaxed);
+        self.committed_records
+            .fetch_add(committable.records, Ordering::Relaxed);
+        self.committed_bytes
+            .fetch_add(committable.size_bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn replayed(&self) {
+        self.replayed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn failed(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> FileSinkStatsSnapshot {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        FileSinkStatsSnapshot {
+            committed_files: get(&self.committed_files),
+            committed_records: get(&self.committed_records),
+            committed_bytes: get(&self.committed_bytes),
+            replayed: get(&self.replayed),
+            failed: get(&self.failed),
+        }
+    }
+}
+
+/// Writes records into part files under a base directory, committed exactly
+/// once: hidden while in progress or pending, made visible by an atomic
+/// rename when their checkpoint completes. See the crate docs for the
+/// lifecycle and `docs/file-sink.md` for what readers must skip.
+///
+/// Made with [`FileSink::builder`]; given to the job builder.
+pub struct FileSink<T, E, B = BasePathBucketAssigner> {
+    config: Arc<FileSinkConfig<E, B>>,
+    stats: Arc<FileSinkStats>,
+    _record: PhantomData<fn(T)>,
+}
+
+impl<T, E, B> FileSink<T, E, B> {
+    /// What the committers did so far.
+    pub fn stats(&self) -> Arc<FileSinkStats> {
+        self.stats.clone()
+    }
+
+    /// The base directory.
+    pub fn base_path(&self) -> &Path {
+        &self.config.base_path
+    }
+}
+
+impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
+    /// Starts a file sink writing under `base_path` with `encoder`. Defaults:
+    /// one bucket (the base path), [`RollingPolicy::default`], part names
+    /// `part-<writer id>-<n>` without suffix, the system clock.
+    pub fn builder(
+        base_path: impl Into<PathBuf>,
+        encoder: E,
+    ) -> FileSinkBuilder<T, E, BasePathBucketAssigner> {
+        FileSinkBuilder {
+            config: FileSinkConfig {
+                base_path: base_path.into(),
+                encoder,
+                bucket_assigner: BasePathBucketAssigner,
+                rolling: RollingPolicy::default(),
+                part_prefix: "part".into(),
+                part_suffix: String::new(),
+                clock: Arc::new(SystemClock),
+            },
+            _record: PhantomData,
+        }
+    }
+}
+
+/// Configures a [`FileSink`]. Made by [`FileSink::builder`].
+pub struct FileSinkBuilder<T, E, B> {
+    config: FileSinkConfig<E, B>,
+    _record: PhantomData<fn(T)>,
+}
+
+impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
+    /// Which directory under the base path each record goes to.
+    pub fn bucket_assigner<B2: BucketAssigner<T>>(
+        self,
+        bucket_assigner: B2,
+    ) -> FileSinkBuilder<T, E, B2> {
+        let c = self.config;
+        FileSinkBuilder {
+            config: FileSinkConfig {
+                base_path: c.base_path,
+                encoder: c.encoder,
+                bucket_assigner,
+                rolling: c.rolling,
+                part_prefix: c.part_prefix,
+                part_suffix: c.part_suffix,
+                clock: c.clock,
+            },
+            _record: PhantomData,
+        }
+    }
+
+    /// When part files roll.
+    pub fn rolling_policy(mut self, rolling: RollingPolicy) -> Self {
+        self.config.rolling = rolling;
+        self
+    }
+
+    /// The start of finished part names (default `part`).
+    pub fn part_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.part_prefix = prefix.into();
+        self
+    }
+
+    /// The end of finished part names, such as `.csv` (default none).
+    pub fn part_suffix(mut self, suffix: impl Into<String>) -> Self {
+        self.config.part_suffix = suffix.into();
+        self
+    }
+
+    /// Where the time for rolling and date-time buckets comes from.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.config.clock = Arc::new(clock);
+        self
+    }
+
+    /// Checks the names and returns the sink.
+    pub fn build(self) -> Result<FileSink<T, E, B>, SinkError> {
+        let prefix = &self.config.part_prefix;
+        if prefix.is_empty() || prefix.starts_with('.') || prefix.contains('/') {
+            return Err(SinkError::msg(format!(
+                "the part prefix '{prefix}' must be a non-empty file name not starting with '.' \
+                 (finished files must be visible)"
+            )));
+        }
+        if self.config.part_suffix.contains('/') {
+            return Err(SinkError::msg(format!(
+                "the part suffix '{}' must not contain '/'",
+                self.config.part_suffix
+            )));
+        }
+        Ok(FileSink {
+            config: Arc::new(self.config),
+            stats: Arc::default(),
+            _record: PhantomData,
+        })
+    }
+}
+
+#[async_trait]
+impl<T, E, B> Sink for FileSink<T, E, B>
+where
+    T: Send + 'static,
+    E: Encoder<T>,
+    B: BucketAssigner<T>,
+{
+    type Input = T;
+    type Committable = FileCommittable;
+    type WriterState = FileWriterState;
+    type Writer = FileWriter<T, E, B>;
+    type Committer = FileCommitter;
+
+    /// Creates the base directory if needed, and a writer that first turns
+    /// the restored in-progress parts into pending files.
+    async fn create_writer(
+        &self,
+        _context: &InitContext,
+        restored_states: Vec<FileWriterState>,
+    ) -> Result<FileWriter<T, E, B>, SinkError> {
+        let base = &self.config.base_path;
+        std::fs::create_dir_all(base).map_err(|e| {
+            io_error(
+                format!("creating the output directory {}", base.display()),
+                e,
+            )
+        })?;
+        FileWriter::new(self.config.clone(), restored_states)
+    }
+
+    async fn create_committer(&self, _context: &InitContext) -> Result<FileCommitter, SinkError> {
+        Ok(FileCommitter {
+            stats: self.stats.clone(),
+        })
+    }
+}

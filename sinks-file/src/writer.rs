@@ -1,0 +1,203 @@
+//! The file writer: records into in-progress part files, one per bucket.
+//!
+//! ```text
+//!  write_batch ─▶ bucket per record ─▶ encode ─▶ roll if due ─▶ append to the bucket's part
+//!  prepare_commit ─▶ roll the parts the policy says (all of them with roll_on_checkpoint)
+//!                 ─▶ every part closed since the last call becomes a committable
+//!  snapshot_state ─▶ persist the remaining in-progress parts (fsync, path + length)
+//!  flush(true)    ─▶ close every part: at end of input everything is committed
+//! ```
+//!
+//! A restored writer turns each in-progress part of its states into a
+//! pending file (truncated to its checkpointed length), committed with the
+//! next checkpoint; new records go to new parts named with a new writer id.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sink_api::{CheckpointId, SinkError, SinkWriter};
+
+use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
+use crate::encoder::Encoder;
+use crate::part_file::{
+    part_paths, recover_for_commit, FileCommittable, InProgressPart, InProgressState,
+};
+use crate::sink::FileSinkConfig;
+
+/// What a file writer records at a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FileWriterState {
+    /// The in-progress parts, persisted.
+    pub in_progress: Vec<InProgressState>,
+}
+
+/// Writes one subtask's records into part files. Made by
+/// [`FileSink`](crate::FileSink) for the runtime.
+pub struct FileWriter<T, E, B> {
+    config: Arc<FileSinkConfig<E, B>>,
+    /// Unique per writer (subtask and start of the job): part names never
+    /// repeat, across subtasks and restarts.
+    writer_id: String,
+    next_counter: u64,
+    parts: BTreeMap<String, InProgressPart>,
+    pending: Vec<FileCommittable>,
+    buffer: Vec<u8>,
+    _record: PhantomData<fn(T)>,
+}
+
+impl<T, E, B> FileWriter<T, E, B>
+where
+    E: Encoder<T>,
+    B: BucketAssigner<T>,
+{
+    pub(crate) fn new(
+        config: Arc<FileSinkConfig<E, B>>,
+        restored: Vec<FileWriterState>,
+    ) -> Result<FileWriter<T, E, B>, SinkError> {
+        let pending = restored
+            .iter()
+            .flat_map(|state| &state.in_progress)
+            .map(recover_for_commit)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(FileWriter {
+            config,
+            writer_id: uuid::Uuid::new_v4().to_string(),
+            next_counter: 0,
+            parts: BTreeMap::new(),
+            pending,
+            buffer: Vec::new(),
+            _record: PhantomData,
+        })
+    }
+
+    fn new_part(&mut self, bucket: &str, now_ms: u64) -> Result<InProgressPart, SinkError> {
+        let dir = self.config.base_path.join(bucket);
+        let (path, target) = part_paths(
+            &dir,
+            &self.config.part_prefix,
+            &self.writer_id,
+            self.next_counter,
+            &self.config.part_suffix,
+        );
+        self.next_counter += 1;
+        InProgressPart::create(path, target, now_ms)
+    }
+
+    /// Closes the parts `roll` picks; they become pending.
+    fn roll_where(&mut self, roll: impl Fn(&InProgressPart) -> bool) -> Result<(), SinkError> {
+        let due: Vec<String> = self
+            .parts
+            .iter()
+            .filter(|(_, part)| roll(part))
+            .map(|(bucket, _)| bucket.clone())
+            .collect();
+        for bucket in due {
+            if let Some(part) = self.parts.remove(&bucket) {
+                self.pending.push(part.close_for_commit()?);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_one(&mut self, record: &T, now_ms: u64) -> Result<(), SinkError> {
+        let context = BucketContext { now_ms };
+        let bucket = self.config.bucket_assigner.bucket_id(record, &context);
+        self.buffer.clear();
+        self.config.encoder.encode(record, &mut self.buffer)?;
+        let next_bytes = self.buffer.len() as u64;
+        let roll = self.parts.get(&bucket).is_some_and(|part| {
+            self.config
+                .rolling
+                .should_roll_before_write(&part.info, next_bytes)
+        });
+        if roll {
+            if let Some(part) = self.parts.remove(&bucket) {
+                self.pending.push(part.close_for_commit()?);
+            }
+        }
+        if !self.parts.contains_key(&bucket) {
+            check_bucket_id(&bucket)?;
+            let part = self.new_part(&bucket, now_ms)?;
+            self.parts.insert(bucket.clone(), part);
+        }
+        match self.parts.get_mut(&bucket) {
+            Some(part) => part.write_record(&self.buffer, now_ms),
+            None => Err(SinkError::msg(format!(
+                "no part file is open for bucket '{bucket}'"
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl<T, E, B> SinkWriter for FileWriter<T, E, B>
+where
+    T: Send + 'static,
+    E: Encoder<T>,
+    B: BucketAssigner<T>,
+{
+    type Input = T;
+    type Committable = FileCommittable;
+    type State = FileWriterState;
+
+    async fn write(&mut self, record: T) -> Result<(), SinkError> {
+        self.write_batch(vec![record]).await
+    }
+
+    /// Rolls parts due by time once per batch, then writes each record.
+    async fn write_batch(&mut self, records: Vec<T>) -> Result<(), SinkError> {
+        let now_ms = self.config.clock.now_ms();
+        let rolling = self.config.rolling;
+        self.roll_where(|part| rolling.should_roll_on_time(&part.info, now_ms))?;
+        for record in &records {
+            self.write_one(record, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Hands buffered bytes to the OS; at end of input closes every part, so
+    /// that the end-of-input `prepare_commit` commits everything.
+    async fn flush(&mut self, end_of_input: bool) -> Result<(), SinkError> {
+        if end_of_input {
+            return self.roll_where(|_| true);
+        }
+        for part in self.parts.values_mut() {
+            part.flush()?;
+        }
+        Ok(())
+    }
+
+    async fn prepare_commit(&mut self) -> Result<Vec<FileCommittable>, SinkError> {
+        let now_ms = self.config.clock.now_ms();
+        let rolling = self.config.rolling;
+        self.roll_where(|part| rolling.should_roll_on_checkpoint(&part.info, now_ms))?;
+        Ok(std::mem::take(&mut self.pending))
+    }
+
+    async fn snapshot_state(
+        &mut self,
+        _checkpoint_id: CheckpointId,
+    ) -> Result<Vec<FileWriterState>, SinkError> {
+        let in_progress = self
+            .parts
+            .values_mut()
+            .map(InProgressPart::persist)
+            .collect::<Result<_, _>>()?;
+        Ok(vec![FileWriterState { in_progress }])
+    }
+
+    /// Drops the open files. Hidden files stay: an in-progress file recorded
+    /// in the last checkpoint is needed by a restore.
+    async fn close(&mut self) -> Result<(), SinkError> {
+        for part in self.parts.values_mut() {
+            // Best effort: the data matters only if a checkpoint recorded it,
+            // and then it was already persisted.
+            let _ = part.flush();
+        }
+        self.parts.clear();
+        Ok(())
+    }
+}
