@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn closures_assign_custom_buckets() {
         let by_parity = FnBucketAssigner(|n: &u64| {
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 "even".to_string()
             } else {
                 "odd".to_string()
