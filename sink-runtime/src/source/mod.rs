@@ -20,8 +20,8 @@ use serde::{de::DeserializeOwned, Serialize};
 use sink_api::SubtaskIndex;
 
 pub use range::{RangeReader, RangeRecords, RangeSplit};
-pub use sequence::Numbers;
 pub use sequence::SequenceSource;
+pub use sequence::{Numbers, SequenceReader};
 pub use vec::Items;
 pub use vec::VecSource;
 

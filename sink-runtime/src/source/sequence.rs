@@ -1,9 +1,12 @@
 //! The numbers `0..n`, split over subtasks: the source of the write-up's demo.
 
+use std::time::Duration;
+
+use async_trait::async_trait;
 use sink_api::SubtaskIndex;
 
 use super::range::{RangeReader, RangeRecords, RangeSplit};
-use super::{Boundedness, Source, SourceError};
+use super::{Boundedness, ReadStatus, Source, SourceError, SplitReader};
 
 /// Produces the records `0..n` (as `u64`), cut into one contiguous range per
 /// subtask.
@@ -16,6 +19,7 @@ use super::{Boundedness, Source, SourceError};
 pub struct SequenceSource {
     count: u64,
     boundedness: Boundedness,
+    records_per_second: Option<u64>,
 }
 
 impl SequenceSource {
@@ -24,6 +28,7 @@ impl SequenceSource {
         SequenceSource {
             count,
             boundedness: Boundedness::Bounded,
+            records_per_second: None,
         }
     }
 
@@ -32,7 +37,74 @@ impl SequenceSource {
         SequenceSource {
             count,
             boundedness: Boundedness::Unbounded,
+            records_per_second: None,
         }
+    }
+
+    /// Reads at most `records_per_second` records per second in each
+    /// subtask, as a live stream would deliver them (0 means no limit).
+    pub fn paced(mut self, records_per_second: u64) -> SequenceSource {
+        self.records_per_second = (records_per_second > 0).then_some(records_per_second);
+        self
+    }
+}
+
+/// Reads a subtask's numbers, at a limited rate if the source is paced.
+pub struct SequenceReader {
+    inner: RangeReader<Numbers>,
+    pace: Option<Pace>,
+}
+
+/// Keeps a reader at `per_second` records per second since its first read.
+#[derive(Debug)]
+struct Pace {
+    per_second: u64,
+    started: Option<tokio::time::Instant>,
+    read: u64,
+}
+
+impl Pace {
+    /// How many records may be read now; waits until at least one may.
+    /// Record `k` (from 0) is due `k / per_second` seconds after the first
+    /// read; integer arithmetic, so a due record is never missed by rounding.
+    async fn allowance(&mut self, max: usize) -> usize {
+        let started = *self.started.get_or_insert_with(tokio::time::Instant::now);
+        let per_second = u128::from(self.per_second);
+        let due_at = |record: u64| {
+            let nanos = (u128::from(record) * 1_000_000_000).div_ceil(per_second);
+            started + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        };
+        tokio::time::sleep_until(due_at(self.read)).await;
+        let elapsed = started.elapsed().as_nanos();
+        let due = u64::try_from(elapsed * per_second / 1_000_000_000 + 1).unwrap_or(u64::MAX);
+        due.saturating_sub(self.read).clamp(1, max.max(1) as u64) as usize
+    }
+}
+
+#[async_trait]
+impl SplitReader for SequenceReader {
+    type Record = u64;
+    type Split = RangeSplit;
+
+    async fn read_batch(
+        &mut self,
+        max: usize,
+        out: &mut Vec<u64>,
+    ) -> Result<ReadStatus, SourceError> {
+        let max = match &mut self.pace {
+            Some(pace) => pace.allowance(max).await,
+            None => max,
+        };
+        let before = out.len();
+        let status = self.inner.read_batch(max, out).await?;
+        if let Some(pace) = &mut self.pace {
+            pace.read += (out.len() - before) as u64;
+        }
+        Ok(status)
+    }
+
+    fn snapshot_splits(&self) -> Vec<RangeSplit> {
+        self.inner.snapshot_splits()
     }
 }
 
@@ -50,7 +122,7 @@ impl RangeRecords for Numbers {
 impl Source for SequenceSource {
     type Record = u64;
     type Split = RangeSplit;
-    type Reader = RangeReader<Numbers>;
+    type Reader = SequenceReader;
 
     fn boundedness(&self) -> Boundedness {
         self.boundedness
@@ -64,17 +136,23 @@ impl Source for SequenceSource {
         &self,
         _subtask: SubtaskIndex,
         splits: Vec<RangeSplit>,
-    ) -> Result<RangeReader<Numbers>, SourceError> {
-        Ok(RangeReader::new(Numbers, splits, self.boundedness))
+    ) -> Result<SequenceReader, SourceError> {
+        Ok(SequenceReader {
+            inner: RangeReader::new(Numbers, splits, self.boundedness),
+            pace: self.records_per_second.map(|per_second| Pace {
+                per_second,
+                started: None,
+                read: 0,
+            }),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{ReadStatus, SplitReader};
 
-    async fn drain(reader: &mut RangeReader<Numbers>) -> (Vec<u64>, ReadStatus) {
+    async fn drain(reader: &mut SequenceReader) -> (Vec<u64>, ReadStatus) {
         let mut out = Vec::new();
         loop {
             let status = reader.read_batch(3, &mut out).await.unwrap();
@@ -106,5 +184,20 @@ mod tests {
         let (rest, status) = drain(&mut resumed).await;
         assert_eq!(rest, (4..10).collect::<Vec<_>>());
         assert_eq!(status, ReadStatus::Idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_source_reads_at_its_rate() {
+        let source = SequenceSource::bounded(1_000).paced(100);
+        let mut reader = source.create_reader(0, source.create_splits(1)).unwrap();
+        let started = tokio::time::Instant::now();
+        let (records, status) = drain(&mut reader).await;
+        assert_eq!(records, (0..1_000).collect::<Vec<_>>());
+        assert_eq!(status, ReadStatus::Finished);
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(9_900) && elapsed <= Duration::from_millis(10_100),
+            "1000 records at 100 per second: {elapsed:?}"
+        );
     }
 }

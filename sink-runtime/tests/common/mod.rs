@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sink_api::{CheckpointId, Generation, SubtaskIndex};
 use sink_runtime::source::{
-    Boundedness, Numbers, RangeReader, RangeSplit, ReadStatus, SequenceSource, Source, SourceError,
+    Boundedness, RangeSplit, ReadStatus, SequenceReader, SequenceSource, Source, SourceError,
     SplitReader,
 };
 use sink_runtime::storage::{
@@ -50,7 +50,7 @@ impl ThrottledSource {
 }
 
 pub struct ThrottledReader {
-    inner: RangeReader<Numbers>,
+    inner: SequenceReader,
     per_batch: usize,
     delay: Duration,
 }
