@@ -1,6 +1,10 @@
 //! The part-file lifecycle, driven by hand as the runtime would drive it.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
+
+use common::visible_files;
 use std::time::Duration;
 
 use sink_api::{
@@ -20,28 +24,6 @@ fn context() -> InitContext {
         restored_checkpoint_id: None,
         job_name: "files".into(),
     }
-}
-
-/// Every regular file below `dir` whose name and directories do not start
-/// with a dot: what a reader of the output sees.
-fn visible_files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        if path.is_dir() {
-            found.extend(visible_files(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found.sort();
-    found
 }
 
 fn visible_lines(dir: &Path) -> Vec<String> {
