@@ -1,7 +1,9 @@
 //! Runnable examples of the exactly-once sink SDK; see `src/bin/`.
 //!
-//! This library target exists only so that the code in the project's README
-//! is compiled and run as a test (`cargo test -p examples --doc`).
+//! This library holds what the programs share, and compiles and runs the
+//! code in the project's README as a test (`cargo test -p examples --doc`).
+
+pub mod cli;
 
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]

@@ -361,6 +361,11 @@ impl JobHandle {
         self.cancel.send_replace(true);
     }
 
+    /// Whether the job has ended (then [`join`](Self::join) returns at once).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// Waits for the job to end.
     pub async fn join(self) -> Result<JobReport, JobError> {
         match self.task.await {

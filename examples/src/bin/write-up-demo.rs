@@ -38,24 +38,8 @@ struct Args {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     parallelism: u64,
     /// How long the unbounded modes run before they are cancelled, e.g. 3s, 500ms.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = examples::cli::parse_duration)]
     run_for: Duration,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map(|at| text.split_at(at))
-        .ok_or_else(|| format!("'{text}' has no unit; write for example 3s or 500ms"))?;
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' does not start with a whole number"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(value)),
-        "s" => Ok(Duration::from_secs(value)),
-        "m" => Ok(Duration::from_secs(value * 60)),
-        _ => Err(format!("unknown unit '{unit}' in '{text}'; use ms, s or m")),
-    }
 }
 
 struct Row {
