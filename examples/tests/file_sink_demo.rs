@@ -221,3 +221,32 @@ fn killed_and_resumed_it_writes_every_record_exactly_once() {
     assert_eq!(fresh["status"], "Finished");
     assert_eq!(finished_ids(&out), (0..1000).collect::<Vec<_>>());
 }
+
+#[test]
+fn the_timeline_shows_written_committed_and_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("timeline.svg");
+    let report = summary(&demo(
+        &dir.path().join("out"),
+        &[
+            "--records",
+            "60000",
+            "--rate",
+            "20000",
+            "--checkpoint-interval",
+            "300ms",
+            "--json",
+            "--timeline",
+            svg.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(report["committed"], 60_000);
+    let svg = std::fs::read_to_string(&svg).expect("the timeline was written");
+    assert!(svg.starts_with("<svg"));
+    assert!(svg.contains("class=\"written\"") && svg.contains("class=\"committed\""));
+    let marks = svg.matches("class=\"checkpoint\"").count() as u64;
+    assert!(
+        marks >= 3 && marks <= report["checkpoints_completed"].as_u64().unwrap(),
+        "{marks} marks: {report}"
+    );
+}

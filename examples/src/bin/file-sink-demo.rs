@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
 use examples::cli::parse_duration;
+use examples::timeline::{render, Sample};
 use indicatif::{ProgressBar, ProgressStyle};
 use sink_api::SinkError;
 use sink_runtime::{
@@ -99,6 +100,10 @@ struct Args {
     /// Delete the output directory first and start over.
     #[arg(long)]
     fresh: bool,
+    /// Draw written and committed records over time, with a mark at each
+    /// completed checkpoint, into this SVG file.
+    #[arg(long)]
+    timeline: Option<PathBuf>,
 }
 
 impl Args {
@@ -115,6 +120,7 @@ impl Args {
             && self.record_size.is_none()
             && self.rate.is_none()
             && !self.json
+            && self.timeline.is_none()
     }
 }
 
@@ -178,6 +184,7 @@ impl Encoder<u64> for DemoLine {
 
 /// What one run gives.
 struct Outcome {
+    samples: Vec<Sample>,
     report: JobReport,
     committed_records: u64,
     finished_files: usize,
@@ -257,9 +264,16 @@ async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
     let handle = job.start();
     let bar = progress_bar(show_progress);
     let deadline = (config.source == SourceKind::Unbounded).then(|| started + config.run_for);
+    let mut samples = Vec::new();
     let report = loop {
+        let metrics = handle.metrics();
+        samples.push(Sample {
+            at_s: started.elapsed().as_secs_f64(),
+            written: metrics.records_written,
+            committed: stats.snapshot().committed_records,
+            checkpoints: metrics.checkpoints_completed,
+        });
         if let Some(bar) = &bar {
-            let metrics = handle.metrics();
             bar.set_message(format!(
                 "written {:>10}   committed {:>10}   checkpoints {}",
                 metrics.records_written,
@@ -279,7 +293,15 @@ async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    let metrics = &report.metrics;
+    samples.push(Sample {
+        at_s: started.elapsed().as_secs_f64(),
+        written: metrics.records_written,
+        committed: stats.snapshot().committed_records,
+        checkpoints: metrics.checkpoints_completed,
+    });
     Ok(Outcome {
+        samples,
         committed_records: stats.snapshot().committed_records,
         finished_files: finished_files(&config.out),
         wall: started.elapsed(),
@@ -381,6 +403,18 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let m = &outcome.report.metrics;
+    if let Some(path) = &args.timeline {
+        let title = format!(
+            "file-sink-demo: {} records, parallelism {}, checkpoints {}",
+            config.records,
+            config.parallelism,
+            config
+                .checkpoint_interval
+                .map_or("off".into(), |i| format!("every {i:?}"))
+        );
+        std::fs::write(path, render(&title, &outcome.samples))
+            .with_context(|| format!("writing the timeline {}", path.display()))?;
+    }
     if outcome.report.status == JobStatus::AlreadyFinished {
         eprintln!(
             "the job in {} has finished already; nothing was written (pass --fresh to start over)",
