@@ -342,3 +342,38 @@ async fn a_full_disk_is_a_clear_error() {
     let error = result.expect_err("64 KiB fill up").to_string();
     assert!(error.contains("the disk is full"), "{error}");
 }
+
+/// An output directory that cannot be written is a clear error. Needs root
+/// to mount a read-only tmpfs.
+#[tokio::test]
+async fn a_read_only_output_directory_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"])
+        .arg(dir.path())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !mounted {
+        eprintln!(
+            "SKIPPED a_read_only_output_directory_is_a_clear_error: mounting a tmpfs needs root"
+        );
+        return;
+    }
+    let sink = FileSink::<u64, _>::builder(dir.path(), LineEncoder)
+        .build()
+        .unwrap();
+    let result = match sink.create_writer(&context(), Vec::new()).await {
+        Ok(mut writer) => writer.write_batch(vec![1]).await,
+        Err(error) => Err(error),
+    };
+    let _ = std::process::Command::new("umount")
+        .arg(dir.path())
+        .status();
+    let error = result.expect_err("nothing can be written").to_string();
+    assert!(error.contains("must be writable"), "{error}");
+    assert!(
+        error.contains(&dir.path().display().to_string()),
+        "names the path: {error}"
+    );
+}
