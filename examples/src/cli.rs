@@ -20,6 +20,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// Sends `tracing` output to stderr, filtered by `RUST_LOG` (nothing by
+/// default), so that stdout stays for the programs' results.
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

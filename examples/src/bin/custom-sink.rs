@@ -117,9 +117,7 @@ impl Committer for TableSink {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .init();
+    examples::cli::init_tracing();
     let table = TableSink::default();
     let lines = (0..1_000).map(|i| format!("line {i}"));
     let report = Job::builder("table", VecSource::from_iter(lines), table.clone())

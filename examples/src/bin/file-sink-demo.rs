@@ -377,10 +377,7 @@ fn print_row(label: &str, source: &str, checkpoint: &str, outcome: &Outcome) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    examples::cli::init_tracing();
     let args = Args::parse();
     if args.is_table() {
         return table(&args).await;

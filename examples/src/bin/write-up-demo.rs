@@ -119,10 +119,7 @@ async fn run(args: &Args, preset: Preset) -> anyhow::Result<Vec<Row>> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    examples::cli::init_tracing();
     let args = Args::parse();
     let presets = match args.preset {
         Some(preset) => vec![preset],
