@@ -1,0 +1,228 @@
+//! The sink's side of the contract, checked by driving its writer and
+//! committer by hand, as the runtime would.
+
+use sink_api::{
+    deserialize_versioned, serialize_versioned, CheckpointId, CommitOutcome, CommitRequest,
+    Committer, Generation, InitContext, Sink, SinkWriter,
+};
+
+use crate::runner::exactly_once;
+use crate::source::RecordMaker;
+use crate::Destination;
+
+type Committable<D> = <<D as Destination>::Sink as Sink>::Committable;
+
+fn context(generation: u64) -> InitContext {
+    InitContext {
+        subtask_index: 0,
+        parallelism: 1,
+        generation: Generation(generation),
+        restored_checkpoint_id: None,
+        job_name: "sink-testkit".into(),
+    }
+}
+
+fn err(what: &str) -> impl Fn(sink_api::SinkError) -> String + '_ {
+    move |e| format!("{what} failed: {e}")
+}
+
+/// Copies committables the way a checkpoint does: through the sink's
+/// serializer.
+fn through_checkpoint<D: Destination>(
+    sink: &D::Sink,
+    committables: &[Committable<D>],
+) -> Result<Vec<Committable<D>>, String> {
+    let serializer = sink.committable_serializer();
+    committables
+        .iter()
+        .map(|c| {
+            let blob = serialize_versioned(serializer.as_ref(), c)
+                .map_err(|e| format!("encoding a committable: {e}"))?;
+            deserialize_versioned(serializer.as_ref(), &blob)
+                .map_err(|e| format!("decoding a committable: {e}"))
+        })
+        .collect()
+}
+
+async fn commit<D: Destination>(
+    sink: &D::Sink,
+    committables: Vec<Committable<D>>,
+) -> Result<Vec<CommitOutcome>, String> {
+    let mut committer = sink
+        .create_committer(&context(1))
+        .await
+        .map_err(err("create_committer"))?;
+    let mut requests: Vec<_> = committables
+        .into_iter()
+        .map(|c| CommitRequest::new(c, CheckpointId(1), 0))
+        .collect();
+    committer
+        .commit(&mut requests)
+        .await
+        .map_err(err("commit"))?;
+    committer
+        .close()
+        .await
+        .map_err(err("closing the committer"))?;
+    Ok(requests.into_iter().map(|r| r.into_parts().1).collect())
+}
+
+/// Nothing is visible before its commit; after it, everything once; a
+/// replayed commit is recognised and changes nothing.
+pub(crate) async fn visibility_and_idempotence<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    records: u64,
+) -> Result<Result<(), String>, String> {
+    let sink = destination.sink();
+    let mut writer = sink
+        .create_writer(&context(1), Vec::new())
+        .await
+        .map_err(err("create_writer"))?;
+    writer
+        .write_batch((0..records).map(|id| record(id)).collect())
+        .await
+        .map_err(err("write_batch"))?;
+    // At end of input everything written becomes committable.
+    writer.flush(true).await.map_err(err("flush(true)"))?;
+    let committables = writer
+        .prepare_commit()
+        .await
+        .map_err(err("prepare_commit"))?;
+    writer
+        .snapshot_state(CheckpointId(1))
+        .await
+        .map_err(err("snapshot_state"))?;
+    let visible = destination.committed_ids().len();
+    if visible > 0 {
+        return Err(format!(
+            "{visible} records were visible after prepare_commit, before any commit: the writer or \
+             prepare_commit makes data visible (commits) before the checkpoint completes"
+        ));
+    }
+    let replay = through_checkpoint::<D>(&sink, &committables)?;
+    commit::<D>(&sink, through_checkpoint::<D>(&sink, &committables)?).await?;
+    exactly_once(destination.committed_ids(), records)
+        .map_err(|e| format!("after the commit: {e}"))?;
+    writer.close().await.map_err(err("close"))?;
+
+    // The same committables again, as after a crash between the commit and
+    // the checkpoint that would have recorded it.
+    let outcomes = commit::<D>(&sink, replay).await?;
+    let idempotent = match exactly_once(destination.committed_ids(), records) {
+        Err(problem) => Err(format!(
+            "committing the same committables a second time changed the output ({problem}): commit is not idempotent"
+        )),
+        Ok(()) if outcomes.iter().any(|o| *o != CommitOutcome::AlreadyCommitted) => Err(format!(
+            "a replayed commit was not recognised (outcomes {outcomes:?}); the committer must call \
+             signal_already_committed when a committable was committed before"
+        )),
+        Ok(()) => Ok(()),
+    };
+    Ok(idempotent)
+}
+
+/// A writer restored from its state at a checkpoint loses nothing written
+/// before that checkpoint.
+pub(crate) async fn restore_keeps_written_records<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    records: u64,
+) -> Result<(), String> {
+    let sink = destination.sink();
+    let mut writer = sink
+        .create_writer(&context(1), Vec::new())
+        .await
+        .map_err(err("create_writer"))?;
+    writer
+        .write_batch((0..records).map(|id| record(id)).collect())
+        .await
+        .map_err(err("write_batch"))?;
+    writer.flush(false).await.map_err(err("flush"))?;
+    let mut committables = writer
+        .prepare_commit()
+        .await
+        .map_err(err("prepare_commit"))?;
+    let states = writer
+        .snapshot_state(CheckpointId(1))
+        .await
+        .map_err(err("snapshot_state"))?;
+    // The process dies here: the writer is dropped without close.
+    drop(writer);
+    let serializer = sink.writer_state_serializer();
+    let restored = states
+        .iter()
+        .map(|s| {
+            let blob = serialize_versioned(serializer.as_ref(), s)
+                .map_err(|e| format!("encoding a writer state: {e}"))?;
+            deserialize_versioned(serializer.as_ref(), &blob)
+                .map_err(|e| format!("decoding a writer state: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut context = context(2);
+    context.restored_checkpoint_id = Some(CheckpointId(1));
+    let mut writer = sink
+        .create_writer(&context, restored)
+        .await
+        .map_err(err("create_writer (restored)"))?;
+    writer.flush(true).await.map_err(err("flush(true)"))?;
+    committables.extend(
+        writer
+            .prepare_commit()
+            .await
+            .map_err(err("prepare_commit"))?,
+    );
+    writer.close().await.map_err(err("close"))?;
+    let committables = through_checkpoint::<D>(&sink, &committables)?;
+    commit::<D>(&sink, committables).await?;
+    exactly_once(destination.committed_ids(), records).map_err(|e| {
+        format!(
+            "a writer restored from the state it took at a checkpoint lost records written before it ({e}): \
+             records kept by the writer past prepare_commit must be in snapshot_state"
+        )
+    })
+}
+
+/// After end of input the writer opens nothing that would need a commit.
+pub(crate) async fn no_transaction_after_end_of_input<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    records: u64,
+) -> Result<Option<()>, String> {
+    if destination.open_transactions().is_none() {
+        return Ok(None);
+    }
+    let sink = destination.sink();
+    let mut writer = sink
+        .create_writer(&context(1), Vec::new())
+        .await
+        .map_err(err("create_writer"))?;
+    writer
+        .write_batch((0..records).map(|id| record(id)).collect())
+        .await
+        .map_err(err("write_batch"))?;
+    writer.flush(true).await.map_err(err("flush(true)"))?;
+    let committables = writer
+        .prepare_commit()
+        .await
+        .map_err(err("prepare_commit"))?;
+    // Checkpoints after end of input only snapshot the writer.
+    writer
+        .snapshot_state(CheckpointId(2))
+        .await
+        .map_err(err("snapshot_state"))?;
+    writer
+        .snapshot_state(CheckpointId(3))
+        .await
+        .map_err(err("snapshot_state"))?;
+    commit::<D>(&sink, through_checkpoint::<D>(&sink, &committables)?).await?;
+    let open = destination.open_transactions().unwrap_or(0);
+    writer.close().await.map_err(err("close"))?;
+    if open > 0 {
+        return Err(format!(
+            "{open} transaction(s) open after end of input and the final commit: the writer opened a new \
+             transaction after flush(end_of_input = true) (FLINK-23473); it must not"
+        ));
+    }
+    Ok(Some(()))
+}

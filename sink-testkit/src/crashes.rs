@@ -1,0 +1,142 @@
+//! Crashes at every crash point of the runtime, rescaling, and a seeded
+//! simulation, on the sink under test.
+
+use std::time::Duration;
+
+use sink_api::Sink;
+use sink_runtime::MemoryCheckpointStorage;
+
+use crate::modes::describe;
+use crate::runner::{exactly_once, run, start, RunError, Shape};
+use crate::source::RecordMaker;
+use crate::Destination;
+
+/// The crash points a user's sink meets (the global committer's is not).
+pub(crate) fn crash_points() -> Vec<&'static str> {
+    sink_runtime::failpoints::FAILPOINTS
+        .iter()
+        .copied()
+        .filter(|p| *p != "after-global-commit")
+        .collect()
+}
+
+/// Crashes the job at `point` (`crashes` times at most, after `skips[i]`
+/// hits each), restarting it on the same checkpoints and destination, until
+/// it finishes. Returns how many crashes happened.
+pub(crate) async fn crash_and_recover<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    shape: &Shape,
+    point: &'static str,
+    skips: &[u32],
+) -> Result<u32, String> {
+    let storage = MemoryCheckpointStorage::default();
+    let mut crashes = 0;
+    for round in 0..(skips.len() + 8) {
+        if let Some(skip) = skips.get(round) {
+            let _ = fail::cfg(point, &format!("{skip}*off->1*return->off"));
+            if point == "during-recovery-recommit" && round == 0 {
+                // Only a restore with something to commit again reaches it.
+                let _ = fail::cfg("after-checkpoint-stored", "1*return->off");
+            }
+        }
+        let result = run(destination, record, shape, &storage).await;
+        fail::remove(point);
+        fail::remove("after-checkpoint-stored");
+        match result {
+            Ok(_) => {
+                exactly_once(destination.committed_ids(), shape.records)
+                    .map_err(|e| format!("after {crashes} crash(es) at {point}: {e}"))?;
+                return Ok(crashes);
+            }
+            Err(RunError::Crash) => crashes += 1,
+            Err(RunError::Failed(why)) => {
+                return Err(format!(
+                    "after {crashes} crash(es) at {point}, the restarted job failed: {why}"
+                ))
+            }
+        }
+    }
+    Err(format!(
+        "the job did not finish after {crashes} crashes at {point}"
+    ))
+}
+
+/// Stops a job of `from` subtasks after a few checkpoints and finishes it
+/// with `to` subtasks.
+pub(crate) async fn rescale<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    records: u64,
+    from: usize,
+    to: usize,
+) -> Result<(), String> {
+    let storage = MemoryCheckpointStorage::default();
+    let first = Shape {
+        bounded: false,
+        ..Shape::streaming(records, from)
+    };
+    let handle = start(destination, record, &first, &storage).map_err(describe)?;
+    let started = std::time::Instant::now();
+    while handle.metrics().checkpoints_completed < 3 && started.elapsed() < Duration::from_secs(10)
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    handle.cancel();
+    handle.join().await.map_err(|e| describe(e.into()))?;
+    run(
+        destination,
+        record,
+        &Shape::streaming(records, to),
+        &storage,
+    )
+    .await
+    .map_err(describe)?;
+    exactly_once(destination.committed_ids(), records)
+        .map_err(|e| format!("stopped at parallelism {from}, finished at {to}: {e}"))
+}
+
+/// A small seeded generator (SplitMix64): a seed means the same scenario on
+/// every machine.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+}
+
+/// One seeded scenario: parallelism, checkpoint interval, a crash point and
+/// when to crash there, derived from `seed`; `records` records.
+pub(crate) async fn simulate<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    seed: u64,
+    records: u64,
+) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let points = crash_points();
+    let point = points[rng.below(points.len() as u64) as usize];
+    let shape = Shape {
+        checkpoint_interval: (rng.below(5) > 0).then(|| Duration::from_millis(3 + rng.below(25))),
+        ..Shape::streaming(records, 1 + rng.below(3) as usize)
+    };
+    let skips: Vec<u32> = (0..rng.below(3) + 1).map(|_| rng.below(6) as u32).collect();
+    crash_and_recover(destination, record, &shape, point, &skips)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "{e} (parallelism {}, checkpoints {:?})",
+                shape.parallelism, shape.checkpoint_interval
+            )
+        })
+}

@@ -1,0 +1,349 @@
+//! Certify your own sink exactly-once in one test.
+//!
+//! Give the kit a way to make a fresh destination (where your sink writes,
+//! and how to read back what was committed) and a way to turn an id into one
+//! of your records; it runs your sink through everything the runtime can do
+//! to it and reports each property:
+//!
+//! ```ignore
+//! #[tokio::test]
+//! async fn my_sink_is_exactly_once() {
+//!     sink_testkit::certify(MyDestination::new, |id| MyRecord::new(id)).await.assert_passed();
+//! }
+//! ```
+//!
+//! | property | checks |
+//! |---|---|
+//! | `modes/streaming-checkpoints` | bounded input with checkpoints: every record committed once |
+//! | `modes/streaming-no-checkpoints` | without checkpoints: everything committed once at end of input, one `prepare_commit` per subtask |
+//! | `modes/batch` | batch mode: likewise |
+//! | `modes/unbounded-checkpoints` | an input that never ends is committed while the job runs |
+//! | `contract/nothing-visible-before-commit` | `prepare_commit` does not make data visible |
+//! | `contract/commit-is-idempotent` | a replayed commit is recognised (`already committed`) and duplicates nothing |
+//! | `contract/restore-keeps-written-records` | a writer restored from its checkpointed state loses nothing |
+//! | `contract/no-transaction-after-end-of-input` | nothing is opened after `flush(true)` (needs [`Destination::open_transactions`]) |
+//! | `crash/<point>` | crashed at that point of the runtime up to three times and restarted: every record once |
+//! | `rescale/2-to-3`, `rescale/3-to-1` | stopped and restarted with another parallelism: every record once |
+//! | `simulation` | seeded scenarios: random parallelism, checkpoint interval, crash point and timing |
+//!
+//! A failed property names the smallest failing scenario found and its seed;
+//! `TESTKIT_SEED=<seed>` runs that seed alone. The runtime's crash points are
+//! process-wide (the `fail` crate), so the kit runs one certification at a
+//! time in a process.
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod contract;
+mod crashes;
+mod destination;
+mod modes;
+mod report;
+mod runner;
+mod source;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sink_api::Sink;
+
+pub use destination::Destination;
+pub use report::{PropertyResult, Report, Verdict};
+
+use crate::source::RecordMaker;
+
+/// How much the kit does. [`Knobs::default`] runs in seconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Knobs {
+    /// Records per scenario (ids `0..records`). Default 400.
+    pub records: u64,
+    /// Subtasks of the jobs (rescaling uses 1, 2 and 3). Default 2.
+    pub parallelism: usize,
+    /// Seeds of the simulation. Default 16.
+    pub seeds: u64,
+    /// Once this much time is spent, the properties left are not run, and
+    /// reported as failed. Default 5 minutes.
+    pub time_budget: Duration,
+}
+
+impl Default for Knobs {
+    fn default() -> Knobs {
+        Knobs {
+            records: 400,
+            parallelism: 2,
+            seeds: 16,
+            time_budget: Duration::from_secs(300),
+        }
+    }
+}
+
+/// One certification at a time: crash points are process-wide.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Certifies the sink made by `new_destination` with [`Knobs::default`].
+///
+/// `new_destination` is called for every scenario and must return a fresh,
+/// empty destination; `record` makes the record with a given id, which
+/// [`Destination::committed_ids`] must read back.
+pub async fn certify<D, F, R>(new_destination: F, record: R) -> Report
+where
+    D: Destination,
+    F: Fn() -> D,
+    R: Fn(u64) -> <D::Sink as Sink>::Input + Send + Sync + 'static,
+{
+    certify_with(Knobs::default(), new_destination, record).await
+}
+
+/// [`certify`], with other knobs.
+pub async fn certify_with<D, F, R>(knobs: Knobs, new_destination: F, record: R) -> Report
+where
+    D: Destination,
+    F: Fn() -> D,
+    R: Fn(u64) -> <D::Sink as Sink>::Input + Send + Sync + 'static,
+{
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let record: RecordMaker<<D::Sink as Sink>::Input> = Arc::new(record);
+    let mut kit = Kit {
+        knobs: knobs.clone(),
+        started: Instant::now(),
+        report: Report::default(),
+    };
+    let records = knobs.records;
+    let p = knobs.parallelism;
+
+    kit.check(
+        "modes/streaming-checkpoints",
+        "bounded input with checkpoints: every record committed once",
+        async {
+            modes::streaming_with_checkpoints(&new_destination(), &record, &knobs)
+                .await
+                .into()
+        },
+    )
+    .await;
+    kit.check(
+        "modes/streaming-no-checkpoints",
+        "without checkpoints: everything committed once at end of input",
+        async {
+            modes::at_end_of_input(&new_destination(), &record, &knobs, false)
+                .await
+                .into()
+        },
+    )
+    .await;
+    kit.check(
+        "modes/batch",
+        "batch mode: everything committed once at end of input",
+        async {
+            modes::at_end_of_input(&new_destination(), &record, &knobs, true)
+                .await
+                .into()
+        },
+    )
+    .await;
+    kit.check(
+        "modes/unbounded-checkpoints",
+        "an endless input is committed while the job runs",
+        async {
+            modes::unbounded_with_checkpoints(&new_destination(), &record, &knobs)
+                .await
+                .into()
+        },
+    )
+    .await;
+
+    let mut idempotence = None;
+    kit.check(
+        "contract/nothing-visible-before-commit",
+        "prepare_commit does not make data visible",
+        async {
+            match contract::visibility_and_idempotence(&new_destination(), &record, records).await {
+                Ok(replay) => {
+                    idempotence = Some(replay);
+                    Verdict::Passed
+                }
+                Err(why) => Verdict::Failed(why),
+            }
+        },
+    )
+    .await;
+    kit.check(
+        "contract/commit-is-idempotent",
+        "a replayed commit is recognised and duplicates nothing",
+        async {
+            match idempotence {
+                Some(replay) => replay.into(),
+                None => Verdict::NotChecked(
+                    "the first commit did not succeed (see nothing-visible-before-commit)".into(),
+                ),
+            }
+        },
+    )
+    .await;
+    kit.check(
+        "contract/restore-keeps-written-records",
+        "a writer restored from its checkpointed state loses nothing",
+        async {
+            contract::restore_keeps_written_records(&new_destination(), &record, records)
+                .await
+                .into()
+        },
+    )
+    .await;
+    kit.check(
+        "contract/no-transaction-after-end-of-input",
+        "the writer opens nothing after flush(end_of_input = true)",
+        async {
+            match contract::no_transaction_after_end_of_input(&new_destination(), &record, records)
+                .await
+            {
+                Ok(Some(())) => Verdict::Passed,
+                Ok(None) => {
+                    Verdict::NotChecked("Destination::open_transactions is not implemented".into())
+                }
+                Err(why) => Verdict::Failed(why),
+            }
+        },
+    )
+    .await;
+
+    for point in crashes::crash_points() {
+        let name = format!("crash/{point}");
+        kit.check(
+            &name,
+            "crashed there up to three times and restarted: every record once",
+            async {
+                let shape = runner::Shape::streaming(records, p);
+                let result = crashes::crash_and_recover(
+                    &new_destination(),
+                    &record,
+                    &shape,
+                    point,
+                    &[0, 3, 1],
+                )
+                .await;
+                match result {
+                    Ok(0) => {
+                        Verdict::NotChecked(format!("the crash point {point} was never reached"))
+                    }
+                    Ok(_) => Verdict::Passed,
+                    Err(why) => {
+                        // The smallest record count that still fails.
+                        let mut smallest = (records, why);
+                        let mut n = records / 2;
+                        while n >= 8 {
+                            let shape = runner::Shape::streaming(n, p);
+                            match crashes::crash_and_recover(
+                                &new_destination(),
+                                &record,
+                                &shape,
+                                point,
+                                &[0, 3, 1],
+                            )
+                            .await
+                            {
+                                Err(why) => smallest = (n, why),
+                                Ok(_) => break,
+                            }
+                            n /= 2;
+                        }
+                        Verdict::Failed(format!(
+                            "with {} records, parallelism {p}: {}",
+                            smallest.0, smallest.1
+                        ))
+                    }
+                }
+            },
+        )
+        .await;
+    }
+    for (from, to) in [(2, 3), (3, 1)] {
+        kit.check(
+            &format!("rescale/{from}-to-{to}"),
+            "restarted with another parallelism: every record once",
+            async {
+                crashes::rescale(&new_destination(), &record, records, from, to)
+                    .await
+                    .into()
+            },
+        )
+        .await;
+    }
+    kit.check(
+        "simulation",
+        "seeded scenarios of crashes, timings and parallelism: every record once",
+        async {
+            let seeds: Vec<u64> = match std::env::var("TESTKIT_SEED")
+                .ok()
+                .and_then(|s| s.parse().ok())
+            {
+                Some(seed) => vec![seed],
+                None => (0..knobs.seeds).collect(),
+            };
+            for seed in seeds {
+                if let Err(why) =
+                    crashes::simulate(&new_destination(), &record, seed, records).await
+                {
+                    let mut smallest = (records, why);
+                    let mut n = records / 2;
+                    while n >= 8 {
+                        match crashes::simulate(&new_destination(), &record, seed, n).await {
+                            Err(why) => smallest = (n, why),
+                            Ok(()) => break,
+                        }
+                        n /= 2;
+                    }
+                    return Verdict::Failed(format!(
+                        "seed {seed} with {} records: {} (reproduce with TESTKIT_SEED={seed})",
+                        smallest.0, smallest.1
+                    ));
+                }
+            }
+            Verdict::Passed
+        },
+    )
+    .await;
+    kit.report
+}
+
+impl From<Result<(), String>> for Verdict {
+    fn from(result: Result<(), String>) -> Verdict {
+        match result {
+            Ok(()) => Verdict::Passed,
+            Err(why) => Verdict::Failed(why),
+        }
+    }
+}
+
+/// Runs properties in order within the time budget.
+struct Kit {
+    knobs: Knobs,
+    started: Instant,
+    report: Report,
+}
+
+impl Kit {
+    async fn check(
+        &mut self,
+        name: &str,
+        checks: &'static str,
+        property: impl Future<Output = Verdict>,
+    ) {
+        let began = Instant::now();
+        let verdict = if began.duration_since(self.started) > self.knobs.time_budget {
+            Verdict::Failed(format!(
+                "not run: the time budget of {:?} was used up; raise Knobs::time_budget",
+                self.knobs.time_budget
+            ))
+        } else {
+            property.await
+        };
+        self.report.properties.push(PropertyResult {
+            name: name.to_string(),
+            checks,
+            verdict,
+            took: began.elapsed(),
+        });
+    }
+}

@@ -1,0 +1,99 @@
+//! The write-up's modes, on the sink under test.
+
+use std::time::{Duration, Instant};
+
+use sink_api::Sink;
+use sink_runtime::MemoryCheckpointStorage;
+
+use crate::runner::{exactly_once, run, start, RunError, Shape};
+use crate::source::RecordMaker;
+use crate::{Destination, Knobs};
+
+/// Bounded input with checkpoints: every record committed once.
+pub(crate) async fn streaming_with_checkpoints<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    knobs: &Knobs,
+) -> Result<(), String> {
+    let shape = Shape::streaming(knobs.records, knobs.parallelism);
+    finish(destination, record, &shape).await?;
+    exactly_once(destination.committed_ids(), knobs.records)
+}
+
+/// Bounded input without checkpoints, or in batch mode: every record
+/// committed once, at end of input, with one `prepare_commit` per subtask.
+pub(crate) async fn at_end_of_input<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    knobs: &Knobs,
+    batch: bool,
+) -> Result<(), String> {
+    let shape = Shape {
+        checkpoint_interval: None,
+        batch,
+        ..Shape::streaming(knobs.records, knobs.parallelism)
+    };
+    let report = finish(destination, record, &shape).await?;
+    exactly_once(destination.committed_ids(), knobs.records)?;
+    let calls = report.metrics.prepare_commit_calls;
+    if calls != knobs.parallelism as u64 {
+        return Err(format!(
+            "{calls} prepare_commit calls instead of one per subtask"
+        ));
+    }
+    Ok(())
+}
+
+/// Unbounded input with checkpoints: everything is committed while the job
+/// still runs, within a few checkpoints.
+pub(crate) async fn unbounded_with_checkpoints<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    knobs: &Knobs,
+) -> Result<(), String> {
+    let shape = Shape {
+        bounded: false,
+        ..Shape::streaming(knobs.records, knobs.parallelism)
+    };
+    let handle = start(
+        destination,
+        record,
+        &shape,
+        &MemoryCheckpointStorage::default(),
+    )
+    .map_err(describe)?;
+    let started = Instant::now();
+    while (destination.committed_ids().len() as u64) < knobs.records
+        && started.elapsed() < Duration::from_secs(10)
+    {
+        if handle.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    handle.cancel();
+    handle.join().await.map_err(|e| describe(e.into()))?;
+    exactly_once(destination.committed_ids(), knobs.records)
+}
+
+async fn finish<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    shape: &Shape,
+) -> Result<sink_runtime::JobReport, String> {
+    run(
+        destination,
+        record,
+        shape,
+        &MemoryCheckpointStorage::default(),
+    )
+    .await
+    .map_err(describe)
+}
+
+pub(crate) fn describe(error: RunError) -> String {
+    match error {
+        RunError::Crash => "the job crashed at a crash point nobody configured".into(),
+        RunError::Failed(why) => format!("the job failed: {why}"),
+    }
+}

@@ -1,0 +1,137 @@
+//! Running jobs against a destination, and checking what they committed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sink_api::Sink;
+use sink_runtime::{
+    CheckpointConfig, Job, JobError, JobHandle, JobReport, MemoryCheckpointStorage, RuntimeMode,
+    SequenceSource,
+};
+
+use crate::source::{KitSource, RecordMaker};
+use crate::Destination;
+
+/// One job's shape.
+#[derive(Debug, Clone)]
+pub(crate) struct Shape {
+    pub records: u64,
+    pub parallelism: usize,
+    pub checkpoint_interval: Option<Duration>,
+    pub batch: bool,
+    pub bounded: bool,
+}
+
+impl Shape {
+    /// A bounded streaming job with checkpoints every 10 ms, paced so that
+    /// the input lasts about a tenth of a second.
+    pub(crate) fn streaming(records: u64, parallelism: usize) -> Shape {
+        Shape {
+            records,
+            parallelism,
+            checkpoint_interval: Some(Duration::from_millis(10)),
+            batch: false,
+            bounded: true,
+        }
+    }
+}
+
+/// Why a run did not finish.
+#[derive(Debug)]
+pub(crate) enum RunError {
+    /// A crash simulated at a crash point.
+    Crash,
+    /// Anything else, in words.
+    Failed(String),
+}
+
+impl From<JobError> for RunError {
+    fn from(error: JobError) -> RunError {
+        match error {
+            JobError::Crash { .. } => RunError::Crash,
+            other => RunError::Failed(other.to_string()),
+        }
+    }
+}
+
+/// Builds and starts a job of `shape` on `destination`, keeping its
+/// checkpoints in `storage`.
+pub(crate) fn start<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    shape: &Shape,
+    storage: &MemoryCheckpointStorage,
+) -> Result<JobHandle, RunError> {
+    let ids = match shape.bounded {
+        true => SequenceSource::bounded(shape.records),
+        false => SequenceSource::unbounded(shape.records),
+    };
+    let per_subtask = shape.records / shape.parallelism.max(1) as u64;
+    let source = KitSource {
+        ids: ids.paced((per_subtask * 10).max(100)),
+        record: Arc::clone(record),
+    };
+    let mut builder = Job::builder("sink-testkit", source, destination.sink())
+        .parallelism(shape.parallelism)
+        .batch_size(16)
+        .checkpoint_storage(storage.clone());
+    if shape.batch {
+        builder = builder.mode(RuntimeMode::Batch);
+    }
+    if let Some(interval) = shape.checkpoint_interval {
+        builder = builder.checkpointing(CheckpointConfig::every(interval));
+    }
+    let job = builder
+        .build()
+        .map_err(|e| RunError::Failed(e.to_string()))?;
+    Ok(job.start())
+}
+
+/// Runs a job of `shape` to its end.
+pub(crate) async fn run<D: Destination>(
+    destination: &D,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    shape: &Shape,
+    storage: &MemoryCheckpointStorage,
+) -> Result<JobReport, RunError> {
+    let handle = start(destination, record, shape, storage)?;
+    match tokio::time::timeout(Duration::from_secs(120), handle.join()).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(RunError::Failed(
+            "the job did not end within 120 s: a call of the sink hangs".into(),
+        )),
+    }
+}
+
+/// What is wrong with `ids` as "each of `0..count` once", if anything.
+pub(crate) fn exactly_once(mut ids: Vec<u64>, count: u64) -> Result<(), String> {
+    ids.sort_unstable();
+    let duplicates: Vec<u64> = ids
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    if !duplicates.is_empty() {
+        return Err(format!(
+            "{} records committed twice or more, e.g. ids {:?}",
+            duplicates.len(),
+            &duplicates[..duplicates.len().min(10)]
+        ));
+    }
+    let missing: Vec<u64> = (0..count)
+        .filter(|id| ids.binary_search(id).is_err())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{} of {count} records never committed, e.g. ids {:?}",
+            missing.len(),
+            &missing[..missing.len().min(10)]
+        ));
+    }
+    if let Some(extra) = ids.iter().find(|&&id| id >= count) {
+        return Err(format!(
+            "a record with id {extra} was committed, but only 0..{count} were written"
+        ));
+    }
+    Ok(())
+}

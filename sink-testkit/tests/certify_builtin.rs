@@ -1,0 +1,94 @@
+//! The sinks this project ships, certified by the kit.
+
+use std::path::PathBuf;
+
+use sink_testkit::{certify, Destination};
+use sinks_file::{FileSink, LineEncoder, RollingPolicy};
+use sinks_memory::{MemorySink, MemoryStore, TransactionState};
+
+struct Memory(MemoryStore<u64>);
+
+impl Destination for Memory {
+    type Sink = MemorySink<u64>;
+
+    fn sink(&self) -> MemorySink<u64> {
+        MemorySink::new(self.0.clone()).roll_every(16)
+    }
+
+    fn committed_ids(&self) -> Vec<u64> {
+        self.0.committed()
+    }
+
+    fn open_transactions(&self) -> Option<usize> {
+        Some(
+            self.0
+                .transactions()
+                .iter()
+                .filter(|(_, state)| *state == TransactionState::Open)
+                .count(),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_sink_is_certified() {
+    let report = certify(|| Memory(MemoryStore::new()), |id| id).await;
+    println!("memory sink:\n{report}");
+    report.assert_passed();
+    assert!(report.properties.len() >= 18);
+    assert!(
+        report
+            .properties
+            .iter()
+            .all(|p| p.verdict == sink_testkit::Verdict::Passed),
+        "{report}"
+    );
+}
+
+struct Files {
+    _dir: tempfile::TempDir,
+    out: PathBuf,
+}
+
+impl Destination for Files {
+    type Sink = FileSink<u64, LineEncoder>;
+
+    fn sink(&self) -> FileSink<u64, LineEncoder> {
+        FileSink::builder(&self.out, LineEncoder)
+            .rolling_policy(RollingPolicy {
+                // Small parts, rolled at every checkpoint: several
+                // committables per checkpoint, none waiting for a timed roll.
+                max_part_size_bytes: Some(512),
+                ..RollingPolicy::on_checkpoint()
+            })
+            .build()
+            .expect("a valid file sink")
+    }
+
+    fn committed_ids(&self) -> Vec<u64> {
+        let mut ids = Vec::new();
+        for entry in std::fs::read_dir(&self.out).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            ids.extend(text.lines().filter_map(|line| line.parse::<u64>().ok()));
+        }
+        ids
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_sink_is_certified() {
+    let report = certify(
+        || {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let out = dir.path().join("out");
+            Files { _dir: dir, out }
+        },
+        |id| id,
+    )
+    .await;
+    println!("file sink:\n{report}");
+    report.assert_passed();
+}
