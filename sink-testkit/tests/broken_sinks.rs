@@ -1,0 +1,304 @@
+//! Deliberately broken sinks: the kit must catch each with a property that
+//! names the cause, and pass the same sink without its flaw.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use sink_api::{
+    async_trait, CheckpointId, CommitRequest, Committer, InitContext, Sink, SinkError, SinkWriter,
+};
+use sink_testkit::{certify_with, Destination, Knobs, Report, Verdict};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flaw {
+    None,
+    NonIdempotentCommit,
+    LosesBufferAtCheckpoint,
+    TransactionAfterEndOfInput,
+    CommitsBeforeCompletion,
+}
+
+#[derive(Default)]
+struct Table {
+    committed: Vec<u64>,
+    batches: HashSet<String>,
+    open: usize,
+}
+
+#[derive(Clone)]
+struct Toy {
+    table: Arc<Mutex<Table>>,
+    flaw: Flaw,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Batch {
+    id: String,
+    ids: Vec<u64>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ToyState {
+    next: u64,
+    buffer: Vec<u64>,
+}
+
+/// Buffers records and sends them out in chunks of ten, keeping the rest
+/// buffered across checkpoints (in its state), as a batching writer would.
+struct ToyWriter {
+    toy: Toy,
+    prefix: String,
+    next: u64,
+    buffer: Vec<u64>,
+    open: bool,
+    ended: bool,
+}
+
+impl ToyWriter {
+    fn open_transaction(&mut self) {
+        if !self.open {
+            self.open = true;
+            self.toy.table.lock().unwrap().open += 1;
+        }
+    }
+
+    fn close_transaction(&mut self) {
+        if self.open {
+            self.open = false;
+            self.toy.table.lock().unwrap().open -= 1;
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for Toy {
+    type Input = u64;
+    type Committable = Batch;
+    type WriterState = ToyState;
+    type Writer = ToyWriter;
+    type Committer = Toy;
+
+    async fn create_writer(
+        &self,
+        cx: &InitContext,
+        restored: Vec<ToyState>,
+    ) -> Result<ToyWriter, SinkError> {
+        let mut writer = ToyWriter {
+            toy: self.clone(),
+            prefix: format!("g{}-s{}", cx.generation, cx.subtask_index),
+            next: restored.iter().map(|s| s.next).max().unwrap_or(0),
+            buffer: restored.into_iter().flat_map(|s| s.buffer).collect(),
+            open: false,
+            ended: false,
+        };
+        if !writer.buffer.is_empty() {
+            writer.open_transaction();
+        }
+        Ok(writer)
+    }
+
+    async fn create_committer(&self, _: &InitContext) -> Result<Toy, SinkError> {
+        Ok(self.clone())
+    }
+}
+
+#[async_trait]
+impl SinkWriter for ToyWriter {
+    type Input = u64;
+    type Committable = Batch;
+    type State = ToyState;
+
+    async fn write(&mut self, id: u64) -> Result<(), SinkError> {
+        self.open_transaction();
+        self.buffer.push(id);
+        Ok(())
+    }
+
+    async fn flush(&mut self, end_of_input: bool) -> Result<(), SinkError> {
+        self.ended |= end_of_input;
+        Ok(())
+    }
+
+    async fn prepare_commit(&mut self) -> Result<Vec<Batch>, SinkError> {
+        let cut = if self.ended {
+            self.buffer.len()
+        } else {
+            self.buffer.len() / 10 * 10
+        };
+        let ids: Vec<u64> = self.buffer.drain(..cut).collect();
+        if self.buffer.is_empty() {
+            self.close_transaction();
+        }
+        if self.toy.flaw == Flaw::CommitsBeforeCompletion {
+            self.toy.table.lock().unwrap().committed.extend(&ids);
+        }
+        if self.toy.flaw == Flaw::TransactionAfterEndOfInput && self.ended {
+            // Begins the next transaction eagerly, as some producers do.
+            self.open_transaction();
+        }
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.next += 1;
+        Ok(vec![Batch {
+            id: format!("{}-{}", self.prefix, self.next),
+            ids,
+        }])
+    }
+
+    async fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<ToyState>, SinkError> {
+        let buffer = match self.toy.flaw {
+            Flaw::LosesBufferAtCheckpoint => Vec::new(),
+            _ => self.buffer.clone(),
+        };
+        Ok(vec![ToyState {
+            next: self.next,
+            buffer,
+        }])
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.close_transaction();
+        self.buffer.clear();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Committer for Toy {
+    type Committable = Batch;
+
+    async fn commit(&mut self, requests: &mut [CommitRequest<Batch>]) -> Result<(), SinkError> {
+        let mut table = self.table.lock().unwrap();
+        for request in requests.iter_mut() {
+            let batch = request.committable();
+            let replay = table.batches.contains(&batch.id);
+            if replay && self.flaw != Flaw::NonIdempotentCommit {
+                request.signal_already_committed();
+                continue;
+            }
+            if self.flaw != Flaw::CommitsBeforeCompletion {
+                let ids = batch.ids.clone();
+                table.committed.extend(ids);
+            }
+            let id = batch.id.clone();
+            table.batches.insert(id);
+        }
+        Ok(())
+    }
+}
+
+struct ToyDestination(Toy);
+
+impl Destination for ToyDestination {
+    type Sink = Toy;
+
+    fn sink(&self) -> Toy {
+        self.0.clone()
+    }
+
+    fn committed_ids(&self) -> Vec<u64> {
+        self.0.table.lock().unwrap().committed.clone()
+    }
+
+    fn open_transactions(&self) -> Option<usize> {
+        Some(self.0.table.lock().unwrap().open)
+    }
+}
+
+async fn certify_toy(flaw: Flaw) -> Report {
+    let knobs = Knobs {
+        records: 200,
+        seeds: 4,
+        ..Knobs::default()
+    };
+    certify_with(
+        knobs,
+        move || {
+            ToyDestination(Toy {
+                table: Arc::default(),
+                flaw,
+            })
+        },
+        |id| id,
+    )
+    .await
+}
+
+fn failure(report: &Report, property: &str) -> String {
+    match report.verdict(property) {
+        Some(Verdict::Failed(why)) => why.clone(),
+        other => panic!("{property} should have failed, got {other:?}:\n{report}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_correct_toy_sink_passes() {
+    let report = certify_toy(Flaw::None).await;
+    report.assert_passed();
+    assert!(
+        report
+            .properties
+            .iter()
+            .all(|p| p.verdict == Verdict::Passed),
+        "{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_idempotent_commit_is_caught() {
+    let report = certify_toy(Flaw::NonIdempotentCommit).await;
+    assert!(
+        failure(&report, "contract/commit-is-idempotent").contains("not idempotent"),
+        "{report}"
+    );
+    assert!(!report.passed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_losing_its_buffer_at_a_checkpoint_is_caught() {
+    let report = certify_toy(Flaw::LosesBufferAtCheckpoint).await;
+    let why = failure(&report, "contract/restore-keeps-written-records");
+    assert!(why.contains("must be in snapshot_state"), "{why}");
+    assert!(
+        report
+            .failures()
+            .iter()
+            .any(|p| p.name.starts_with("crash/")),
+        "crashes lose records too:\n{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_opened_after_end_of_input_is_caught() {
+    let report = certify_toy(Flaw::TransactionAfterEndOfInput).await;
+    let why = failure(&report, "contract/no-transaction-after-end-of-input");
+    assert!(
+        why.contains("opened a new transaction after flush(end_of_input = true)"),
+        "{why}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_committing_before_completion_is_caught() {
+    let report = certify_toy(Flaw::CommitsBeforeCompletion).await;
+    let why = failure(&report, "contract/nothing-visible-before-commit");
+    assert!(why.contains("before the checkpoint completes"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_report_reads_well_in_a_test_failure() {
+    let report = certify_toy(Flaw::NonIdempotentCommit).await;
+    let shown = std::panic::catch_unwind(|| report.assert_passed())
+        .expect_err("assert_passed panics on a failed report");
+    let message = shown.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        message.contains("the sink is not exactly-once"),
+        "{message}"
+    );
+    assert!(
+        message.contains("FAILED") && message.contains("contract/commit-is-idempotent"),
+        "{message}"
+    );
+    assert!(message.contains("failed"), "{message}");
+}
