@@ -5,9 +5,10 @@
 //! a new process would be), and let finish. Then every record must be
 //! committed exactly once, and delivered once to the global committer.
 //!
-//! Needs the `failpoints` feature (`cargo test -p sink-runtime --features
-//! failpoints,sinks-memory/failpoints --test crash_matrix`); `fail`'s
-//! configuration is process-wide, so the whole matrix is one test.
+//! Needs the `crash-tests` feature (`cargo test -p sink-runtime --features
+//! crash-tests --test crash_matrix`): the runtime's crash points and the
+//! memory sink's. `fail`'s configuration is process-wide, so the whole
+//! matrix is one test.
 
 mod common;
 
