@@ -108,27 +108,25 @@ where
         self.buffer.clear();
         self.config.encoder.encode(record, &mut self.buffer)?;
         let next_bytes = self.buffer.len() as u64;
-        let roll = self.parts.get(&bucket).is_some_and(|part| {
-            self.config
-                .rolling
-                .should_roll_before_write(&part.info, next_bytes)
-        });
+        // The common case, in one lookup: the bucket has a part with room.
+        let rolling = self.config.rolling;
+        let roll = match self.parts.get_mut(&bucket) {
+            Some(part) if !rolling.should_roll_before_write(&part.info, next_bytes) => {
+                return part.write_record(&self.buffer, now_ms);
+            }
+            Some(_) => true,
+            None => false,
+        };
         if roll {
             if let Some(part) = self.parts.remove(&bucket) {
                 self.pending.push(part.close_for_commit()?);
             }
         }
-        if !self.parts.contains_key(&bucket) {
-            check_bucket_id(&bucket)?;
-            let part = self.new_part(&bucket, now_ms)?;
-            self.parts.insert(bucket.clone(), part);
-        }
-        match self.parts.get_mut(&bucket) {
-            Some(part) => part.write_record(&self.buffer, now_ms),
-            None => Err(SinkError::msg(format!(
-                "no part file is open for bucket '{bucket}'"
-            ))),
-        }
+        check_bucket_id(&bucket)?;
+        let mut part = self.new_part(&bucket, now_ms)?;
+        part.write_record(&self.buffer, now_ms)?;
+        self.parts.insert(bucket, part);
+        Ok(())
     }
 }
 

@@ -15,21 +15,21 @@
 //! up to `--record-size` bytes, a newline. Finished files are every
 //! non-hidden file under `--out`; the checkpoints live in `--out/.state`.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
 use examples::cli::parse_duration;
+use examples::demo_line::DemoLine;
 use examples::timeline::{render, Sample};
 use indicatif::{ProgressBar, ProgressStyle};
-use sink_api::SinkError;
 use sink_runtime::{
     BuildError, CheckpointConfig, Job, JobReport, JobStatus, LocalCheckpointStorage, RuntimeMode,
     SequenceSource,
 };
-use sinks_file::{Encoder, FileSink, FileSinkStats, RollingPolicy};
+use sinks_file::{FileSink, FileSinkStats, RollingPolicy};
 
 /// The write-up's three rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -164,21 +164,6 @@ impl Config {
             record_size: args.record_size.unwrap_or(100) as usize,
             rate: args.rate.unwrap_or(0),
         })
-    }
-}
-
-/// The demo's record: `<id, 20 digits>,<filler>\n`, written into the
-/// writer's reusable buffer.
-struct DemoLine {
-    record_size: usize,
-}
-
-impl Encoder<u64> for DemoLine {
-    fn encode(&self, id: &u64, out: &mut Vec<u8>) -> Result<(), SinkError> {
-        write!(out, "{id:020},").map_err(|e| SinkError::io("encoding a record", e))?;
-        out.resize(out.len() + self.record_size.saturating_sub(21), b'x');
-        out.push(b'\n');
-        Ok(())
     }
 }
 

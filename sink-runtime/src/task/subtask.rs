@@ -182,9 +182,11 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                 failpoint!("after-write");
             }
             let flow = match status {
-                // Let the coordinator and other subtasks run between batches.
+                // Other tasks (the coordinator, other subtasks) get their turn
+                // when this task's cooperative budget runs out, not after
+                // every batch.
                 ReadStatus::More => {
-                    tokio::task::yield_now().await;
+                    tokio::task::consume_budget().await;
                     Flow::Continue
                 }
                 ReadStatus::Idle => {
