@@ -346,7 +346,7 @@ fn main() -> anyhow::Result<()> {
         println!("{}", child(what, args.records, &dir)?);
         return Ok(());
     }
-    if !(args.scale > 0.0) {
+    if args.scale.is_nan() || args.scale <= 0.0 {
         bail!("--scale must be above 0");
     }
     let count_records = ((50_000_000.0 * args.scale) as u64).max(2);
