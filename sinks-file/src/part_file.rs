@@ -26,7 +26,7 @@ use sink_api::SinkError;
 use crate::rolling::PartInfo;
 
 /// Size of each part file's write buffer.
-const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// A complete, durable, hidden part file waiting to be made visible: what
 /// the file writer's `prepare_commit` returns and the file committer renames.
