@@ -44,6 +44,23 @@ fn through_checkpoint<D: Destination>(
         .collect()
 }
 
+/// A fresh writer of `sink`, with the records `0..records` written to it.
+async fn fresh_writer_with<D: Destination>(
+    sink: &D::Sink,
+    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    records: u64,
+) -> Result<<D::Sink as Sink>::Writer, String> {
+    let mut writer = sink
+        .create_writer(&context(1), Vec::new())
+        .await
+        .map_err(err("create_writer"))?;
+    writer
+        .write_batch((0..records).map(|id| record(id)).collect())
+        .await
+        .map_err(err("write_batch"))?;
+    Ok(writer)
+}
+
 async fn commit<D: Destination>(
     sink: &D::Sink,
     committables: Vec<Committable<D>>,
@@ -75,14 +92,7 @@ pub(crate) async fn visibility_and_idempotence<D: Destination>(
     records: u64,
 ) -> Result<Result<(), String>, String> {
     let sink = destination.sink();
-    let mut writer = sink
-        .create_writer(&context(1), Vec::new())
-        .await
-        .map_err(err("create_writer"))?;
-    writer
-        .write_batch((0..records).map(|id| record(id)).collect())
-        .await
-        .map_err(err("write_batch"))?;
+    let mut writer = fresh_writer_with::<D>(&sink, record, records).await?;
     // At end of input everything written becomes committable.
     writer.flush(true).await.map_err(err("flush(true)"))?;
     let committables = writer
@@ -133,14 +143,7 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
     // some of them buffered at the checkpoint.
     let records = records + 7;
     let sink = destination.sink();
-    let mut writer = sink
-        .create_writer(&context(1), Vec::new())
-        .await
-        .map_err(err("create_writer"))?;
-    writer
-        .write_batch((0..records).map(|id| record(id)).collect())
-        .await
-        .map_err(err("write_batch"))?;
+    let mut writer = fresh_writer_with::<D>(&sink, record, records).await?;
     writer.flush(false).await.map_err(err("flush"))?;
     let mut committables = writer
         .prepare_commit()
@@ -196,14 +199,7 @@ pub(crate) async fn no_transaction_after_end_of_input<D: Destination>(
         return Ok(None);
     }
     let sink = destination.sink();
-    let mut writer = sink
-        .create_writer(&context(1), Vec::new())
-        .await
-        .map_err(err("create_writer"))?;
-    writer
-        .write_batch((0..records).map(|id| record(id)).collect())
-        .await
-        .map_err(err("write_batch"))?;
+    let mut writer = fresh_writer_with::<D>(&sink, record, records).await?;
     writer.flush(true).await.map_err(err("flush(true)"))?;
     let committables = writer
         .prepare_commit()
