@@ -62,11 +62,14 @@ async fn run_once(
     builder.build().expect("a valid job").run().await
 }
 
-fn is_crash(error: &JobError) -> bool {
+/// The crash point a failure was simulated at, if it was a simulated crash.
+fn crash_point(error: &JobError) -> Option<&'static str> {
     match error {
-        JobError::Crash { .. } => true,
-        JobError::Sink { source, .. } => source.to_string().contains(MEMORY_MID_BATCH),
-        _ => false,
+        JobError::Crash { failpoint } => Some(failpoint),
+        JobError::Sink { source, .. } if source.to_string().contains(MEMORY_MID_BATCH) => {
+            Some(MEMORY_MID_BATCH)
+        }
+        _ => None,
     }
 }
 
@@ -80,13 +83,14 @@ async fn scenario(mode: Mode, global: bool, failpoint: &'static str) -> u32 {
             round < 12,
             "{failpoint} {mode:?}: the job did not finish after {round} runs"
         );
-        if let Some(skip) = SKIPS.get(round) {
+        // The re-commit point is reached only by a restore with something to commit
+        // again: the first round crashes right after a checkpoint is stored
+        // (the primer), the next ones crash at the point itself.
+        let primed = failpoint == "during-recovery-recommit";
+        if primed && round == 0 {
+            fail::cfg("after-checkpoint-stored", "1*return->off").expect("valid failpoint");
+        } else if let Some(skip) = SKIPS.get(round - usize::from(primed)) {
             fail::cfg(failpoint, &format!("{skip}*off->1*return->off")).expect("valid failpoint");
-            if failpoint == "during-recovery-recommit" && round == 0 {
-                // Only a restore with something to re-commit reaches it:
-                // crash once right after a checkpoint was stored.
-                fail::cfg("after-checkpoint-stored", "1*return->off").expect("valid failpoint");
-            }
         }
         let result = run_once(mode, global, &store, dir.path()).await;
         fail::remove(failpoint);
@@ -96,7 +100,10 @@ async fn scenario(mode: Mode, global: bool, failpoint: &'static str) -> u32 {
                 assert_eq!(report.status, JobStatus::Finished, "{failpoint} {mode:?}");
                 break;
             }
-            Err(error) if is_crash(&error) => crashes += 1,
+            // Only crashes at the point under test count.
+            Err(error) if crash_point(&error).is_some() => {
+                crashes += u32::from(crash_point(&error) == Some(failpoint));
+            }
             Err(error) => {
                 panic!("{failpoint} {mode:?} global={global}: unexpected failure: {error}")
             }

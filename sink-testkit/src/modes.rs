@@ -93,7 +93,9 @@ async fn finish<D: Destination>(
 
 pub(crate) fn describe(error: RunError) -> String {
     match error {
-        RunError::Crash => "the job crashed at a crash point nobody configured".into(),
+        RunError::Crash(point) => {
+            format!("the job crashed at the crash point {point}, which nobody configured")
+        }
         RunError::Failed(why) => format!("the job failed: {why}"),
     }
 }

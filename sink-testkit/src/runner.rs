@@ -39,8 +39,8 @@ impl Shape {
 /// Why a run did not finish.
 #[derive(Debug)]
 pub(crate) enum RunError {
-    /// A crash simulated at a crash point.
-    Crash,
+    /// A crash simulated at the named crash point.
+    Crash(&'static str),
     /// Anything else, in words.
     Failed(String),
 }
@@ -48,7 +48,7 @@ pub(crate) enum RunError {
 impl From<JobError> for RunError {
     fn from(error: JobError) -> RunError {
         match error {
-            JobError::Crash { .. } => RunError::Crash,
+            JobError::Crash { failpoint } => RunError::Crash(failpoint),
             other => RunError::Failed(other.to_string()),
         }
     }

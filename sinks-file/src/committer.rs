@@ -63,6 +63,11 @@ impl Committer for FileCommitter {
                     )),
                 },
                 Ok((None, Some(size))) if size == c.size_bytes => {
+                    // The crash may have come between the rename and the
+                    // directory sync: make the rename durable now.
+                    if let Some(dir) = c.target.parent() {
+                        sync_dir(dir)?;
+                    }
                     self.stats.replayed();
                     request.signal_already_committed();
                 }

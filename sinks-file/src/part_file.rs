@@ -75,6 +75,9 @@ pub(crate) struct InProgressPart {
     file: BufWriter<File>,
     pub(crate) info: PartInfo,
     records: u64,
+    /// Directories to fsync before the file may be referred to by a
+    /// checkpoint (emptied by the first persist).
+    unsynced_dirs: Vec<PathBuf>,
 }
 
 impl InProgressPart {
@@ -84,13 +87,28 @@ impl InProgressPart {
         target: PathBuf,
         now_ms: u64,
     ) -> Result<InProgressPart, SinkError> {
+        // Directories whose entries change: the file's own, and the parent of
+        // every directory created for it. They are synced at the first
+        // persist, before a checkpoint can refer to the file.
+        let mut unsynced_dirs = Vec::new();
         if let Some(dir) = path.parent() {
+            let mut missing = dir;
+            while !missing.exists() {
+                match missing.parent() {
+                    Some(parent) => {
+                        unsynced_dirs.push(parent.to_path_buf());
+                        missing = parent;
+                    }
+                    None => break,
+                }
+            }
             fs::create_dir_all(dir).map_err(|e| {
                 io_error(
                     format!("creating the bucket directory {}", dir.display()),
                     e,
                 )
             })?;
+            unsynced_dirs.push(dir.to_path_buf());
         }
         let file = OpenOptions::new()
             .write(true)
@@ -107,6 +125,7 @@ impl InProgressPart {
                 last_write_ms: now_ms,
             },
             records: 0,
+            unsynced_dirs,
         })
     }
 
@@ -136,6 +155,10 @@ impl InProgressPart {
             .get_ref()
             .sync_data()
             .map_err(|e| io_error(format!("syncing the part file {}", self.path.display()), e))?;
+        // The file's name must survive a power loss too, not only its data.
+        for dir in std::mem::take(&mut self.unsynced_dirs) {
+            sync_dir(&dir)?;
+        }
         Ok(InProgressState {
             path: self.path.clone(),
             target: self.target.clone(),

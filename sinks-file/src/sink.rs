@@ -12,7 +12,7 @@ use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
 use crate::clock::{Clock, SystemClock};
 use crate::committer::FileCommitter;
 use crate::encoder::Encoder;
-use crate::part_file::{io_error, FileCommittable};
+use crate::part_file::{io_error, sync_dir, FileCommittable};
 use crate::rolling::RollingPolicy;
 use crate::writer::{FileWriter, FileWriterState};
 
@@ -224,12 +224,19 @@ where
         restored_states: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
         let base = &self.config.base_path;
+        let created = !base.exists();
         std::fs::create_dir_all(base).map_err(|e| {
             io_error(
                 format!("creating the output directory {}", base.display()),
                 e,
             )
         })?;
+        if created {
+            // The new directory's name must survive a power loss.
+            if let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent)?;
+            }
+        }
         FileWriter::new(self.config.clone(), restored_states)
     }
 
