@@ -145,7 +145,7 @@ where
                 restart: RestartStrategy::Never,
                 storage: Arc::new(MemoryCheckpointStorage::default()),
                 retry: RetryPolicy::default(),
-                batch_size: 1024,
+                batch_size: 4096,
                 idle_poll: Duration::from_millis(20),
                 defer_end_of_stream: true,
                 notification_faults: None,
@@ -241,7 +241,7 @@ where
         self
     }
 
-    /// Most records read and written as one batch. Default 1024.
+    /// Most records read and written as one batch. Default 4096.
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.spec.batch_size = batch_size;
         self

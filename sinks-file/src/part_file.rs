@@ -16,9 +16,12 @@
 //! back to that length and turns it into a pending file, so that exactly the
 //! records before the checkpoint are in it.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use sink_api::SinkError;
@@ -78,6 +81,8 @@ pub(crate) struct InProgressPart {
     /// Directories to fsync before the file may be referred to by a
     /// checkpoint (emptied by the first persist).
     unsynced_dirs: Vec<PathBuf>,
+    /// Taken right after the file and its directories were created.
+    created_seq: u64,
 }
 
 impl InProgressPart {
@@ -115,6 +120,7 @@ impl InProgressPart {
             .create_new(true)
             .open(&path)
             .map_err(|e| io_error(format!("creating the part file {}", path.display()), e))?;
+        let created_seq = sequence();
         Ok(InProgressPart {
             path,
             target,
@@ -126,6 +132,7 @@ impl InProgressPart {
             },
             records: 0,
             unsynced_dirs,
+            created_seq,
         })
     }
 
@@ -157,7 +164,7 @@ impl InProgressPart {
             .map_err(|e| io_error(format!("syncing the part file {}", self.path.display()), e))?;
         // The file's name must survive a power loss too, not only its data.
         for dir in std::mem::take(&mut self.unsynced_dirs) {
-            sync_dir(&dir)?;
+            sync_dir_since(&dir, self.created_seq)?;
         }
         Ok(InProgressState {
             path: self.path.clone(),
@@ -239,9 +246,40 @@ pub(crate) fn io_error(context: String, error: std::io::Error) -> SinkError {
     SinkError::io(context, error)
 }
 
+/// Orders file creations and directory fsyncs: a sync of a directory that
+/// started after a file was created in it makes the file's name durable.
+static SEQUENCE: AtomicU64 = AtomicU64::new(1);
+/// Per directory, the sequence number at which its latest fsync started.
+static SYNCED: Mutex<BTreeMap<PathBuf, u64>> = Mutex::new(BTreeMap::new());
+
+/// A sequence number, taken after a creation or before a sync.
+pub(crate) fn sequence() -> u64 {
+    SEQUENCE.fetch_add(1, Ordering::SeqCst)
+}
+
 /// Makes a rename or a creation in `dir` durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), SinkError> {
+    let started = sequence();
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(format!("syncing the directory {}", dir.display()), e))
+        .map_err(|e| io_error(format!("syncing the directory {}", dir.display()), e))?;
+    let mut synced = SYNCED.lock().unwrap_or_else(|e| e.into_inner());
+    let latest = synced.entry(dir.to_path_buf()).or_default();
+    *latest = (*latest).max(started);
+    Ok(())
+}
+
+/// Makes durable a name created in `dir` at sequence `created`, unless a
+/// sync of `dir` that started later already did (a commit's rename in the
+/// same directory, typically): one directory fsync fewer per part.
+pub(crate) fn sync_dir_since(dir: &Path, created: u64) -> Result<(), SinkError> {
+    let covered = SYNCED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(dir)
+        .is_some_and(|&started| started > created);
+    match covered {
+        true => Ok(()),
+        false => sync_dir(dir),
+    }
 }

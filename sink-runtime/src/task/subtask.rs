@@ -43,6 +43,9 @@ use crate::metrics::{self, Metrics};
 use crate::source::{ReadStatus, Source, SplitReader};
 use crate::storage::{encode_pending, SubtaskSnapshot};
 
+/// Longest a busy subtask runs before it lets other tasks run.
+const YIELD_EVERY: Duration = Duration::from_millis(1);
+
 /// Settings shared by every subtask of a job.
 #[derive(Debug, Clone)]
 pub(crate) struct SubtaskSettings {
@@ -141,6 +144,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             self.recommitting = false;
         }
         let mut batch = Vec::with_capacity(self.settings.batch_size);
+        let mut last_yield = tokio::time::Instant::now();
         loop {
             // Control messages first: a barrier waits for one batch at most.
             let waiting = match self.control.try_recv() {
@@ -183,10 +187,15 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             }
             let flow = match status {
                 // Other tasks (the coordinator, other subtasks) get their turn
-                // when this task's cooperative budget runs out, not after
-                // every batch.
+                // when this task's cooperative budget runs out, and at least
+                // every millisecond, so a trigger or a notice waits little
+                // while yielding costs little.
                 ReadStatus::More => {
                     tokio::task::consume_budget().await;
+                    if last_yield.elapsed() >= YIELD_EVERY {
+                        tokio::task::yield_now().await;
+                        last_yield = tokio::time::Instant::now();
+                    }
                     Flow::Continue
                 }
                 ReadStatus::Idle => {
