@@ -256,7 +256,7 @@ where
     coordinator.settle_store().await;
     let status = outcome?;
     let last = Some(coordinator.last_completed).filter(|&id| id > CheckpointId::NONE);
-    if status == JobStatus::Finished {
+    if status == JobStatus::Finished && spec.mark_finished {
         coordinator
             .storage
             .mark_finished(FinishedMarker {

@@ -74,6 +74,10 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     pub idle_poll: Duration,
     pub defer_end_of_stream: bool,
     pub notification_faults: Option<NotificationFaults>,
+    /// Whether a finished run marks the storage finished. A pipeline's input
+    /// goes on in its next run, so its end is not marked: the next start
+    /// restores its final checkpoint instead of doing nothing.
+    pub mark_finished: bool,
 }
 
 /// What happens to one completion notice, in a simulation.
@@ -149,6 +153,7 @@ where
                 idle_poll: Duration::from_millis(20),
                 defer_end_of_stream: true,
                 notification_faults: None,
+                mark_finished: true,
             },
             mode: RuntimeMode::Streaming,
             allow_uncommitted: false,
@@ -268,6 +273,20 @@ where
         self
     }
 
+    /// Replaces the source given to [`Job::builder`]. For pipelines, whose
+    /// channels are made when they start.
+    pub(crate) fn with_source(mut self, source: Src) -> Self {
+        self.spec.source = source;
+        self
+    }
+
+    /// Lets the next start on the same storage resume after this run
+    /// finished (see [`JobSpec::mark_finished`]). For pipelines.
+    pub(crate) fn resumable_after_finish(mut self) -> Self {
+        self.spec.mark_finished = false;
+        self
+    }
+
     /// Checks the configuration and returns the job, or the reason it could
     /// never work and how to fix it.
     pub fn build(mut self) -> Result<Job<Src, S>, BuildError> {
@@ -359,6 +378,11 @@ impl JobHandle {
     /// [`JobStatus::Cancelled`].
     pub fn cancel(&self) {
         self.cancel.send_replace(true);
+    }
+
+    /// The job's live counters, shared.
+    pub(crate) fn shared_metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
     }
 
     /// Whether the job has ended (then [`join`](Self::join) returns at once).

@@ -3,10 +3,10 @@
 //!
 //! On a fresh start the source cuts its input into splits and split `k` goes
 //! to subtask `k % parallelism`. On a restore, every part of the checkpoint is
-//! decoded and handed back: source splits (re-spread over the subtasks),
-//! writer states and pending committables (to the subtask that stored them,
-//! or spread over the new subtasks when the parallelism changed), and the
-//! global committer's received committables.
+//! decoded and handed back: source splits, writer states and pending
+//! committables (to the subtask that stored them, or spread over the new
+//! subtasks when the parallelism changed), and the global committer's
+//! received committables.
 
 use sink_api::{deserialize_versioned, CheckpointId, Generation, Sink};
 
@@ -90,8 +90,9 @@ where
             "restoring with another parallelism: spreading writer states, splits and pending committables");
     }
     // Writer states stay with their subtask when the parallelism is the same,
-    // and are dealt round-robin otherwise. Splits are always dealt
-    // round-robin. Pending committables go to subtask `origin % parallelism`,
+    // and are dealt round-robin otherwise; so are splits (a source may keep
+    // per-split state that its producers route to, such as the pipeline's
+    // idempotency keys). Pending committables go to subtask `origin % parallelism`,
     // keeping their origin, so that each is committed exactly once and the
     // global committer still sees every original subtask's part.
     let indices: Vec<usize> = checkpoint.subtasks.iter().map(|s| s.subtask).collect();
@@ -143,8 +144,13 @@ where
             deserialize_versioned(serializers.splits.as_ref(), &snapshot.source_splits)
                 .map_err(|e| decode("the source position", e))?;
         for split in splits {
-            subtasks[split_index % parallelism].splits.push(split);
-            split_index += 1;
+            let target = if rescaled {
+                split_index += 1;
+                (split_index - 1) % parallelism
+            } else {
+                snapshot.subtask
+            };
+            subtasks[target].splits.push(split);
         }
     }
     let global_pending = match &checkpoint.global_committer {

@@ -17,7 +17,7 @@ mod vec;
 
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
-use sink_api::SubtaskIndex;
+use sink_api::{CheckpointId, SubtaskIndex};
 
 pub use range::{RangeReader, RangeRecords, RangeSplit};
 pub use sequence::SequenceSource;
@@ -75,6 +75,52 @@ pub trait SplitReader: Send + 'static {
     /// What is left to read, as splits: stored in the checkpoint. Called at
     /// every checkpoint, between two `read_batch` calls.
     fn snapshot_splits(&self) -> Vec<Self::Split>;
+
+    /// Waits until [`read_batch`](Self::read_batch) has something to return.
+    ///
+    /// Called by the subtask after `read_batch` returned
+    /// [`ReadStatus::Idle`], raced against the coordinator's messages and a
+    /// short poll interval, so it must be cancel-safe: dropped before it
+    /// returns, it loses nothing. The default never returns, and the subtask
+    /// polls again after the interval; a reader fed by a channel returns as
+    /// soon as an item arrives, so that input waits for no poll.
+    async fn wait_for_input(&mut self) {
+        std::future::pending::<()>().await
+    }
+
+    /// The records read so far that no earlier call covered belong to
+    /// checkpoint `checkpoint_id`: they were written and prepared before its
+    /// barrier, or at end of input under the tag of the commit that follows.
+    ///
+    /// Called by the subtask at each barrier before
+    /// [`snapshot_splits`](Self::snapshot_splits), and once at end of input.
+    /// The default does nothing; a reader that answers its producers when
+    /// their records are committed starts tracking them here.
+    fn on_checkpoint(&mut self, checkpoint_id: CheckpointId) {
+        let _ = checkpoint_id;
+    }
+
+    /// This subtask's share of checkpoint `checkpoint_id`, and of every
+    /// earlier one, has been committed, with `outcome`.
+    ///
+    /// Called by the subtask after each commit, in checkpoint order,
+    /// including the re-commit of a restored checkpoint. Called once per
+    /// checkpoint that held anything of this subtask; a checkpoint in which
+    /// the subtask prepared nothing may be covered by a later call. The
+    /// default does nothing.
+    fn on_commit(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome) {
+        let _ = (checkpoint_id, outcome);
+    }
+}
+
+/// How the commit reported to [`SplitReader::on_commit`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Every committable was committed (or found already committed).
+    Committed,
+    /// At least one committable failed with a known reason and was dropped:
+    /// some records of this checkpoint are not in the output.
+    PartlyLost,
 }
 
 /// A partitioned, replayable input.

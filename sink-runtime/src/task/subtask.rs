@@ -40,7 +40,7 @@ use crate::core::retry::RetryPolicy;
 use crate::error::JobError;
 use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
-use crate::source::{ReadStatus, Source, SplitReader};
+use crate::source::{CommitOutcome, ReadStatus, Source, SplitReader};
 use crate::storage::{encode_pending, SubtaskSnapshot};
 
 /// Longest a busy subtask runs before it lets other tasks run.
@@ -199,9 +199,12 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                     Flow::Continue
                 }
                 ReadStatus::Idle => {
-                    match tokio::time::timeout(self.settings.idle_poll, self.control.recv()).await {
-                        Ok(message) => self.serve(message).await?,
-                        Err(_elapsed) => Flow::Continue,
+                    // Nothing to read: serve the coordinator, or read again
+                    // as soon as the reader has input, or after the poll.
+                    tokio::select! {
+                        message = self.control.recv() => self.serve(message).await?,
+                        () = self.reader.wait_for_input() => Flow::Continue,
+                        () = tokio::time::sleep(self.settings.idle_poll) => Flow::Continue,
                     }
                 }
                 ReadStatus::Finished => self.on_end_of_input().await?,
@@ -298,6 +301,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             BarrierAction::PrepareAndSnapshot => {
                 let committables = self.prepare_commit(false).await?;
                 self.add_to_ledger(checkpoint_id, committables)?;
+                self.reader.on_checkpoint(checkpoint_id);
             }
             BarrierAction::SnapshotWithEmptySummary => {
                 failpoint!("during-final-checkpoint");
@@ -369,6 +373,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         let committables = self.prepare_commit(true).await?;
         info!(subtask = self.index, tag = %tag, committables = committables.len(), "end of input");
         self.add_to_ledger(tag, committables)?;
+        self.reader.on_checkpoint(tag);
         self.events
             .send(TaskEvent::EndOfInput {
                 subtask: self.index,
@@ -392,9 +397,13 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             // One part per checkpoint, unless this subtask took over the
             // parts of several former subtasks in a restore with another
             // parallelism.
+            let mut outcome = CommitOutcome::Committed;
             for part in ready.parts {
-                self.commit_part(ready.checkpoint_id, part).await?;
+                if self.commit_part(ready.checkpoint_id, part).await? == CommitOutcome::PartlyLost {
+                    outcome = CommitOutcome::PartlyLost;
+                }
             }
+            self.reader.on_commit(ready.checkpoint_id, outcome);
         }
         if let Some(held) = self.ledger.held() {
             warn!(
@@ -407,12 +416,13 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
     }
 
     /// Commits one part through its retries and forwards what was committed
-    /// to the global committer, under the part's original subtask.
+    /// to the global committer, under the part's original subtask. Says
+    /// whether a committable was dropped with a known reason.
     async fn commit_part(
         &mut self,
         checkpoint_id: CheckpointId,
         part: SubtaskPart<S::Committable>,
-    ) -> Result<(), JobError> {
+    ) -> Result<CommitOutcome, JobError> {
         let summary = part.summary;
         let count = part.committables.len() as u64;
         let mut round = CommitRound::new(checkpoint_id, part.committables);
@@ -483,7 +493,11 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             },
             committables: committed,
         })
-        .await
+        .await?;
+        Ok(match tally.known_failures.is_empty() {
+            true => CommitOutcome::Committed,
+            false => CommitOutcome::PartlyLost,
+        })
     }
 
     /// After the final commit (or the commit at end of input): drops what

@@ -1,0 +1,387 @@
+//! The pipeline's source: one bounded channel per subtask, fed by
+//! [`Pipeline`](super::Pipeline) sends, read by the subtask's reader.
+//!
+//! The channels outlive the job's attempts: a reader takes its subtask's
+//! receiver when it is created and puts it back when it is dropped, so sends
+//! queued while the job restarts are read by the next attempt. What a reader
+//! had read and not yet seen committed is answered by dropping its waiters:
+//! those tickets fail, and their senders know to send again.
+//!
+//! Splits are the key partitions of [`super::keys`]: their state is the
+//! idempotency keys, and the subtask that owns a partition is where every
+//! send with a key of that partition is routed. Readers publish which
+//! partitions they own in [`Routes`].
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use sink_api::{CheckpointId, SubtaskIndex};
+use tokio::sync::{mpsc, watch};
+use tracing::debug;
+
+use super::keys::{partition_of, KeyPartition, KeyRetention, KeyTable, Seen};
+use super::ticket::{TicketError, Waiter};
+use crate::source::{Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SplitReader};
+
+/// One send: records, their optional idempotency key, and who waits for the
+/// answer.
+#[derive(Debug)]
+pub(crate) struct Envelope<R> {
+    pub records: Vec<R>,
+    pub key: Option<String>,
+    pub waiter: Waiter,
+}
+
+/// Which subtask owns each key partition, as the readers last said.
+#[derive(Debug, Default)]
+pub(crate) struct Routes {
+    /// How many partitions; 0 until a reader with partitions exists.
+    pub of: u32,
+    /// The owner of each partition, `None` while unknown.
+    pub owners: Vec<Option<SubtaskIndex>>,
+}
+
+/// What the pipeline handle and the readers share.
+#[derive(Debug)]
+pub(crate) struct Shared<R> {
+    /// Each subtask's receiver while no reader holds it.
+    slots: Vec<Mutex<Option<mpsc::Receiver<Envelope<R>>>>>,
+    pub routes: RwLock<Routes>,
+    /// Readers alive now.
+    pub live_readers: AtomicUsize,
+    /// Set when the job has ended for good.
+    pub ended: AtomicBool,
+    /// Bumped whenever a reader comes or goes, or the job ends.
+    pub changed: watch::Sender<()>,
+}
+
+impl<R> Shared<R> {
+    /// A channel of `capacity` sends per subtask; returns the senders.
+    pub(crate) fn new(
+        parallelism: usize,
+        capacity: usize,
+    ) -> (Arc<Shared<R>>, Vec<mpsc::Sender<Envelope<R>>>) {
+        let (senders, slots) = (0..parallelism)
+            .map(|_| {
+                let (tx, rx) = mpsc::channel(capacity);
+                (tx, Mutex::new(Some(rx)))
+            })
+            .unzip();
+        let shared = Shared {
+            slots,
+            routes: RwLock::new(Routes::default()),
+            live_readers: AtomicUsize::new(0),
+            ended: AtomicBool::new(false),
+            changed: watch::channel(()).0,
+        };
+        (Arc::new(shared), senders)
+    }
+
+    /// How many subtasks, so how many channels.
+    pub(crate) fn parallelism(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The job ended: drops the receivers, which fails every queued send's
+    /// ticket and every later send.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::SeqCst);
+        for slot in &self.slots {
+            drop(lock(slot).take());
+        }
+        self.changed.send_replace(());
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind,
+    // still consistent: keep going.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The source of a pipeline's job.
+pub(crate) struct ChannelSource<R> {
+    pub shared: Arc<Shared<R>>,
+    pub partitions: u32,
+    pub retention: KeyRetention,
+}
+
+impl<R: Send + 'static> Source for ChannelSource<R> {
+    type Record = R;
+    type Split = KeyPartition;
+    type Reader = ChannelReader<R>;
+
+    /// Ends when the pipeline is shut down.
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Bounded
+    }
+
+    fn create_splits(&self, _parallelism: usize) -> Vec<KeyPartition> {
+        (0..self.partitions)
+            .map(|index| KeyPartition::empty(index, self.partitions))
+            .collect()
+    }
+
+    fn create_reader(
+        &self,
+        subtask: SubtaskIndex,
+        splits: Vec<KeyPartition>,
+    ) -> Result<ChannelReader<R>, SourceError> {
+        let of = splits.first().map(|split| split.of);
+        if let Some(bad) = splits
+            .iter()
+            .find(|split| Some(split.of) != of || split.index >= split.of)
+        {
+            return Err(SourceError(format!(
+                "key partition {} of {} does not fit with partition count {:?} of the others; \
+                 the checkpoint is inconsistent",
+                bad.index, bad.of, of
+            )));
+        }
+        let slot = self.shared.slots.get(subtask).ok_or_else(|| {
+            SourceError(format!(
+                "subtask {subtask} has no channel: the pipeline has {} subtasks",
+                self.shared.slots.len()
+            ))
+        })?;
+        let receiver = lock(slot).take().ok_or_else(|| {
+            SourceError(format!(
+                "the channel of subtask {subtask} is held by another reader, or the pipeline ended"
+            ))
+        })?;
+        let mut tables = BTreeMap::new();
+        let mut committed_through = CheckpointId::NONE;
+        for split in splits {
+            let table = KeyTable::restore(split);
+            committed_through = committed_through.max(table.newest_checkpoint());
+            tables.insert(table.index(), table);
+        }
+        if let Some(of) = of {
+            let mut routes = self
+                .shared
+                .routes
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if routes.of != of {
+                routes.of = of;
+                routes.owners = vec![None; of as usize];
+            }
+            for index in tables.keys() {
+                routes.owners[*index as usize] = Some(subtask);
+            }
+        }
+        self.shared.live_readers.fetch_add(1, Ordering::SeqCst);
+        self.shared.changed.send_replace(());
+        let per_partition = self.retention.max_keys.div_ceil(of.unwrap_or(1) as usize);
+        debug!(
+            subtask,
+            partitions = tables.len(),
+            "pipeline reader created"
+        );
+        Ok(ChannelReader {
+            subtask,
+            shared: self.shared.clone(),
+            receiver: Some(receiver),
+            peeked: None,
+            closed: false,
+            of,
+            tables,
+            max_keys: per_partition.max(1),
+            max_age: self.retention.max_age,
+            unassigned: Vec::new(),
+            awaiting: BTreeMap::new(),
+            committed_through,
+        })
+    }
+}
+
+/// Reads one subtask's channel and answers its tickets after the commits.
+pub(crate) struct ChannelReader<R> {
+    subtask: SubtaskIndex,
+    shared: Arc<Shared<R>>,
+    receiver: Option<mpsc::Receiver<Envelope<R>>>,
+    /// A send taken off the channel by `wait_for_input`, not read yet.
+    peeked: Option<Envelope<R>>,
+    /// Every sender is gone: the input ended.
+    closed: bool,
+    /// The partition count, when this reader owns any partition.
+    of: Option<u32>,
+    tables: BTreeMap<u32, KeyTable>,
+    max_keys: usize,
+    max_age: Duration,
+    /// Waiting for the records read since the last barrier.
+    unassigned: Vec<Waiter>,
+    /// Waiting for the commit of each checkpoint.
+    awaiting: BTreeMap<CheckpointId, Vec<Waiter>>,
+    committed_through: CheckpointId,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+impl<R> ChannelReader<R> {
+    /// Takes one send in: writes its records, or attaches its waiter to the
+    /// earlier send with the same key.
+    fn accept(&mut self, envelope: Envelope<R>, out: &mut Vec<R>, now: u64) {
+        let Envelope {
+            records,
+            key,
+            waiter,
+        } = envelope;
+        let Some(key) = key else {
+            out.extend(records);
+            self.unassigned.push(waiter);
+            return;
+        };
+        let Some(table) = self
+            .of
+            .map(|of| partition_of(&key, of))
+            .and_then(|partition| self.tables.get_mut(&partition))
+        else {
+            waiter.fail(TicketError::Refused(format!(
+                "subtask {} does not own the key partition of this key (the pipeline was rescaled \
+                 while the send was queued)",
+                self.subtask
+            )));
+            return;
+        };
+        match table.seen(&key, self.committed_through) {
+            Seen::New => {
+                table.accept(key, now);
+                out.extend(records);
+                self.unassigned.push(waiter);
+            }
+            Seen::Pending(None) => self.unassigned.push(waiter.duplicate()),
+            Seen::Pending(Some(checkpoint)) => self
+                .awaiting
+                .entry(checkpoint)
+                .or_default()
+                .push(waiter.duplicate()),
+            Seen::Committed(checkpoint) => waiter.duplicate().committed(checkpoint),
+        }
+    }
+}
+
+#[async_trait]
+impl<R: Send + 'static> SplitReader for ChannelReader<R> {
+    type Record = R;
+    type Split = KeyPartition;
+
+    async fn read_batch(
+        &mut self,
+        max: usize,
+        out: &mut Vec<R>,
+    ) -> Result<ReadStatus, SourceError> {
+        let before = out.len();
+        let now = now_ms();
+        let mut took = false;
+        // A send is never cut in two: its records all go into one
+        // checkpoint, so `max` may be passed by the last send taken.
+        while out.len() - before < max {
+            let next = match self.peeked.take() {
+                Some(envelope) => Some(envelope),
+                None => match self.receiver.as_mut().map(|rx| rx.try_recv()) {
+                    Some(Ok(envelope)) => Some(envelope),
+                    Some(Err(mpsc::error::TryRecvError::Empty)) => None,
+                    Some(Err(mpsc::error::TryRecvError::Disconnected)) | None => {
+                        self.closed = true;
+                        None
+                    }
+                },
+            };
+            let Some(envelope) = next else { break };
+            self.accept(envelope, out, now);
+            took = true;
+        }
+        Ok(if took {
+            ReadStatus::More
+        } else if self.closed {
+            ReadStatus::Finished
+        } else {
+            ReadStatus::Idle
+        })
+    }
+
+    fn snapshot_splits(&self) -> Vec<KeyPartition> {
+        self.tables.values().map(KeyTable::snapshot).collect()
+    }
+
+    async fn wait_for_input(&mut self) {
+        if self.peeked.is_some() || self.closed {
+            return;
+        }
+        let Some(receiver) = self.receiver.as_mut() else {
+            return;
+        };
+        // Cancel-safe: `recv` loses nothing when dropped before it returns.
+        match receiver.recv().await {
+            Some(envelope) => self.peeked = Some(envelope),
+            None => self.closed = true,
+        }
+    }
+
+    fn on_checkpoint(&mut self, checkpoint_id: CheckpointId) {
+        for table in self.tables.values_mut() {
+            table.assign(checkpoint_id);
+        }
+        if !self.unassigned.is_empty() {
+            let waiters = std::mem::take(&mut self.unassigned);
+            self.awaiting
+                .entry(checkpoint_id)
+                .or_default()
+                .extend(waiters);
+        }
+    }
+
+    fn on_commit(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome) {
+        self.committed_through = self.committed_through.max(checkpoint_id);
+        let later = self.awaiting.split_off(&checkpoint_id.next());
+        for (checkpoint, waiters) in std::mem::replace(&mut self.awaiting, later) {
+            for waiter in waiters {
+                match outcome {
+                    CommitOutcome::PartlyLost if checkpoint == checkpoint_id => {
+                        waiter.fail(TicketError::PartlyLost { checkpoint_id })
+                    }
+                    _ => waiter.committed(checkpoint),
+                }
+            }
+        }
+        if outcome == CommitOutcome::PartlyLost {
+            for table in self.tables.values_mut() {
+                table.forget_checkpoint(checkpoint_id);
+            }
+        }
+        let now = now_ms();
+        for table in self.tables.values_mut() {
+            table.expire(self.committed_through, self.max_keys, self.max_age, now);
+        }
+    }
+}
+
+impl<R> Drop for ChannelReader<R> {
+    fn drop(&mut self) {
+        // Waiters still held are dropped with the reader: their tickets fail.
+        if let (Some(receiver), Some(slot)) =
+            (self.receiver.take(), self.shared.slots.get(self.subtask))
+        {
+            // Checked under the slot's lock, which `end` takes after setting
+            // the flag: a receiver put back is always dropped by `end`.
+            let mut slot = lock(slot);
+            if !self.shared.ended.load(Ordering::SeqCst) {
+                *slot = Some(receiver);
+            }
+        }
+        self.shared.live_readers.fetch_sub(1, Ordering::SeqCst);
+        self.shared.changed.send_replace(());
+    }
+}

@@ -1,0 +1,417 @@
+//! The embedded pipeline: tickets resolve after the commit and never
+//! before, fail when the commit can no longer happen, and idempotency keys
+//! keep repeated sends from being written twice, across restarts and
+//! restores (docs/embedding.md).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sink_runtime::pipeline::{
+    Ack, KeyRetention, Pipeline, PipelineError, PipelineState, Refusal, TicketError,
+};
+use sink_runtime::{CheckpointConfig, LocalCheckpointStorage, RestartStrategy};
+use sinks_memory::{InjectedCommitFailure, MemorySink, MemoryStore};
+
+fn every(ms: u64) -> CheckpointConfig {
+    CheckpointConfig::every(Duration::from_millis(ms))
+}
+
+fn counts(records: &[String]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for record in records {
+        *counts.entry(record.clone()).or_default() += 1;
+    }
+    counts
+}
+
+fn restart_quickly() -> RestartStrategy {
+    RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::from_millis(10),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_resolves_only_once_its_records_are_committed() {
+    let store = MemoryStore::<String>::new();
+    // Checkpoints far apart: the records are written long before any commit.
+    let pipeline = Pipeline::builder("tickets", MemorySink::new(store.clone()))
+        .parallelism(2)
+        .checkpointing(every(60_000))
+        .start()
+        .await
+        .unwrap();
+    let mut ticket = pipeline
+        .send(vec!["a".into(), "b".into()], None)
+        .await
+        .unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut ticket).await;
+    assert!(
+        early.is_err(),
+        "a ticket resolved before any checkpoint: {early:?}"
+    );
+    assert_eq!(
+        store.written().len(),
+        2,
+        "the records are written meanwhile"
+    );
+    assert!(store.committed().is_empty());
+    // Shutdown takes the final checkpoint and commits it: now it resolves.
+    let report = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move { pipeline.shutdown().await }
+    });
+    let ack = ticket.await.unwrap();
+    assert_eq!(
+        counts(&store.committed()).len(),
+        2,
+        "resolved, so committed"
+    );
+    assert!(!ack.duplicate);
+    let report = report.await.unwrap().unwrap();
+    assert_eq!(report.metrics.records_committed, 2);
+    assert_eq!(report.last_checkpoint, Some(ack.checkpoint_id));
+    assert_eq!(pipeline.state(), PipelineState::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_ticket_resolves_after_its_records_are_in_the_committed_output() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("many", MemorySink::new(store.clone()))
+        .parallelism(3)
+        .checkpointing(every(20))
+        .start()
+        .await
+        .unwrap();
+    let mut tickets = Vec::new();
+    for i in 0..200 {
+        let records = vec![format!("{i}-a"), format!("{i}-b")];
+        let key = (i % 2 == 0).then(|| format!("key-{i}"));
+        tickets.push((i, pipeline.send(records, key).await.unwrap()));
+    }
+    for (i, ticket) in tickets {
+        let ack = ticket.await.unwrap();
+        let committed = store.committed();
+        assert!(
+            committed.contains(&format!("{i}-a")) && committed.contains(&format!("{i}-b")),
+            "send {i} acknowledged in checkpoint {} before its records were committed",
+            ack.checkpoint_id
+        );
+    }
+    pipeline.shutdown().await.unwrap();
+    let counts = counts(&store.committed());
+    assert_eq!(counts.len(), 400);
+    assert!(counts.values().all(|&n| n == 1), "a record committed twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_key_is_answered_without_writing_again() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("keys", MemorySink::new(store.clone()))
+        .parallelism(2)
+        .checkpointing(every(30))
+        .start()
+        .await
+        .unwrap();
+    // Both sent before the first is committed: the second waits for the
+    // first's commit and is answered with the same checkpoint.
+    let first = pipeline
+        .send(vec!["x".into()], Some("k1".into()))
+        .await
+        .unwrap();
+    let second = pipeline
+        .send(vec!["x".into()], Some("k1".into()))
+        .await
+        .unwrap();
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert!(!first.duplicate);
+    assert_eq!(
+        second,
+        Ack {
+            checkpoint_id: first.checkpoint_id,
+            duplicate: true
+        }
+    );
+    // After the commit: answered at once from the key table.
+    let third = pipeline
+        .send(vec!["x".into()], Some("k1".into()))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(third, second);
+    // Another key with the same records is another send.
+    pipeline
+        .send(vec!["x".into()], Some("k2".into()))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    pipeline.shutdown().await.unwrap();
+    assert_eq!(store.committed(), vec!["x".to_string(), "x".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_fail_when_the_job_fails_before_the_commit_and_a_retry_is_not_duplicated() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("crash", MemorySink::new(store.clone()))
+        .checkpointing(every(30))
+        .restart_strategy(restart_quickly())
+        .start()
+        .await
+        .unwrap();
+    // The commit of the first checkpoint with the records fails for an
+    // unknown reason: the job restarts, the records' checkpoint is
+    // committed by the restore, but the ticket could not know that.
+    store.fail_next_commits(1, InjectedCommitFailure::UnknownReason);
+    let ticket = pipeline
+        .send(vec!["r1".into()], Some("req-1".into()))
+        .await
+        .unwrap();
+    // Empty checkpoints make no transaction, so the failure hits this one.
+    assert_eq!(ticket.await, Err(TicketError::NotCommitted));
+    wait_running(&pipeline).await;
+    let retry = loop {
+        match pipeline.send(vec!["r1".into()], Some("req-1".into())).await {
+            Ok(ticket) => match ticket.await {
+                Ok(ack) => break ack,
+                Err(TicketError::NotCommitted) => wait_running(&pipeline).await,
+                Err(other) => panic!("{other}"),
+            },
+            Err(refused) => {
+                assert_eq!(refused.refusal, Refusal::Unavailable);
+                wait_running(&pipeline).await;
+            }
+        }
+    };
+    assert!(
+        retry.duplicate,
+        "a send whose records a restore committed was not recognised"
+    );
+    let report = pipeline.shutdown().await.unwrap();
+    assert!(report.metrics.restarts >= 1);
+    assert_eq!(store.committed(), vec!["r1".to_string()]);
+}
+
+async fn wait_running<R>(pipeline: &Pipeline<R>) {
+    for _ in 0..500 {
+        if pipeline.state() == PipelineState::Running {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the pipeline did not run again: {:?}", pipeline.state());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_of_records_lost_at_commit_fails_and_their_key_is_forgotten() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("lost", MemorySink::new(store.clone()))
+        .checkpointing(every(30))
+        .start()
+        .await
+        .unwrap();
+    // Let the pipeline settle on empty checkpoints first, then lose the
+    // commit of the next one with records.
+    pipeline.send(vec![], None).await.unwrap().await.unwrap();
+    store.fail_next_commits(1, InjectedCommitFailure::KnownReason);
+    let lost = pipeline
+        .send(vec!["l".into()], Some("req".into()))
+        .await
+        .unwrap()
+        .await;
+    assert!(
+        matches!(lost, Err(TicketError::PartlyLost { .. })),
+        "{lost:?}"
+    );
+    assert!(store.committed().is_empty());
+    // The key was forgotten: the retry writes the records again.
+    let retry = pipeline
+        .send(vec!["l".into()], Some("req".into()))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(!retry.duplicate);
+    pipeline.shutdown().await.unwrap();
+    assert_eq!(store.committed(), vec!["l".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_survive_a_shutdown_and_a_restart_with_another_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::<String>::new();
+    let start = |parallelism: usize| {
+        let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+        Pipeline::builder("durable", MemorySink::new(store.clone()))
+            .parallelism(parallelism)
+            .checkpointing(every(20))
+            .checkpoint_storage(storage)
+            .start()
+    };
+    let pipeline = start(2).await.unwrap();
+    let mut first = BTreeMap::new();
+    for i in 0..30 {
+        let ack = pipeline
+            .send(vec![format!("e{i}")], Some(format!("key-{i}")))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        first.insert(i, ack.checkpoint_id);
+    }
+    pipeline.shutdown().await.unwrap();
+
+    // Started again on the same storage: not "already finished", and every
+    // key is still known, though its partition now lives on another subtask.
+    for parallelism in [3, 1] {
+        let pipeline = start(parallelism).await.unwrap();
+        for i in 0..30 {
+            let ack = pipeline
+                .send(vec![format!("e{i}")], Some(format!("key-{i}")))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            assert!(
+                ack.duplicate,
+                "key-{i} forgotten after a restart at parallelism {parallelism}"
+            );
+            assert_eq!(ack.checkpoint_id, first[&i]);
+        }
+        pipeline
+            .send(vec![format!("new-{parallelism}")], None)
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        pipeline.shutdown().await.unwrap();
+    }
+    let counts = counts(&store.committed());
+    assert_eq!(counts.len(), 32);
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_keys_are_forgotten_which_is_the_limit_of_the_guarantee() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("expiry", MemorySink::new(store.clone()))
+        .checkpointing(every(20))
+        .key_partitions(1)
+        .key_retention(KeyRetention {
+            max_keys: 2,
+            max_age: Duration::from_secs(3600),
+        })
+        .start()
+        .await
+        .unwrap();
+    for key in ["a", "b", "c", "d"] {
+        pipeline
+            .send(vec![key.into()], Some(key.into()))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    // "d" is recent: a repeat is recognised. "a" was pushed out by newer
+    // keys: a repeat is written again.
+    let d = pipeline
+        .send(vec!["d".into()], Some("d".into()))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(d.duplicate);
+    let a = pipeline
+        .send(vec!["a".into()], Some("a".into()))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(!a.duplicate);
+    pipeline.shutdown().await.unwrap();
+    assert_eq!(counts(&store.committed())["a"], 2);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_full_channel_refuses_try_send_and_hands_the_records_back() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("full", MemorySink::new(store.clone()))
+        .capacity(2)
+        .checkpointing(every(20))
+        .start()
+        .await
+        .unwrap();
+    // On one thread the reader cannot run between these calls.
+    let t1 = pipeline.try_send(vec!["1".into()], None).unwrap();
+    let t2 = pipeline.try_send(vec!["2".into()], None).unwrap();
+    assert_eq!(pipeline.queued(), 2);
+    let refused = pipeline.try_send(vec!["3".into()], None).unwrap_err();
+    assert_eq!(refused.refusal, Refusal::Full);
+    assert_eq!(refused.records, vec!["3".to_string()]);
+    // `send` waits for room instead.
+    let t3 = pipeline.send(refused.records, None).await.unwrap();
+    for ticket in [t1, t2, t3] {
+        ticket.await.unwrap();
+    }
+    pipeline.shutdown().await.unwrap();
+    assert_eq!(store.committed().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_after_shutdown_are_refused_and_a_second_shutdown_is_an_error() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("closed", MemorySink::new(store.clone()))
+        .checkpointing(every(20))
+        .start()
+        .await
+        .unwrap();
+    pipeline.shutdown().await.unwrap();
+    let refused = pipeline.send(vec!["late".into()], None).await.unwrap_err();
+    assert_eq!(refused.refusal, Refusal::Closed);
+    assert_eq!(refused.records, vec!["late".to_string()]);
+    assert!(matches!(
+        pipeline.shutdown().await,
+        Err(PipelineError::AlreadyShutDown { .. })
+    ));
+    assert!(store.written().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_without_checkpointing_is_refused_with_the_fix() {
+    let error = Pipeline::builder("nockpt", MemorySink::new(MemoryStore::<String>::new()))
+        .start()
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains("needs checkpointing"), "{message}");
+    assert!(message.contains(".checkpointing("), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_fail_when_the_job_fails_for_good() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("fails", MemorySink::new(store.clone()))
+        .checkpointing(every(60_000))
+        .start()
+        .await
+        .unwrap();
+    store.panic_next_writes(1);
+    let ticket = pipeline.send(vec!["boom".into()], None).await.unwrap();
+    assert_eq!(ticket.await, Err(TicketError::NotCommitted));
+    // The job is gone: later sends are refused, shutdown reports the failure.
+    for _ in 0..100 {
+        if pipeline.state() == PipelineState::Stopped {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(pipeline.state(), PipelineState::Stopped);
+    let refused = pipeline.send(vec!["after".into()], None).await.unwrap_err();
+    assert_eq!(refused.refusal, Refusal::Closed);
+    assert!(matches!(
+        pipeline.shutdown().await,
+        Err(PipelineError::Job(_))
+    ));
+    assert!(store.committed().is_empty());
+}
