@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod demo_line;
+pub mod ingest;
 pub mod table_sink;
 pub mod timeline;
 

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sink_runtime::pipeline::{
-    Ack, KeyRetention, Pipeline, PipelineError, PipelineState, Refusal, TicketError,
+    Ack, KeyRetention, Pipeline, PipelineBuilder, PipelineError, PipelineState, Refusal,
+    TicketError,
 };
 use sink_runtime::{CheckpointConfig, LocalCheckpointStorage, RestartStrategy};
 use sinks_memory::{InjectedCommitFailure, MemorySink, MemoryStore};
@@ -414,4 +415,160 @@ async fn tickets_fail_when_the_job_fails_for_good() {
         Err(PipelineError::Job(_))
     ));
     assert!(store.committed().is_empty());
+}
+
+/// Run 1 at parallelism 1 leaves a completed checkpoint with keyed sends
+/// whose commit failed; returns the storage directory and the store.
+async fn leave_a_checkpoint_uncommitted(
+    name: &'static str,
+) -> (tempfile::TempDir, MemoryStore<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::<String>::new();
+    store.fail_next_commit_calls(1);
+    let pipeline = Pipeline::builder(name, MemorySink::new(store.clone()))
+        .checkpointing(every(20))
+        .checkpoint_storage(LocalCheckpointStorage::open(dir.path()).unwrap())
+        .start()
+        .await
+        .unwrap();
+    let tickets: Vec<_> = (0..10)
+        .map(|i| {
+            pipeline
+                .try_send(vec![format!("e{i}")], Some(format!("key-{i}")))
+                .unwrap()
+        })
+        .collect();
+    for ticket in tickets {
+        assert_eq!(ticket.await, Err(TicketError::NotCommitted));
+    }
+    assert!(
+        pipeline.shutdown().await.is_err(),
+        "the failed commit fails the job"
+    );
+    assert!(store.committed().is_empty());
+    (dir, store)
+}
+
+fn restart_at_two(
+    name: &'static str,
+    dir: &std::path::Path,
+    store: &MemoryStore<String>,
+) -> PipelineBuilder<MemorySink<String>> {
+    Pipeline::builder(name, MemorySink::new(store.clone()))
+        .parallelism(2)
+        .checkpointing(every(20))
+        .checkpoint_storage(LocalCheckpointStorage::open(dir).unwrap())
+}
+
+/// After a rescale, a key partition and the committables of its records can
+/// land on different subtasks: a repeated key must not be acknowledged
+/// before the subtask re-committing its records is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_rescale_a_repeated_key_waits_for_the_recommit_of_its_records() {
+    let (dir, store) = leave_a_checkpoint_uncommitted("rescale-slow").await;
+    // The re-commit is retried for a while.
+    store.fail_next_commits(8, InjectedCommitFailure::RetryLater);
+    let pipeline = restart_at_two("rescale-slow", dir.path(), &store)
+        .start()
+        .await
+        .unwrap();
+    let checks: Vec<_> = (0..10)
+        .map(|i| {
+            let ticket = pipeline
+                .try_send(vec![format!("e{i}")], Some(format!("key-{i}")))
+                .unwrap();
+            let store = store.clone();
+            tokio::spawn(async move {
+                let ack = ticket.await.unwrap();
+                (i, ack, store.committed().contains(&format!("e{i}")))
+            })
+        })
+        .collect();
+    for check in checks {
+        let (i, ack, committed) = check.await.unwrap();
+        assert!(ack.duplicate, "e{i}: {ack:?}");
+        assert!(
+            committed,
+            "key-{i} acknowledged before its records were committed"
+        );
+    }
+    pipeline.shutdown().await.unwrap();
+    assert_eq!(counts(&store.committed()).values().sum::<usize>(), 10);
+}
+
+/// After a rescale, a re-commit that loses output makes every subtask forget
+/// the keys of that checkpoint, wherever their partitions went: the retries
+/// are written, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_rescale_a_lost_recommit_forgets_its_keys_on_every_subtask() {
+    let (dir, store) = leave_a_checkpoint_uncommitted("rescale-lost").await;
+    store.fail_next_commits(1, InjectedCommitFailure::KnownReason);
+    let pipeline = restart_at_two("rescale-lost", dir.path(), &store)
+        .start()
+        .await
+        .unwrap();
+    for i in 0..10 {
+        let key = Some(format!("key-{i}"));
+        let ack = loop {
+            match pipeline
+                .send(vec![format!("e{i}")], key.clone())
+                .await
+                .unwrap()
+                .await
+            {
+                Ok(ack) => break ack,
+                // The send's wait for the lost checkpoint fails; the retry is written.
+                Err(TicketError::PartlyLost { .. }) => continue,
+                Err(other) => panic!("e{i}: {other}"),
+            }
+        };
+        assert!(
+            !ack.duplicate,
+            "key-{i} answered from a lost checkpoint: {ack:?}"
+        );
+    }
+    pipeline.shutdown().await.unwrap();
+    let counts = counts(&store.committed());
+    assert_eq!(counts.len(), 10, "{counts:?}");
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_reader_with_too_many_unanswered_sends_stops_taking_more() {
+    let store = MemoryStore::<String>::new();
+    // The first checkpoint comes after the sends: nothing is answered
+    // meanwhile.
+    let pipeline = Pipeline::builder("in-flight", MemorySink::new(store.clone()))
+        .capacity(2)
+        .max_in_flight(3)
+        .checkpointing(every(1_500))
+        .start()
+        .await
+        .unwrap();
+    let mut tickets = Vec::new();
+    let mut refused = 0;
+    for i in 0..20 {
+        match pipeline.try_send(vec![format!("{i}")], None) {
+            Ok(ticket) => tickets.push(ticket),
+            Err(error) => {
+                assert_eq!(error.refusal, Refusal::Full);
+                refused += 1;
+            }
+        }
+        // Let the reader run between sends.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Three taken in by the reader, two queued in the channel.
+    assert_eq!(tickets.len(), 5, "refused {refused}");
+    assert_eq!(store.written().len(), 3);
+    assert_eq!(pipeline.queued(), 2);
+    let report = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move { pipeline.shutdown().await }
+    });
+    for ticket in tickets {
+        ticket.await.unwrap();
+    }
+    report.await.unwrap().unwrap();
+    assert_eq!(store.committed().len(), 5);
 }

@@ -54,6 +54,10 @@ pub(crate) struct Shared<R> {
     pub live_readers: AtomicUsize,
     /// Set when the job has ended for good.
     pub ended: AtomicBool,
+    /// Checkpoints whose commit lost output, as any subtask reported them:
+    /// every reader forgets their keys, since after a rescale a key may live
+    /// on another subtask than the one that committed its records.
+    lost: Mutex<Vec<CheckpointId>>,
     /// Bumped whenever a reader comes or goes, or the job ends.
     pub changed: watch::Sender<()>,
 }
@@ -75,6 +79,7 @@ impl<R> Shared<R> {
             routes: RwLock::new(Routes::default()),
             live_readers: AtomicUsize::new(0),
             ended: AtomicBool::new(false),
+            lost: Mutex::new(Vec::new()),
             changed: watch::channel(()).0,
         };
         (Arc::new(shared), senders)
@@ -104,11 +109,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The most key partitions a pipeline may have.
+pub(crate) const MAX_KEY_PARTITIONS: u32 = 65_536;
+
 /// The source of a pipeline's job.
 pub(crate) struct ChannelSource<R> {
     pub shared: Arc<Shared<R>>,
     pub partitions: u32,
     pub retention: KeyRetention,
+    /// Most sends a reader takes in before their commit; past it, it reads
+    /// nothing more and the channel fills up.
+    pub max_in_flight: usize,
 }
 
 impl<R: Send + 'static> Source for ChannelSource<R> {
@@ -133,15 +144,29 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
         splits: Vec<KeyPartition>,
     ) -> Result<ChannelReader<R>, SourceError> {
         let of = splits.first().map(|split| split.of);
-        if let Some(bad) = splits
-            .iter()
-            .find(|split| Some(split.of) != of || split.index >= split.of)
-        {
-            return Err(SourceError(format!(
-                "key partition {} of {} does not fit with partition count {:?} of the others; \
-                 the checkpoint is inconsistent",
-                bad.index, bad.of, of
-            )));
+        let inconsistent = |bad: &KeyPartition, why: &str| {
+            SourceError(format!(
+                "key partition {} of {} {why}; the checkpoint is inconsistent",
+                bad.index, bad.of
+            ))
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for split in &splits {
+            if Some(split.of) != of || split.index >= split.of {
+                return Err(inconsistent(
+                    split,
+                    "does not fit with the other partitions",
+                ));
+            }
+            if split.of > MAX_KEY_PARTITIONS {
+                return Err(inconsistent(
+                    split,
+                    "is beyond the most partitions allowed (65536)",
+                ));
+            }
+            if !seen.insert(split.index) {
+                return Err(inconsistent(split, "is given twice"));
+            }
         }
         let slot = self.shared.slots.get(subtask).ok_or_else(|| {
             SourceError(format!(
@@ -154,13 +179,24 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
                 "the channel of subtask {subtask} is held by another reader, or the pipeline ended"
             ))
         })?;
-        let mut tables = BTreeMap::new();
-        let mut committed_through = CheckpointId::NONE;
-        for split in splits {
-            let table = KeyTable::restore(split);
-            committed_through = committed_through.max(table.newest_checkpoint());
-            tables.insert(table.index(), table);
-        }
+        // Restored keys are committed once this subtask hears of its first
+        // commit: of the restored checkpoint, re-committed before anything is
+        // read, or of the first checkpoint after it. Not before: after a
+        // rescale, another subtask may still be re-committing their records
+        // (and every subtask passed that checkpoint's barrier only after its
+        // re-commit was done).
+        let tables: BTreeMap<u32, KeyTable> = splits
+            .into_iter()
+            .map(|split| {
+                let table = KeyTable::restore(split);
+                (table.index(), table)
+            })
+            .collect();
+        let restored_through = tables
+            .values()
+            .map(KeyTable::newest_checkpoint)
+            .max()
+            .unwrap_or(CheckpointId::NONE);
         if let Some(of) = of {
             let mut routes = self
                 .shared
@@ -193,9 +229,13 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
             tables,
             max_keys: per_partition.max(1),
             max_age: self.retention.max_age,
+            max_in_flight: self.max_in_flight.max(1),
+            in_flight: 0,
             unassigned: Vec::new(),
             awaiting: BTreeMap::new(),
-            committed_through,
+            committed_through: CheckpointId::NONE,
+            restored_through,
+            lost_applied: 0,
         })
     }
 }
@@ -214,11 +254,20 @@ pub(crate) struct ChannelReader<R> {
     tables: BTreeMap<u32, KeyTable>,
     max_keys: usize,
     max_age: Duration,
+    max_in_flight: usize,
+    /// Waiters held now, in `unassigned` and `awaiting`.
+    in_flight: usize,
     /// Waiting for the records read since the last barrier.
     unassigned: Vec<Waiter>,
     /// Waiting for the commit of each checkpoint.
     awaiting: BTreeMap<CheckpointId, Vec<Waiter>>,
+    /// The newest checkpoint whose commit this reader heard of.
     committed_through: CheckpointId,
+    /// The newest checkpoint of any restored key: losses reported by other
+    /// subtasks up to it may concern this reader's keys.
+    restored_through: CheckpointId,
+    /// How many of the shared lost checkpoints were applied here.
+    lost_applied: usize,
 }
 
 fn now_ms() -> u64 {
@@ -230,6 +279,19 @@ fn now_ms() -> u64 {
 }
 
 impl<R> ChannelReader<R> {
+    /// Whether the reader holds as many unanswered sends as it may.
+    fn full(&self) -> bool {
+        self.in_flight >= self.max_in_flight
+    }
+
+    fn hold(&mut self, checkpoint: Option<CheckpointId>, waiter: Waiter) {
+        self.in_flight += 1;
+        match checkpoint {
+            None => self.unassigned.push(waiter),
+            Some(checkpoint) => self.awaiting.entry(checkpoint).or_default().push(waiter),
+        }
+    }
+
     /// Takes one send in: writes its records, or attaches its waiter to the
     /// earlier send with the same key.
     fn accept(&mut self, envelope: Envelope<R>, out: &mut Vec<R>, now: u64) {
@@ -240,7 +302,7 @@ impl<R> ChannelReader<R> {
         } = envelope;
         let Some(key) = key else {
             out.extend(records);
-            self.unassigned.push(waiter);
+            self.hold(None, waiter);
             return;
         };
         let Some(table) = self
@@ -259,15 +321,43 @@ impl<R> ChannelReader<R> {
             Seen::New => {
                 table.accept(key, now);
                 out.extend(records);
-                self.unassigned.push(waiter);
+                self.hold(None, waiter);
             }
-            Seen::Pending(None) => self.unassigned.push(waiter.duplicate()),
-            Seen::Pending(Some(checkpoint)) => self
-                .awaiting
-                .entry(checkpoint)
-                .or_default()
-                .push(waiter.duplicate()),
+            Seen::Pending(checkpoint) => self.hold(checkpoint, waiter.duplicate()),
             Seen::Committed(checkpoint) => waiter.duplicate().committed(checkpoint),
+        }
+    }
+
+    /// Forgets the keys of every checkpoint whose commit lost output, as any
+    /// subtask reported it, and fails the sends waiting for them.
+    ///
+    /// A subtask's own loss covers its own keys. Another subtask's loss can
+    /// only concern keys this reader restored (after a rescale, a key
+    /// partition and the committables of its records may have gone to
+    /// different subtasks); keys written since the restore were committed by
+    /// this subtask.
+    fn apply_losses(&mut self, own: Option<CheckpointId>) {
+        let lost: Vec<CheckpointId> = {
+            let mut shared = lock(&self.shared.lost);
+            if let Some(own) = own {
+                if !shared.contains(&own) {
+                    shared.push(own);
+                }
+            }
+            shared[self.lost_applied..].to_vec()
+        };
+        self.lost_applied += lost.len();
+        for checkpoint_id in lost {
+            if Some(checkpoint_id) != own && checkpoint_id > self.restored_through {
+                continue;
+            }
+            for table in self.tables.values_mut() {
+                table.forget_checkpoint(checkpoint_id);
+            }
+            for waiter in self.awaiting.remove(&checkpoint_id).unwrap_or_default() {
+                self.in_flight -= 1;
+                waiter.fail(TicketError::PartlyLost { checkpoint_id });
+            }
         }
     }
 }
@@ -286,8 +376,11 @@ impl<R: Send + 'static> SplitReader for ChannelReader<R> {
         let now = now_ms();
         let mut took = false;
         // A send is never cut in two: its records all go into one
-        // checkpoint, so `max` may be passed by the last send taken.
-        while out.len() - before < max {
+        // checkpoint, so `max` may be passed by the last send taken. Past
+        // `max_in_flight` unanswered sends nothing more is taken: the channel
+        // fills up and senders feel it, rather than memory growing while
+        // commits stall.
+        while out.len() - before < max && !self.full() {
             let next = match self.peeked.take() {
                 Some(envelope) => Some(envelope),
                 None => match self.receiver.as_mut().map(|rx| rx.try_recv()) {
@@ -305,7 +398,7 @@ impl<R: Send + 'static> SplitReader for ChannelReader<R> {
         }
         Ok(if took {
             ReadStatus::More
-        } else if self.closed {
+        } else if self.closed && self.peeked.is_none() {
             ReadStatus::Finished
         } else {
             ReadStatus::Idle
@@ -317,6 +410,11 @@ impl<R: Send + 'static> SplitReader for ChannelReader<R> {
     }
 
     async fn wait_for_input(&mut self) {
+        if self.full() {
+            // Woken by the subtask's next control message (a commit frees
+            // room) or its poll interval.
+            return std::future::pending().await;
+        }
         if self.peeked.is_some() || self.closed {
             return;
         }
@@ -345,20 +443,13 @@ impl<R: Send + 'static> SplitReader for ChannelReader<R> {
 
     fn on_commit(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome) {
         self.committed_through = self.committed_through.max(checkpoint_id);
+        let own = (outcome == CommitOutcome::PartlyLost).then_some(checkpoint_id);
+        self.apply_losses(own);
         let later = self.awaiting.split_off(&checkpoint_id.next());
         for (checkpoint, waiters) in std::mem::replace(&mut self.awaiting, later) {
             for waiter in waiters {
-                match outcome {
-                    CommitOutcome::PartlyLost if checkpoint == checkpoint_id => {
-                        waiter.fail(TicketError::PartlyLost { checkpoint_id })
-                    }
-                    _ => waiter.committed(checkpoint),
-                }
-            }
-        }
-        if outcome == CommitOutcome::PartlyLost {
-            for table in self.tables.values_mut() {
-                table.forget_checkpoint(checkpoint_id);
+                self.in_flight -= 1;
+                waiter.committed(checkpoint);
             }
         }
         let now = now_ms();

@@ -144,6 +144,7 @@ pub struct PipelineBuilder<S: Sink> {
     capacity: usize,
     partitions: u32,
     retention: KeyRetention,
+    max_in_flight: usize,
     checkpointing: bool,
 }
 
@@ -155,6 +156,7 @@ impl<S: Sink> std::fmt::Debug for PipelineBuilder<S> {
             .field("capacity", &self.capacity)
             .field("key_partitions", &self.partitions)
             .field("key_retention", &self.retention)
+            .field("max_in_flight", &self.max_in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -212,6 +214,7 @@ impl<R: Send + 'static> Pipeline<R> {
             shared,
             partitions: 64,
             retention: KeyRetention::default(),
+            max_in_flight: 1,
         };
         PipelineBuilder {
             job: Job::builder(name.clone(), source, sink).resumable_after_finish(),
@@ -220,6 +223,7 @@ impl<R: Send + 'static> Pipeline<R> {
             capacity: 1024,
             partitions: 64,
             retention: KeyRetention::default(),
+            max_in_flight: 16_384,
             checkpointing: false,
         }
     }
@@ -272,10 +276,21 @@ impl<S: Sink> PipelineBuilder<S> {
         self
     }
 
+    /// How many sends each subtask may have taken in and not yet answered
+    /// (waiting for their checkpoint's commit). Past it, the subtask takes
+    /// nothing more from its channel, which fills up: while commits or
+    /// checkpoints stall, senders meet [`Refusal::Full`] (or wait in
+    /// [`Pipeline::send`]) instead of the service's memory growing. Default
+    /// 16 384; it bounds the sends per subtask per checkpoint interval.
+    pub fn max_in_flight(mut self, sends: usize) -> Self {
+        self.max_in_flight = sends;
+        self
+    }
+
     /// How many key partitions idempotency keys are spread over: the most
     /// subtasks keyed sends can use, for this storage's whole life (the
     /// count is stored with the keys, and a restore keeps the stored one).
-    /// Default 64.
+    /// Default 64, at most 65 536.
     pub fn key_partitions(mut self, partitions: u32) -> Self {
         self.partitions = partitions;
         self
@@ -288,8 +303,9 @@ impl<S: Sink> PipelineBuilder<S> {
     }
 
     /// Checks the configuration, starts the job on the current tokio
-    /// runtime, and returns once every subtask reads its channel (after a
-    /// restore: once the restored checkpoint was committed again).
+    /// runtime, and returns once every subtask's reader exists. After a
+    /// restore, reading starts once the restored checkpoint was committed
+    /// again; sends queue in the channels meanwhile.
     pub async fn start(self) -> Result<Pipeline<S::Input>, PipelineError> {
         let invalid = |message: &str| BuildError::InvalidSetting {
             job: self.name.clone(),
@@ -305,8 +321,11 @@ impl<S: Sink> PipelineBuilder<S> {
         if self.capacity == 0 {
             return Err(invalid("the channel capacity must be at least 1").into());
         }
-        if self.partitions == 0 {
-            return Err(invalid("there must be at least one key partition").into());
+        if self.partitions == 0 || self.partitions > channel::MAX_KEY_PARTITIONS {
+            return Err(invalid("the key partitions must be between 1 and 65536").into());
+        }
+        if self.max_in_flight == 0 {
+            return Err(invalid("at least one send must be allowed in flight").into());
         }
         let parallelism = self.parallelism.max(1);
         let (shared, senders) = Shared::new(parallelism, self.capacity);
@@ -314,6 +333,7 @@ impl<S: Sink> PipelineBuilder<S> {
             shared: shared.clone(),
             partitions: self.partitions,
             retention: self.retention,
+            max_in_flight: self.max_in_flight,
         };
         let job = self.job.with_source(source).build()?;
         let handle = job.start();

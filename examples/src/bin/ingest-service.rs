@@ -1,0 +1,151 @@
+//! The ingest service: `POST /events` answers 200 only once the events are
+//! committed into finished files, exactly once, even across crashes (with
+//! `Idempotency-Key`). The service itself lives in `examples::ingest`; this
+//! is its command line.
+//!
+//! ```text
+//! cargo run --release -p examples --bin ingest-service -- --output-dir ingest-output
+//! curl -s -XPOST localhost:8080/events -H 'Idempotency-Key: req-1' -d '[{"id": 1}]'
+//! ```
+//!
+//! Stdout holds two lines: `listening on http://<addr>` once requests are
+//! served, and a JSON summary after a clean stop (SIGTERM or Ctrl-C). Logs
+//! go to stderr (`RUST_LOG`, default `info`). A second signal during the
+//! drain exits at once with status 1; nothing acknowledged is lost by that.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use examples::cli::parse_positive_duration;
+use examples::ingest::{Config, IngestService};
+use sink_runtime::pipeline::KeyRetention;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tracing::warn;
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "HTTP ingest into exactly-once files: 200 only after the commit",
+    long_about = None
+)]
+struct Args {
+    /// Address and port to listen on; port 0 lets the system pick (the
+    /// `listening on` line says which).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Finished files go to DIR/data, checkpoints to DIR/checkpoints; start
+    /// again on the same DIR to resume.
+    #[arg(long, value_name = "DIR", default_value = "ingest-output")]
+    output_dir: PathBuf,
+    /// Time between checkpoints (commits), such as 1s or 200ms.
+    #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
+    checkpoint_interval: Duration,
+    /// Subtasks writing in parallel.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=256))]
+    parallelism: u64,
+    /// Requests queued per subtask before answering 503.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    capacity: u64,
+    /// About how many idempotency keys are remembered.
+    #[arg(long, value_name = "COUNT", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    key_retention: u64,
+    /// How long an idempotency key is remembered, such as 1h or 30m.
+    #[arg(long, default_value = "1h", value_parser = parse_positive_duration)]
+    key_max_age: Duration,
+    /// The longest a request waits for its commit before it is answered 503
+    /// (retry with the same key); longer than the checkpoint interval.
+    /// Default: 30s, or three checkpoint intervals if that is longer.
+    #[arg(long, value_parser = parse_positive_duration)]
+    ack_timeout: Option<Duration>,
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = 2 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1024 * 1024 * 1024))]
+    max_body_bytes: u64,
+}
+
+impl Args {
+    fn config(&self) -> anyhow::Result<Config> {
+        let size = |value: u64, flag: &str| {
+            usize::try_from(value).with_context(|| format!("{flag} {value} is too large here"))
+        };
+        Ok(Config {
+            output_dir: self.output_dir.clone(),
+            checkpoint_interval: self.checkpoint_interval,
+            parallelism: size(self.parallelism, "--parallelism")?,
+            capacity: size(self.capacity, "--capacity")?,
+            key_retention: KeyRetention {
+                max_keys: size(self.key_retention, "--key-retention")?,
+                max_age: self.key_max_age,
+            },
+            ack_timeout: self
+                .ack_timeout
+                .unwrap_or(Duration::from_secs(30).max(self.checkpoint_interval * 3)),
+            max_body_bytes: size(self.max_body_bytes, "--max-body-bytes")?,
+        })
+    }
+}
+
+/// SIGTERM and SIGINT, taken over from the start so that neither kills the
+/// process before the drain.
+struct StopSignals {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl StopSignals {
+    fn install() -> anyhow::Result<StopSignals> {
+        Ok(StopSignals {
+            terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("handling SIGINT")?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
+
+    /// Completes at the first signal; a second one exits at once.
+    async fn first(mut self) {
+        self.next().await;
+        tokio::spawn(async move {
+            self.next().await;
+            warn!("second stop signal: exiting without draining");
+            std::process::exit(1);
+        });
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    examples::cli::init_tracing_or("info");
+    let signals = StopSignals::install()?;
+    let config = args.config()?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let address = listener
+        .local_addr()
+        .context("reading the address listened on")?;
+    let service = IngestService::start(config).await?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "listening on http://{address}")
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")?;
+    drop(stdout);
+    let summary = service.serve(listener, signals.first()).await?;
+    let line = serde_json::to_string(&summary).context("encoding the summary")?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")?;
+    Ok(())
+}

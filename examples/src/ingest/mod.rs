@@ -1,0 +1,550 @@
+//! The `ingest-service` example: an HTTP endpoint that answers "stored" only
+//! once the events are in finished files, written exactly once.
+//!
+//! It exists to show a [`Pipeline`] embedded in a real service: request
+//! parsing that refuses a bad request before anything of it is written,
+//! honest answers (200 only after the commit, 503 with `Retry-After` when the
+//! answer cannot be given), idempotency keys that make client retries safe
+//! across crashes, metrics, and a shutdown that loses nothing.
+//!
+//! ```text
+//!  client ─POST /events─▶ parse + validate ─▶ pipeline.try_send(events, key) ─▶ subtask i ─▶ file sink
+//!     ▲                   (400: nothing sent)      │ Full/Unavailable/Closed: 503    writes <dir>/data/.part-…
+//!     │                                            ▼ ticket                              │ checkpoint n:
+//!     └──── 200 {"checkpoint": n} ◀──── ticket resolves after the commit of n ◀───────────┘ roll + rename
+//! ```
+//!
+//! The file sink rolls every part at every checkpoint
+//! ([`RollingPolicy::on_checkpoint`]), so the commit of checkpoint `n` turns
+//! everything written before barrier `n` into finished (visible) files, and
+//! a ticket resolves only after its subtask's share of `n` was committed: a
+//! 200 therefore means "in finished files under `<dir>/data`".
+//!
+//! # The HTTP contract
+//!
+//! | request | answer |
+//! |---|---|
+//! | `POST /events`, valid | `200`, JSON `{"checkpoint": n, "events": k, "duplicate": b}`, after the commit of `n` |
+//! | `POST /events`, malformed body or `Idempotency-Key` | `400`, JSON `{"error": "..."}` saying where and why; nothing is written |
+//! | `POST /events`, body over the size limit | `413`, JSON `{"error": "..."}` |
+//! | `POST /events`, pipeline overloaded, restarting or shutting down | `503` + `Retry-After`, JSON `{"error": "..."}`; nothing was taken |
+//! | `POST /events`, taken but not confirmed (ticket failed or the ack timeout passed) | `503` + `Retry-After`, JSON `{"error": "..."}`: may or may not be stored, retry with the same key |
+//! | `GET /metrics` | `200`, OpenMetrics text |
+//! | `GET /healthz` | `200` `ok` while the pipeline runs and the server is not draining; `503` and the state otherwise |
+//!
+//! The body of `POST /events` is a JSON array of objects when its first
+//! non-whitespace byte is `[`, and JSON lines otherwise (one object per
+//! non-blank line). See [`parse_events`] for the messages.
+//!
+//! # Shutdown
+//!
+//! When the `shutdown` future given to [`IngestService::serve`] completes,
+//! the server stops accepting connections and lets the requests in flight
+//! finish: the pipeline keeps checkpointing meanwhile, so their tickets
+//! resolve. Only then is the pipeline shut down (final checkpoint and
+//! commit). A drain that takes longer than the ack timeout plus
+//! [`DRAIN_GRACE`] is cut short: the remaining connections are left behind,
+//! and their events, already taken, are still committed by the final
+//! checkpoint (the clients see a dropped connection and retry with their
+//! keys). The checkpoints stay in `<dir>/checkpoints`: a new start on the
+//! same directory resumes with its idempotency keys.
+//!
+//! # Limits
+//!
+//! Bodies up to [`Config::max_body_bytes`]; `Idempotency-Key` 1 to 255
+//! visible ASCII characters; [`Config::capacity`] queued requests per
+//! subtask; an answer waits at most [`Config::ack_timeout`]. Events are
+//! stored as `serde_json` re-encodes them: object keys sorted, numbers beyond
+//! `i64`/`u64` as `f64`.
+
+use std::future::{Future, IntoFuture};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use serde_json::Value;
+use sink_runtime::pipeline::{
+    KeyRetention, Pipeline, PipelineState, Refusal, SendError, TicketError,
+};
+use sink_runtime::{CheckpointConfig, LocalCheckpointStorage, RestartStrategy, RetryPolicy};
+use sinks_file::{FileSink, JsonLinesEncoder, RollingPolicy};
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+mod metrics;
+mod request;
+
+pub use request::{idempotency_key, parse_events, BodyError, KeyError, MAX_KEY_LEN};
+
+/// How long a draining server waits past [`Config::ack_timeout`] for the
+/// requests in flight before it shuts the pipeline down anyway.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// The content type of `GET /metrics`: what `prometheus-client` encodes.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What the service runs with. Made by [`Config::new`] (the defaults) and
+/// then adjusted field by field; read once by [`IngestService::start`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Finished data files go under `<output_dir>/data`, checkpoints under
+    /// `<output_dir>/checkpoints` (the binary's default: `ingest-output`).
+    pub output_dir: PathBuf,
+    /// Time between checkpoints: an answer takes about half of it plus the
+    /// checkpoint and the commit. Default 1 s.
+    pub checkpoint_interval: Duration,
+    /// Subtasks writing in parallel. Default 2.
+    pub parallelism: usize,
+    /// Requests queued per subtask before `POST /events` answers 503.
+    /// Default 1024.
+    pub capacity: usize,
+    /// How long idempotency keys are remembered. Default 100 000 keys, 1 h.
+    pub key_retention: KeyRetention,
+    /// The longest a request waits for its commit before it is answered 503
+    /// (its events may still be committed: the client retries with its key).
+    /// Must be longer than the checkpoint interval. Default 30 s.
+    pub ack_timeout: Duration,
+    /// The largest request body. Default 2 MiB.
+    pub max_body_bytes: usize,
+}
+
+impl Config {
+    /// The defaults, writing under `output_dir`.
+    pub fn new(output_dir: impl Into<PathBuf>) -> Config {
+        Config {
+            output_dir: output_dir.into(),
+            checkpoint_interval: Duration::from_secs(1),
+            parallelism: 2,
+            capacity: 1024,
+            key_retention: KeyRetention::default(),
+            ack_timeout: Duration::from_secs(30),
+            max_body_bytes: 2 * 1024 * 1024,
+        }
+    }
+
+    /// Where the finished data files are: `<output_dir>/data`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.output_dir.join("data")
+    }
+
+    /// Where the checkpoints are: `<output_dir>/checkpoints`.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.output_dir.join("checkpoints")
+    }
+
+    /// What `Retry-After` says: one checkpoint interval, at least 1 s.
+    fn retry_after_s(&self) -> u64 {
+        let interval = self.checkpoint_interval;
+        (interval.as_secs() + u64::from(interval.subsec_nanos() > 0)).max(1)
+    }
+}
+
+/// What the service did, printed as one JSON line when it stops. Returned
+/// by [`IngestService::serve`] and [`run`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Records (events) handed to the file writers by this process.
+    pub records_written: u64,
+    /// Records committed by this process (not counting re-commits of a
+    /// restored checkpoint).
+    pub records_committed: u64,
+    /// Checkpoints completed by this process.
+    pub checkpoints: u64,
+    /// The newest completed checkpoint, if any.
+    pub last_checkpoint: Option<u64>,
+}
+
+/// A started service: its pipeline runs, and [`serve`](Self::serve) answers
+/// HTTP on a listener until told to stop.
+#[derive(Debug)]
+pub struct IngestService {
+    pipeline: Pipeline<Value>,
+    app: AppState,
+}
+
+/// Starts the service with `config` and serves `listener` until `shutdown`
+/// completes; then drains and shuts the pipeline down. For callers that have
+/// nothing to do between the start and the serving (a load test); the
+/// binary uses [`IngestService::start`] and [`IngestService::serve`] so that
+/// it can say it listens only once the pipeline runs.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Summary> {
+    IngestService::start(config)
+        .await?
+        .serve(listener, shutdown)
+        .await
+}
+
+impl IngestService {
+    /// Opens `<dir>/checkpoints` and `<dir>/data` and starts the pipeline,
+    /// restoring from the newest checkpoint there, if any (which commits it
+    /// again: the file sink recognises files it committed before). Returns
+    /// once every subtask reads its channel.
+    ///
+    /// Fails with the directory and the reason when a directory cannot be
+    /// created or the checkpoints are locked by another live process, and
+    /// when the configuration is refused.
+    pub async fn start(config: Config) -> anyhow::Result<IngestService> {
+        anyhow::ensure!(
+            config.ack_timeout > config.checkpoint_interval,
+            "the ack timeout ({:?}) must be longer than the checkpoint interval ({:?}): \
+             every request would time out before its commit",
+            config.ack_timeout,
+            config.checkpoint_interval
+        );
+        let data_dir = config.data_dir();
+        // Created here, not by the first writer, so a bad directory is
+        // reported at once instead of failing (and restarting) the job.
+        std::fs::create_dir_all(&data_dir).with_context(|| {
+            format!(
+                "creating the data directory {}; pass an --output-dir you can write to",
+                data_dir.display()
+            )
+        })?;
+        let checkpoint_dir = config.checkpoint_dir();
+        let storage = LocalCheckpointStorage::open(&checkpoint_dir).with_context(|| {
+            format!(
+                "opening the checkpoint directory {}",
+                checkpoint_dir.display()
+            )
+        })?;
+        let sink = FileSink::builder(&data_dir, JsonLinesEncoder)
+            .rolling_policy(RollingPolicy::on_checkpoint())
+            .part_suffix(".jsonl")
+            .build()
+            .context("configuring the file sink")?;
+        let pipeline = Pipeline::builder("ingest-service", sink)
+            .parallelism(config.parallelism)
+            .checkpointing(CheckpointConfig::every(config.checkpoint_interval))
+            .checkpoint_storage(storage)
+            .capacity(config.capacity)
+            .key_retention(config.key_retention)
+            // A failed task restarts the job from its last checkpoint; past
+            // ten restarts the pipeline stops and the service exits 1.
+            .restart_strategy(RestartStrategy::ExponentialBackoff(RetryPolicy {
+                max_retries: 10,
+                initial_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(5),
+            }))
+            .start()
+            .await
+            .with_context(|| format!("starting the pipeline on {}", config.output_dir.display()))?;
+        let responses = Family::<StatusLabel, Counter>::default();
+        let mut registry = Registry::default();
+        registry.register(
+            "ingest_http_responses",
+            "HTTP responses sent, by status code",
+            responses.clone(),
+        );
+        registry.register_collector(Box::new(metrics::PipelineCollector {
+            pipeline: pipeline.clone(),
+        }));
+        let app = AppState {
+            pipeline: pipeline.clone(),
+            responses,
+            draining: Arc::new(AtomicBool::new(false)),
+            ack_timeout: config.ack_timeout,
+            retry_after_s: config.retry_after_s(),
+            max_body_bytes: config.max_body_bytes,
+            registry: Arc::new(registry),
+        };
+        Ok(IngestService { pipeline, app })
+    }
+
+    /// The routes, for serving on another server or calling in a test.
+    pub fn router(&self) -> Router {
+        let app = self.app.clone();
+        Router::new()
+            .route("/events", post(post_events))
+            .route("/metrics", get(get_metrics))
+            .route("/healthz", get(get_healthz))
+            .layer(DefaultBodyLimit::max(app.max_body_bytes))
+            .layer(middleware::from_fn_with_state(
+                app.responses.clone(),
+                count_responses,
+            ))
+            .with_state(app)
+    }
+
+    /// Serves HTTP on `listener` until `shutdown` completes (or the pipeline
+    /// stops for good), drains the requests in flight, shuts the pipeline
+    /// down and returns what it did.
+    ///
+    /// Fails when the pipeline failed past its restart strategy: the error
+    /// says why; what was committed stays committed, and a restart on the
+    /// same directory resumes.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<Summary> {
+        let router = self.router();
+        let draining = self.app.draining.clone();
+        let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
+        let pipeline = self.pipeline.clone();
+        let signal = async move {
+            tokio::select! {
+                () = shutdown => info!("stopping: no new connections; draining the requests in flight"),
+                () = stopped(&pipeline) => warn!("the pipeline stopped; stopping the server"),
+            }
+            draining.store(true, Ordering::SeqCst);
+            stopping_tx.send_replace(true);
+        };
+        let server = axum::serve(listener, router)
+            .with_graceful_shutdown(signal)
+            .into_future();
+        let drain_limit = self.app.ack_timeout + DRAIN_GRACE;
+        let drain_deadline = async move {
+            if stopping_rx.wait_for(|stopping| *stopping).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(drain_limit).await;
+        };
+        tokio::select! {
+            served = server => served.context("serving HTTP")?,
+            () = drain_deadline => warn!(
+                ?drain_limit,
+                "requests still in flight after the drain limit; shutting the pipeline down anyway"
+            ),
+        }
+        let report = self
+            .pipeline
+            .shutdown()
+            .await
+            .context("shutting the pipeline down")?;
+        info!(status = ?report.status, "pipeline shut down");
+        Ok(Summary {
+            records_written: report.metrics.records_written,
+            records_committed: report.metrics.records_committed,
+            checkpoints: report.metrics.checkpoints_completed,
+            last_checkpoint: report.last_checkpoint.map(|id| id.0),
+        })
+    }
+}
+
+/// Completes when the pipeline has stopped without being asked to.
+async fn stopped(pipeline: &Pipeline<Value>) {
+    while pipeline.state() != PipelineState::Stopped {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+struct AppState {
+    pipeline: Pipeline<Value>,
+    responses: Family<StatusLabel, Counter>,
+    /// Set once the server stops accepting connections.
+    draining: Arc<AtomicBool>,
+    ack_timeout: Duration,
+    retry_after_s: u64,
+    max_body_bytes: usize,
+    registry: Arc<Registry>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: u16,
+}
+
+async fn count_responses(
+    State(responses): State<Family<StatusLabel, Counter>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let response = next.run(request).await;
+    responses
+        .get_or_create(&StatusLabel {
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
+}
+
+/// The answer of `POST /events` when it is an error: its status and a JSON
+/// `{"error": message}` body, with `Retry-After` on 503.
+fn refuse(status: StatusCode, message: impl Into<String>, retry_after_s: u64) -> Response {
+    let mut response =
+        (status, Json(serde_json::json!({ "error": message.into() }))).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(retry_after_s));
+    }
+    response
+}
+
+/// `POST /events`: validate everything, send once, answer after the commit.
+async fn post_events(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let retry_after_s = app.retry_after_s;
+    let key = match idempotency_key(&headers) {
+        Ok(key) => key,
+        Err(error) => return refuse(StatusCode::BAD_REQUEST, error.to_string(), retry_after_s),
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the body is larger than {} bytes; split the events over several requests",
+                    app.max_body_bytes
+                ),
+                retry_after_s,
+            )
+        }
+        Err(rejection) => {
+            return refuse(
+                rejection.status(),
+                format!("reading the body failed: {}", rejection.body_text()),
+                retry_after_s,
+            )
+        }
+    };
+    let events = match parse_events(&body) {
+        Ok(events) => events,
+        Err(error) => return refuse(StatusCode::BAD_REQUEST, error.to_string(), retry_after_s),
+    };
+    let count = events.len();
+    let ticket = match app.pipeline.try_send(events, key) {
+        Ok(ticket) => ticket,
+        Err(SendError { refusal, .. }) => {
+            let message = match refusal {
+                Refusal::Full => "the service is overloaded; nothing was stored: retry later",
+                Refusal::Unavailable => {
+                    "the pipeline is restarting; nothing was stored: retry later"
+                }
+                Refusal::Closed => "the service is shutting down; nothing was stored: retry later",
+            };
+            return refuse(StatusCode::SERVICE_UNAVAILABLE, message, retry_after_s);
+        }
+    };
+    let unconfirmed = |why: String| {
+        warn!(%why, events = count, "a request was not confirmed");
+        refuse(StatusCode::SERVICE_UNAVAILABLE, why, retry_after_s)
+    };
+    match tokio::time::timeout(app.ack_timeout, ticket).await {
+        Ok(Ok(ack)) => Json(serde_json::json!({
+            "checkpoint": ack.checkpoint_id.0,
+            "events": count,
+            "duplicate": ack.duplicate,
+        }))
+        .into_response(),
+        Ok(Err(TicketError::NotCommitted)) => unconfirmed(
+            "the pipeline restarted or stopped before the events were committed; they may or may \
+             not be stored: retry with the same Idempotency-Key"
+                .into(),
+        ),
+        Ok(Err(TicketError::PartlyLost { checkpoint_id })) => unconfirmed(format!(
+            "the commit of checkpoint {checkpoint_id} lost part of its output; the events may or \
+             may not be stored: retry (the same Idempotency-Key is fine, it was forgotten)"
+        )),
+        Ok(Err(TicketError::Refused(reason))) => unconfirmed(format!(
+            "the events were not stored ({reason}); retry with the same Idempotency-Key"
+        )),
+        Err(_elapsed) => unconfirmed(format!(
+            "the events were not confirmed within {:?}; they may or may not be stored: retry \
+             with the same Idempotency-Key",
+            app.ack_timeout
+        )),
+    }
+}
+
+/// `GET /healthz`.
+async fn get_healthz(State(app): State<AppState>) -> Response {
+    health(app.pipeline.state(), app.draining.load(Ordering::SeqCst))
+}
+
+/// 200 `ok` while the pipeline runs and the server takes connections; 503
+/// and why otherwise.
+fn health(state: PipelineState, draining: bool) -> Response {
+    let text = match state {
+        PipelineState::Running if draining => "shutting down",
+        PipelineState::Running => return (StatusCode::OK, "ok").into_response(),
+        PipelineState::Restarting => "restarting",
+        PipelineState::ShuttingDown => "shutting down",
+        PipelineState::Stopped => "stopped",
+    };
+    (StatusCode::SERVICE_UNAVAILABLE, text).into_response()
+}
+
+/// `GET /metrics`.
+async fn get_metrics(State(app): State<AppState>) -> Response {
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &app.registry) {
+        Ok(()) => ([(CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "encoding the metrics failed",
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_503_carries_retry_after() {
+        let unavailable = refuse(StatusCode::SERVICE_UNAVAILABLE, "later", 3);
+        assert_eq!(
+            unavailable.headers().get(RETRY_AFTER),
+            Some(&HeaderValue::from(3u64))
+        );
+        let bad = refuse(StatusCode::BAD_REQUEST, "bad", 3);
+        assert_eq!(bad.headers().get(RETRY_AFTER), None);
+    }
+
+    #[test]
+    fn health_is_ok_only_while_running_and_not_draining() {
+        assert_eq!(
+            health(PipelineState::Running, false).status(),
+            StatusCode::OK
+        );
+        for (state, draining) in [
+            (PipelineState::Running, true),
+            (PipelineState::Restarting, false),
+            (PipelineState::ShuttingDown, false),
+            (PipelineState::Stopped, false),
+        ] {
+            assert_eq!(
+                health(state, draining).status(),
+                StatusCode::SERVICE_UNAVAILABLE
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_is_one_interval_rounded_up_and_at_least_a_second() {
+        let with = |interval| Config {
+            checkpoint_interval: interval,
+            ..Config::new("x")
+        };
+        assert_eq!(with(Duration::from_millis(100)).retry_after_s(), 1);
+        assert_eq!(with(Duration::from_millis(2500)).retry_after_s(), 3);
+    }
+}
