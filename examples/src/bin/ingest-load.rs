@@ -63,6 +63,9 @@ struct Args {
 struct Service {
     child: Child,
     url: String,
+    /// The rest of its stdout (its closing summary), read on a thread so
+    /// that it never writes into a closed pipe.
+    rest: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Drop for Service {
@@ -101,11 +104,18 @@ fn start_service(args: &Args, output: &Path) -> anyhow::Result<Service> {
     let mut service = Service {
         child,
         url: String::new(),
+        rest: None,
     };
+    let mut stdout = BufReader::new(stdout);
     let mut line = String::new();
-    BufReader::new(stdout)
+    stdout
         .read_line(&mut line)
         .context("cannot read the service's first line")?;
+    service.rest = Some(std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
+        rest
+    }));
     service.url = line
         .trim()
         .strip_prefix("listening on ")
@@ -239,9 +249,17 @@ fn main() -> anyhow::Result<()> {
         bail!("kill -TERM {pid} failed");
     }
     let exit = service.child.wait()?;
+    let summary = service
+        .rest
+        .take()
+        .and_then(|reader| reader.join().ok())
+        .unwrap_or_default();
     if !exit.success() {
         bail!("the service exited with {exit} after SIGTERM");
     }
+    let committed = serde_json::from_str::<serde_json::Value>(summary.trim())
+        .ok()
+        .and_then(|summary| summary["records_committed"].as_u64());
     let mut counts = HashMap::new();
     count_output(&output.path().join("data"), &mut counts)?;
 
@@ -254,7 +272,7 @@ fn main() -> anyhow::Result<()> {
     let retried: u64 = tallies.iter().map(|t| t.retried).sum();
     let events = acknowledged * args.events as u64;
     let twice = counts.values().filter(|&&n| n > 1).count();
-    let exactly_once = counts.len() as u64 == events && twice == 0;
+    let exactly_once = counts.len() as u64 == events && twice == 0 && committed == Some(events);
     let rps = acknowledged as f64 / elapsed.as_secs_f64();
     let (p50, p90, p99, max) = (
         percentile(&latencies, 0.50),
@@ -303,7 +321,8 @@ fn main() -> anyhow::Result<()> {
     }
     if !exactly_once {
         bail!(
-            "the output holds {} distinct events ({twice} more than once) for {events} acknowledged",
+            "the output holds {} distinct events ({twice} more than once) for {events} acknowledged; \
+             the service says it committed {committed:?}",
             counts.len()
         );
     }

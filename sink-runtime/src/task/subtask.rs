@@ -477,7 +477,9 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             &self.metrics.commits_failed,
             tally.known_failures.len() as u64,
         );
-        info!(subtask = self.index, checkpoint = %checkpoint_id, origin = summary.subtask,
+        // Once per subtask and checkpoint: debug; the coordinator logs each
+        // completed checkpoint at info.
+        debug!(subtask = self.index, checkpoint = %checkpoint_id, origin = summary.subtask,
             committed = tally.committed, already_committed = tally.already_committed,
             records = summary.record_count, "checkpoint committed");
         if self.recommitting {
