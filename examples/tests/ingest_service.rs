@@ -326,6 +326,72 @@ async fn a_200_means_the_events_are_in_finished_files() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overloaded_service_answers_503_with_retry_after_and_takes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // One subtask that takes in one unanswered request and queues one more;
+    // checkpoints far enough apart that nothing is answered meanwhile.
+    let service = Service::start(
+        dir.path(),
+        &[
+            "--parallelism",
+            "1",
+            "--capacity",
+            "1",
+            "--max-in-flight",
+            "1",
+            "--checkpoint-interval",
+            "2s",
+        ],
+    );
+    let client = client();
+    let url = service.url("/events");
+    let spawn_post = |ids: Vec<String>| {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move { post(&client, &url, body(&ids, false), None).await })
+    };
+    let taken = spawn_post(ids("taken", 2));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued = spawn_post(ids("queued", 2));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = post(
+        &client,
+        &url,
+        body(&ids("refused", 2), false),
+        Some("k-refused"),
+    )
+    .await
+    .unwrap();
+    assert!(!taken.is_finished(), "answered before any checkpoint");
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.retry_after.as_deref(), Some("2"), "{refused:?}");
+    assert!(
+        refused.json()["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("overloaded"),
+        "{refused:?}"
+    );
+    // The first two are answered by the next commits; the refused key was
+    // not spent: sent again, it is written.
+    assert_eq!(taken.await.unwrap().unwrap().status, 200);
+    assert_eq!(queued.await.unwrap().unwrap().status, 200);
+    let again = post(
+        &client,
+        &url,
+        body(&ids("refused", 2), false),
+        Some("k-refused"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.json()["duplicate"], false);
+    service.stop();
+    let output = output_ids(dir.path());
+    assert_eq!(output.len(), 6, "{output:?}");
+    assert_no_duplicates(&output);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_with_the_same_key_is_answered_as_a_duplicate_and_written_once() {
     let dir = tempfile::tempdir().unwrap();
     let service = Service::start(dir.path(), &[]);

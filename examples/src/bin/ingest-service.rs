@@ -50,6 +50,10 @@ struct Args {
     /// Requests queued per subtask before answering 503.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     capacity: u64,
+    /// Requests each subtask takes in and has not answered yet; past it,
+    /// requests queue (then get 503) while commits catch up.
+    #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_in_flight: u64,
     /// About how many idempotency keys are remembered.
     #[arg(long, value_name = "COUNT", default_value_t = 100_000,
           value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
@@ -78,6 +82,7 @@ impl Args {
             checkpoint_interval: self.checkpoint_interval,
             parallelism: size(self.parallelism, "--parallelism")?,
             capacity: size(self.capacity, "--capacity")?,
+            max_in_flight: size(self.max_in_flight, "--max-in-flight")?,
             key_retention: KeyRetention {
                 max_keys: size(self.key_retention, "--key-retention")?,
                 max_age: self.key_max_age,

@@ -114,6 +114,9 @@ pub struct Config {
     /// Requests queued per subtask before `POST /events` answers 503.
     /// Default 1024.
     pub capacity: usize,
+    /// Requests each subtask takes in and has not answered yet, before it
+    /// lets them queue (see `PipelineBuilder::max_in_flight`). Default 16 384.
+    pub max_in_flight: usize,
     /// How long idempotency keys are remembered. Default 100 000 keys, 1 h.
     pub key_retention: KeyRetention,
     /// The longest a request waits for its commit before it is answered 503
@@ -132,6 +135,7 @@ impl Config {
             checkpoint_interval: Duration::from_secs(1),
             parallelism: 2,
             capacity: 1024,
+            max_in_flight: 16_384,
             key_retention: KeyRetention::default(),
             ack_timeout: Duration::from_secs(30),
             max_body_bytes: 2 * 1024 * 1024,
@@ -237,6 +241,7 @@ impl IngestService {
             .checkpointing(CheckpointConfig::every(config.checkpoint_interval))
             .checkpoint_storage(storage)
             .capacity(config.capacity)
+            .max_in_flight(config.max_in_flight)
             .key_retention(config.key_retention)
             // A failed task restarts the job from its last checkpoint; past
             // ten restarts the pipeline stops and the service exits 1.
