@@ -102,8 +102,16 @@ where
             checkpoint.parallelism
         )));
     }
-    let mut state_index = 0;
-    let mut split_index = 0;
+    // Where the next writer state or split goes: back to the subtask that
+    // stored it, or dealt round-robin after a rescale.
+    let dealer = |dealt: &mut usize, origin: usize| match rescaled {
+        true => {
+            *dealt += 1;
+            (*dealt - 1) % parallelism
+        }
+        false => origin,
+    };
+    let (mut states_dealt, mut splits_dealt) = (0, 0);
     for snapshot in checkpoint.subtasks {
         let states: Vec<S::WriterState> = snapshot
             .writer_states
@@ -112,13 +120,9 @@ where
             .collect::<Result<_, _>>()
             .map_err(|e| decode("a writer state", e))?;
         for state in states {
-            let target = if rescaled {
-                state_index += 1;
-                (state_index - 1) % parallelism
-            } else {
-                snapshot.subtask
-            };
-            subtasks[target].writer_states.push(state);
+            subtasks[dealer(&mut states_dealt, snapshot.subtask)]
+                .writer_states
+                .push(state);
         }
         for part in decode_pending(&snapshot.pending, serializers.committable.as_ref())
             .map_err(|e| decode("a pending committable", e))?
@@ -144,13 +148,9 @@ where
             deserialize_versioned(serializers.splits.as_ref(), &snapshot.source_splits)
                 .map_err(|e| decode("the source position", e))?;
         for split in splits {
-            let target = if rescaled {
-                split_index += 1;
-                (split_index - 1) % parallelism
-            } else {
-                snapshot.subtask
-            };
-            subtasks[target].splits.push(split);
+            subtasks[dealer(&mut splits_dealt, snapshot.subtask)]
+                .splits
+                .push(split);
         }
     }
     let global_pending = match &checkpoint.global_committer {

@@ -10,7 +10,7 @@ use sink_runtime::pipeline::{
     Ack, KeyRetention, Pipeline, PipelineBuilder, PipelineError, PipelineState, Refusal,
     TicketError,
 };
-use sink_runtime::{CheckpointConfig, LocalCheckpointStorage, RestartStrategy};
+use sink_runtime::{CheckpointConfig, LocalCheckpointStorage, RestartStrategy, RetryPolicy};
 use sinks_memory::{InjectedCommitFailure, MemorySink, MemoryStore};
 
 fn every(ms: u64) -> CheckpointConfig {
@@ -466,9 +466,14 @@ fn restart_at_two(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_rescale_a_repeated_key_waits_for_the_recommit_of_its_records() {
     let (dir, store) = leave_a_checkpoint_uncommitted("rescale-slow").await;
-    // The re-commit is retried for a while.
+    // The re-commit is retried for a while (about half a second).
     store.fail_next_commits(8, InjectedCommitFailure::RetryLater);
     let pipeline = restart_at_two("rescale-slow", dir.path(), &store)
+        .commit_retry(RetryPolicy {
+            max_retries: 10,
+            initial_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(100),
+        })
         .start()
         .await
         .unwrap();
