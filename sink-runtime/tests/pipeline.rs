@@ -577,3 +577,30 @@ async fn a_reader_with_too_many_unanswered_sends_stops_taking_more() {
     report.await.unwrap().unwrap();
     assert_eq!(store.committed().len(), 5);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_returns_once_the_pipeline_failed_for_good() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("stopped", MemorySink::new(store.clone()))
+        .checkpointing(every(20))
+        .start()
+        .await
+        .unwrap();
+    let watcher = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move { pipeline.stopped().await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!watcher.is_finished(), "stopped() returned while running");
+    store.panic_next_writes(1);
+    let _failed = pipeline
+        .send(vec!["boom".into()], None)
+        .await
+        .unwrap()
+        .await;
+    tokio::time::timeout(Duration::from_secs(10), watcher)
+        .await
+        .expect("stopped() returns after the failure")
+        .unwrap();
+    assert_eq!(pipeline.state(), PipelineState::Stopped);
+}

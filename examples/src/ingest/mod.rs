@@ -309,7 +309,7 @@ impl IngestService {
         let signal = async move {
             tokio::select! {
                 () = shutdown => info!("stopping: no new connections; draining the requests in flight"),
-                () = stopped(&pipeline) => warn!("the pipeline stopped; stopping the server"),
+                () = pipeline.stopped() => warn!("the pipeline stopped; stopping the server"),
             }
             draining.store(true, Ordering::SeqCst);
             stopping_tx.send_replace(true);
@@ -343,13 +343,6 @@ impl IngestService {
             checkpoints: report.metrics.checkpoints_completed,
             last_checkpoint: report.last_checkpoint.map(|id| id.0),
         })
-    }
-}
-
-/// Completes when the pipeline has stopped without being asked to.
-async fn stopped(pipeline: &Pipeline<Value>) {
-    while pipeline.state() != PipelineState::Stopped {
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

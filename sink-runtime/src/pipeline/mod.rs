@@ -377,6 +377,19 @@ impl<R> Pipeline<R> {
         }
     }
 
+    /// Waits until the pipeline has stopped: shut down, or failed past its
+    /// restart strategy (then [`shutdown`](Pipeline::shutdown) returns the
+    /// failure). For a service that must stop serving when its pipeline is
+    /// gone.
+    pub async fn stopped(&self) {
+        let mut changed = self.inner.shared.changed.subscribe();
+        while self.state() != PipelineState::Stopped {
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// How many subtasks read the pipeline's channels.
     pub fn parallelism(&self) -> usize {
         self.inner.shared.parallelism()
