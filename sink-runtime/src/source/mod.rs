@@ -9,8 +9,10 @@
 //! after the last record of the checkpoint: no record is lost or read twice.
 //!
 //! Built-ins: [`SequenceSource`] (the numbers `0..n`, bounded or unbounded)
-//! and [`VecSource`] (the items of a vector or an iterator).
+//! and [`VecSource`] (the items of a vector or an iterator); [`Source::map`]
+//! turns any source's records into another type.
 
+mod mapped;
 mod range;
 mod sequence;
 mod vec;
@@ -19,6 +21,7 @@ use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
 use sink_api::{CheckpointId, SubtaskIndex};
 
+pub use mapped::{Mapped, MappedReader};
 pub use range::{RangeReader, RangeRecords, RangeSplit};
 pub use sequence::SequenceSource;
 pub use sequence::{Numbers, SequenceReader};
@@ -149,4 +152,17 @@ pub trait Source: Send + Sync + 'static {
         subtask: SubtaskIndex,
         splits: Vec<Self::Split>,
     ) -> Result<Self::Reader, SourceError>;
+
+    /// This source with every record turned into another by `f` as it is
+    /// read, for a sink whose input is another type: for example
+    /// `SequenceSource::bounded(n).map(Order::with_id)`. `f` must be
+    /// deterministic: a restore reads and maps the same records again.
+    fn map<T, F>(self, f: F) -> Mapped<Self, F>
+    where
+        Self: Sized,
+        F: Fn(Self::Record) -> T + Send + Sync + 'static,
+        T: Send + 'static,
+    {
+        Mapped::new(self, f)
+    }
 }

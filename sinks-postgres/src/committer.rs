@@ -1,0 +1,173 @@
+//! The committer: `COMMIT PREPARED` for each transaction, and the commit
+//! marker to tell a replay from a loss.
+//!
+//! | the server says | outcome |
+//! |---|---|
+//! | committed | committed |
+//! | no such prepared transaction, marker row present | already committed (a replay after a crash) |
+//! | no such prepared transaction, no marker row | failed with a known reason: the rows are lost (rolled back by someone else) |
+//! | the connection is lost | retry later, on a new connection; the runtime's retry policy bounds the retries |
+//! | anything else | failed with an unknown reason: the job fails and restarts |
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sink_api::{CommitRequest, Committer, SinkError};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, Config};
+use tracing::{debug, warn};
+
+use crate::connection::{connect, MARKER_TABLE};
+use crate::gid::literal;
+use crate::stats::{self, Stats};
+use crate::writer::{describe, PgCommittable};
+
+/// Commits one subtask's prepared transactions. Made by
+/// [`PostgresSink`](crate::PostgresSink)'s `create_committer`.
+pub struct PostgresCommitter {
+    pub(crate) config: Config,
+    /// Opened at the first commit, and again after a lost connection.
+    pub(crate) client: Option<Client>,
+    pub(crate) stats: Arc<Stats>,
+}
+
+/// How one `COMMIT PREPARED` ended.
+enum Settled {
+    Committed,
+    AlreadyCommitted,
+    Lost,
+    ConnectionLost(String),
+    Failed(String),
+}
+
+impl PostgresCommitter {
+    async fn commit_one(client: &Client, gid: &str) -> Settled {
+        let error = match client
+            .batch_execute(&format!("COMMIT PREPARED {}", literal(gid)))
+            .await
+        {
+            Ok(()) => return Settled::Committed,
+            Err(error) => error,
+        };
+        if error.is_closed() || error.as_db_error().is_none() {
+            return Settled::ConnectionLost(describe(&error));
+        }
+        if error.code() != Some(&SqlState::UNDEFINED_OBJECT) {
+            return Settled::Failed(describe(&error));
+        }
+        // Not prepared (any more): committed before, or lost.
+        match client
+            .query_opt(
+                &format!("SELECT 1 FROM {MARKER_TABLE} WHERE gid = $1"),
+                &[&gid],
+            )
+            .await
+        {
+            Ok(Some(_)) => Settled::AlreadyCommitted,
+            Ok(None) => Settled::Lost,
+            Err(error) if error.is_closed() => Settled::ConnectionLost(describe(&error)),
+            Err(error) => Settled::Failed(describe(&error)),
+        }
+    }
+}
+
+#[async_trait]
+impl Committer for PostgresCommitter {
+    type Committable = PgCommittable;
+
+    async fn commit(
+        &mut self,
+        requests: &mut [CommitRequest<PgCommittable>],
+    ) -> Result<(), SinkError> {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            match connect(&self.config).await {
+                Ok(client) => self.client = Some(client),
+                Err(error) => {
+                    // The server may be back soon: retry within the policy.
+                    warn!(%error, "cannot connect to commit; retrying later");
+                    stats::add(&self.stats.commit_retries, requests.len() as u64);
+                    requests.iter_mut().for_each(CommitRequest::retry_later);
+                    self.client = None;
+                    return Ok(());
+                }
+            }
+        }
+        let Some(client) = self.client.as_ref() else {
+            return Ok(());
+        };
+        let mut connection_lost = false;
+        for request in requests.iter_mut() {
+            if connection_lost {
+                request.retry_later();
+                stats::add(&self.stats.commit_retries, 1);
+                continue;
+            }
+            let gid = request.committable().gid.clone();
+            match Self::commit_one(client, &gid).await {
+                Settled::Committed => {
+                    stats::add(&self.stats.transactions_committed, 1);
+                    debug!(gid, rows = request.committable().rows, "committed");
+                }
+                Settled::AlreadyCommitted => {
+                    stats::add(&self.stats.already_committed, 1);
+                    request.signal_already_committed();
+                }
+                Settled::Lost => {
+                    stats::add(&self.stats.lost, 1);
+                    request.signal_failed_with_known_reason(format!(
+                        "transaction {gid} is neither prepared nor committed (no commit marker): \
+                         its {} rows were rolled back by someone else and are lost",
+                        request.committable().rows
+                    ));
+                }
+                Settled::ConnectionLost(reason) => {
+                    warn!(gid, %reason, "the connection was lost during a commit; retrying later");
+                    connection_lost = true;
+                    stats::add(&self.stats.commit_retries, 1);
+                    request.retry_later();
+                }
+                Settled::Failed(reason) => {
+                    request.signal_failed_with_unknown_reason(format!(
+                        "COMMIT PREPARED {gid}: {reason}"
+                    ));
+                }
+            }
+        }
+        if connection_lost {
+            self.client = None;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use sink_api::{CheckpointId, CommitOutcome};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_server_makes_every_request_retry_later() {
+        // Nothing listens on port 1: the connection is refused at once.
+        let mut committer = PostgresCommitter {
+            config: Config::from_str("host=127.0.0.1 port=1 user=x connect_timeout=2").unwrap(),
+            client: None,
+            stats: Arc::new(Stats::default()),
+        };
+        let committable = |n: u64| PgCommittable {
+            gid: format!("eo1/job/1/0/{n}"),
+            rows: 1,
+        };
+        let mut requests = vec![
+            CommitRequest::new(committable(1), CheckpointId(1), 0),
+            CommitRequest::new(committable(2), CheckpointId(1), 0),
+        ];
+        committer.commit(&mut requests).await.unwrap();
+        for request in &requests {
+            assert_eq!(request.outcome(), &CommitOutcome::RetryLater);
+        }
+        assert_eq!(committer.stats.snapshot().commit_retries, 2);
+    }
+}

@@ -1,0 +1,48 @@
+//! A PostgreSQL sink with real two-phase commit: `PREPARE TRANSACTION` at
+//! each checkpoint barrier, `COMMIT PREPARED` once the checkpoint completed.
+//!
+//! ```text
+//!  records ─▶ writer[i]: BEGIN; COPY ... (binary); ...
+//!               barrier n: INSERT marker; PREPARE TRANSACTION 'eo1/job/gen/i/n' ─▶ committable
+//!  checkpoint n completed ─▶ committer[i]: COMMIT PREPARED 'eo1/job/gen/i/n'
+//!  restore from n ─▶ subtask 0: ROLLBACK PREPARED every earlier start's transaction after n
+//!                   committers: COMMIT PREPARED again what n holds (a replay finds the marker)
+//! ```
+//!
+//! - Each subtask writes through its own connection, in one transaction per
+//!   checkpoint, with `COPY ... FROM STDIN (FORMAT binary)`.
+//! - A commit marker row, written in the same transaction, tells a replayed
+//!   commit ("already committed": the marker is there) from a lost one
+//!   (neither prepared nor marked: a failure with a known reason, counted).
+//! - When a job starts, prepared transactions of this job that belong to a
+//!   checkpoint after the restored one (left by a start that crashed) are
+//!   rolled back, so none holds locks forever.
+//! - [`PostgresSink::connect`] refuses a server with
+//!   `max_prepared_transactions = 0`, a missing table and a column whose type
+//!   differs from the records', each with what to change. A lost connection
+//!   during a commit is retried on a new connection within the job's commit
+//!   retry policy, then fails the job.
+//!
+//! The server needs `max_prepared_transactions` of at least twice the
+//! parallelism. See the project's `docs/postgres-sink.md`.
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod committer;
+mod connection;
+mod gid;
+mod record;
+mod recovery;
+mod sink;
+mod stats;
+mod writer;
+
+pub use committer::PostgresCommitter;
+pub use connection::{ConnectError, MARKER_TABLE};
+pub use gid::TransactionId;
+pub use record::{Column, PgRecord};
+pub use sink::PostgresSink;
+pub use stats::PostgresStats;
+pub use tokio_postgres::types::{ToSql, Type};
+pub use writer::{PgCommittable, PostgresWriter};

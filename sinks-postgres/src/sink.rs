@@ -1,0 +1,166 @@
+//! The sink: connects, checks the server and the table, and makes a writer
+//! and a committer per subtask.
+
+use std::marker::PhantomData;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sink_api::{InitContext, Sink, SinkError};
+use tokio_postgres::types::Type;
+use tokio_postgres::Config;
+use tracing::info;
+
+use crate::committer::PostgresCommitter;
+use crate::connection::{check, connect, ConnectError};
+use crate::record::{Column, PgRecord};
+use crate::recovery::roll_back_lingering;
+use crate::stats::{PostgresStats, Stats};
+use crate::writer::{describe, PgCommittable, PostgresWriter};
+
+/// A two-phase-commit sink into a PostgreSQL table: each checkpoint's rows
+/// of each subtask in one transaction, prepared at the barrier and committed
+/// with `COMMIT PREPARED` once the checkpoint completed.
+///
+/// Made by [`PostgresSink::connect`], which checks the server and the table
+/// first; given to the job builder.
+///
+/// ```no_run
+/// # use sinks_postgres::{Column, PgRecord, PostgresSink, ToSql, Type};
+/// # struct Order { id: i64 }
+/// # impl PgRecord for Order {
+/// #     fn columns() -> Vec<Column> { vec![Column::new("id", Type::INT8)] }
+/// #     fn values(&self) -> Vec<&(dyn ToSql + Sync)> { vec![&self.id] }
+/// # }
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let sink = PostgresSink::<Order>::connect("host=127.0.0.1 user=app dbname=shop", "orders", 2).await?;
+/// # Ok(()) }
+/// ```
+pub struct PostgresSink<T> {
+    config: Config,
+    copy_sql: Arc<str>,
+    types: Arc<[Type]>,
+    stats: Arc<Stats>,
+    _records: PhantomData<fn(T)>,
+}
+
+impl<T> std::fmt::Debug for PostgresSink<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresSink")
+            .field("copy", &self.copy_sql)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: PgRecord> PostgresSink<T> {
+    /// Connects to `connection` (a libpq-style string such as `host=127.0.0.1
+    /// port=5432 user=app dbname=shop`, or a `postgresql://` URL), checks that
+    /// the server allows prepared transactions (at least `2 × parallelism` is
+    /// recommended), that `table` exists with the columns and types of
+    /// [`PgRecord::columns`], and creates the commit marker table if needed.
+    ///
+    /// Called once, before the job is built. Each refusal names what to
+    /// change.
+    pub async fn connect(
+        connection: &str,
+        table: &str,
+        parallelism: usize,
+    ) -> Result<Self, ConnectError> {
+        let config = Config::from_str(connection).map_err(ConnectError::BadConnectionString)?;
+        let columns = T::columns();
+        let client = connect(&config).await?;
+        check(&client, table, &columns, parallelism).await?;
+        let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+        let copy_sql = format!(
+            "COPY {table} ({}) FROM STDIN (FORMAT binary)",
+            names.join(", ")
+        );
+        Ok(PostgresSink {
+            config,
+            copy_sql: copy_sql.into(),
+            types: columns.into_iter().map(|Column { ty, .. }| ty).collect(),
+            stats: Arc::new(Stats::default()),
+            _records: PhantomData,
+        })
+    }
+
+    /// What the sink's writers and committers did so far.
+    pub fn stats(&self) -> PostgresStats {
+        self.stats.snapshot()
+    }
+
+    /// A reader of [`stats`](Self::stats) that stays usable after the sink
+    /// was given to a job.
+    pub fn stats_handle(&self) -> impl Fn() -> PostgresStats + Send + Sync + 'static {
+        let stats = self.stats.clone();
+        move || stats.snapshot()
+    }
+}
+
+#[async_trait]
+impl<T: PgRecord> Sink for PostgresSink<T> {
+    type Input = T;
+    type Committable = PgCommittable;
+    type WriterState = ();
+    type Writer = PostgresWriter<T>;
+    type Committer = PostgresCommitter;
+
+    /// Opens the subtask's connection. Subtask 0 first rolls back the
+    /// prepared transactions earlier starts left behind (see the `recovery`
+    /// module).
+    async fn create_writer(
+        &self,
+        context: &InitContext,
+        _restored: Vec<()>,
+    ) -> Result<PostgresWriter<T>, SinkError> {
+        let client = connect(&self.config)
+            .await
+            .map_err(|error| SinkError::msg(error.to_string()))?;
+        let restored = context.restored_checkpoint_id.map_or(0, |id| id.0);
+        if context.subtask_index == 0 {
+            let rolled_back = roll_back_lingering(
+                &client,
+                &context.job_name,
+                context.generation.0,
+                restored,
+                &self.stats,
+            )
+            .await
+            .map_err(|error| {
+                SinkError::msg(format!(
+                    "rolling back prepared transactions left by earlier starts: {}",
+                    describe(&error)
+                ))
+            })?;
+            if rolled_back > 0 {
+                info!(
+                    rolled_back,
+                    restored, "lingering prepared transactions rolled back"
+                );
+            }
+        }
+        Ok(PostgresWriter {
+            client,
+            copy_sql: self.copy_sql.clone(),
+            types: self.types.clone(),
+            job: context.job_name.clone(),
+            generation: context.generation.0,
+            subtask: context.subtask_index,
+            next_checkpoint: restored + 1,
+            open: None,
+            stats: self.stats.clone(),
+            _records: PhantomData,
+        })
+    }
+
+    async fn create_committer(
+        &self,
+        _context: &InitContext,
+    ) -> Result<PostgresCommitter, SinkError> {
+        Ok(PostgresCommitter {
+            config: self.config.clone(),
+            client: None,
+            stats: self.stats.clone(),
+        })
+    }
+}

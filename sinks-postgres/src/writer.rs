@@ -1,0 +1,188 @@
+//! The writer: one connection per subtask, one transaction per checkpoint.
+//!
+//! The first rows after a checkpoint open a transaction (`BEGIN`); every
+//! batch goes in with `COPY ... FROM STDIN (FORMAT binary)`. At the barrier,
+//! `prepare_commit` writes the commit marker row and runs `PREPARE
+//! TRANSACTION` with the transaction's global id; the id is the committable.
+//! A checkpoint without rows prepares nothing. After end of input nothing is
+//! opened again, and `close` rolls back a transaction still open (one that
+//! was never prepared).
+
+use std::pin::pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sink_api::{CheckpointId, SinkError, SinkWriter};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
+use tokio_postgres::Client;
+use tracing::debug;
+
+use crate::connection::MARKER_TABLE;
+use crate::gid::{literal, TransactionId, MAX_GID_BYTES};
+use crate::record::PgRecord;
+use crate::stats::{self, Stats};
+
+/// What a writer hands to the committer: one prepared transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgCommittable {
+    /// The global id it was prepared with.
+    pub gid: String,
+    /// How many rows it holds.
+    pub rows: u64,
+}
+
+/// Writes one subtask's rows. Made by
+/// [`PostgresSink`](crate::PostgresSink)'s `create_writer`.
+pub struct PostgresWriter<T> {
+    pub(crate) client: Client,
+    pub(crate) copy_sql: Arc<str>,
+    pub(crate) types: Arc<[Type]>,
+    pub(crate) job: String,
+    pub(crate) generation: u64,
+    pub(crate) subtask: usize,
+    /// The id of the next barrier: the checkpoint the open transaction will
+    /// be prepared for.
+    pub(crate) next_checkpoint: u64,
+    /// Rows in the open transaction; `None` when none is open.
+    pub(crate) open: Option<u64>,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) _records: std::marker::PhantomData<fn(T)>,
+}
+
+fn failed(what: String) -> impl FnOnce(tokio_postgres::Error) -> SinkError {
+    move |error| SinkError::msg(format!("{what}: {}", describe(&error)))
+}
+
+/// The driver's error with the server's message, detail and SQLSTATE.
+pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => {
+            let mut text = format!("{} ({})", db.message(), db.code().code());
+            if let Some(detail) = db.detail() {
+                text.push_str(&format!("; {detail}"));
+            }
+            if let Some(context) = db.where_() {
+                text.push_str(&format!("; at {context}"));
+            }
+            text
+        }
+        None => error.to_string(),
+    }
+}
+
+impl<T: PgRecord> PostgresWriter<T> {
+    fn gid(&self) -> Result<String, SinkError> {
+        let gid = TransactionId {
+            job: self.job.clone(),
+            generation: self.generation,
+            subtask: self.subtask,
+            checkpoint: self.next_checkpoint,
+        }
+        .to_string();
+        if gid.len() > MAX_GID_BYTES {
+            return Err(SinkError::msg(format!(
+                "the transaction id {gid} is longer than PostgreSQL's {MAX_GID_BYTES} bytes; \
+                 use a shorter job name"
+            )));
+        }
+        Ok(gid)
+    }
+}
+
+#[async_trait]
+impl<T: PgRecord> SinkWriter for PostgresWriter<T> {
+    type Input = T;
+    type Committable = PgCommittable;
+    type State = ();
+
+    async fn write(&mut self, record: T) -> Result<(), SinkError> {
+        self.write_batch(vec![record]).await
+    }
+
+    async fn write_batch(&mut self, records: Vec<T>) -> Result<(), SinkError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if self.open.is_none() {
+            self.client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(failed(format!("subtask {}: BEGIN", self.subtask)))?;
+            self.open = Some(0);
+        }
+        let context = || format!("subtask {}: {}", self.subtask, self.copy_sql);
+        let sink = self
+            .client
+            .copy_in(&*self.copy_sql)
+            .await
+            .map_err(failed(context()))?;
+        let mut copy = pin!(BinaryCopyInWriter::new(sink, &self.types));
+        for record in &records {
+            copy.as_mut()
+                .write(&record.values())
+                .await
+                .map_err(failed(context()))?;
+        }
+        let rows = copy.finish().await.map_err(failed(context()))?;
+        self.open = self.open.map(|open| open + rows);
+        stats::add(&self.stats.rows_written, rows);
+        Ok(())
+    }
+
+    async fn flush(&mut self, _end_of_input: bool) -> Result<(), SinkError> {
+        // Every batch is sent as it is written.
+        Ok(())
+    }
+
+    async fn prepare_commit(&mut self) -> Result<Vec<PgCommittable>, SinkError> {
+        let Some(rows) = self.open else {
+            return Ok(Vec::new());
+        };
+        let gid = self.gid()?;
+        let rows_i64 = i64::try_from(rows).unwrap_or(i64::MAX);
+        self.client
+            .execute(
+                &format!("INSERT INTO {MARKER_TABLE} (gid, rows) VALUES ($1, $2)"),
+                &[&gid, &rows_i64],
+            )
+            .await
+            .map_err(failed(format!(
+                "subtask {}: writing the commit marker of {gid}",
+                self.subtask
+            )))?;
+        self.client
+            .batch_execute(&format!("PREPARE TRANSACTION {}", literal(&gid)))
+            .await
+            .map_err(failed(format!(
+                "subtask {}: PREPARE TRANSACTION {gid}",
+                self.subtask
+            )))?;
+        self.open = None;
+        stats::add(&self.stats.transactions_prepared, 1);
+        debug!(subtask = self.subtask, gid, rows, "transaction prepared");
+        Ok(vec![PgCommittable { gid, rows }])
+    }
+
+    async fn snapshot_state(&mut self, checkpoint_id: CheckpointId) -> Result<Vec<()>, SinkError> {
+        // The next transaction belongs to the next barrier (or to the
+        // end-of-input tag, which is the same id).
+        self.next_checkpoint = checkpoint_id.0 + 1;
+        Ok(Vec::new())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        if self.open.take().is_some() {
+            // Written but never prepared: nothing refers to it.
+            self.client
+                .batch_execute("ROLLBACK")
+                .await
+                .map_err(failed(format!(
+                    "subtask {}: ROLLBACK on close",
+                    self.subtask
+                )))?;
+        }
+        Ok(())
+    }
+}
