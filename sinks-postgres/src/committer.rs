@@ -107,6 +107,12 @@ impl Committer for PostgresCommitter {
                 Settled::Committed => {
                     stats::add(&self.stats.transactions_committed, 1);
                     debug!(gid, rows = request.committable().rows, "committed");
+                    // A crash right after the server committed, before the
+                    // runtime heard of it: the commit is replayed.
+                    #[cfg(feature = "failpoints")]
+                    fail::fail_point!("postgres-commit-mid-batch", |_| Err(SinkError::msg(
+                        "crash point postgres-commit-mid-batch"
+                    )));
                 }
                 Settled::AlreadyCommitted => {
                     stats::add(&self.stats.already_committed, 1);

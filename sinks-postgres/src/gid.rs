@@ -2,10 +2,14 @@
 //! `PREPARE TRANSACTION` and `COMMIT PREPARED`, in the server's
 //! `pg_prepared_xacts` and in the commit marker table.
 //!
-//! `eo1/<job>/<generation>/<subtask>/<checkpoint>`: the job, the start of
-//! the job that wrote it, the writer subtask, and the checkpoint whose
-//! barrier prepared it (or the end-of-input tag). Parsed from the right, so a
-//! job name may hold slashes. At most 200 bytes, the server's limit.
+//! `eo1/<job>/<generation>/<subtask>/<checkpoint>/<writer>`: the job, the
+//! start of the job that wrote it, the writer subtask, the checkpoint whose
+//! barrier prepared it (or the end-of-input tag), and a random id of the
+//! writer. The last makes ids unique for good: a job started again on a new,
+//! empty checkpoint storage counts generations and checkpoints from 1 again,
+//! and must not meet the commit markers of its earlier life. Parsed from the
+//! right, so a job name may hold slashes. At most 200 bytes, the server's
+//! limit.
 
 use std::fmt;
 
@@ -26,6 +30,8 @@ pub struct TransactionId {
     pub subtask: usize,
     /// The checkpoint (or end-of-input tag) it belongs to.
     pub checkpoint: u64,
+    /// The writer that prepared it: random, 32 hexadecimal digits.
+    pub writer: String,
 }
 
 impl TransactionId {
@@ -33,7 +39,8 @@ impl TransactionId {
     /// applications' prepared transactions, another format).
     pub fn parse(gid: &str) -> Option<TransactionId> {
         let rest = gid.strip_prefix(PREFIX)?;
-        let mut parts = rest.rsplitn(4, '/');
+        let mut parts = rest.rsplitn(5, '/');
+        let writer = parts.next()?.to_string();
         let checkpoint = parts.next()?.parse().ok()?;
         let subtask = parts.next()?.parse().ok()?;
         let generation = parts.next()?.parse().ok()?;
@@ -43,6 +50,7 @@ impl TransactionId {
             generation,
             subtask,
             checkpoint,
+            writer,
         })
     }
 }
@@ -51,8 +59,8 @@ impl fmt::Display for TransactionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{PREFIX}{}/{}/{}/{}",
-            self.job, self.generation, self.subtask, self.checkpoint
+            "{PREFIX}{}/{}/{}/{}/{}",
+            self.job, self.generation, self.subtask, self.checkpoint, self.writer
         )
     }
 }
@@ -74,16 +82,23 @@ mod tests {
             generation: 3,
             subtask: 1,
             checkpoint: 42,
+            writer: "ab12".into(),
         };
         let text = id.to_string();
-        assert_eq!(text, "eo1/orders/eu 'prod'/3/1/42");
+        assert_eq!(text, "eo1/orders/eu 'prod'/3/1/42/ab12");
         assert_eq!(TransactionId::parse(&text), Some(id));
-        assert_eq!(literal(&text), "'eo1/orders/eu ''prod''/3/1/42'");
+        assert_eq!(literal(&text), "'eo1/orders/eu ''prod''/3/1/42/ab12'");
     }
 
     #[test]
     fn foreign_ids_are_not_ours() {
-        for gid in ["", "xact-17", "eo1/job/x/1/2", "eo2/job/1/1/2", "eo1/1/2"] {
+        for gid in [
+            "",
+            "xact-17",
+            "eo1/job/x/1/2/w",
+            "eo2/job/1/1/2/w",
+            "eo1/1/2/w",
+        ] {
             assert_eq!(TransactionId::parse(gid), None, "{gid}");
         }
     }

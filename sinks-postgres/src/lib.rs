@@ -3,8 +3,8 @@
 //!
 //! ```text
 //!  records ─▶ writer[i]: BEGIN; COPY ... (binary); ...
-//!               barrier n: INSERT marker; PREPARE TRANSACTION 'eo1/job/gen/i/n' ─▶ committable
-//!  checkpoint n completed ─▶ committer[i]: COMMIT PREPARED 'eo1/job/gen/i/n'
+//!               barrier n: INSERT marker; PREPARE TRANSACTION 'eo1/job/gen/i/n/w' ─▶ committable
+//!  checkpoint n completed ─▶ committer[i]: COMMIT PREPARED 'eo1/job/gen/i/n/w'
 //!  restore from n ─▶ subtask 0: ROLLBACK PREPARED every earlier start's transaction after n
 //!                   committers: COMMIT PREPARED again what n holds (a replay finds the marker)
 //! ```

@@ -92,17 +92,17 @@ mod tests {
     #[test]
     fn only_this_jobs_earlier_transactions_after_the_restored_checkpoint_linger() {
         let gids = [
-            "eo1/orders/1/0/5", // older generation, after the restore: linger
-            "eo1/orders/1/1/4", // up to the restored checkpoint: committed again
-            "eo1/orders/3/0/9", // a later generation: never touched
-            "eo1/other/1/0/9",  // another job
-            "someone-else",     // not ours
+            "eo1/orders/1/0/5/a", // older generation, after the restore: linger
+            "eo1/orders/1/1/4/b", // up to the restored checkpoint: committed again
+            "eo1/orders/3/0/9/c", // a later generation: never touched
+            "eo1/other/1/0/9/d",  // another job
+            "someone-else",       // not ours
         ];
-        assert_eq!(lingering(gids, "orders", 2, 4), vec!["eo1/orders/1/0/5"]);
+        assert_eq!(lingering(gids, "orders", 2, 4), vec!["eo1/orders/1/0/5/a"]);
         // A fresh start: every older transaction of the job lingers.
         assert_eq!(
             lingering(gids, "orders", 2, 0),
-            vec!["eo1/orders/1/0/5", "eo1/orders/1/1/4"]
+            vec!["eo1/orders/1/0/5/a", "eo1/orders/1/1/4/b"]
         );
     }
 }

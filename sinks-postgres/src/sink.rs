@@ -146,6 +146,7 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
             job: context.job_name.clone(),
             generation: context.generation.0,
             subtask: context.subtask_index,
+            writer_id: uuid::Uuid::new_v4().simple().to_string(),
             next_checkpoint: restored + 1,
             open: None,
             stats: self.stats.clone(),

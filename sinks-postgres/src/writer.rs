@@ -42,6 +42,8 @@ pub struct PostgresWriter<T> {
     pub(crate) job: String,
     pub(crate) generation: u64,
     pub(crate) subtask: usize,
+    /// This writer's random id, the last part of its transaction ids.
+    pub(crate) writer_id: String,
     /// The id of the next barrier: the checkpoint the open transaction will
     /// be prepared for.
     pub(crate) next_checkpoint: u64,
@@ -79,6 +81,7 @@ impl<T: PgRecord> PostgresWriter<T> {
             generation: self.generation,
             subtask: self.subtask,
             checkpoint: self.next_checkpoint,
+            writer: self.writer_id.clone(),
         }
         .to_string();
         if gid.len() > MAX_GID_BYTES {

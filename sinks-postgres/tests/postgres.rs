@@ -251,7 +251,7 @@ async fn a_replayed_commit_is_recognised_and_a_lost_one_is_a_known_failure() {
         ),
         CommitRequest::new(
             PgCommittable {
-                gid: "eo1/replay/9/0/99".into(),
+                gid: "eo1/replay/9/0/99/feed".into(),
                 rows: 5,
             },
             CheckpointId(99),
@@ -278,9 +278,9 @@ async fn lingering_prepared_transactions_of_the_job_are_rolled_back_at_start() {
     // never completed, holding rows that must never become visible.
     let left = client(&url()).await;
     for gid in [
-        "eo1/linger/1/0/3",
-        "eo1/linger/1/1/3",
-        "eo1/other-job/1/0/3",
+        "eo1/linger/1/0/3/a",
+        "eo1/linger/1/1/3/b",
+        "eo1/other-job/1/0/3/c",
     ] {
         left.batch_execute(&format!(
             "BEGIN; INSERT INTO linger VALUES (-1, 'from a crashed start'); PREPARE TRANSACTION '{gid}'"
@@ -312,9 +312,9 @@ async fn lingering_prepared_transactions_of_the_job_are_rolled_back_at_start() {
     );
     assert_eq!(
         prepared_of(&db, "other-job").await,
-        vec!["eo1/other-job/1/0/3".to_string()]
+        vec!["eo1/other-job/1/0/3/c".to_string()]
     );
-    db.batch_execute("ROLLBACK PREPARED 'eo1/other-job/1/0/3'")
+    db.batch_execute("ROLLBACK PREPARED 'eo1/other-job/1/0/3/c'")
         .await
         .unwrap();
     assert_exactly_once(&db, "linger", 100, "after the rollback").await;
@@ -366,4 +366,34 @@ async fn lost_connections_are_survived_by_restarts_and_commit_retries() {
     assert_exactly_once(&db, "lost_conn", 4_000, "after lost connections").await;
     assert!(prepared_of(&db, "lost-conn").await.is_empty());
     let _ = stats();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_started_again_on_new_checkpoint_storage_does_not_meet_its_old_transaction_ids() {
+    let db = client(&url()).await;
+    fresh_table(&db, "reset").await;
+    // Each run counts generations and checkpoints from 1 again; the
+    // transaction ids must still be new, or the commit markers collide (and
+    // a lost transaction could pass for a committed one).
+    for run in 1..=2u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let report = Job::builder(
+            "reset",
+            SequenceSource::bounded(50).map(Row::with_id),
+            connect_sink("reset", 1).await,
+        )
+        .checkpoint_storage(LocalCheckpointStorage::open(dir.path()).unwrap())
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap_or_else(|e| panic!("run {run}: {e}"));
+        assert_eq!(report.metrics.records_committed, 50, "run {run}");
+    }
+    let counts = id_counts(&db, "reset").await;
+    assert_eq!(counts.len(), 50);
+    assert!(
+        counts.values().all(|&n| n == 2),
+        "each run's rows once: {counts:?}"
+    );
 }
