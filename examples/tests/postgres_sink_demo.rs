@@ -23,6 +23,24 @@ fn demo(args: &[&str]) -> Command {
     command
 }
 
+/// Rows in `table` now, counted with SQL (0 while the table is missing).
+fn committed_rows(table: &str) -> i64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+            .await
+            .expect("connecting to the test server");
+        tokio::spawn(connection);
+        client
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .await
+            .map_or(0, |row| row.get(0))
+    })
+}
+
 fn summary(output: &std::process::Output) -> serde_json::Value {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -99,7 +117,16 @@ fn killed_and_started_again_it_leaves_every_row_once() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1200));
+    // Killed once some rows are committed (so the second run has a
+    // checkpoint to resume from), long before the last.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while committed_rows("demo_kill") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first run committed nothing in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     first.kill().unwrap();
     first.wait().unwrap();
     // Second run on the same state: resumes, and the demo itself refuses to

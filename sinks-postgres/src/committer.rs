@@ -6,10 +6,11 @@
 //! | committed | committed |
 //! | no such prepared transaction, marker row present | already committed (a replay after a crash) |
 //! | no such prepared transaction, no marker row | failed with a known reason: the rows are lost (rolled back by someone else) |
-//! | the connection is lost | retry later, on a new connection; the runtime's retry policy bounds the retries |
+//! | the connection is lost (closed, terminated by the server, or no answer within 30 s), or the transaction is busy (still being committed by a lost connection's backend) | retry later, on a new connection; the runtime's retry policy bounds the retries, then the job fails |
 //! | anything else | failed with an unknown reason: the job fails and restarts |
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sink_api::{CommitRequest, Committer, SinkError};
@@ -31,6 +32,28 @@ pub struct PostgresCommitter {
     pub(crate) stats: Arc<Stats>,
 }
 
+/// How long one statement of a commit may take before the connection is
+/// given up as lost (a half-open TCP connection never answers).
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether `error` means the connection is gone, or the transaction is still
+/// held by a lost connection's backend: worth trying again on a new
+/// connection.
+fn retryable(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    let Some(db) = error.as_db_error() else {
+        // Not the server's answer: an I/O or protocol failure.
+        return true;
+    };
+    let code = db.code().code();
+    code.starts_with("08") // connection exceptions
+        || code.starts_with("57P") // admin or crash shutdown, cannot connect now
+        || db.code() == &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE // prepared transaction busy
+        || matches!(db.severity(), "FATAL" | "PANIC")
+}
+
 /// How one `COMMIT PREPARED` ended.
 enum Settled {
     Committed,
@@ -42,31 +65,39 @@ enum Settled {
 
 impl PostgresCommitter {
     async fn commit_one(client: &Client, gid: &str) -> Settled {
-        let error = match client
-            .batch_execute(&format!("COMMIT PREPARED {}", literal(gid)))
-            .await
-        {
-            Ok(()) => return Settled::Committed,
-            Err(error) => error,
+        let timed_out =
+            || Settled::ConnectionLost(format!("no answer within {STATEMENT_TIMEOUT:?}"));
+        let committed = tokio::time::timeout(
+            STATEMENT_TIMEOUT,
+            client.batch_execute(&format!("COMMIT PREPARED {}", literal(gid))),
+        )
+        .await;
+        let error = match committed {
+            Err(_elapsed) => return timed_out(),
+            Ok(Ok(())) => return Settled::Committed,
+            Ok(Err(error)) => error,
         };
-        if error.is_closed() || error.as_db_error().is_none() {
+        if retryable(&error) {
             return Settled::ConnectionLost(describe(&error));
         }
         if error.code() != Some(&SqlState::UNDEFINED_OBJECT) {
             return Settled::Failed(describe(&error));
         }
         // Not prepared (any more): committed before, or lost.
-        match client
-            .query_opt(
+        let marker = tokio::time::timeout(
+            STATEMENT_TIMEOUT,
+            client.query_opt(
                 &format!("SELECT 1 FROM {MARKER_TABLE} WHERE gid = $1"),
                 &[&gid],
-            )
-            .await
-        {
-            Ok(Some(_)) => Settled::AlreadyCommitted,
-            Ok(None) => Settled::Lost,
-            Err(error) if error.is_closed() => Settled::ConnectionLost(describe(&error)),
-            Err(error) => Settled::Failed(describe(&error)),
+            ),
+        )
+        .await;
+        match marker {
+            Err(_elapsed) => timed_out(),
+            Ok(Ok(Some(_))) => Settled::AlreadyCommitted,
+            Ok(Ok(None)) => Settled::Lost,
+            Ok(Err(error)) if retryable(&error) => Settled::ConnectionLost(describe(&error)),
+            Ok(Err(error)) => Settled::Failed(describe(&error)),
         }
     }
 }

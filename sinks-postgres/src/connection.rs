@@ -2,6 +2,9 @@
 //! server allows prepared transactions, the table exists with the columns
 //! and types the records give, and the commit marker table exists.
 
+use std::time::{Duration, Instant};
+
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config, NoTls};
 use tracing::warn;
@@ -82,15 +85,32 @@ pub(crate) fn target(config: &Config) -> String {
     )
 }
 
+/// How long a connection attempt may take when the connection string does
+/// not say (`connect_timeout`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a start waits for the job's advisory lock, which the previous
+/// attempt's connection may still hold for a moment.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// `name` as a quoted SQL identifier.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 /// Opens a connection; its driver task runs on the current tokio runtime
 /// until the client is dropped.
 pub(crate) async fn connect(config: &Config) -> Result<Client, ConnectError> {
+    let mut config = config.clone();
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
     let (client, connection) =
         config
             .connect(NoTls)
             .await
             .map_err(|source| ConnectError::Connect {
-                target: target(config),
+                target: target(&config),
                 source,
             })?;
     tokio::spawn(async move {
@@ -101,13 +121,43 @@ pub(crate) async fn connect(config: &Config) -> Result<Client, ConnectError> {
     Ok(client)
 }
 
-/// The checks made when the sink connects; see the module header.
+/// Takes the session advisory lock of job `job` on `client`'s connection,
+/// held until the connection closes: a second live instance of the same job
+/// (which would roll back this one's prepared transactions at its start) is
+/// refused. Waits a moment for a previous attempt's connection to go.
+pub(crate) async fn lock_job(client: &Client, job: &str) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        let locked: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+                &[&job],
+            )
+            .await
+            .map_err(|error| format!("taking the advisory lock of job '{job}': {error}"))?
+            .get(0);
+        if locked {
+            return Ok(());
+        }
+        if started.elapsed() >= LOCK_WAIT {
+            return Err(format!(
+                "another live instance of job '{job}' holds its advisory lock on this database: \
+                 two instances of one job would roll back each other's prepared transactions; \
+                 stop the other one, or give this job another name"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The checks made when the sink connects (see the module header); returns
+/// the table's name as the server quotes it.
 pub(crate) async fn check(
     client: &Client,
     table: &str,
     columns: &[Column],
     parallelism_hint: usize,
-) -> Result<(), ConnectError> {
+) -> Result<String, ConnectError> {
     let prepared: String = client
         .query_one("SHOW max_prepared_transactions", &[])
         .await?
@@ -123,11 +173,14 @@ pub(crate) async fn check(
             needed, "max_prepared_transactions is low for this parallelism: commits may fail"
         );
     }
-    let exists: Option<u32> = client
-        .query_one("SELECT to_regclass($1)::oid", &[&table])
-        .await?
-        .get(0);
-    let Some(oid) = exists else {
+    let row = client
+        .query_one(
+            "SELECT to_regclass($1)::oid, to_regclass($1)::text",
+            &[&table],
+        )
+        .await?;
+    let (exists, qualified): (Option<u32>, Option<String>) = (row.get(0), row.get(1));
+    let (Some(oid), Some(qualified)) = (exists, qualified) else {
         let create = format!(
             "CREATE TABLE {table} ({})",
             columns
@@ -180,13 +233,37 @@ pub(crate) async fn check(
             Some(_) => {}
         }
     }
-    client
+    create_marker_table(client).await?;
+    Ok(qualified)
+}
+
+/// Creates the marker table unless it exists. Sinks connecting at the same
+/// moment may race to create it: the loser's duplicate error is harmless.
+async fn create_marker_table(client: &Client) -> Result<(), tokio_postgres::Error> {
+    let exists: Option<u32> = client
+        .query_one("SELECT to_regclass($1)::oid", &[&MARKER_TABLE])
+        .await?
+        .get(0);
+    if exists.is_some() {
+        return Ok(());
+    }
+    let created = client
         .batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (\
                gid text PRIMARY KEY, \
                rows bigint NOT NULL, \
                prepared_at timestamptz NOT NULL DEFAULT now())"
         ))
-        .await?;
-    Ok(())
+        .await;
+    match created {
+        Err(error)
+            if matches!(
+                error.code(),
+                Some(&SqlState::UNIQUE_VIOLATION | &SqlState::DUPLICATE_TABLE)
+            ) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
 }

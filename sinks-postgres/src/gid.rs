@@ -2,13 +2,15 @@
 //! `PREPARE TRANSACTION` and `COMMIT PREPARED`, in the server's
 //! `pg_prepared_xacts` and in the commit marker table.
 //!
-//! `eo1/<job>/<generation>/<subtask>/<checkpoint>/<writer>`: the job, the
-//! start of the job that wrote it, the writer subtask, the checkpoint whose
-//! barrier prepared it (or the end-of-input tag), and a random id of the
-//! writer. The last makes ids unique for good: a job started again on a new,
-//! empty checkpoint storage counts generations and checkpoints from 1 again,
-//! and must not meet the commit markers of its earlier life. Parsed from the
-//! right, so a job name may hold slashes. At most 200 bytes, the server's
+//! `eo1/<job>/<lineage>/<generation>/<subtask>/<checkpoint>`: the job; its
+//! lineage, a random id made at a fresh start and kept in every checkpoint
+//! after it (in the writer states); the start of the job (generation); the
+//! writer subtask; and the checkpoint whose barrier prepared it (or the
+//! end-of-input tag). The lineage keeps ids unique for good: a job started
+//! again on a new, empty checkpoint storage counts generations and
+//! checkpoints from 1 again, and must neither meet the commit markers of its
+//! earlier life nor keep that life's prepared transactions. Parsed from the
+//! right, so a job name may hold slashes. Less than 200 bytes, the server's
 //! limit.
 
 use std::fmt;
@@ -16,22 +18,27 @@ use std::fmt;
 /// The prefix of every id this sink writes; the digit is the format version.
 const PREFIX: &str = "eo1/";
 
-/// The server's limit on a global transaction id, in bytes.
-pub(crate) const MAX_GID_BYTES: usize = 200;
+/// The longest global transaction id the server takes, in bytes.
+pub(crate) const MAX_GID_BYTES: usize = 199;
+
+/// Bytes of an id besides the job name, at their widest: the prefix, four
+/// slashes, a 16-digit lineage and three 20-digit numbers.
+const ID_OVERHEAD: usize = PREFIX.len() + 4 + 16 + 3 * 20;
 
 /// The parts of a global transaction id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransactionId {
     /// The job's name.
     pub job: String,
+    /// The lineage of checkpoints it belongs to: random, made at a fresh
+    /// start of the job.
+    pub lineage: String,
     /// The start of the job that prepared it.
     pub generation: u64,
     /// The writer subtask that prepared it.
     pub subtask: usize,
     /// The checkpoint (or end-of-input tag) it belongs to.
     pub checkpoint: u64,
-    /// The writer that prepared it: random, 32 hexadecimal digits.
-    pub writer: String,
 }
 
 impl TransactionId {
@@ -40,17 +47,17 @@ impl TransactionId {
     pub fn parse(gid: &str) -> Option<TransactionId> {
         let rest = gid.strip_prefix(PREFIX)?;
         let mut parts = rest.rsplitn(5, '/');
-        let writer = parts.next()?.to_string();
         let checkpoint = parts.next()?.parse().ok()?;
         let subtask = parts.next()?.parse().ok()?;
         let generation = parts.next()?.parse().ok()?;
+        let lineage = parts.next()?.to_string();
         let job = parts.next()?.to_string();
         Some(TransactionId {
             job,
+            lineage,
             generation,
             subtask,
             checkpoint,
-            writer,
         })
     }
 }
@@ -60,13 +67,38 @@ impl fmt::Display for TransactionId {
         write!(
             f,
             "{PREFIX}{}/{}/{}/{}/{}",
-            self.job, self.generation, self.subtask, self.checkpoint, self.writer
+            self.job, self.lineage, self.generation, self.subtask, self.checkpoint
         )
     }
 }
 
+/// Checks that ids of job `job` always fit and always read back the same.
+/// Called when a writer is created, before anything is written.
+pub(crate) fn check_job_name(job: &str) -> Result<(), String> {
+    let most = MAX_GID_BYTES - ID_OVERHEAD;
+    if job.is_empty() || job.len() > most {
+        return Err(format!(
+            "the job name must be 1 to {most} bytes for this sink's transaction ids; '{job}' is {} bytes",
+            job.len()
+        ));
+    }
+    if let Some(bad) = job.chars().find(|c| c.is_control() || *c == '\\') {
+        return Err(format!(
+            "the job name '{job}' holds {bad:?}, which this sink's transaction ids cannot carry"
+        ));
+    }
+    Ok(())
+}
+
+/// A new random lineage: 16 hexadecimal digits.
+pub(crate) fn new_lineage() -> String {
+    format!("{:016x}", uuid::Uuid::new_v4().as_u64_pair().0)
+}
+
 /// `text` as an SQL string literal (`PREPARE TRANSACTION` and `COMMIT
-/// PREPARED` take a literal, not a parameter).
+/// PREPARED` take a literal, not a parameter). Job names hold no backslash
+/// ([`check_job_name`]), so doubling quotes is enough whatever
+/// `standard_conforming_strings` says.
 pub(crate) fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
@@ -79,15 +111,34 @@ mod tests {
     fn ids_round_trip_even_with_slashes_and_quotes_in_the_job_name() {
         let id = TransactionId {
             job: "orders/eu 'prod'".into(),
+            lineage: "ab12".into(),
             generation: 3,
             subtask: 1,
             checkpoint: 42,
-            writer: "ab12".into(),
         };
         let text = id.to_string();
-        assert_eq!(text, "eo1/orders/eu 'prod'/3/1/42/ab12");
+        assert_eq!(text, "eo1/orders/eu 'prod'/ab12/3/1/42");
         assert_eq!(TransactionId::parse(&text), Some(id));
-        assert_eq!(literal(&text), "'eo1/orders/eu ''prod''/3/1/42/ab12'");
+        assert_eq!(literal(&text), "'eo1/orders/eu ''prod''/ab12/3/1/42'");
+    }
+
+    #[test]
+    fn job_names_that_ids_cannot_carry_are_refused() {
+        assert!(check_job_name("orders").is_ok());
+        let widest = TransactionId {
+            job: "j".repeat(MAX_GID_BYTES - ID_OVERHEAD),
+            lineage: new_lineage(),
+            generation: u64::MAX,
+            subtask: usize::MAX,
+            checkpoint: u64::MAX,
+        };
+        assert!(check_job_name(&widest.job).is_ok());
+        assert_eq!(widest.to_string().len(), MAX_GID_BYTES);
+        let longer = format!("{}j", widest.job);
+        assert!(check_job_name(&longer).unwrap_err().contains("bytes"));
+        assert!(check_job_name("").is_err());
+        assert!(check_job_name("a\\b").is_err());
+        assert!(check_job_name("a\nb").is_err());
     }
 
     #[test]
@@ -95,9 +146,9 @@ mod tests {
         for gid in [
             "",
             "xact-17",
-            "eo1/job/x/1/2/w",
-            "eo2/job/1/1/2/w",
-            "eo1/1/2/w",
+            "eo1/job/w/x/1/2",
+            "eo2/job/w/1/1/2",
+            "eo1/w/1/2",
         ] {
             assert_eq!(TransactionId::parse(gid), None, "{gid}");
         }

@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use sink_api::{InitContext, Sink, SinkError};
@@ -12,11 +12,12 @@ use tokio_postgres::Config;
 use tracing::info;
 
 use crate::committer::PostgresCommitter;
-use crate::connection::{check, connect, ConnectError};
+use crate::connection::{check, connect, lock_job, quote_ident, ConnectError};
+use crate::gid::{check_job_name, new_lineage};
 use crate::record::{Column, PgRecord};
 use crate::recovery::roll_back_lingering;
 use crate::stats::{PostgresStats, Stats};
-use crate::writer::{describe, PgCommittable, PostgresWriter};
+use crate::writer::{describe, PgCommittable, PgWriterState, PostgresWriter};
 
 /// A two-phase-commit sink into a PostgreSQL table: each checkpoint's rows
 /// of each subtask in one transaction, prepared at the barrier and committed
@@ -41,6 +42,9 @@ pub struct PostgresSink<T> {
     copy_sql: Arc<str>,
     types: Arc<[Type]>,
     stats: Arc<Stats>,
+    /// The lineage of this start, set by subtask 0's writer (created first)
+    /// for the writers that restore no state of their own.
+    lineage: Arc<Mutex<Option<String>>>,
     _records: PhantomData<fn(T)>,
 }
 
@@ -69,10 +73,10 @@ impl<T: PgRecord> PostgresSink<T> {
         let config = Config::from_str(connection).map_err(ConnectError::BadConnectionString)?;
         let columns = T::columns();
         let client = connect(&config).await?;
-        check(&client, table, &columns, parallelism).await?;
-        let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+        let qualified = check(&client, table, &columns, parallelism).await?;
+        let names: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
         let copy_sql = format!(
-            "COPY {table} ({}) FROM STDIN (FORMAT binary)",
+            "COPY {qualified} ({}) FROM STDIN (FORMAT binary)",
             names.join(", ")
         );
         Ok(PostgresSink {
@@ -80,6 +84,7 @@ impl<T: PgRecord> PostgresSink<T> {
             copy_sql: copy_sql.into(),
             types: columns.into_iter().map(|Column { ty, .. }| ty).collect(),
             stats: Arc::new(Stats::default()),
+            lineage: Arc::new(Mutex::new(None)),
             _records: PhantomData,
         })
     }
@@ -101,37 +106,51 @@ impl<T: PgRecord> PostgresSink<T> {
 impl<T: PgRecord> Sink for PostgresSink<T> {
     type Input = T;
     type Committable = PgCommittable;
-    type WriterState = ();
+    type WriterState = PgWriterState;
     type Writer = PostgresWriter<T>;
     type Committer = PostgresCommitter;
 
-    /// Opens the subtask's connection. Subtask 0 first rolls back the
-    /// prepared transactions earlier starts left behind (see the `recovery`
-    /// module).
+    /// Opens the subtask's connection. Subtask 0 first takes the job's
+    /// advisory lock (refusing a second live instance), settles the lineage
+    /// (restored, or new on a fresh start), and rolls back the prepared
+    /// transactions earlier starts left behind (see the `recovery` module).
     async fn create_writer(
         &self,
         context: &InitContext,
-        _restored: Vec<()>,
+        restored_states: Vec<PgWriterState>,
     ) -> Result<PostgresWriter<T>, SinkError> {
+        let job = &context.job_name;
+        check_job_name(job).map_err(SinkError::msg)?;
         let client = connect(&self.config)
             .await
             .map_err(|error| SinkError::msg(error.to_string()))?;
         let restored = context.restored_checkpoint_id.map_or(0, |id| id.0);
+        let lineage = match (context.subtask_index, restored_states.first()) {
+            (_, Some(state)) => state.lineage.clone(),
+            (0, None) if context.restored_checkpoint_id.is_none() => new_lineage(),
+            (0, None) => {
+                return Err(SinkError::msg(format!(
+                    "subtask 0 restored no writer state from checkpoint {restored}: the \
+                     checkpoint was not written by this sink"
+                )))
+            }
+            (_, None) => self.shared_lineage().ok_or_else(|| {
+                SinkError::msg(
+                    "the lineage of this start is unknown: subtask 0's writer was not created first",
+                )
+            })?,
+        };
         if context.subtask_index == 0 {
-            let rolled_back = roll_back_lingering(
-                &client,
-                &context.job_name,
-                context.generation.0,
-                restored,
-                &self.stats,
-            )
-            .await
-            .map_err(|error| {
-                SinkError::msg(format!(
-                    "rolling back prepared transactions left by earlier starts: {}",
-                    describe(&error)
-                ))
-            })?;
+            lock_job(&client, job).await.map_err(SinkError::msg)?;
+            *self.lineage.lock().unwrap_or_else(|p| p.into_inner()) = Some(lineage.clone());
+            let rolled_back = roll_back_lingering(&client, job, &lineage, restored, &self.stats)
+                .await
+                .map_err(|error| {
+                    SinkError::msg(format!(
+                        "rolling back prepared transactions left by earlier starts: {}",
+                        describe(&error)
+                    ))
+                })?;
             if rolled_back > 0 {
                 info!(
                     rolled_back,
@@ -139,14 +158,18 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
                 );
             }
         }
+        let copy = client.prepare(&self.copy_sql).await.map_err(|error| {
+            SinkError::msg(format!("preparing {}: {}", self.copy_sql, describe(&error)))
+        })?;
         Ok(PostgresWriter {
             client,
             copy_sql: self.copy_sql.clone(),
+            copy,
             types: self.types.clone(),
-            job: context.job_name.clone(),
+            job: job.clone(),
             generation: context.generation.0,
             subtask: context.subtask_index,
-            writer_id: uuid::Uuid::new_v4().simple().to_string(),
+            lineage,
             next_checkpoint: restored + 1,
             open: None,
             stats: self.stats.clone(),
@@ -163,5 +186,15 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
             client: None,
             stats: self.stats.clone(),
         })
+    }
+}
+
+impl<T> PostgresSink<T> {
+    /// The lineage subtask 0's writer settled for this start.
+    fn shared_lineage(&self) -> Option<String> {
+        self.lineage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }

@@ -16,13 +16,21 @@ use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, SinkError, SinkWriter};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 use tracing::debug;
 
 use crate::connection::MARKER_TABLE;
 use crate::gid::{literal, TransactionId, MAX_GID_BYTES};
 use crate::record::PgRecord;
 use crate::stats::{self, Stats};
+
+/// What a writer keeps in each checkpoint: the lineage of the job's
+/// transaction ids (see the `gid` module), so that a restore keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgWriterState {
+    /// The lineage, made at the job's fresh start.
+    pub lineage: String,
+}
 
 /// What a writer hands to the committer: one prepared transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,12 +46,13 @@ pub struct PgCommittable {
 pub struct PostgresWriter<T> {
     pub(crate) client: Client,
     pub(crate) copy_sql: Arc<str>,
+    /// `copy_sql`, prepared once on this connection.
+    pub(crate) copy: Statement,
     pub(crate) types: Arc<[Type]>,
     pub(crate) job: String,
     pub(crate) generation: u64,
     pub(crate) subtask: usize,
-    /// This writer's random id, the last part of its transaction ids.
-    pub(crate) writer_id: String,
+    pub(crate) lineage: String,
     /// The id of the next barrier: the checkpoint the open transaction will
     /// be prepared for.
     pub(crate) next_checkpoint: u64,
@@ -78,18 +87,14 @@ impl<T: PgRecord> PostgresWriter<T> {
     fn gid(&self) -> Result<String, SinkError> {
         let gid = TransactionId {
             job: self.job.clone(),
+            lineage: self.lineage.clone(),
             generation: self.generation,
             subtask: self.subtask,
             checkpoint: self.next_checkpoint,
-            writer: self.writer_id.clone(),
         }
         .to_string();
-        if gid.len() > MAX_GID_BYTES {
-            return Err(SinkError::msg(format!(
-                "the transaction id {gid} is longer than PostgreSQL's {MAX_GID_BYTES} bytes; \
-                 use a shorter job name"
-            )));
-        }
+        // Checked for the widest numbers when the writer was created.
+        debug_assert!(gid.len() <= MAX_GID_BYTES);
         Ok(gid)
     }
 }
@@ -98,7 +103,7 @@ impl<T: PgRecord> PostgresWriter<T> {
 impl<T: PgRecord> SinkWriter for PostgresWriter<T> {
     type Input = T;
     type Committable = PgCommittable;
-    type State = ();
+    type State = PgWriterState;
 
     async fn write(&mut self, record: T) -> Result<(), SinkError> {
         self.write_batch(vec![record]).await
@@ -118,13 +123,23 @@ impl<T: PgRecord> SinkWriter for PostgresWriter<T> {
         let context = || format!("subtask {}: {}", self.subtask, self.copy_sql);
         let sink = self
             .client
-            .copy_in(&*self.copy_sql)
+            .copy_in(&self.copy)
             .await
             .map_err(failed(context()))?;
         let mut copy = pin!(BinaryCopyInWriter::new(sink, &self.types));
         for record in &records {
+            let values = record.values();
+            if values.len() != self.types.len() {
+                return Err(SinkError::msg(format!(
+                    "subtask {}: a record gave {} values for {} columns; PgRecord::values must \
+                     give one value per column of PgRecord::columns",
+                    self.subtask,
+                    values.len(),
+                    self.types.len()
+                )));
+            }
             copy.as_mut()
-                .write(&record.values())
+                .write(&values)
                 .await
                 .map_err(failed(context()))?;
         }
@@ -168,16 +183,22 @@ impl<T: PgRecord> SinkWriter for PostgresWriter<T> {
         Ok(vec![PgCommittable { gid, rows }])
     }
 
-    async fn snapshot_state(&mut self, checkpoint_id: CheckpointId) -> Result<Vec<()>, SinkError> {
+    async fn snapshot_state(
+        &mut self,
+        checkpoint_id: CheckpointId,
+    ) -> Result<Vec<PgWriterState>, SinkError> {
         // The next transaction belongs to the next barrier (or to the
         // end-of-input tag, which is the same id).
         self.next_checkpoint = checkpoint_id.0 + 1;
-        Ok(Vec::new())
+        Ok(vec![PgWriterState {
+            lineage: self.lineage.clone(),
+        }])
     }
 
     async fn close(&mut self) -> Result<(), SinkError> {
-        if self.open.take().is_some() {
-            // Written but never prepared: nothing refers to it.
+        if self.open.take().is_some() && !self.client.is_closed() {
+            // Written but never prepared: nothing refers to it. (On a lost
+            // connection the server has rolled it back already.)
             self.client
                 .batch_execute("ROLLBACK")
                 .await

@@ -40,10 +40,12 @@ async fn write_up_unbounded_with_checkpoints_commits_every_row_once() {
     .build()
     .unwrap()
     .start();
-    for _ in 0..200 {
-        if handle.metrics().records_committed >= 160 {
-            break;
-        }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while handle.metrics().records_committed < 160 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "160 rows not committed in 30 s"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     handle.cancel();
@@ -79,10 +81,12 @@ async fn write_up_unbounded_without_checkpoints_is_refused_and_when_forced_commi
         .build()
         .unwrap()
         .start();
-    for _ in 0..200 {
-        if handle.metrics().records_written >= 160 {
-            break;
-        }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while handle.metrics().records_written < 160 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "160 rows not written in 30 s"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -251,7 +255,7 @@ async fn a_replayed_commit_is_recognised_and_a_lost_one_is_a_known_failure() {
         ),
         CommitRequest::new(
             PgCommittable {
-                gid: "eo1/replay/9/0/99/feed".into(),
+                gid: "eo1/replay/feed/9/0/99".into(),
                 rows: 5,
             },
             CheckpointId(99),
@@ -278,9 +282,9 @@ async fn lingering_prepared_transactions_of_the_job_are_rolled_back_at_start() {
     // never completed, holding rows that must never become visible.
     let left = client(&url()).await;
     for gid in [
-        "eo1/linger/1/0/3/a",
-        "eo1/linger/1/1/3/b",
-        "eo1/other-job/1/0/3/c",
+        "eo1/linger/aaaa/1/0/3",
+        "eo1/linger/bbbb/1/1/3",
+        "eo1/other-job/cccc/1/0/3",
     ] {
         left.batch_execute(&format!(
             "BEGIN; INSERT INTO linger VALUES (-1, 'from a crashed start'); PREPARE TRANSACTION '{gid}'"
@@ -312,9 +316,9 @@ async fn lingering_prepared_transactions_of_the_job_are_rolled_back_at_start() {
     );
     assert_eq!(
         prepared_of(&db, "other-job").await,
-        vec!["eo1/other-job/1/0/3/c".to_string()]
+        vec!["eo1/other-job/cccc/1/0/3".to_string()]
     );
-    db.batch_execute("ROLLBACK PREPARED 'eo1/other-job/1/0/3/c'")
+    db.batch_execute("ROLLBACK PREPARED 'eo1/other-job/cccc/1/0/3'")
         .await
         .unwrap();
     assert_exactly_once(&db, "linger", 100, "after the rollback").await;
@@ -396,4 +400,111 @@ async fn a_job_started_again_on_new_checkpoint_storage_does_not_meet_its_old_tra
         counts.values().all(|&n| n == 2),
         "each run's rows once: {counts:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_live_instance_of_a_job_is_refused() {
+    let db = client(&url()).await;
+    fresh_table(&db, "twice").await;
+    let source = || SequenceSource::unbounded(10).map(Row::with_id);
+    let first = Job::builder("twice", source(), connect_sink("twice", 1).await)
+        .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
+        .build()
+        .unwrap()
+        .start();
+    // Let the first instance take the job's lock.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while first.metrics().records_committed < 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first instance did not commit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another instance of the same job (its own checkpoint storage) would
+    // roll back the first one's prepared transactions at its start.
+    let second = Job::builder("twice", source(), connect_sink("twice", 1).await)
+        .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap_err();
+    assert!(
+        second
+            .to_string()
+            .contains("another live instance of job 'twice'"),
+        "{second}"
+    );
+    first.cancel();
+    first.join().await.unwrap();
+    assert_exactly_once(&db, "twice", 10, "after the refused second instance").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_whose_connection_was_cut_commits_on_a_new_one() {
+    let db = client(&url()).await;
+    fresh_table(&db, "recommit_conn").await;
+    let sink = connect_sink("recommit_conn", 1).await;
+    let mut committer = sink
+        .create_committer(&context("recommit_conn"))
+        .await
+        .unwrap();
+    // Two transactions prepared as a writer would, with their markers.
+    let prepare = |gid: &'static str, id: i64| {
+        let url = url();
+        async move {
+            let writer = client(&url).await;
+            writer
+                .batch_execute(&format!(
+                    "BEGIN; INSERT INTO recommit_conn VALUES ({id}, 'p'); \
+                     INSERT INTO {} (gid, rows) VALUES ('{gid}', 1); PREPARE TRANSACTION '{gid}'",
+                    sinks_postgres::MARKER_TABLE
+                ))
+                .await
+                .unwrap();
+        }
+    };
+    prepare("eo1/recommit-conn/l/1/0/1", 0).await;
+    prepare("eo1/recommit-conn/l/1/0/2", 1).await;
+    let request = |gid: &str, n| {
+        CommitRequest::new(
+            PgCommittable {
+                gid: gid.into(),
+                rows: 1,
+            },
+            CheckpointId(n),
+            0,
+        )
+    };
+    let mut first = vec![request("eo1/recommit-conn/l/1/0/1", 1)];
+    committer.commit(&mut first).await.unwrap();
+    assert_eq!(first[0].outcome(), &CommitOutcome::Committed);
+    // Cut the committer's connection, as a server restart or a network
+    // failure would.
+    let cut: i64 = db
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = 'recommit_conn'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(cut >= 1, "the committer's connection was not found");
+    // The next commit is retried later or made on a new connection; either
+    // way it ends committed, within a few tries.
+    let mut outcome = CommitOutcome::RetryLater;
+    for attempt in 0..5 {
+        let mut second = vec![request("eo1/recommit-conn/l/1/0/2", 2)];
+        committer.commit(&mut second).await.unwrap();
+        outcome = second[0].outcome().clone();
+        if outcome == CommitOutcome::Committed {
+            break;
+        }
+        assert_eq!(outcome, CommitOutcome::RetryLater, "attempt {attempt}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(outcome, CommitOutcome::Committed);
+    assert_exactly_once(&db, "recommit_conn", 2, "after the cut connection").await;
 }

@@ -25,7 +25,7 @@ use sink_runtime::source::Source;
 use sink_runtime::{
     CheckpointConfig, Job, JobStatus, LocalCheckpointStorage, RuntimeMode, SequenceSource,
 };
-use sinks_postgres::{Column, PgRecord, PostgresSink, ToSql, Type};
+use sinks_postgres::{Column, PgRecord, PostgresSink, ToSql, TransactionId, Type};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::{Client, NoTls};
 
@@ -122,12 +122,15 @@ async fn prepare(client: &Client, args: &Args, job: &str) -> anyhow::Result<()> 
     if args.fresh {
         let prepared = client
             .query(
-                "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE $1",
-                &[&format!("eo1/{job}/%")],
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()",
+                &[],
             )
             .await?;
         for row in prepared {
             let gid: String = row.get(0);
+            if TransactionId::parse(&gid).is_none_or(|id| id.job != job) {
+                continue;
+            }
             client
                 .batch_execute(&format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''")))
                 .await?;

@@ -117,17 +117,19 @@ pub async fn assert_exactly_once(client: &Client, table: &str, n: u64, what: &st
     );
 }
 
-/// The prepared transactions of job `job` on the server.
+/// The prepared transactions of job `job` on the server (matched by
+/// parsing the ids, not with `LIKE`, where `_` is a wildcard).
 pub async fn prepared_of(client: &Client, job: &str) -> Vec<String> {
     client
         .query(
-            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE $1",
-            &[&format!("eo1/{job}/%")],
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()",
+            &[],
         )
         .await
         .expect("reading pg_prepared_xacts")
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get::<_, String>(0))
+        .filter(|gid| sinks_postgres::TransactionId::parse(gid).is_some_and(|id| id.job == job))
         .collect()
 }
 
