@@ -427,8 +427,10 @@ async fn a_second_live_instance_of_a_job_is_refused() {
         .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
         .build()
         .unwrap()
-        .run()
+        .run();
+    let second = tokio::time::timeout(Duration::from_secs(30), second)
         .await
+        .expect("the second instance was refused, not left running")
         .unwrap_err();
     assert!(
         second
