@@ -7,8 +7,8 @@ use sink_api::{
 };
 
 use crate::runner::exactly_once;
-use crate::source::RecordMaker;
 use crate::Destination;
+use crate::RecordMaker;
 
 type Committable<D> = <<D as Destination>::Sink as Sink>::Committable;
 

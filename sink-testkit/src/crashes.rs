@@ -8,8 +8,8 @@ use sink_runtime::MemoryCheckpointStorage;
 
 use crate::modes::describe;
 use crate::runner::{exactly_once, run, start, RunError, Shape};
-use crate::source::RecordMaker;
 use crate::Destination;
+use crate::RecordMaker;
 
 /// The crash points a user's sink meets (the global committer's is not).
 pub(crate) fn crash_points() -> Vec<&'static str> {

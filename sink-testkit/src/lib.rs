@@ -40,7 +40,6 @@ mod destination;
 mod modes;
 mod report;
 mod runner;
-mod source;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -51,7 +50,9 @@ use sink_api::Sink;
 pub use destination::Destination;
 pub use report::{PropertyResult, Report, Verdict};
 
-use crate::source::RecordMaker;
+/// Makes the record with id `id`: the kit's source is the ids `0..n`, mapped
+/// through it (`SequenceSource::map`).
+pub(crate) type RecordMaker<I> = Arc<dyn Fn(u64) -> I + Send + Sync>;
 
 /// How much the kit does. [`Knobs::default`] runs in seconds.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use sink_api::Sink;
 use sink_runtime::MemoryCheckpointStorage;
 
 use crate::runner::{exactly_once, run, start, RunError, Shape};
-use crate::source::RecordMaker;
+use crate::RecordMaker;
 use crate::{Destination, Knobs};
 
 /// Bounded input with checkpoints: every record committed once.

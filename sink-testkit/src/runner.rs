@@ -4,13 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sink_api::Sink;
+use sink_runtime::source::Source;
 use sink_runtime::{
     CheckpointConfig, Job, JobError, JobHandle, JobReport, MemoryCheckpointStorage, RuntimeMode,
     SequenceSource,
 };
 
-use crate::source::{KitSource, RecordMaker};
 use crate::Destination;
+use crate::RecordMaker;
 
 /// One job's shape.
 #[derive(Debug, Clone)]
@@ -67,10 +68,10 @@ pub(crate) fn start<D: Destination>(
         false => SequenceSource::unbounded(shape.records),
     };
     let per_subtask = shape.records / shape.parallelism.max(1) as u64;
-    let source = KitSource {
-        ids: ids.paced((per_subtask * 10).max(100)),
-        record: Arc::clone(record),
-    };
+    let record = Arc::clone(record);
+    let source = ids
+        .paced((per_subtask * 10).max(100))
+        .map(move |id| record(id));
     let mut builder = Job::builder("sink-testkit", source, destination.sink())
         .parallelism(shape.parallelism)
         .batch_size(16)
