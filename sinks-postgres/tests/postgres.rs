@@ -510,3 +510,78 @@ async fn a_committer_whose_connection_was_cut_commits_on_a_new_one() {
     assert_eq!(outcome, CommitOutcome::Committed);
     assert_exactly_once(&db, "recommit_conn", 2, "after the cut connection").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_that_cannot_connect_are_retried_then_fail_the_job() {
+    // A database of its own, whose new connections can be refused without
+    // touching the other tests.
+    let admin = client(&url()).await;
+    admin
+        .batch_execute("DROP DATABASE IF EXISTS unreachable_commits WITH (FORCE)")
+        .await
+        .unwrap();
+    admin
+        .batch_execute("CREATE DATABASE unreachable_commits")
+        .await
+        .unwrap();
+    let db_url = format!("{} dbname=unreachable_commits", url());
+    let db = client(&db_url).await;
+    fresh_table(&db, "rows").await;
+    let sink = PostgresSink::<Row>::connect(&db_url, "rows", 1)
+        .await
+        .unwrap();
+    let stats = sink.stats_handle();
+    let handle = Job::builder(
+        "unreachable",
+        SequenceSource::bounded(1_000).paced(200).map(Row::with_id),
+        sink,
+    )
+    .checkpointing(CheckpointConfig::every(Duration::from_millis(500)))
+    .commit_retry(sink_runtime::RetryPolicy {
+        max_retries: 3,
+        initial_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(50),
+    })
+    .build()
+    .unwrap()
+    .start();
+    // The writer is connected and writing; the committer connects at its
+    // first commit, after the first checkpoint: refuse it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while handle.metrics().records_written == 0 {
+        assert!(std::time::Instant::now() < deadline, "nothing written");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    admin
+        .batch_execute("ALTER DATABASE unreachable_commits ALLOW_CONNECTIONS false")
+        .await
+        .unwrap();
+    let error = tokio::time::timeout(Duration::from_secs(60), handle.join())
+        .await
+        .expect("the job ends")
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("still asked to be retried after 3 retries"),
+        "{error}"
+    );
+    assert!(stats().commit_retries >= 4, "{:?}", stats());
+    admin
+        .batch_execute("ALTER DATABASE unreachable_commits ALLOW_CONNECTIONS true")
+        .await
+        .unwrap();
+    // Nothing was lost: the prepared transactions wait, in the last
+    // checkpoint, for a restart to commit them. Here they are thrown away.
+    let left = prepared_of(&client(&db_url).await, "unreachable").await;
+    assert!(!left.is_empty(), "the uncommitted transactions vanished");
+    for gid in left {
+        db.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"))
+            .await
+            .unwrap();
+    }
+    admin
+        .batch_execute("DROP DATABASE unreachable_commits WITH (FORCE)")
+        .await
+        .unwrap();
+}
