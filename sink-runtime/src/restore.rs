@@ -166,3 +166,114 @@ where
         global_pending,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use sink_api::{serialize_versioned, BincodeSerializer, Sink};
+    use sinks_memory::{MemorySink, MemoryStore, MemoryWriterState};
+
+    use super::*;
+    use crate::source::{RangeSplit, SequenceSource};
+    use crate::storage::SubtaskSnapshot;
+
+    type TestSink = MemorySink<u64>;
+
+    fn serializers() -> Serializers<TestSink, SequenceSource> {
+        let sink = MemorySink::new(MemoryStore::new());
+        Serializers {
+            committable: sink.committable_serializer(),
+            writer_state: sink.writer_state_serializer(),
+            splits: Arc::new(BincodeSerializer::new(1)),
+        }
+    }
+
+    /// Two subtasks, each with two splits (`next` = 100·subtask + k) and two
+    /// writer states (`next_transaction_seq` = 10·subtask + k).
+    fn checkpoint(serializers: &Serializers<TestSink, SequenceSource>) -> CompletedCheckpoint {
+        let subtasks = (0..2u64)
+            .map(|subtask| {
+                let splits: Vec<RangeSplit> = (0..2)
+                    .map(|k| RangeSplit {
+                        next: 100 * subtask + k,
+                        end: 1_000,
+                    })
+                    .collect();
+                let writer_states = (0..2)
+                    .map(|k| {
+                        let state = MemoryWriterState::<u64> {
+                            next_transaction_seq: 10 * subtask + k,
+                            buffered: Vec::new(),
+                        };
+                        serialize_versioned(serializers.writer_state.as_ref(), &state).unwrap()
+                    })
+                    .collect();
+                SubtaskSnapshot {
+                    subtask: subtask as usize,
+                    source_splits: serialize_versioned(serializers.splits.as_ref(), &splits)
+                        .unwrap(),
+                    writer_states,
+                    pending: Vec::new(),
+                    end_of_input: false,
+                }
+            })
+            .collect();
+        CompletedCheckpoint {
+            checkpoint_id: CheckpointId(4),
+            job_name: "plan".into(),
+            generation: Generation(1),
+            parallelism: 2,
+            subtasks,
+            global_committer: None,
+            is_final: false,
+        }
+    }
+
+    fn planned(parallelism: usize) -> Vec<(Vec<u64>, Vec<u64>)> {
+        let serializers = serializers();
+        let latest = checkpoint(&serializers);
+        let plan = plan::<SequenceSource, TestSink>(
+            "plan",
+            &SequenceSource::bounded(1_000),
+            parallelism,
+            &serializers,
+            Some(latest),
+            Generation(2),
+        )
+        .unwrap();
+        plan.subtasks
+            .iter()
+            .map(|start| {
+                (
+                    start.splits.iter().map(|s| s.next).collect(),
+                    start
+                        .writer_states
+                        .iter()
+                        .map(|s| s.next_transaction_seq)
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn with_the_same_parallelism_splits_and_states_stay_with_their_subtask() {
+        assert_eq!(
+            planned(2),
+            vec![(vec![0, 1], vec![0, 1]), (vec![100, 101], vec![10, 11])]
+        );
+    }
+
+    #[test]
+    fn with_another_parallelism_splits_and_states_are_dealt_round_robin() {
+        assert_eq!(
+            planned(3),
+            vec![
+                (vec![0, 101], vec![0, 11]),
+                (vec![1], vec![1]),
+                (vec![100], vec![10]),
+            ]
+        );
+    }
+}
