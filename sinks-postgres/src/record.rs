@@ -27,9 +27,10 @@ impl Column {
 ///
 /// Implemented by the user for the sink's input type. The sink calls
 /// [`columns`](Self::columns) once, when it connects, checks the table has
-/// those columns with those types, and calls [`values`](Self::values) for
-/// every record; the values must be in the order of the columns and of their
-/// types (the rows travel in `COPY ... (FORMAT binary)`).
+/// those columns with those types, and calls [`push_values`](Self::push_values)
+/// for every record, into a buffer it reuses (no allocation per record); the
+/// values must be in the order of the columns and of their types (the rows
+/// travel in `COPY ... (FORMAT binary)`).
 ///
 /// ```
 /// use sinks_postgres::{Column, PgRecord, ToSql, Type};
@@ -40,14 +41,15 @@ impl Column {
 ///     fn columns() -> Vec<Column> {
 ///         vec![Column::new("id", Type::INT8), Column::new("customer", Type::TEXT)]
 ///     }
-///     fn values(&self) -> Vec<&(dyn ToSql + Sync)> {
-///         vec![&self.id, &self.customer]
+///     fn push_values<'a>(&'a self, out: &mut Vec<&'a (dyn ToSql + Sync)>) {
+///         out.push(&self.id);
+///         out.push(&self.customer);
 ///     }
 /// }
 /// ```
 pub trait PgRecord: Send + Sync + 'static {
-    /// The columns written, in the order of [`values`](Self::values).
+    /// The columns written, in the order of [`push_values`](Self::push_values).
     fn columns() -> Vec<Column>;
-    /// This record's values, one per column.
-    fn values(&self) -> Vec<&(dyn ToSql + Sync)>;
+    /// Appends this record's values to `out` (given empty), one per column.
+    fn push_values<'a>(&'a self, out: &mut Vec<&'a (dyn ToSql + Sync)>);
 }

@@ -31,7 +31,7 @@ use crate::writer::{describe, PgCommittable, PgWriterState, PostgresWriter};
 /// # struct Order { id: i64 }
 /// # impl PgRecord for Order {
 /// #     fn columns() -> Vec<Column> { vec![Column::new("id", Type::INT8)] }
-/// #     fn values(&self) -> Vec<&(dyn ToSql + Sync)> { vec![&self.id] }
+/// #     fn push_values<'a>(&'a self, out: &mut Vec<&'a (dyn ToSql + Sync)>) { out.push(&self.id) }
 /// # }
 /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 /// let sink = PostgresSink::<Order>::connect("host=127.0.0.1 user=app dbname=shop", "orders", 2).await?;

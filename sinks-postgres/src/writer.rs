@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, SinkError, SinkWriter};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Statement};
 use tracing::debug;
 
@@ -127,12 +127,15 @@ impl<T: PgRecord> SinkWriter for PostgresWriter<T> {
             .await
             .map_err(failed(context()))?;
         let mut copy = pin!(BinaryCopyInWriter::new(sink, &self.types));
+        // One buffer for the whole batch: no allocation per record.
+        let mut values: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(self.types.len());
         for record in &records {
-            let values = record.values();
+            values.clear();
+            record.push_values(&mut values);
             if values.len() != self.types.len() {
                 return Err(SinkError::msg(format!(
-                    "subtask {}: a record gave {} values for {} columns; PgRecord::values must \
-                     give one value per column of PgRecord::columns",
+                    "subtask {}: a record gave {} values for {} columns; PgRecord::push_values \
+                     must give one value per column of PgRecord::columns",
                     self.subtask,
                     values.len(),
                     self.types.len()

@@ -96,8 +96,9 @@ impl PgRecord for DemoRow {
             Column::new("payload", Type::TEXT),
         ]
     }
-    fn values(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.id, &self.payload]
+    fn push_values<'a>(&'a self, out: &mut Vec<&'a (dyn ToSql + Sync)>) {
+        out.push(&self.id);
+        out.push(&self.payload);
     }
 }
 
@@ -161,7 +162,7 @@ async fn baseline(client: &Client, args: &Args) -> anyhow::Result<f64> {
     let mut copy = pin!(BinaryCopyInWriter::new(sink, &[Type::INT8, Type::TEXT]));
     for id in 0..args.records {
         let row = DemoRow::new(id, args.record_size as usize);
-        copy.as_mut().write(&row.values()).await?;
+        copy.as_mut().write(&[&row.id, &row.payload]).await?;
     }
     copy.finish().await?;
     let seconds = started.elapsed().as_secs_f64();

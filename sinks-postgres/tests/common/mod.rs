@@ -64,8 +64,9 @@ impl PgRecord for Row {
             Column::new("payload", Type::TEXT),
         ]
     }
-    fn values(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.id, &self.payload]
+    fn push_values<'a>(&'a self, out: &mut Vec<&'a (dyn ToSql + Sync)>) {
+        out.push(&self.id);
+        out.push(&self.payload);
     }
 }
 
