@@ -25,27 +25,16 @@ fn summary(output: &Output) -> serde_json::Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {last}"))
 }
 
-/// The ids in the finished files (every non-hidden file), sorted.
+/// The ids in the finished files, sorted.
 fn finished_ids(dir: &Path) -> Vec<u64> {
-    fn walk(dir: &Path, ids: &mut Vec<u64>) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, ids);
-            } else {
-                let content = std::fs::read_to_string(&path).unwrap();
-                for line in content.lines() {
-                    assert_eq!(line.len(), 100, "a complete record: {line:?}");
-                    ids.push(line[..20].parse().expect("an id of 20 digits"));
-                }
-            }
+    let mut ids = Vec::new();
+    for path in sinks_file::finished_files(dir).expect("the output can be read") {
+        let content = std::fs::read_to_string(&path).unwrap();
+        for line in content.lines() {
+            assert_eq!(line.len(), 100, "a complete record: {line:?}");
+            ids.push(line[..20].parse().expect("an id of 20 digits"));
         }
     }
-    let mut ids = Vec::new();
-    walk(dir, &mut ids);
     ids.sort_unstable();
     ids
 }

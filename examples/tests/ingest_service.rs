@@ -176,31 +176,19 @@ fn collect(stream: impl Read + Send + 'static) -> Arc<Mutex<String>> {
 
 /// How often each id is in the finished files under `<dir>/data`.
 fn output_ids(dir: &Path) -> BTreeMap<String, usize> {
-    fn walk(dir: &Path, ids: &mut BTreeMap<String, usize>) {
-        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        for entry in entries {
-            let entry = entry.expect("a directory entry");
-            if entry.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, ids);
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).expect("a finished file");
-            for line in text.lines() {
-                let event: Value = serde_json::from_str(line)
-                    .unwrap_or_else(|e| panic!("{}: a broken line ({e}): {line}", path.display()));
-                let id = event["id"]
-                    .as_str()
-                    .unwrap_or_else(|| panic!("an event without an id: {line}"));
-                *ids.entry(id.to_string()).or_default() += 1;
-            }
+    let mut ids = BTreeMap::new();
+    let data = dir.join("data");
+    for path in sinks_file::finished_files(&data).expect("the output can be read") {
+        let text = std::fs::read_to_string(&path).expect("a finished file");
+        for line in text.lines() {
+            let event: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}: a broken line ({e}): {line}", path.display()));
+            let id = event["id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("an event without an id: {line}"));
+            *ids.entry(id.to_string()).or_default() += 1;
         }
     }
-    let mut ids = BTreeMap::new();
-    walk(&dir.join("data"), &mut ids);
     ids
 }
 

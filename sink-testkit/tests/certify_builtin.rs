@@ -67,11 +67,8 @@ impl Destination for Files {
 
     fn committed_ids(&self) -> Vec<u64> {
         let mut ids = Vec::new();
-        for entry in std::fs::read_dir(&self.out).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for path in sinks_file::finished_files(&self.out).unwrap_or_default() {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
             ids.extend(text.lines().filter_map(|line| line.parse::<u64>().ok()));
         }
         ids

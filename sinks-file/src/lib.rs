@@ -37,6 +37,7 @@ pub mod bucket;
 pub mod clock;
 mod committer;
 pub mod encoder;
+mod output;
 mod part_file;
 pub mod rolling;
 mod sink;
@@ -48,6 +49,7 @@ pub use bucket::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::FileCommitter;
 pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
+pub use output::finished_files;
 pub use part_file::{FileCommittable, InProgressState};
 pub use rolling::{PartInfo, RollingPolicy};
 pub use sink::{FileSink, FileSinkBuilder, FileSinkStats, FileSinkStatsSnapshot};

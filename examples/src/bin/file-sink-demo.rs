@@ -176,25 +176,6 @@ struct Outcome {
     wall: Duration,
 }
 
-/// Every non-hidden regular file below `dir`.
-fn finished_files(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .map(|e| {
-            let path = e.path();
-            if path.is_dir() {
-                finished_files(&path)
-            } else {
-                usize::from(path.is_file())
-            }
-        })
-        .sum()
-}
-
 fn progress_bar(enabled: bool) -> Option<ProgressBar> {
     if !enabled || !std::io::stderr().is_terminal() {
         return None;
@@ -288,7 +269,9 @@ async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
     Ok(Outcome {
         samples,
         committed_records: stats.snapshot().committed_records,
-        finished_files: finished_files(&config.out),
+        finished_files: sinks_file::finished_files(&config.out)
+            .with_context(|| format!("reading {}", config.out.display()))?
+            .len(),
         wall: started.elapsed(),
         report,
     })

@@ -176,19 +176,11 @@ async fn client(
     }
 }
 
-/// Counts the events in the finished files under `dir` (hidden files are
-/// in progress or pending, not output).
+/// Counts the events in the finished files under `dir`.
 fn count_output(dir: &Path, counts: &mut HashMap<String, u32>) -> anyhow::Result<()> {
-    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
-        let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            count_output(&path, counts)?;
-            continue;
-        }
+    let files = sinks_file::finished_files(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?;
+    for path in files {
         let text = std::fs::read_to_string(&path)?;
         for line in text.lines().filter(|line| !line.is_empty()) {
             let event: serde_json::Value = serde_json::from_str(line)

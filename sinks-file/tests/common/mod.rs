@@ -4,26 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// Every regular file below `dir` whose name and directories do not start
-/// with a dot: the finished files a reader of the output sees.
+/// The finished files a reader of the output sees.
 pub fn visible_files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        if path.is_dir() {
-            found.extend(visible_files(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found.sort();
-    found
+    sinks_file::finished_files(dir).expect("the output can be read")
 }
 
 /// The numbers in the finished files, one per line, sorted.
