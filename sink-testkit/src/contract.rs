@@ -61,6 +61,14 @@ async fn fresh_writer_with<D: Destination>(
     Ok(writer)
 }
 
+/// End of input on `writer`: `flush(true)`, then the last `prepare_commit`.
+async fn end_of_input<D: Destination>(
+    writer: &mut <D::Sink as Sink>::Writer,
+) -> Result<Vec<Committable<D>>, String> {
+    writer.flush(true).await.map_err(err("flush(true)"))?;
+    writer.prepare_commit().await.map_err(err("prepare_commit"))
+}
+
 async fn commit<D: Destination>(
     sink: &D::Sink,
     committables: Vec<Committable<D>>,
@@ -94,11 +102,7 @@ pub(crate) async fn visibility_and_idempotence<D: Destination>(
     let sink = destination.sink();
     let mut writer = fresh_writer_with::<D>(&sink, record, records).await?;
     // At end of input everything written becomes committable.
-    writer.flush(true).await.map_err(err("flush(true)"))?;
-    let committables = writer
-        .prepare_commit()
-        .await
-        .map_err(err("prepare_commit"))?;
+    let committables = end_of_input::<D>(&mut writer).await?;
     writer
         .snapshot_state(CheckpointId(1))
         .await
@@ -171,13 +175,7 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
         .create_writer(&context, restored)
         .await
         .map_err(err("create_writer (restored)"))?;
-    writer.flush(true).await.map_err(err("flush(true)"))?;
-    committables.extend(
-        writer
-            .prepare_commit()
-            .await
-            .map_err(err("prepare_commit"))?,
-    );
+    committables.extend(end_of_input::<D>(&mut writer).await?);
     writer.close().await.map_err(err("close"))?;
     let committables = through_checkpoint::<D>(&sink, &committables)?;
     commit::<D>(&sink, committables).await?;
@@ -200,11 +198,7 @@ pub(crate) async fn no_transaction_after_end_of_input<D: Destination>(
     }
     let sink = destination.sink();
     let mut writer = fresh_writer_with::<D>(&sink, record, records).await?;
-    writer.flush(true).await.map_err(err("flush(true)"))?;
-    let committables = writer
-        .prepare_commit()
-        .await
-        .map_err(err("prepare_commit"))?;
+    let committables = end_of_input::<D>(&mut writer).await?;
     // Checkpoints after end of input only snapshot the writer.
     writer
         .snapshot_state(CheckpointId(2))
