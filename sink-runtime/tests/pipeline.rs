@@ -25,6 +25,15 @@ fn counts(records: &[String]) -> BTreeMap<String, usize> {
     counts
 }
 
+/// A pipeline named `name` into `store`, checkpointing every `ms`, started.
+async fn start_memory(name: &str, store: &MemoryStore<String>, ms: u64) -> Pipeline<String> {
+    Pipeline::builder(name, MemorySink::new(store.clone()))
+        .checkpointing(every(ms))
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("starting pipeline {name}: {e}"))
+}
+
 fn restart_quickly() -> RestartStrategy {
     RestartStrategy::FixedDelay {
         attempts: 3,
@@ -207,11 +216,7 @@ async fn wait_running<R>(pipeline: &Pipeline<R>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_of_records_lost_at_commit_fails_and_their_key_is_forgotten() {
     let store = MemoryStore::<String>::new();
-    let pipeline = Pipeline::builder("lost", MemorySink::new(store.clone()))
-        .checkpointing(every(30))
-        .start()
-        .await
-        .unwrap();
+    let pipeline = start_memory("lost", &store, 30).await;
     // Let the pipeline settle on empty checkpoints first, then lose the
     // commit of the next one with records.
     pipeline.send(vec![], None).await.unwrap().await.unwrap();
@@ -362,11 +367,7 @@ async fn a_full_channel_refuses_try_send_and_hands_the_records_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sends_after_shutdown_are_refused_and_a_second_shutdown_is_an_error() {
     let store = MemoryStore::<String>::new();
-    let pipeline = Pipeline::builder("closed", MemorySink::new(store.clone()))
-        .checkpointing(every(20))
-        .start()
-        .await
-        .unwrap();
+    let pipeline = start_memory("closed", &store, 20).await;
     pipeline.shutdown().await.unwrap();
     let refused = pipeline.send(vec!["late".into()], None).await.unwrap_err();
     assert_eq!(refused.refusal, Refusal::Closed);
@@ -392,11 +393,7 @@ async fn a_pipeline_without_checkpointing_is_refused_with_the_fix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tickets_fail_when_the_job_fails_for_good() {
     let store = MemoryStore::<String>::new();
-    let pipeline = Pipeline::builder("fails", MemorySink::new(store.clone()))
-        .checkpointing(every(60_000))
-        .start()
-        .await
-        .unwrap();
+    let pipeline = start_memory("fails", &store, 60_000).await;
     store.panic_next_writes(1);
     let ticket = pipeline.send(vec!["boom".into()], None).await.unwrap();
     assert_eq!(ticket.await, Err(TicketError::NotCommitted));
@@ -581,11 +578,7 @@ async fn a_reader_with_too_many_unanswered_sends_stops_taking_more() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_returns_once_the_pipeline_failed_for_good() {
     let store = MemoryStore::<String>::new();
-    let pipeline = Pipeline::builder("stopped", MemorySink::new(store.clone()))
-        .checkpointing(every(20))
-        .start()
-        .await
-        .unwrap();
+    let pipeline = start_memory("stopped", &store, 20).await;
     let watcher = tokio::spawn({
         let pipeline = pipeline.clone();
         async move { pipeline.stopped().await }
