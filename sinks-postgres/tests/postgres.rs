@@ -24,11 +24,19 @@ async fn connect_sink(table: &str, parallelism: usize) -> PostgresSink<Row> {
         .unwrap_or_else(|e| panic!("connecting the sink: {e}"))
 }
 
+/// A client, a fresh `table`, and a sink into it.
+async fn fresh_table_and_sink(
+    table: &str,
+    parallelism: usize,
+) -> (tokio_postgres::Client, PostgresSink<Row>) {
+    let db = client(&url()).await;
+    fresh_table(&db, table).await;
+    (db, connect_sink(table, parallelism).await)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_up_unbounded_with_checkpoints_commits_every_row_once() {
-    let db = client(&url()).await;
-    fresh_table(&db, "wu_unbounded").await;
-    let sink = connect_sink("wu_unbounded", 2).await;
+    let (db, sink) = fresh_table_and_sink("wu_unbounded", 2).await;
     let stats = sink.stats_handle();
     let handle = Job::builder(
         "wu-unbounded",
@@ -105,9 +113,7 @@ async fn write_up_unbounded_without_checkpoints_is_refused_and_when_forced_commi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_up_bounded_without_checkpoints_commits_everything_at_the_end() {
-    let db = client(&url()).await;
-    fresh_table(&db, "wu_bounded").await;
-    let sink = connect_sink("wu_bounded", 2).await;
+    let (db, sink) = fresh_table_and_sink("wu_bounded", 2).await;
     let stats = sink.stats_handle();
     let report = Job::builder(
         "wu-bounded",
@@ -215,9 +221,7 @@ fn context(job: &str) -> InitContext {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replayed_commit_is_recognised_and_a_lost_one_is_a_known_failure() {
-    let db = client(&url()).await;
-    fresh_table(&db, "replay").await;
-    let sink = connect_sink("replay", 1).await;
+    let (db, sink) = fresh_table_and_sink("replay", 1).await;
     let report = Job::builder(
         "replay",
         SequenceSource::bounded(10).map(Row::with_id),
@@ -445,9 +449,7 @@ async fn a_second_live_instance_of_a_job_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committer_whose_connection_was_cut_commits_on_a_new_one() {
-    let db = client(&url()).await;
-    fresh_table(&db, "recommit_conn").await;
-    let sink = connect_sink("recommit_conn", 1).await;
+    let (db, sink) = fresh_table_and_sink("recommit_conn", 1).await;
     let mut committer = sink
         .create_committer(&context("recommit_conn"))
         .await
