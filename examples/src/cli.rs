@@ -3,39 +3,48 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use sink_runtime::JobReport;
+
+/// The longest duration a flag takes: a year. Longer ones are refused where
+/// they are parsed, so that no deadline computed from a flag can overflow.
+pub const MAX_FLAG_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Parses a duration written as a whole number and a unit: `500ms`, `3s`,
-/// `2m`, `1h`. Used by the examples' `clap` arguments.
+/// `2m`, `1h`, at most [`MAX_FLAG_DURATION`]. Used by the examples' `clap`
+/// arguments.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = text
         .find(|c: char| !c.is_ascii_digit())
         .map(|at| text.split_at(at))
         .ok_or_else(|| format!("'{text}' has no unit; write for example 3s or 500ms"))?;
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' does not start with a whole number"))?;
-    let too_long = || format!("'{text}' is too long a duration");
-    match unit {
-        "ms" => Ok(Duration::from_millis(value)),
-        "s" => Ok(Duration::from_secs(value)),
-        "m" => value
-            .checked_mul(60)
-            .map(Duration::from_secs)
-            .ok_or_else(too_long),
-        "h" => value
-            .checked_mul(3600)
-            .map(Duration::from_secs)
-            .ok_or_else(too_long),
-        _ => Err(format!(
-            "unknown unit '{unit}' in '{text}'; use ms, s, m or h"
-        )),
-    }
+    let too_long = || format!("'{text}' is longer than a year (8760h)");
+    let value: u64 = match number.parse() {
+        Ok(value) => value,
+        Err(_) if !number.is_empty() => return Err(too_long()),
+        Err(_) => return Err(format!("'{text}' does not start with a whole number")),
+    };
+    let seconds_per_unit = match unit {
+        "ms" => 0,
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => {
+            return Err(format!(
+                "unknown unit '{unit}' in '{text}'; use ms, s, m or h"
+            ))
+        }
+    };
+    let duration = match seconds_per_unit {
+        0 => Some(Duration::from_millis(value)),
+        per_unit => value.checked_mul(per_unit).map(Duration::from_secs),
+    };
+    duration
+        .filter(|duration| *duration <= MAX_FLAG_DURATION)
+        .ok_or_else(too_long)
 }
 
-/// The longest duration [`parse_positive_duration`] takes: a year.
-pub const MAX_FLAG_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// Parses a duration like [`parse_duration`], refusing zero and anything
-/// longer than [`MAX_FLAG_DURATION`]. Used by the `ingest-service` flags.
+/// Parses a duration like [`parse_duration`], refusing zero. Used by the
+/// `ingest-service` flags.
 pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     let duration = parse_duration(text)?;
     if duration.is_zero() {
@@ -43,16 +52,67 @@ pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
             "'{text}' is zero; give a duration longer than zero"
         ));
     }
-    if duration > MAX_FLAG_DURATION {
-        return Err(format!("'{text}' is longer than a year (8760h)"));
-    }
     Ok(duration)
 }
 
-/// Sends `tracing` output to stderr, filtered by `RUST_LOG` (nothing by
-/// default), so that stdout stays for the programs' results.
+/// Sends `tracing` output to stderr, filtered by `RUST_LOG` (warnings and
+/// errors by default: a lost commit must never go unsaid), so that stdout
+/// stays for the programs' results.
 pub fn init_tracing() {
-    init_tracing_or("off");
+    init_tracing_or("warn");
+}
+
+/// What a job lost, as JSON for a program's `--json` summary: the failed
+/// commits and lost records, and each known failure with its reason (which
+/// names the file or transaction). Called by the demos.
+pub fn losses_json(report: &JobReport) -> serde_json::Value {
+    let failures: Vec<serde_json::Value> = report
+        .known_failures
+        .iter()
+        .map(|failure| {
+            serde_json::json!({
+                "checkpoint": failure.checkpoint_id.0,
+                "subtask": failure.subtask,
+                "records_lost": failure.records_lost,
+                "reason": failure.reason,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "commits_failed": report.metrics.commits_failed,
+        "records_lost": report.metrics.records_lost,
+        "known_failures": failures,
+    })
+}
+
+/// `Ok` when the job lost nothing; otherwise an error that says how much was
+/// lost and names every known commit failure (the sink's reason names the
+/// file or transaction). Called by the demos after their summary, so that a
+/// run that lost records exits non-zero even when the job itself finished.
+pub fn fail_if_output_lost(report: &JobReport) -> anyhow::Result<()> {
+    if !report.lost_output() {
+        return Ok(());
+    }
+    let mut message = format!(
+        "the job lost output: {} commit(s) failed with a known reason, {} record(s) counted as lost",
+        report.metrics.commits_failed, report.metrics.records_lost
+    );
+    for failure in &report.known_failures {
+        message.push_str(&format!(
+            "\n  checkpoint {}, subtask {}: {}",
+            failure.checkpoint_id, failure.subtask, failure.reason
+        ));
+    }
+    let unnamed = report
+        .metrics
+        .commits_failed
+        .saturating_sub(report.known_failures.len() as u64);
+    if unnamed > 0 {
+        message.push_str(&format!(
+            "\n  and {unnamed} more (only the first ones are kept)"
+        ));
+    }
+    Err(anyhow::anyhow!(message))
 }
 
 /// Like [`init_tracing`], with `default` (for example `info`) as the filter
@@ -80,10 +140,23 @@ mod tests {
         assert!(parse_duration("s").unwrap_err().contains("whole number"));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("99999999999999999999h").is_err());
+        assert!(parse_duration("99999999999999999999h")
+            .unwrap_err()
+            .contains("longer than a year"));
         assert!(parse_duration("5200000000000000h")
             .unwrap_err()
-            .contains("too long"));
+            .contains("longer than a year"));
+        // Each of these panicked ("overflow when adding duration to
+        // instant") once a deadline was computed from it.
+        for text in ["18446744073709551615s", "18446744073709551615ms", "8761h"] {
+            assert!(
+                parse_duration(text)
+                    .unwrap_err()
+                    .contains("longer than a year"),
+                "{text}"
+            );
+        }
+        assert_eq!(parse_duration("8760h"), Ok(MAX_FLAG_DURATION));
     }
 
     #[test]

@@ -97,3 +97,36 @@ fn a_missing_state_directory_is_a_clear_error() {
     assert!(!ok);
     assert!(out.contains("is not a state directory"), "{out}");
 }
+
+/// A checkpoint whose checksum is right but whose job name claims 2^40
+/// bytes (it used to abort the inspector on an allocation of a terabyte):
+/// reported as unreadable, the inspector goes on and exits 0.
+#[test]
+fn a_hostile_length_under_a_correct_checksum_is_reported_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    // The payload: checkpoint id 1, then a job name of 2^40 bytes (bincode's
+    // varint marker 253 and a u64), of which three are there.
+    let mut payload = vec![1u8, 253];
+    payload.extend_from_slice(&(1u64 << 40).to_le_bytes());
+    payload.extend_from_slice(b"abc");
+    let mut frame = b"EOSINK".to_vec();
+    frame.extend_from_slice(&[1, 0]); // kind: checkpoint; reserved
+    frame.extend_from_slice(&1u32.to_le_bytes()); // format version
+    frame.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    frame.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    frame.extend_from_slice(&payload);
+    std::fs::write(
+        dir.path().join("checkpoint-00000000000000000001.ckpt"),
+        frame,
+    )
+    .unwrap();
+
+    let (ok, out) = inspect(dir.path(), true);
+    assert!(ok, "{out}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    let error = report["checkpoints"][0]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(error.contains("does not decode"), "{report}");
+    assert!(error.contains("claims more than"), "{report}");
+}

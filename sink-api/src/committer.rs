@@ -47,6 +47,7 @@ pub struct CommitRequest<C> {
     checkpoint_id: CheckpointId,
     retry_count: u32,
     outcome: CommitOutcome,
+    records_lost: Option<u64>,
 }
 
 impl<C> CommitRequest<C> {
@@ -59,6 +60,7 @@ impl<C> CommitRequest<C> {
             checkpoint_id,
             retry_count,
             outcome: CommitOutcome::Committed,
+            records_lost: None,
         }
     }
 
@@ -106,9 +108,34 @@ impl<C> CommitRequest<C> {
     }
 
     /// The committable can never be committed, for a reason the sink
-    /// understands; it is logged, counted and dropped.
+    /// understands; it is logged, counted and dropped. When the sink knows
+    /// how many records went with it, prefer
+    /// [`signal_records_lost`](Self::signal_records_lost).
     pub fn signal_failed_with_known_reason(&mut self, reason: impl std::fmt::Display) {
         self.outcome = CommitOutcome::FailedWithKnownReason(reason.to_string());
+        self.records_lost = None;
+    }
+
+    /// The committable can never be committed and `records` records are lost
+    /// with it, for a reason the sink understands (its data was deleted or
+    /// damaged). Like
+    /// [`signal_failed_with_known_reason`](Self::signal_failed_with_known_reason),
+    /// and the runtime adds `records` to the job's lost records (and takes
+    /// them out of its committed records), so the loss is reported, never
+    /// hidden in a log line.
+    pub fn signal_records_lost(&mut self, records: u64, reason: impl std::fmt::Display) {
+        self.outcome = CommitOutcome::FailedWithKnownReason(reason.to_string());
+        self.records_lost = Some(records);
+    }
+
+    /// The records lost with this committable, as the committer said with
+    /// [`signal_records_lost`](Self::signal_records_lost); `None` when it did
+    /// not say (or the outcome is not a known failure). Read by the runtime.
+    pub fn records_lost(&self) -> Option<u64> {
+        match self.outcome {
+            CommitOutcome::FailedWithKnownReason(_) => self.records_lost,
+            _ => None,
+        }
     }
 
     /// The commit failed for a reason the sink does not understand; the job

@@ -183,8 +183,7 @@ impl<T: Serialize + DeserializeOwned> VersionedSerializer<T> for BincodeSerializ
             version,
             message,
         };
-        let (value, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-            .map_err(|err| decode_error(err.to_string()))?;
+        let (value, read) = decode_bounded(bytes).map_err(decode_error)?;
         if read != bytes.len() {
             return Err(decode_error(format!(
                 "{} trailing bytes after the value",
@@ -193,6 +192,67 @@ impl<T: Serialize + DeserializeOwned> VersionedSerializer<T> for BincodeSerializ
         }
         Ok(value)
     }
+}
+
+/// How many bytes bincode may count as decoded per byte of input.
+///
+/// bincode's limit counts the decoded size of what it reads (8 bytes for a
+/// `u64` whatever its varint encoding took, 16 for a `u128`, a string's
+/// length), never more than 16 times the bytes that encoded it.
+const DECODED_PER_INPUT_BYTE: usize = 16;
+
+/// The smallest limit tried, so that tiny blobs do not need their own step.
+const MIN_LIMIT_EXPONENT: u32 = 12;
+
+/// The largest payload decoded: 1 GiB. A committable or writer state beyond
+/// it is refused with a clear error rather than decoded.
+pub const MAX_DECODED_PAYLOAD: usize = 1 << 30;
+
+/// Decodes a bincode 2 payload so that no length or count in it can make
+/// the decoder reserve memory the input cannot back.
+///
+/// bincode reserves a string's or a byte buffer's memory from its length
+/// field before reading it, so 20 crafted bytes claiming 2^40 of them would
+/// abort the process. Its limit bounds what a decode may claim; it is a
+/// constant of the configuration's type, so the smallest power of two
+/// admitting every honest payload of this length
+/// ([`DECODED_PER_INPUT_BYTE`] times it) is picked among fixed steps. A
+/// payload of `n` bytes thus never reserves more than `32 n` bytes (4 KiB at
+/// least) for one value, and serde caps each sequence's pre-allocation at
+/// 1 MiB by itself.
+fn decode_bounded<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, usize), String> {
+    if bytes.len() > MAX_DECODED_PAYLOAD {
+        return Err(format!(
+            "its payload of {} bytes is larger than the {} bytes this build decodes",
+            bytes.len(),
+            MAX_DECODED_PAYLOAD
+        ));
+    }
+    let needed = bytes.len().saturating_mul(DECODED_PER_INPUT_BYTE);
+    let exponent = needed
+        .next_power_of_two()
+        .trailing_zeros()
+        .max(MIN_LIMIT_EXPONENT);
+    macro_rules! with_limit {
+        ($($exp:literal)+) => {
+            match exponent {
+                $($exp => bincode::serde::decode_from_slice(
+                    bytes,
+                    bincode::config::standard().with_limit::<{ 1usize << $exp }>(),
+                ),)+
+                // A payload of at most 1 GiB needs a limit of at most 2^34.
+                _ => Err(bincode::error::DecodeError::LimitExceeded),
+            }
+        };
+    }
+    let decoded = with_limit!(12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34);
+    decoded.map_err(|err| match err {
+        bincode::error::DecodeError::LimitExceeded => format!(
+            "a length or count in it claims more than its {} bytes can hold",
+            bytes.len()
+        ),
+        other => other.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -236,6 +296,58 @@ mod tests {
             }
         ));
         assert!(err.to_string().contains("version 2"), "{err}");
+    }
+
+    /// A blob whose first length field claims `claimed` elements.
+    fn hostile(claimed: u64) -> Vec<u8> {
+        let mut payload = Vec::new();
+        // bincode's varint: 253 then a u64 little-endian.
+        payload.push(253);
+        payload.extend_from_slice(&claimed.to_le_bytes());
+        payload.extend_from_slice(b"abc");
+        payload
+    }
+
+    #[test]
+    fn hostile_lengths_are_refused_without_reserving_them() {
+        // Each of these used to panic ("capacity overflow") or abort on an
+        // allocation of a terabyte.
+        for claimed in [u64::MAX, 1 << 40, 1 << 31, 4096, 4] {
+            let payload = hostile(claimed);
+            let err = BincodeSerializer::<Pending>::default()
+                .deserialize(1, &payload)
+                .unwrap_err();
+            assert!(matches!(err, SerializerError::Decode { .. }), "{err}");
+            let err = BincodeSerializer::<Vec<Vec<u8>>>::default()
+                .deserialize(1, &payload)
+                .unwrap_err();
+            assert!(matches!(err, SerializerError::Decode { .. }), "{err}");
+            let err = BincodeSerializer::<Vec<String>>::default()
+                .deserialize(1, &payload)
+                .unwrap_err();
+            assert!(matches!(err, SerializerError::Decode { .. }), "{err}");
+        }
+        let err = BincodeSerializer::<String>::default()
+            .deserialize(1, &hostile(1 << 40))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("claims more than its 12 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn honest_payloads_dense_in_wide_integers_still_decode() {
+        // bincode counts 16 decoded bytes for each 1-byte u128: the limit
+        // must admit them.
+        let serializer = BincodeSerializer::<Vec<u128>>::default();
+        let value: Vec<u128> = (0..100_000).map(|i| i % 7).collect();
+        let blob = serializer.serialize(&value).unwrap();
+        assert_eq!(serializer.deserialize(1, &blob).unwrap(), value);
+        let serializer = BincodeSerializer::<Vec<(u64, String, Option<u8>)>>::default();
+        let value: Vec<_> = (0..10_000).map(|i| (i, String::new(), None)).collect();
+        let blob = serializer.serialize(&value).unwrap();
+        assert_eq!(serializer.deserialize(1, &blob).unwrap(), value);
     }
 
     #[test]

@@ -130,6 +130,7 @@ where
             status: JobStatus::AlreadyFinished,
             metrics: metrics.snapshot(),
             last_checkpoint: marker.last_checkpoint,
+            known_failures: Vec::new(),
         });
     }
     let generation = spec.storage.begin().await?;
@@ -272,10 +273,19 @@ where
         records_committed = metrics.records_committed,
         "job ended"
     );
+    if metrics.commits_failed > 0 {
+        warn!(
+            ?status,
+            commits_failed = metrics.commits_failed,
+            records_lost = metrics.records_lost,
+            "the job lost output: commits failed with a known reason (see the report's known_failures)"
+        );
+    }
     Ok(JobReport {
         status,
         metrics,
         last_checkpoint: last,
+        known_failures: coordinator.metrics.known_failures(),
     })
 }
 
@@ -476,7 +486,9 @@ impl Coordinator {
 
     fn next_deadline(&self) -> Option<Instant> {
         let due = self.tracker.as_ref()?.next_deadline()?;
-        Some(self.start + due)
+        // A deadline past what an instant can hold (a checkpoint interval of
+        // centuries) never comes: no deadline, rather than an overflow.
+        self.start.checked_add(due)
     }
 
     fn send_all(&self, control: Control) {

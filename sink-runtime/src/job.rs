@@ -39,6 +39,7 @@ use crate::core::checkpoints::CheckpointConfig;
 use crate::core::restart::RestartStrategy;
 use crate::core::retry::RetryPolicy;
 use crate::error::{BuildError, JobError};
+use crate::metrics::KnownCommitFailure;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::source::{Boundedness, Source};
 use crate::storage::{CheckpointStorage, MemoryCheckpointStorage};
@@ -354,6 +355,21 @@ pub struct JobReport {
     pub metrics: MetricsSnapshot,
     /// The newest completed checkpoint, if any.
     pub last_checkpoint: Option<CheckpointId>,
+    /// Every commit that failed with a known reason (the first
+    /// [`MAX_KEPT_FAILURES`](crate::metrics::MAX_KEPT_FAILURES)): output this
+    /// job lost, with the committers' reasons. A job can end
+    /// [`JobStatus::Finished`] and still have lost output: check
+    /// [`lost_output`](Self::lost_output).
+    pub known_failures: Vec<KnownCommitFailure>,
+}
+
+impl JobReport {
+    /// Whether the job lost output: some commit failed with a known reason
+    /// (`metrics.commits_failed > 0`). A program that runs a job should say
+    /// so and exit with an error, naming [`known_failures`](Self::known_failures).
+    pub fn lost_output(&self) -> bool {
+        self.metrics.commits_failed > 0
+    }
 }
 
 /// A running job. Made by [`Job::start`].
@@ -368,6 +384,12 @@ impl JobHandle {
     /// The job's counters now.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
+    }
+
+    /// The commits that failed with a known reason so far (see
+    /// [`JobReport::known_failures`]).
+    pub fn known_failures(&self) -> Vec<KnownCommitFailure> {
+        self.metrics.known_failures()
     }
 
     /// Asks the job to stop: tasks stop at their next step, no commit starts

@@ -2,9 +2,36 @@
 //!
 //! Every task updates shared atomic counters; [`Metrics::snapshot`] copies
 //! them into a plain [`MetricsSnapshot`]. Counters only grow, except the two
-//! gauges (`committables_pending`, `last_checkpoint_duration_ms`).
+//! gauges (`committables_pending`, `last_checkpoint_duration_ms`). Commits
+//! that failed with a known reason are also kept with their reasons (the
+//! first [`MAX_KEPT_FAILURES`]), so a report can say what was lost, not only
+//! how much.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use sink_api::{CheckpointId, SubtaskIndex};
+
+/// How many known commit failures a job keeps with their reasons; the
+/// counters go on counting past it.
+pub const MAX_KEPT_FAILURES: usize = 100;
+
+/// A committable that failed with a known reason and was dropped: output the
+/// job will never deliver. Kept by the runtime for the job's report and its
+/// handle, so that a loss is reported where the job's outcome is, not only in
+/// a log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownCommitFailure {
+    /// The checkpoint whose commit failed.
+    pub checkpoint_id: CheckpointId,
+    /// The subtask that committed it.
+    pub subtask: SubtaskIndex,
+    /// The committer's reason, naming what was lost.
+    pub reason: String,
+    /// Records lost with it, when the committer said how many (see
+    /// `CommitRequest::signal_records_lost`).
+    pub records_lost: Option<u64>,
+}
 
 /// A copy of a job's counters at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -12,7 +39,8 @@ pub struct MetricsSnapshot {
     /// Records handed to writers.
     pub records_written: u64,
     /// Records whose checkpoint's commit finished (committed, already
-    /// committed, or dropped with a known reason).
+    /// committed, or dropped with a known reason without a count of its
+    /// records), less the records counted in `records_lost`.
     pub records_committed: u64,
     /// Records written but not committed: `records_written - records_committed`.
     /// Stays above zero for good when uncommitted output was allowed.
@@ -29,8 +57,12 @@ pub struct MetricsSnapshot {
     pub commits_already_committed: u64,
     /// Commit requests retried.
     pub commits_retried: u64,
-    /// Commit requests that failed with a known reason and were dropped.
+    /// Commit requests that failed with a known reason and were dropped:
+    /// their output is lost. Above zero, the job lost data.
     pub commits_failed: u64,
+    /// Records lost with those failed requests, as far as their committers
+    /// counted them (not included in `records_committed`).
+    pub records_lost: u64,
     /// Checkpoints triggered.
     pub checkpoints_triggered: u64,
     /// Checkpoints completed.
@@ -61,6 +93,8 @@ pub struct Metrics {
     pub(crate) commits_already_committed: AtomicU64,
     pub(crate) commits_retried: AtomicU64,
     pub(crate) commits_failed: AtomicU64,
+    pub(crate) records_lost: AtomicU64,
+    pub(crate) known_failures: Mutex<Vec<KnownCommitFailure>>,
     pub(crate) checkpoints_triggered: AtomicU64,
     pub(crate) checkpoints_completed: AtomicU64,
     pub(crate) checkpoints_failed: AtomicU64,
@@ -83,6 +117,29 @@ pub(crate) fn sub(counter: &AtomicU64, amount: u64) {
 }
 
 impl Metrics {
+    /// Records a known commit failure (the counters are updated by the
+    /// caller). Called by the subtask tasks.
+    pub(crate) fn record_failure(&self, failure: KnownCommitFailure) {
+        let mut kept = self
+            .known_failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if kept.len() < MAX_KEPT_FAILURES {
+            kept.push(failure);
+        }
+    }
+
+    /// The known commit failures so far, oldest first (at most
+    /// [`MAX_KEPT_FAILURES`]; `commits_failed` counts them all). Called by
+    /// [`JobHandle::known_failures`](crate::JobHandle::known_failures) and at
+    /// the end of a job.
+    pub fn known_failures(&self) -> Vec<KnownCommitFailure> {
+        self.known_failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
     /// Copies the counters. Called by [`JobHandle::metrics`](crate::JobHandle::metrics)
     /// and at the end of a job.
     pub fn snapshot(&self) -> MetricsSnapshot {
@@ -100,6 +157,7 @@ impl Metrics {
             commits_already_committed: get(&self.commits_already_committed),
             commits_retried: get(&self.commits_retried),
             commits_failed: get(&self.commits_failed),
+            records_lost: get(&self.records_lost),
             checkpoints_triggered: get(&self.checkpoints_triggered),
             checkpoints_completed: get(&self.checkpoints_completed),
             checkpoints_failed: get(&self.checkpoints_failed),

@@ -161,6 +161,24 @@ async fn a_known_failure_is_counted_and_the_job_goes_on() {
         committed.len()
     );
     assert_eq!(*committed.last().unwrap(), 99);
+    // The loss is in the report, counted and named, not only in a log line.
+    let lost = 100 - committed.len() as u64;
+    assert!(report.lost_output());
+    assert_eq!(report.metrics.records_lost, lost);
+    assert_eq!(report.metrics.records_committed, committed.len() as u64);
+    assert_eq!(
+        report.known_failures.len(),
+        1,
+        "{:?}",
+        report.known_failures
+    );
+    let failure = &report.known_failures[0];
+    assert_eq!(failure.records_lost, Some(lost));
+    assert_eq!(failure.subtask, 0);
+    assert!(
+        failure.reason.contains("injected commit failure"),
+        "{failure:?}"
+    );
 }
 
 /// An unknown failure fails the job.

@@ -272,3 +272,30 @@ async fn the_job_returns_only_after_a_slow_global_committer_finished() {
     assert_exactly_once("committed", &store.committed(), 160);
     assert_no_violations(&store);
 }
+
+/// An interval and a timeout longer than any instant can hold (a flag of
+/// `18446744073709551615s` once panicked with "overflow when adding duration
+/// to instant"): no checkpoint is due before the end, the final one is taken
+/// at end of input, and nothing overflows.
+#[tokio::test]
+async fn intervals_beyond_any_instant_do_not_overflow() {
+    let store = MemoryStore::<u64>::new();
+    let report = Job::builder(
+        "forever",
+        SequenceSource::bounded(500),
+        MemorySink::new(store.clone()),
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(Duration::MAX).timeout(Duration::MAX))
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_exactly_once("committed", &store.committed(), 500);
+    assert_eq!(
+        report.metrics.checkpoints_completed, 1,
+        "only the final one"
+    );
+}

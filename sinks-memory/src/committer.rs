@@ -114,9 +114,11 @@ fn commit_one<T: Clone>(state: &mut StoreState<T>, request: &mut CommitRequest<M
             }
             InjectedCommitFailure::KnownReason => {
                 state.stats.injected_known_failures += 1;
-                request.signal_failed_with_known_reason(format!(
-                    "injected commit failure (known reason) for transaction {transaction_id}"
-                ));
+                let records = request.committable().record_count;
+                request.signal_records_lost(
+                    records,
+                    format!("injected commit failure (known reason) for transaction {transaction_id}: its {records} records are lost"),
+                );
             }
             InjectedCommitFailure::UnknownReason => {
                 state.stats.injected_unknown_failures += 1;

@@ -159,5 +159,10 @@ async fn main() -> anyhow::Result<()> {
         println!("\n{refusal}");
     }
     println!("\n(done in {:.1} s)", started.elapsed().as_secs_f64());
+    for row in &rows {
+        if let Ok((report, _)) = &row.outcome {
+            examples::cli::fail_if_output_lost(report)?;
+        }
+    }
     Ok(())
 }

@@ -46,8 +46,13 @@ impl Collector for PipelineCollector {
             ),
             (
                 "ingest_commits_failed",
-                "File commits dropped with a known reason.",
+                "File commits dropped with a known reason: their events are lost. Alert when above zero.",
                 m.commits_failed,
+            ),
+            (
+                "ingest_records_lost",
+                "Events lost with failed commits (deleted or damaged part files), as the file committer counted them.",
+                m.records_lost,
             ),
             (
                 "ingest_commits_retried",

@@ -213,7 +213,9 @@ impl CheckpointTracker {
         if self.final_completed.is_some() || self.in_flight.len() >= self.policy.max_concurrent {
             return None;
         }
-        let after_pause = self.last_end_at.map(|end| end + self.policy.min_pause);
+        let after_pause = self
+            .last_end_at
+            .map(|end| end.saturating_add(self.policy.min_pause));
         let after_interval = match self.last_trigger_at {
             // Once every subtask ended input, the final checkpoint is taken
             // at once rather than an interval later.
@@ -304,7 +306,7 @@ impl CheckpointTracker {
     pub fn expired(&self, now: Duration) -> Vec<CheckpointId> {
         self.in_flight
             .iter()
-            .filter(|(_, c)| c.triggered_at + self.policy.timeout <= now)
+            .filter(|(_, c)| c.triggered_at.saturating_add(self.policy.timeout) <= now)
             .map(|(&id, _)| id)
             .collect()
     }
@@ -314,7 +316,7 @@ impl CheckpointTracker {
         let timeout = self
             .in_flight
             .values()
-            .map(|c| c.triggered_at + self.policy.timeout)
+            .map(|c| c.triggered_at.saturating_add(self.policy.timeout))
             .min();
         match (self.next_trigger_at(), timeout) {
             (Some(a), Some(b)) => Some(a.min(b)),

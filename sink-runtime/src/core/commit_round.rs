@@ -47,8 +47,9 @@ pub struct CommitTally {
     pub already_committed: u64,
     /// Retries made.
     pub retries: u64,
-    /// Reasons of requests that failed with a known reason (dropped).
-    pub known_failures: Vec<String>,
+    /// Requests that failed with a known reason (dropped): the reason, and
+    /// the records lost with it when the committer said.
+    pub known_failures: Vec<(String, Option<u64>)>,
 }
 
 /// What the caller does after [`CommitRound::settle`].
@@ -107,6 +108,7 @@ impl<C> CommitRound<C> {
         let mut retried = 0;
         for request in requests {
             let retries = request.retry_count();
+            let records_lost = request.records_lost();
             let (committable, outcome) = request.into_parts();
             match outcome {
                 CommitOutcome::Committed => {
@@ -130,7 +132,7 @@ impl<C> CommitRound<C> {
                     self.waiting.push((committable, retries + 1));
                 }
                 CommitOutcome::FailedWithKnownReason(reason) => {
-                    self.tally.known_failures.push(reason);
+                    self.tally.known_failures.push((reason, records_lost));
                 }
                 CommitOutcome::FailedWithUnknownReason(reason) => {
                     return Err(CommitFailure::UnknownReason {
@@ -242,7 +244,7 @@ mod tests {
         assert_eq!(round.settle(requests, &policy(1)), Ok(RoundStep::Done));
         let (committed, tally) = round.into_committed();
         assert_eq!(committed, vec!["b"]);
-        assert_eq!(tally.known_failures, vec!["expired".to_string()]);
+        assert_eq!(tally.known_failures, vec![("expired".to_string(), None)]);
         assert_eq!(tally.already_committed, 1);
 
         let mut round = CommitRound::new(CheckpointId(2), vec!["c"]);

@@ -39,7 +39,7 @@ use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
 use crate::core::retry::RetryPolicy;
 use crate::error::JobError;
 use crate::failpoints::failpoint;
-use crate::metrics::{self, Metrics};
+use crate::metrics::{self, KnownCommitFailure, Metrics};
 use crate::source::{CommitOutcome, ReadStatus, Source, SplitReader};
 use crate::storage::{encode_pending, SubtaskSnapshot};
 
@@ -460,13 +460,27 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             }
         }
         let (committed, tally) = round.into_committed();
-        for reason in &tally.known_failures {
-            warn!(subtask = self.index, checkpoint = %checkpoint_id, %reason, "a committable failed with a known reason and was dropped");
+        let mut records_lost = 0u64;
+        for (reason, lost) in &tally.known_failures {
+            warn!(subtask = self.index, checkpoint = %checkpoint_id, %reason, records_lost = ?lost,
+                "a committable failed with a known reason and was dropped: its output is lost");
+            records_lost = records_lost.saturating_add(lost.unwrap_or(0));
+            self.metrics.record_failure(KnownCommitFailure {
+                checkpoint_id,
+                subtask: self.index,
+                reason: reason.clone(),
+                records_lost: *lost,
+            });
         }
         metrics::sub(&self.metrics.committables_pending, count);
+        metrics::add(&self.metrics.records_lost, records_lost);
         if !self.recommitting {
-            // Restored records were written, and counted, by an earlier run.
-            metrics::add(&self.metrics.records_committed, summary.record_count);
+            // Restored records were written, and counted, by an earlier run;
+            // lost ones were never committed.
+            metrics::add(
+                &self.metrics.records_committed,
+                summary.record_count.saturating_sub(records_lost),
+            );
         }
         metrics::add(&self.metrics.commits_succeeded, tally.committed);
         metrics::add(
