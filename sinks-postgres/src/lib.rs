@@ -45,4 +45,4 @@ pub use record::{Column, PgRecord};
 pub use sink::PostgresSink;
 pub use stats::PostgresStats;
 pub use tokio_postgres::types::{ToSql, Type};
-pub use writer::{PgCommittable, PostgresWriter};
+pub use writer::{PgCommittable, PgWriterState, PostgresWriter};
