@@ -403,8 +403,8 @@ async fn a_retry_with_the_same_key_is_answered_as_a_duplicate_and_written_once()
     assert_eq!(retry["checkpoint"], first["checkpoint"], "{retry}");
     assert_eq!(retry["events"], 4);
 
-    // The key decides, not the body: other events under a used key are
-    // answered as the duplicate they claim to be, and not written.
+    // Other events under a used key are not a retry: refused with 422 and
+    // not written (a_key_reused_with_another_body_is_refused_with_422_...).
     let other = post(
         &client,
         &url,
@@ -413,7 +413,7 @@ async fn a_retry_with_the_same_key_is_answered_as_a_duplicate_and_written_once()
     )
     .await
     .unwrap();
-    assert_eq!(other.json()["duplicate"], true, "{other:?}");
+    assert_eq!(other.status, 422, "{other:?}");
 
     // Two copies at once, before any commit: one is written, the other waits
     // for it and gets the same checkpoint.
@@ -456,6 +456,109 @@ async fn a_retry_with_the_same_key_is_answered_as_a_duplicate_and_written_once()
     let again = again.json();
     assert_eq!(again["duplicate"], true, "{again}");
     assert_eq!(again["checkpoint"], first["checkpoint"], "{again}");
+    let summary = service.stop();
+    assert_eq!(summary["records_written"], 0, "{summary}");
+    assert_eq!(output_ids(dir.path()), expected);
+}
+
+/// The IETF Idempotency-Key draft: a key reused with another body is 422,
+/// and nothing of that body is stored; the same body is still a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_reused_with_another_body_is_refused_with_422_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // Checkpoints far enough apart that a request is still in flight when
+    // the next one arrives.
+    let service = Service::start(dir.path(), &["--checkpoint-interval", "1s"]);
+    let client = client();
+    let url = service.url("/events");
+    let assert_422 = |answer: &Answer| {
+        assert_eq!(answer.status, 422, "{answer:?}");
+        let error = answer.json()["error"].as_str().unwrap_or("").to_string();
+        assert!(
+            error.contains("Idempotency-Key") && error.contains("different"),
+            "{answer:?}"
+        );
+    };
+
+    // Committed first, then reused with other events.
+    let first_ids = ids("h1", 3);
+    let first = post(&client, &url, body(&first_ids, false), Some("h-key-1"))
+        .await
+        .unwrap();
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(first.json()["duplicate"], false);
+    let reused = post(
+        &client,
+        &url,
+        body(&ids("h1-other", 2), false),
+        Some("h-key-1"),
+    )
+    .await
+    .unwrap();
+    assert_422(&reused);
+    // The same body is still a duplicate, answered with the first checkpoint.
+    let retry = post(&client, &url, body(&first_ids, false), Some("h-key-1"))
+        .await
+        .unwrap();
+    assert_eq!(retry.status, 200, "{retry:?}");
+    assert_eq!(retry.json()["duplicate"], true, "{retry:?}");
+    assert_eq!(retry.json()["checkpoint"], first.json()["checkpoint"]);
+    // The same events in another encoding are another body.
+    let relined = post(&client, &url, body(&first_ids, true), Some("h-key-1"))
+        .await
+        .unwrap();
+    assert_422(&relined);
+
+    // Still in flight (not committed yet) when it is reused.
+    let pending_ids = ids("h2", 2);
+    let pending = {
+        let (client, url, body) = (client.clone(), url.clone(), body(&pending_ids, true));
+        tokio::spawn(async move { post(&client, &url, body, Some("h-key-2")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let reused = post(
+        &client,
+        &url,
+        body(&ids("h2-other", 4), true),
+        Some("h-key-2"),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !pending.is_finished(),
+        "the first request was answered before its checkpoint: the test proves nothing"
+    );
+    assert_422(&reused);
+    let pending = pending.await.unwrap().unwrap();
+    assert_eq!(pending.status, 200, "{pending:?}");
+    assert_eq!(pending.json()["duplicate"], false);
+
+    let summary = service.stop();
+    assert_eq!(summary["records_written"], 5, "{summary}");
+    let expected: BTreeMap<String, usize> = first_ids
+        .iter()
+        .chain(&pending_ids)
+        .map(|id| (id.clone(), 1))
+        .collect();
+    assert_eq!(output_ids(dir.path()), expected);
+
+    // After a restart from the checkpoints, the keys keep their bodies.
+    let service = Service::start(dir.path(), &[]);
+    let url = service.url("/events");
+    let reused = post(
+        &client,
+        &url,
+        body(&ids("h3-other", 1), false),
+        Some("h-key-2"),
+    )
+    .await
+    .unwrap();
+    assert_422(&reused);
+    let retry = post(&client, &url, body(&pending_ids, true), Some("h-key-2"))
+        .await
+        .unwrap();
+    assert_eq!(retry.status, 200, "{retry:?}");
+    assert_eq!(retry.json()["duplicate"], true, "{retry:?}");
     let summary = service.stop();
     assert_eq!(summary["records_written"], 0, "{summary}");
     assert_eq!(output_ids(dir.path()), expected);

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sink_runtime::pipeline::{
-    Ack, KeyRetention, Pipeline, PipelineBuilder, PipelineError, PipelineState, Refusal,
-    TicketError,
+    Ack, Fingerprint, IdempotencyKey, KeyRetention, Pipeline, PipelineBuilder, PipelineError,
+    PipelineState, Refusal, TicketError,
 };
 use sink_runtime::{CheckpointConfig, LocalCheckpointStorage, RestartStrategy, RetryPolicy};
 use sinks_memory::{InjectedCommitFailure, MemorySink, MemoryStore};
@@ -159,6 +159,173 @@ async fn a_repeated_key_is_answered_without_writing_again() {
         .unwrap();
     pipeline.shutdown().await.unwrap();
     assert_eq!(store.committed(), vec!["x".to_string(), "x".to_string()]);
+}
+
+/// `key` with the fingerprint `[byte; 16]`.
+fn keyed(key: &str, byte: u8) -> IdempotencyKey {
+    IdempotencyKey::new(key).with_fingerprint(Fingerprint::new([byte; 16]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_reused_with_another_fingerprint_is_refused_in_flight_and_after_its_commit() {
+    let store = MemoryStore::<String>::new();
+    // Checkpoints far apart: the first send is still in flight when the
+    // others arrive (`committed_in: None` says so).
+    let pipeline = Pipeline::builder("reused", MemorySink::new(store.clone()))
+        .parallelism(2)
+        .checkpointing(every(1000))
+        .start()
+        .await
+        .unwrap();
+    let first = pipeline
+        .send_keyed(vec!["a1".into(), "a2".into()], keyed("k", 1))
+        .await
+        .unwrap();
+    let reused = pipeline
+        .send_keyed(vec!["b1".into()], keyed("k", 2))
+        .await
+        .unwrap();
+    let reused = tokio::time::timeout(Duration::from_millis(400), reused)
+        .await
+        .expect("a reused key is refused at once, not after the first send's commit");
+    assert_eq!(reused, Err(TicketError::KeyReused { committed_in: None }));
+    // The same fingerprint in flight is the duplicate it always was.
+    let twin = pipeline
+        .send_keyed(vec!["a1".into(), "a2".into()], keyed("k", 1))
+        .await
+        .unwrap();
+    let first = first.await.unwrap();
+    assert!(!first.duplicate);
+    assert_eq!(
+        twin.await,
+        Ok(Ack {
+            checkpoint_id: first.checkpoint_id,
+            duplicate: true
+        })
+    );
+    // After the commit: refused with the checkpoint that holds the first.
+    let reused = pipeline
+        .send_keyed(vec!["b1".into()], keyed("k", 2))
+        .await
+        .unwrap()
+        .await;
+    assert_eq!(
+        reused,
+        Err(TicketError::KeyReused {
+            committed_in: Some(first.checkpoint_id)
+        })
+    );
+    let message = reused.unwrap_err().to_string();
+    assert!(
+        message.contains("different content") && message.contains("new key"),
+        "{message}"
+    );
+    // A plain key (no fingerprint) is matched by the key alone.
+    let plain = pipeline
+        .send(vec!["c1".into()], Some("k".into()))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(plain.duplicate);
+    let report = pipeline.shutdown().await.unwrap();
+    assert_eq!(report.metrics.records_written, 2);
+    assert_eq!(
+        counts(&store.committed()),
+        counts(&["a1".into(), "a2".into()])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_reused_with_another_fingerprint_is_refused_after_a_restart_from_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::<String>::new();
+    let start = |parallelism: usize| {
+        let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+        Pipeline::builder("reused-durable", MemorySink::new(store.clone()))
+            .parallelism(parallelism)
+            .checkpointing(every(20))
+            .checkpoint_storage(storage)
+            .restart_strategy(restart_quickly())
+            .start()
+    };
+    let pipeline = start(2).await.unwrap();
+    let mut first = BTreeMap::new();
+    for i in 0..10u8 {
+        let ack = pipeline
+            .send_keyed(vec![format!("e{i}")], keyed(&format!("key-{i}"), i))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        first.insert(i, ack.checkpoint_id);
+    }
+    pipeline.shutdown().await.unwrap();
+
+    // Restored from the final checkpoint, at another parallelism: the keys
+    // came back with their fingerprints.
+    let pipeline = start(3).await.unwrap();
+    for i in 0..10u8 {
+        let key = format!("key-{i}");
+        let reused = pipeline
+            .send_keyed(vec![format!("other-{i}")], keyed(&key, i + 100))
+            .await
+            .unwrap()
+            .await;
+        // Restored keys count as committed once the subtask heard of its
+        // first commit after the restore; until then, "not committed yet".
+        match reused {
+            Err(TicketError::KeyReused { committed_in }) => assert!(
+                committed_in.is_none_or(|c| c == first[&i]),
+                "{key}: {committed_in:?}"
+            ),
+            other => panic!("{key}: a reused key was not refused: {other:?}"),
+        }
+        let retry = pipeline
+            .send_keyed(vec![format!("e{i}")], keyed(&key, i))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(retry.duplicate, "{key}");
+        assert_eq!(retry.checkpoint_id, first[&i]);
+    }
+
+    // A restart inside the process (the commit of a checkpoint fails, the
+    // job restores its last checkpoint): a key written just before is known
+    // with its fingerprint too.
+    store.fail_next_commits(1, InjectedCommitFailure::UnknownReason);
+    let crashed = pipeline
+        .send_keyed(vec!["x".into()], keyed("key-x", 1))
+        .await
+        .unwrap()
+        .await;
+    assert_eq!(crashed, Err(TicketError::NotCommitted));
+    wait_running(&pipeline).await;
+    let reused = loop {
+        match pipeline
+            .send_keyed(vec!["y".into()], keyed("key-x", 2))
+            .await
+        {
+            Ok(ticket) => match ticket.await {
+                Err(TicketError::NotCommitted) => wait_running(&pipeline).await,
+                other => break other,
+            },
+            Err(refused) => {
+                assert_eq!(refused.refusal, Refusal::Unavailable);
+                wait_running(&pipeline).await;
+            }
+        }
+    };
+    assert!(
+        matches!(reused, Err(TicketError::KeyReused { .. })),
+        "{reused:?}"
+    );
+    let report = pipeline.shutdown().await.unwrap();
+    assert!(report.metrics.restarts >= 1);
+    let mut expected: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
+    expected.push("x".into());
+    assert_eq!(counts(&store.committed()), counts(&expected));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,7 @@
 //! |---|---|
 //! | `POST /events`, valid | `200`, JSON `{"checkpoint": n, "events": k, "duplicate": b}`, after the commit of `n` |
 //! | `POST /events`, malformed body or `Idempotency-Key` | `400`, JSON `{"error": "..."}` saying where and why; nothing is written |
+//! | `POST /events`, an `Idempotency-Key` already used with a different body | `422`, JSON `{"error": "..."}`; nothing of this request is written |
 //! | `POST /events`, body over the size limit | `413`, JSON `{"error": "..."}` |
 //! | `POST /events`, pipeline overloaded, restarting or shutting down | `503` + `Retry-After`, JSON `{"error": "..."}`; nothing was taken |
 //! | `POST /events`, taken but not confirmed (ticket failed or the ack timeout passed) | `503` + `Retry-After`, JSON `{"error": "..."}`: may or may not be stored, retry with the same key |
@@ -52,7 +53,10 @@
 //! # Limits
 //!
 //! Bodies up to [`Config::max_body_bytes`]; `Idempotency-Key` 1 to 255
-//! visible ASCII characters; [`Config::capacity`] queued requests per
+//! visible ASCII characters, kept with the fingerprint of its body
+//! ([`body_fingerprint`]): the same key with another body is refused with
+//! 422 (the IETF Idempotency-Key draft's answer), the same key with the same
+//! body is a duplicate; [`Config::capacity`] queued requests per
 //! subtask; an answer waits at most [`Config::ack_timeout`]. Events are
 //! stored as `serde_json` re-encodes them: object keys sorted, numbers beyond
 //! `i64`/`u64` as `f64`.
@@ -80,7 +84,7 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 use serde_json::Value;
 use sink_runtime::pipeline::{
-    KeyRetention, Pipeline, PipelineState, Refusal, SendError, TicketError,
+    IdempotencyKey, KeyRetention, Pipeline, PipelineState, Refusal, SendError, TicketError,
 };
 use sink_runtime::{CheckpointConfig, LocalCheckpointStorage, RestartStrategy, RetryPolicy};
 use sinks_file::{FileSink, JsonLinesEncoder, RollingPolicy};
@@ -90,7 +94,9 @@ use tracing::{info, warn};
 mod metrics;
 mod request;
 
-pub use request::{idempotency_key, parse_events, BodyError, KeyError, MAX_KEY_LEN};
+pub use request::{
+    body_fingerprint, idempotency_key, parse_events, BodyError, KeyError, MAX_KEY_LEN,
+};
 
 /// How long a draining server waits past [`Config::ack_timeout`] for the
 /// requests in flight before it shuts the pipeline down anyway.
@@ -427,7 +433,16 @@ async fn post_events(
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error.to_string(), retry_after_s),
     };
     let count = events.len();
-    let ticket = match app.pipeline.try_send(events, key) {
+    // The key is kept with the body's fingerprint: a retry (the same body)
+    // is a duplicate, another body under the same key is refused (422).
+    let sent = match key {
+        Some(key) => app.pipeline.try_send_keyed(
+            events,
+            IdempotencyKey::new(key).with_fingerprint(body_fingerprint(&body)),
+        ),
+        None => app.pipeline.try_send(events, None),
+    };
+    let ticket = match sent {
         Ok(ticket) => ticket,
         Err(SendError { refusal, .. }) => {
             let message = match refusal {
@@ -463,6 +478,19 @@ async fn post_events(
         Ok(Err(TicketError::Refused(reason))) => unconfirmed(format!(
             "the events were not stored ({reason}); retry with the same Idempotency-Key"
         )),
+        Ok(Err(TicketError::KeyReused { committed_in })) => refuse(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "this Idempotency-Key was already used with a different body (its events are {}); \
+                 nothing of this request was stored: send new events under a new \
+                 Idempotency-Key, and a retry with the same bytes as the first request",
+                match committed_in {
+                    Some(checkpoint) => format!("committed in checkpoint {checkpoint}"),
+                    None => "not committed yet".to_string(),
+                }
+            ),
+            retry_after_s,
+        ),
         Err(_elapsed) => unconfirmed(format!(
             "the events were not confirmed within {:?}; they may or may not be stored: retry \
              with the same Idempotency-Key",

@@ -22,7 +22,7 @@ use sink_api::{CheckpointId, SubtaskIndex};
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
-use super::keys::{partition_of, KeyPartition, KeyRetention, KeyTable, Seen};
+use super::keys::{partition_of, IdempotencyKey, KeyPartition, KeyRetention, KeyTable, Seen};
 use super::ticket::{TicketError, Waiter};
 use crate::source::{Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SplitReader};
 
@@ -31,7 +31,7 @@ use crate::source::{Boundedness, CommitOutcome, ReadStatus, Source, SourceError,
 #[derive(Debug)]
 pub(crate) struct Envelope<R> {
     pub records: Vec<R>,
-    pub key: Option<String>,
+    pub key: Option<IdempotencyKey>,
     pub waiter: Waiter,
 }
 
@@ -292,8 +292,9 @@ impl<R> ChannelReader<R> {
         }
     }
 
-    /// Takes one send in: writes its records, or attaches its waiter to the
-    /// earlier send with the same key.
+    /// Takes one send in: writes its records, attaches its waiter to the
+    /// earlier send with the same key, or refuses it when that earlier send
+    /// had another fingerprint.
     fn accept(&mut self, envelope: Envelope<R>, out: &mut Vec<R>, now: u64) {
         let Envelope {
             records,
@@ -305,6 +306,8 @@ impl<R> ChannelReader<R> {
             self.hold(None, waiter);
             return;
         };
+        let fingerprint = key.fingerprint();
+        let key = key.key().to_string();
         let Some(table) = self
             .of
             .map(|of| partition_of(&key, of))
@@ -317,14 +320,22 @@ impl<R> ChannelReader<R> {
             )));
             return;
         };
-        match table.seen(&key, self.committed_through) {
+        match table.seen(&key, fingerprint, self.committed_through) {
             Seen::New => {
-                table.accept(key, now);
+                table.accept(key, fingerprint, now);
                 out.extend(records);
                 self.hold(None, waiter);
             }
             Seen::Pending(checkpoint) => self.hold(checkpoint, waiter.duplicate()),
             Seen::Committed(checkpoint) => waiter.duplicate().committed(checkpoint),
+            Seen::Reused(committed_in) => {
+                debug!(
+                    subtask = self.subtask,
+                    ?committed_in,
+                    "a send reused an idempotency key with another fingerprint; refused"
+                );
+                waiter.fail(TicketError::KeyReused { committed_in });
+            }
         }
     }
 

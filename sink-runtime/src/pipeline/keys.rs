@@ -12,12 +12,135 @@
 //! A key is remembered while its records wait for their commit, and after
 //! it for the [`KeyRetention`] window. An expired key is forgotten: a send
 //! repeated after that is written again. That is the limit of the guarantee.
+//!
+//! A key may carry a [`Fingerprint`] of the send's content (the service's
+//! hash of its request). It is kept with the key, in memory and in the
+//! checkpoints, and a send that repeats a known key with another fingerprint
+//! is refused: it is not the retry it claims to be.
+//!
+//! # The stored format
+//!
+//! A partition is stored (by the runtime's bincode split serializer) as a
+//! tuple. Format 1 was `(index, of, keys)` with keys of `(key, checkpoint,
+//! accepted_at_ms)`; format 2 starts with a marker that no format-1 index can
+//! be (`u32::MAX`; indexes are below 65 536) and the version:
+//! `(u32::MAX, 2, index, of, keys)` with keys of `(key, checkpoint,
+//! accepted_at_ms, fingerprint)`. Both are read: format-1 keys come back
+//! without a fingerprint. Another version is refused with a clear error.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{Error as _, SeqAccess, Visitor};
+use serde::ser::SerializeTuple;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sink_api::CheckpointId;
+
+/// The first field of a stored partition from format 2 on: no format-1
+/// partition index can be this (they are below [`MAX_KEY_PARTITIONS`]).
+///
+/// [`MAX_KEY_PARTITIONS`]: super::channel::MAX_KEY_PARTITIONS
+const FORMAT_MARKER: u32 = u32::MAX;
+
+/// The format [`KeyPartition`] is written in: 2 since keys carry
+/// fingerprints.
+const FORMAT_VERSION: u32 = 2;
+
+/// A fingerprint of what a keyed send carries, to tell a retry (the same
+/// content under the same key) from a key reused for other content.
+///
+/// Made by the caller of [`Pipeline::send_keyed`](super::Pipeline::send_keyed)
+/// (the `ingest-service` example: the first 16 bytes of the SHA-256 of the
+/// request body) and given with the key in an [`IdempotencyKey`]. The
+/// pipeline only compares fingerprints for equality and keeps them in its
+/// checkpoints, so they must be computed the same way in every process and
+/// every build that may share the checkpoint storage: a stable hash of the
+/// content, never `std`'s randomly seeded hasher.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fingerprint([u8; 16]);
+
+impl Fingerprint {
+    /// The fingerprint made of these 16 bytes (for example a truncated
+    /// cryptographic hash of the content).
+    pub const fn new(bytes: [u8; 16]) -> Fingerprint {
+        Fingerprint(bytes)
+    }
+
+    /// Its 16 bytes.
+    pub const fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    /// Lower-case hex, 32 digits.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({self})")
+    }
+}
+
+/// An idempotency key, and optionally a [`Fingerprint`] of the content sent
+/// under it: what [`Pipeline::send_keyed`](super::Pipeline::send_keyed) and
+/// [`Pipeline::try_send_keyed`](super::Pipeline::try_send_keyed) take.
+///
+/// Two sends with the same key are the same send (the second is answered,
+/// not written) when their fingerprints are equal, or when either has none
+/// (then the key alone decides, as for [`Pipeline::send`](super::Pipeline::send)'s
+/// plain keys, and for keys restored from a format-1 checkpoint). With two
+/// different fingerprints, the second send is refused with
+/// [`TicketError::KeyReused`](super::TicketError::KeyReused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    key: String,
+    fingerprint: Option<Fingerprint>,
+}
+
+impl IdempotencyKey {
+    /// The key alone, without a fingerprint.
+    pub fn new(key: impl Into<String>) -> IdempotencyKey {
+        IdempotencyKey {
+            key: key.into(),
+            fingerprint: None,
+        }
+    }
+
+    /// The key with the fingerprint of the content sent under it.
+    pub fn with_fingerprint(mut self, fingerprint: Fingerprint) -> IdempotencyKey {
+        self.fingerprint = Some(fingerprint);
+        self
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fingerprint, if one was given.
+    pub fn fingerprint(&self) -> Option<Fingerprint> {
+        self.fingerprint
+    }
+}
+
+impl From<String> for IdempotencyKey {
+    /// The key alone, without a fingerprint.
+    fn from(key: String) -> IdempotencyKey {
+        IdempotencyKey::new(key)
+    }
+}
+
+impl From<&str> for IdempotencyKey {
+    /// The key alone, without a fingerprint.
+    fn from(key: &str) -> IdempotencyKey {
+        IdempotencyKey::new(key)
+    }
+}
 
 /// How long a committed idempotency key is remembered.
 ///
@@ -46,7 +169,11 @@ impl Default for KeyRetention {
 
 /// One key partition as stored in a checkpoint: the split type of the
 /// pipeline's source.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Made and read only by the runtime. Its serde form is the versioned tuple
+/// described in the module documentation, meant for the runtime's bincode
+/// split serializer: format 2 is written; formats 1 and 2 are read.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyPartition {
     /// Which partition, in `0..of`.
     pub(crate) index: u32,
@@ -57,11 +184,99 @@ pub struct KeyPartition {
     keys: Vec<StoredKey>,
 }
 
+/// A key as stored, format 2.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct StoredKey {
     key: String,
     checkpoint: u64,
     accepted_at_ms: u64,
+    fingerprint: Option<Fingerprint>,
+}
+
+/// A key as stored in format 1: without a fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredKeyV1 {
+    key: String,
+    checkpoint: u64,
+    accepted_at_ms: u64,
+}
+
+impl From<StoredKeyV1> for StoredKey {
+    fn from(old: StoredKeyV1) -> StoredKey {
+        StoredKey {
+            key: old.key,
+            checkpoint: old.checkpoint,
+            accepted_at_ms: old.accepted_at_ms,
+            fingerprint: None,
+        }
+    }
+}
+
+impl Serialize for KeyPartition {
+    /// Format 2: `(marker, 2, index, of, keys)`.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut tuple = serializer.serialize_tuple(5)?;
+        tuple.serialize_element(&FORMAT_MARKER)?;
+        tuple.serialize_element(&FORMAT_VERSION)?;
+        tuple.serialize_element(&self.index)?;
+        tuple.serialize_element(&self.of)?;
+        tuple.serialize_element(&self.keys)?;
+        tuple.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyPartition {
+    /// Format 2, or format 1 (its keys without fingerprints); another
+    /// version is an error that names it.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<KeyPartition, D::Error> {
+        // Format 1 has 3 elements and format 2 has 5; bincode reads only as
+        // many as the visitor asks for.
+        deserializer.deserialize_tuple(5, PartitionVisitor)
+    }
+}
+
+struct PartitionVisitor;
+
+fn element<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(
+    seq: &mut A,
+    what: &str,
+) -> Result<T, A::Error> {
+    seq.next_element()?
+        .ok_or_else(|| A::Error::custom(format!("a stored key partition lacks its {what}")))
+}
+
+impl<'de> Visitor<'de> for PartitionVisitor {
+    type Value = KeyPartition;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key partition of the pipeline's idempotency keys")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<KeyPartition, A::Error> {
+        let first: u32 = element(&mut seq, "index")?;
+        if first != FORMAT_MARKER {
+            // Format 1: `first` is the index.
+            let of = element(&mut seq, "partition count")?;
+            let keys: Vec<StoredKeyV1> = element(&mut seq, "keys")?;
+            return Ok(KeyPartition {
+                index: first,
+                of,
+                keys: keys.into_iter().map(StoredKey::from).collect(),
+            });
+        }
+        let version: u32 = element(&mut seq, "format version")?;
+        if version != FORMAT_VERSION {
+            return Err(A::Error::custom(format!(
+                "the idempotency keys are stored in format version {version}, unknown to this \
+                 build, which reads versions 1 and {FORMAT_VERSION}: run a build that knows it"
+            )));
+        }
+        Ok(KeyPartition {
+            index: element(&mut seq, "index")?,
+            of: element(&mut seq, "partition count")?,
+            keys: element(&mut seq, "keys")?,
+        })
+    }
 }
 
 impl KeyPartition {
@@ -90,12 +305,17 @@ pub(crate) enum Seen {
     Pending(Option<CheckpointId>),
     /// Its records were committed in this checkpoint.
     Committed(CheckpointId),
+    /// Known, but with another fingerprint: a different send under a used
+    /// key. Its records were committed in `Some(checkpoint)`, or are not
+    /// committed yet.
+    Reused(Option<CheckpointId>),
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     checkpoint: Option<CheckpointId>,
     accepted_at_ms: u64,
+    fingerprint: Option<Fingerprint>,
 }
 
 /// The live keys of one partition, owned by the reader of the subtask that
@@ -124,6 +344,7 @@ impl KeyTable {
             let entry = Entry {
                 checkpoint: Some(CheckpointId(stored.checkpoint)),
                 accepted_at_ms: stored.accepted_at_ms,
+                fingerprint: stored.fingerprint,
             };
             if table.entries.insert(stored.key.clone(), entry).is_none() {
                 table.order.push_back(stored.key);
@@ -158,6 +379,7 @@ impl KeyTable {
                     key: key.clone(),
                     checkpoint: entry.checkpoint?.0,
                     accepted_at_ms: entry.accepted_at_ms,
+                    fingerprint: entry.fingerprint,
                 })
             })
             .collect();
@@ -168,25 +390,37 @@ impl KeyTable {
         }
     }
 
-    /// What the table knows of `key`, given that everything up to
-    /// `committed_through` is committed.
-    pub(crate) fn seen(&self, key: &str, committed_through: CheckpointId) -> Seen {
-        match self.entries.get(key) {
-            None => Seen::New,
-            Some(Entry {
-                checkpoint: Some(checkpoint),
-                ..
-            }) if *checkpoint <= committed_through => Seen::Committed(*checkpoint),
-            Some(entry) => Seen::Pending(entry.checkpoint),
+    /// What the table knows of `key` sent with `fingerprint`, given that
+    /// everything up to `committed_through` is committed. Fingerprints are
+    /// compared when both the stored key and this send have one.
+    pub(crate) fn seen(
+        &self,
+        key: &str,
+        fingerprint: Option<Fingerprint>,
+        committed_through: CheckpointId,
+    ) -> Seen {
+        let Some(entry) = self.entries.get(key) else {
+            return Seen::New;
+        };
+        let committed = entry.checkpoint.filter(|c| *c <= committed_through);
+        if let (Some(stored), Some(sent)) = (entry.fingerprint, fingerprint) {
+            if stored != sent {
+                return Seen::Reused(committed);
+            }
+        }
+        match committed {
+            Some(checkpoint) => Seen::Committed(checkpoint),
+            None => Seen::Pending(entry.checkpoint),
         }
     }
 
-    /// Records that `key`'s records were just read; they belong to no
-    /// checkpoint until the next [`assign`](Self::assign).
-    pub(crate) fn accept(&mut self, key: String, now_ms: u64) {
+    /// Records that `key`'s records (with `fingerprint`) were just read;
+    /// they belong to no checkpoint until the next [`assign`](Self::assign).
+    pub(crate) fn accept(&mut self, key: String, fingerprint: Option<Fingerprint>, now_ms: u64) {
         let entry = Entry {
             checkpoint: None,
             accepted_at_ms: now_ms,
+            fingerprint,
         };
         if self.entries.insert(key.clone(), entry).is_none() {
             self.order.push_back(key);
@@ -266,16 +500,16 @@ mod tests {
     #[test]
     fn a_key_is_pending_until_its_checkpoint_is_committed() {
         let mut keys = table();
-        assert_eq!(keys.seen("a", CheckpointId(0)), Seen::New);
-        keys.accept("a".into(), 0);
-        assert_eq!(keys.seen("a", CheckpointId(0)), Seen::Pending(None));
+        assert_eq!(keys.seen("a", None, CheckpointId(0)), Seen::New);
+        keys.accept("a".into(), None, 0);
+        assert_eq!(keys.seen("a", None, CheckpointId(0)), Seen::Pending(None));
         keys.assign(CheckpointId(3));
         assert_eq!(
-            keys.seen("a", CheckpointId(2)),
+            keys.seen("a", None, CheckpointId(2)),
             Seen::Pending(Some(CheckpointId(3)))
         );
         assert_eq!(
-            keys.seen("a", CheckpointId(3)),
+            keys.seen("a", None, CheckpointId(3)),
             Seen::Committed(CheckpointId(3))
         );
     }
@@ -283,16 +517,16 @@ mod tests {
     #[test]
     fn assign_only_touches_keys_read_since_the_last_barrier() {
         let mut keys = table();
-        keys.accept("a".into(), 0);
+        keys.accept("a".into(), None, 0);
         keys.assign(CheckpointId(1));
-        keys.accept("b".into(), 0);
+        keys.accept("b".into(), None, 0);
         keys.assign(CheckpointId(2));
         assert_eq!(
-            keys.seen("a", CheckpointId(0)),
+            keys.seen("a", None, CheckpointId(0)),
             Seen::Pending(Some(CheckpointId(1)))
         );
         assert_eq!(
-            keys.seen("b", CheckpointId(0)),
+            keys.seen("b", None, CheckpointId(0)),
             Seen::Pending(Some(CheckpointId(2)))
         );
     }
@@ -300,13 +534,13 @@ mod tests {
     #[test]
     fn a_snapshot_restores_every_assigned_key_as_committed() {
         let mut keys = table();
-        keys.accept("a".into(), 5);
-        keys.accept("b".into(), 6);
+        keys.accept("a".into(), None, 5);
+        keys.accept("b".into(), None, 6);
         keys.assign(CheckpointId(4));
         let restored = KeyTable::restore(keys.snapshot());
         assert_eq!(restored.newest_checkpoint(), CheckpointId(4));
         assert_eq!(
-            restored.seen("b", restored.newest_checkpoint()),
+            restored.seen("b", None, restored.newest_checkpoint()),
             Seen::Committed(CheckpointId(4))
         );
         assert_eq!(restored.len(), 2);
@@ -316,7 +550,7 @@ mod tests {
     fn keys_expire_by_count_and_by_age_but_never_before_their_commit() {
         let mut keys = table();
         for (i, key) in ["a", "b", "c"].into_iter().enumerate() {
-            keys.accept(key.into(), i as u64 * 1000);
+            keys.accept(key.into(), None, i as u64 * 1000);
             keys.assign(CheckpointId(i as u64 + 1));
         }
         // Nothing committed: nothing expires, however old or many.
@@ -324,8 +558,8 @@ mod tests {
         assert_eq!(keys.len(), 3);
         // Count: two committed keys over a limit of one, the third pending.
         keys.expire(CheckpointId(2), 1, HOUR, 10_000);
-        assert_eq!(keys.seen("a", CheckpointId(3)), Seen::New);
-        assert_eq!(keys.seen("b", CheckpointId(3)), Seen::New);
+        assert_eq!(keys.seen("a", None, CheckpointId(3)), Seen::New);
+        assert_eq!(keys.seen("b", None, CheckpointId(3)), Seen::New);
         assert_eq!(keys.len(), 1);
         // Age: "c" was accepted at 2 s; kept at 2.5 s, gone at 3 s.
         keys.expire(CheckpointId(3), 10, Duration::from_secs(1), 2500);
@@ -337,16 +571,180 @@ mod tests {
     #[test]
     fn a_lost_checkpoint_forgets_only_its_own_keys() {
         let mut keys = table();
-        keys.accept("a".into(), 0);
+        keys.accept("a".into(), None, 0);
         keys.assign(CheckpointId(1));
-        keys.accept("b".into(), 0);
+        keys.accept("b".into(), None, 0);
         keys.assign(CheckpointId(2));
         keys.forget_checkpoint(CheckpointId(2));
-        assert_eq!(keys.seen("b", CheckpointId(2)), Seen::New);
+        assert_eq!(keys.seen("b", None, CheckpointId(2)), Seen::New);
         assert_eq!(
-            keys.seen("a", CheckpointId(2)),
+            keys.seen("a", None, CheckpointId(2)),
             Seen::Committed(CheckpointId(1))
         );
+    }
+
+    const FP_A: Fingerprint = Fingerprint::new([0xA; 16]);
+    const FP_B: Fingerprint = Fingerprint::new([0xB; 16]);
+
+    #[test]
+    fn a_key_with_another_fingerprint_is_reused_in_flight_and_after_its_commit() {
+        let mut keys = table();
+        keys.accept("k".into(), Some(FP_A), 0);
+        // In flight, before and after its barrier.
+        assert_eq!(
+            keys.seen("k", Some(FP_B), CheckpointId(0)),
+            Seen::Reused(None)
+        );
+        assert_eq!(
+            keys.seen("k", Some(FP_A), CheckpointId(0)),
+            Seen::Pending(None)
+        );
+        keys.assign(CheckpointId(2));
+        assert_eq!(
+            keys.seen("k", Some(FP_B), CheckpointId(1)),
+            Seen::Reused(None)
+        );
+        // Committed.
+        assert_eq!(
+            keys.seen("k", Some(FP_B), CheckpointId(2)),
+            Seen::Reused(Some(CheckpointId(2)))
+        );
+        assert_eq!(
+            keys.seen("k", Some(FP_A), CheckpointId(2)),
+            Seen::Committed(CheckpointId(2))
+        );
+        // Without a fingerprint on either side, the key alone decides.
+        assert_eq!(
+            keys.seen("k", None, CheckpointId(2)),
+            Seen::Committed(CheckpointId(2))
+        );
+        keys.accept("plain".into(), None, 0);
+        keys.assign(CheckpointId(3));
+        assert_eq!(
+            keys.seen("plain", Some(FP_B), CheckpointId(3)),
+            Seen::Committed(CheckpointId(3))
+        );
+    }
+
+    fn splits_serializer() -> sink_api::BincodeSerializer<Vec<KeyPartition>> {
+        // The runtime's split serializer (coordinator.rs).
+        sink_api::BincodeSerializer::new(1)
+    }
+
+    #[test]
+    fn fingerprints_survive_a_checkpoint() {
+        use sink_api::{deserialize_versioned, serialize_versioned};
+        let mut keys = KeyTable::restore(KeyPartition::empty(3, 64));
+        keys.accept("k".into(), Some(FP_A), 7);
+        keys.accept("plain".into(), None, 8);
+        keys.assign(CheckpointId(5));
+        let serializer = splits_serializer();
+        let blob = serialize_versioned(&serializer, &vec![keys.snapshot()]).unwrap();
+        let mut stored = deserialize_versioned(&serializer, &blob).unwrap();
+        assert_eq!(stored, vec![keys.snapshot()]);
+        let restored = KeyTable::restore(stored.remove(0));
+        assert_eq!(restored.index(), 3);
+        assert_eq!(
+            restored.seen("k", Some(FP_B), CheckpointId(5)),
+            Seen::Reused(Some(CheckpointId(5)))
+        );
+        assert_eq!(
+            restored.seen("k", Some(FP_A), CheckpointId(5)),
+            Seen::Committed(CheckpointId(5))
+        );
+    }
+
+    /// A partition exactly as format 1 wrote it.
+    #[derive(Serialize, Deserialize)]
+    struct PartitionV1 {
+        index: u32,
+        of: u32,
+        keys: Vec<StoredKeyV1>,
+    }
+
+    #[test]
+    fn format_1_partitions_are_read_with_keys_without_fingerprints() {
+        use sink_api::{deserialize_versioned, serialize_versioned, BincodeSerializer};
+        let old = vec![
+            PartitionV1 {
+                index: 0,
+                of: 65_536,
+                keys: vec![],
+            },
+            PartitionV1 {
+                index: 65_535,
+                of: 65_536,
+                keys: vec![
+                    StoredKeyV1 {
+                        key: "a".into(),
+                        checkpoint: 4,
+                        accepted_at_ms: 1_700_000_000_000,
+                    },
+                    StoredKeyV1 {
+                        key: "ключ".into(),
+                        checkpoint: 300,
+                        accepted_at_ms: 9,
+                    },
+                ],
+            },
+        ];
+        let blob =
+            serialize_versioned(&BincodeSerializer::<Vec<PartitionV1>>::new(1), &old).unwrap();
+        let read = deserialize_versioned(&splits_serializer(), &blob).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!((read[0].index, read[0].of), (0, 65_536));
+        assert!(read[0].keys.is_empty());
+        assert_eq!((read[1].index, read[1].of), (65_535, 65_536));
+        assert_eq!(
+            read[1].keys,
+            vec![
+                StoredKey {
+                    key: "a".into(),
+                    checkpoint: 4,
+                    accepted_at_ms: 1_700_000_000_000,
+                    fingerprint: None,
+                },
+                StoredKey {
+                    key: "ключ".into(),
+                    checkpoint: 300,
+                    accepted_at_ms: 9,
+                    fingerprint: None,
+                },
+            ]
+        );
+        // A format-1 key is matched by the key alone, whatever the fingerprint.
+        let restored = KeyTable::restore(read[1].clone());
+        assert_eq!(
+            restored.seen("a", Some(FP_B), CheckpointId(300)),
+            Seen::Committed(CheckpointId(4))
+        );
+    }
+
+    #[test]
+    fn an_unknown_format_version_is_a_clear_error() {
+        use sink_api::{deserialize_versioned, serialize_versioned, BincodeSerializer};
+        // A later format: the marker, version 3, then whatever it holds.
+        let later: Vec<(u32, u32, u32, u32, Vec<u8>)> = vec![(FORMAT_MARKER, 3, 0, 1, vec![])];
+        let blob = serialize_versioned(&BincodeSerializer::new(1), &later).unwrap();
+        let error = deserialize_versioned(&splits_serializer(), &blob)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("format version 3, unknown to this build"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn fingerprints_print_as_hex() {
+        let mut bytes = [0u8; 16];
+        bytes[0] = 0xAB;
+        bytes[15] = 0x01;
+        let fingerprint = Fingerprint::new(bytes);
+        assert_eq!(fingerprint.to_string(), "ab000000000000000000000000000001");
+        assert_eq!(fingerprint.as_bytes(), &bytes);
+        let key = IdempotencyKey::from("k").with_fingerprint(fingerprint);
+        assert_eq!((key.key(), key.fingerprint()), ("k", Some(fingerprint)));
     }
 
     #[test]

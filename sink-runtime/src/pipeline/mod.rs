@@ -20,6 +20,10 @@
 //! owns their key partition and kept in its checkpoints (see
 //! [`KeyRetention`]), so a send repeated after a lost answer, or after a
 //! crash, is answered with the first one's checkpoint and not written again.
+//! A key sent with a [`Fingerprint`] of its content
+//! ([`Pipeline::send_keyed`]) keeps it: the same key with another
+//! fingerprint is refused ([`TicketError::KeyReused`]), not mistaken for a
+//! retry.
 //!
 //! ```
 //! # use std::time::Duration;
@@ -67,7 +71,7 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::storage::CheckpointStorage;
 use channel::{ChannelSource, Envelope, Shared};
 
-pub use keys::{KeyPartition, KeyRetention};
+pub use keys::{Fingerprint, IdempotencyKey, KeyPartition, KeyRetention};
 pub use ticket::{Ack, Ticket, TicketError};
 
 /// Where a pipeline stands, as [`Pipeline::state`] sees it.
@@ -472,8 +476,40 @@ impl<R: Send + 'static> Pipeline<R> {
     /// nothing is written and the ticket resolves with the earlier send's
     /// checkpoint and [`Ack::duplicate`] set. Refused while restarting or
     /// after shutdown, with the records handed back.
+    ///
+    /// The key alone decides here, whatever the records; to have a key
+    /// reused for other content refused, send it with a fingerprint through
+    /// [`send_keyed`](Self::send_keyed).
     pub async fn send(&self, records: Vec<R>, key: Option<String>) -> Result<Ticket, SendError<R>> {
-        let sender = match self.route(key.as_deref()) {
+        self.enqueue(records, key.map(IdempotencyKey::new)).await
+    }
+
+    /// Like [`send`](Self::send), with an [`IdempotencyKey`] that may carry a
+    /// [`Fingerprint`] of the records (for a service: a stable hash of the
+    /// request).
+    ///
+    /// Called by a service that wants a key reused for other content refused
+    /// rather than answered as a duplicate (the IETF Idempotency-Key draft's
+    /// 422). When the key is known with another fingerprint, nothing is
+    /// written and the ticket fails with [`TicketError::KeyReused`], whether
+    /// the earlier send is still waiting for its commit or committed (also
+    /// before a restart: fingerprints are kept in the checkpoints with the
+    /// keys). With the same fingerprint (or none on either side), it is the
+    /// duplicate [`send`](Self::send) describes.
+    pub async fn send_keyed(
+        &self,
+        records: Vec<R>,
+        key: IdempotencyKey,
+    ) -> Result<Ticket, SendError<R>> {
+        self.enqueue(records, Some(key)).await
+    }
+
+    async fn enqueue(
+        &self,
+        records: Vec<R>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Ticket, SendError<R>> {
+        let sender = match self.route(key.as_ref().map(IdempotencyKey::key)) {
             Ok(sender) => sender,
             Err(refusal) => return Err(SendError { refusal, records }),
         };
@@ -498,7 +534,27 @@ impl<R: Send + 'static> Pipeline<R> {
     /// of waiting when the channel is full: for services that answer
     /// "overloaded, retry later" rather than hold the request.
     pub fn try_send(&self, records: Vec<R>, key: Option<String>) -> Result<Ticket, SendError<R>> {
-        let sender = match self.route(key.as_deref()) {
+        self.try_enqueue(records, key.map(IdempotencyKey::new))
+    }
+
+    /// Like [`send_keyed`](Self::send_keyed) (a key reused with another
+    /// fingerprint is refused), but refuses with [`Refusal::Full`] instead of
+    /// waiting when the channel is full. What `ingest-service` calls for a
+    /// request with an `Idempotency-Key`.
+    pub fn try_send_keyed(
+        &self,
+        records: Vec<R>,
+        key: IdempotencyKey,
+    ) -> Result<Ticket, SendError<R>> {
+        self.try_enqueue(records, Some(key))
+    }
+
+    fn try_enqueue(
+        &self,
+        records: Vec<R>,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Ticket, SendError<R>> {
+        let sender = match self.route(key.as_ref().map(IdempotencyKey::key)) {
             Ok(sender) => sender,
             Err(refusal) => return Err(SendError { refusal, records }),
         };

@@ -53,6 +53,24 @@ pub enum TicketError {
     /// says why).
     #[error("the records were refused and not written: {0}")]
     Refused(String),
+    /// The send's idempotency key was used before by a send with another
+    /// [`Fingerprint`](super::Fingerprint): this is not a retry of that send
+    /// but other content under a used key. Nothing of it was written, and
+    /// the earlier send is unaffected. Sending it again with the same key is
+    /// refused again (while the key is remembered): use a new key.
+    #[error(
+        "the idempotency key was already used for different content ({}); nothing of this send \
+         was written: send different content under a new key",
+        match .committed_in {
+            Some(checkpoint) => format!("committed in checkpoint {checkpoint}"),
+            None => "not committed yet".to_string(),
+        }
+    )]
+    KeyReused {
+        /// The checkpoint that committed the earlier send's records, or
+        /// `None` while they wait for their commit.
+        committed_in: Option<CheckpointId>,
+    },
 }
 
 /// What a send returns: a future that resolves once its records are
