@@ -22,6 +22,7 @@
 //! | `contract/commit-is-idempotent` | a replayed commit is recognised (`already committed`) and duplicates nothing |
 //! | `contract/restore-keeps-written-records` | a writer restored from its checkpointed state loses nothing |
 //! | `contract/no-transaction-after-end-of-input` | nothing is opened after `flush(true)` (needs [`Destination::open_transactions`]) |
+//! | `contract/damaged-state-is-an-error` | stored committables and writer states, damaged (flipped, cut, inserted bytes, hostile length fields), decode to a value or an error, never a panic |
 //! | `crash/<point>` | crashed at that point of the runtime up to three times and restarted: every record once |
 //! | `rescale/2-to-3`, `rescale/3-to-1` | stopped and restarted with another parallelism: every record once |
 //! | `simulation` | seeded scenarios: random parallelism, checkpoint interval, crash point and timing |
@@ -36,6 +37,7 @@
 
 mod contract;
 mod crashes;
+mod decoders;
 mod destination;
 mod modes;
 mod report;
@@ -188,6 +190,17 @@ where
         async {
             contract::restore_keeps_written_records(&new_destination(), &record, records)
                 .await
+                .into()
+        },
+    )
+    .await;
+    kit.check(
+        "contract/damaged-state-is-an-error",
+        "damaged stored committables and writer states decode to an error, never a panic",
+        async {
+            decoders::damaged_state(&new_destination(), &record, records, p)
+                .await
+                .map(drop)
                 .into()
         },
     )

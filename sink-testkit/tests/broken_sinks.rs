@@ -5,7 +5,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use sink_api::{
-    async_trait, CheckpointId, CommitRequest, Committer, InitContext, Sink, SinkError, SinkWriter,
+    async_trait, BincodeSerializer, CheckpointId, CommitRequest, Committer, InitContext,
+    SerializerError, Sink, SinkError, SinkWriter, VersionedSerializer,
 };
 use sink_testkit::{certify_with, Destination, Knobs, Report, Verdict};
 
@@ -16,6 +17,9 @@ enum Flaw {
     LosesBufferAtCheckpoint,
     TransactionAfterEndOfInput,
     CommitsBeforeCompletion,
+    /// Decodes its committables with a hand-written reader that trusts the
+    /// length it reads.
+    TrustingDecoder,
 }
 
 #[derive(Default)]
@@ -99,6 +103,35 @@ impl Sink for Toy {
 
     async fn create_committer(&self, _: &InitContext) -> Result<Toy, SinkError> {
         Ok(self.clone())
+    }
+
+    fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<Batch>> {
+        match self.flaw {
+            Flaw::TrustingDecoder => Arc::new(LengthPrefixed),
+            _ => Arc::new(BincodeSerializer::<Batch>::default()),
+        }
+    }
+}
+
+/// A hand-written format: a u32 length, then the bincode payload. Its
+/// decoder trusts the bytes it is given, as hand-written decoders often do.
+struct LengthPrefixed;
+
+impl VersionedSerializer<Batch> for LengthPrefixed {
+    fn version(&self) -> u32 {
+        1
+    }
+
+    fn serialize(&self, value: &Batch) -> Result<Vec<u8>, SerializerError> {
+        let payload = BincodeSerializer::<Batch>::default().serialize(value)?;
+        let mut out = (payload.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(&payload);
+        Ok(out)
+    }
+
+    fn deserialize(&self, version: u32, bytes: &[u8]) -> Result<Batch, SerializerError> {
+        let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+        BincodeSerializer::<Batch>::default().deserialize(version, &bytes[4..4 + len])
     }
 }
 
@@ -284,6 +317,16 @@ async fn a_sink_committing_before_completion_is_caught() {
     let report = certify_toy(Flaw::CommitsBeforeCompletion).await;
     let why = failure(&report, "contract/nothing-visible-before-commit");
     assert!(why.contains("before the checkpoint completes"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decoder_that_panics_on_damaged_state_is_caught() {
+    let report = certify_toy(Flaw::TrustingDecoder).await;
+    let why = failure(&report, "contract/damaged-state-is-an-error");
+    assert!(
+        why.contains("decoding a stored committable") && why.contains("panicked"),
+        "{why}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
