@@ -310,6 +310,8 @@ async fn a_200_means_the_events_are_in_finished_files() {
         "{summary}"
     );
     assert!(summary["checkpoints"].as_u64().unwrap() >= 6, "{summary}");
+    assert_eq!(summary["commits_failed"], 0, "{summary}");
+    assert_eq!(summary["records_lost"], 0, "{summary}");
     assert_eq!(output_ids(dir.path()).len(), sent);
 }
 
@@ -954,6 +956,8 @@ async fn metrics_count_committed_records_and_healthz_is_ok() {
     assert_eq!(sample("ingest_records_written_total"), 3.0);
     assert!(sample("ingest_checkpoints_completed_total") >= 1.0);
     assert_eq!(sample("ingest_checkpoints_failed_total"), 0.0);
+    assert_eq!(sample("ingest_commits_failed_total"), 0.0);
+    assert_eq!(sample("ingest_records_lost_total"), 0.0);
     assert_eq!(sample("ingest_restarts_total"), 0.0);
     assert_eq!(sample("ingest_queued_sends"), 0.0);
     assert_eq!(sample("ingest_pipeline_running"), 1.0);

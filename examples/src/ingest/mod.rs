@@ -178,6 +178,13 @@ pub struct Summary {
     pub checkpoints: u64,
     /// The newest completed checkpoint, if any.
     pub last_checkpoint: Option<u64>,
+    /// Commits that failed with a known reason (a part file deleted or
+    /// damaged before its commit): their events were never acknowledged
+    /// (their requests were answered with an error), but they are not in the
+    /// output. Above zero, look at the warnings on stderr.
+    pub commits_failed: u64,
+    /// Events lost with those commits, as the file committer counted them.
+    pub records_lost: u64,
 }
 
 /// A started service: its pipeline runs, and [`serve`](Self::serve) answers
@@ -348,6 +355,8 @@ impl IngestService {
             records_committed: report.metrics.records_committed,
             checkpoints: report.metrics.checkpoints_completed,
             last_checkpoint: report.last_checkpoint.map(|id| id.0),
+            commits_failed: report.metrics.commits_failed,
+            records_lost: report.metrics.records_lost,
         })
     }
 }
