@@ -271,3 +271,226 @@ fn the_benchmark_smoke_run_reports_every_figure() {
         "{report}"
     );
 }
+
+/// A demo long enough to be killed in the middle: 300 000 records at
+/// 60 000 per second and subtask, a checkpoint every 100 ms.
+const LONG_RUN: [&str; 7] = [
+    "--records",
+    "300000",
+    "--rate",
+    "60000",
+    "--checkpoint-interval",
+    "100ms",
+    "--json",
+];
+
+/// Runs the demo with the runtime's and the sink's warnings on stderr.
+fn demo_logging(out: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+        .arg("--out")
+        .arg(out)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the demo runs")
+}
+
+/// Starts [`LONG_RUN`] on `out` and kills it with SIGKILL once it stored a
+/// few checkpoints (each holding committables of its own), before it ends.
+fn killed_midway(out: &Path) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+        .arg("--out")
+        .arg(out)
+        .args(LONG_RUN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the demo starts");
+    let state = out.join(".state");
+    let started = std::time::Instant::now();
+    loop {
+        let checkpoints = std::fs::read_dir(&state)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".ckpt"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if checkpoints >= 2 {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the demo ended before it could be killed"
+        );
+        assert!(started.elapsed() < Duration::from_secs(30), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(fastrand::u64(0..300)));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the demo ended before it could be killed"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let committed = finished_ids(out).len();
+    assert!(committed < 300_000, "killed in the middle: {committed}");
+}
+
+/// Every file under `dir`, hidden ones too, with its size.
+fn listing(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(entry.path());
+            } else {
+                found.push((entry.path(), entry.metadata().unwrap().len()));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp runs");
+    assert!(
+        status.success(),
+        "cp -a {} {}",
+        from.display(),
+        to.display()
+    );
+}
+
+fn assert_each_id_once(out: &Path, count: u64) {
+    let ids = finished_ids(out);
+    assert_eq!(ids.len() as u64, count, "{}", out.display());
+    assert!(
+        ids.iter().enumerate().all(|(i, &id)| i as u64 == id),
+        "not each id once in {}",
+        out.display()
+    );
+}
+
+/// `--fresh` takes the state directory's lock before it deletes anything:
+/// while another instance holds it, `--fresh` is refused and the output is
+/// untouched. Once free, `--fresh` starts over, and the generation goes on
+/// growing (committable ids never repeat across runs).
+#[test]
+fn fresh_is_refused_while_another_instance_holds_the_state_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let first = summary(&demo(&out, &["--records", "1000", "--json"]));
+    assert_eq!(first["status"], "Finished");
+    let before = listing(&out);
+    let generation = |out: &Path| {
+        sink_runtime::LocalCheckpointStorage::inspect(out.join(".state"))
+            .expect("a state directory")
+            .generation
+            .expect("a generation")
+            .0
+    };
+    let first_generation = generation(&out);
+
+    let running = sink_runtime::LocalCheckpointStorage::open(out.join(".state"))
+        .expect("the test holds the lock, as a running instance would");
+    let refused = demo(&out, &["--records", "10", "--fresh", "--json"]);
+    let message = text(&refused);
+    assert!(!refused.status.success(), "{message}");
+    assert!(
+        message.contains("--fresh") && message.contains("in use by another running instance"),
+        "{message}"
+    );
+    drop(running);
+    assert_eq!(listing(&out), before, "nothing deleted");
+    assert_each_id_once(&out, 1000);
+
+    let fresh = summary(&demo(&out, &["--records", "10", "--fresh", "--json"]));
+    assert_eq!(fresh["status"], "Finished");
+    assert_each_id_once(&out, 10);
+    assert!(
+        generation(&out) > first_generation,
+        "generations never repeat after --fresh"
+    );
+}
+
+/// Killed while its checkpoints hold committables, moved with `mv`, resumed
+/// with the new `--out`: every id exactly once, and nothing refers to the
+/// old place.
+#[test]
+fn a_killed_job_whose_output_directory_was_moved_resumes_there_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, moved) = (dir.path().join("first"), dir.path().join("moved"));
+    killed_midway(&first);
+    std::fs::rename(&first, &moved).unwrap();
+
+    let output = demo_logging(&moved, &LONG_RUN);
+    let report = summary(&output);
+    assert_eq!(report["status"], "Finished", "{report}");
+    let log = text(&output);
+    assert!(
+        !log.contains(&first.display().to_string()),
+        "nothing may refer to the old place: {log}"
+    );
+    assert_each_id_once(&moved, 300_000);
+    assert!(!first.exists(), "nothing recreated in the old place");
+}
+
+/// Killed, copied with `cp -a`, resumed on the copy: every id exactly once
+/// in the copy, and the original is not touched.
+#[test]
+fn a_killed_job_whose_output_directory_was_copied_resumes_in_the_copy_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (original, copy) = (dir.path().join("original"), dir.path().join("copy"));
+    killed_midway(&original);
+    copy_dir(&original, &copy);
+    let before = listing(&original);
+
+    let output = demo_logging(&copy, &LONG_RUN);
+    let report = summary(&output);
+    assert_eq!(report["status"], "Finished", "{report}");
+    let log = text(&output);
+    assert!(
+        !log.contains(&original.display().to_string()),
+        "nothing may refer to the original: {log}"
+    );
+    assert_each_id_once(&copy, 300_000);
+    assert_eq!(listing(&original), before, "the original is not touched");
+}
+
+/// The state directory of one job put into another job's output directory:
+/// refused with both directories named, and nothing written.
+#[test]
+fn a_state_directory_of_another_output_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (owner, other) = (dir.path().join("owner"), dir.path().join("other"));
+    killed_midway(&owner);
+    killed_midway(&other);
+    std::fs::remove_dir_all(other.join(".state")).unwrap();
+    copy_dir(&owner.join(".state"), &other.join(".state"));
+    let owner_before = listing(&owner);
+    let other_ids = finished_ids(&other);
+
+    let refused = demo(&other, &LONG_RUN);
+    let message = text(&refused);
+    assert!(!refused.status.success(), "{message}");
+    for path in [&owner, &other] {
+        assert!(
+            message.contains(&path.display().to_string()),
+            "names {}: {message}",
+            path.display()
+        );
+    }
+    assert!(message.contains(".file-sink-id"), "{message}");
+    assert_eq!(listing(&owner), owner_before, "the owner is not touched");
+    assert_eq!(finished_ids(&other), other_ids, "nothing committed");
+}

@@ -1,29 +1,68 @@
-//! The file committer: makes a pending part visible by an atomic rename.
+//! The file committer: makes a pending part visible by an atomic rename,
+//! after checking that the part is the one its committable describes.
+//!
+//! A committable names its files relative to the sink's base directory; the
+//! committer resolves them against its own base directory, whose identity
+//! marker must be the committable's (see the `identity` module): otherwise the
+//! commit fails (the job stops) with an error naming both directories.
 //!
 //! | pending file | target | outcome |
 //! |---|---|---|
-//! | present | absent | renamed; the directory is synced: committed |
+//! | present, of the recorded size | absent | renamed; the directory is synced: committed |
+//! | present, of another size (truncated, appended to) | absent | not renamed: failed, known reason, its records lost (counted) |
 //! | absent | present, of the recorded size | already committed (a replay after recovery) |
-//! | absent | present, of another size | failed, known reason (counted) |
-//! | absent | absent | failed, known reason: the data is lost (counted, never a silent success) |
+//! | absent | present, of another size | failed, known reason, its records lost (counted) |
+//! | absent | absent | failed, known reason: the data is lost, its records counted (never a silent success) |
 //! | present | present | failed, unknown reason: the job stops rather than overwrite a file |
+//!
+//! "Records lost" is `CommitRequest::signal_records_lost`: the runtime
+//! counts them in the job's lost records. Only sizes are compared, from the
+//! files' metadata: nothing is read again at commit time, so a change that
+//! keeps a file's size is not detected.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use sink_api::{CommitRequest, Committer, SinkError};
 
+use crate::identity::{self, OutputIdentity};
 use crate::part_file::{sync_dir, FileCommittable};
 use crate::sink::FileSinkStats;
 
 /// Commits the file sink's committables. Made by
-/// [`FileSink`](crate::FileSink) for the runtime.
+/// [`FileSink`](crate::FileSink) for the runtime, once per subtask and start.
 pub struct FileCommitter {
     pub(crate) stats: Arc<FileSinkStats>,
+    /// The sink's base directory, against which committables are resolved.
+    pub(crate) base_path: PathBuf,
+    /// The base directory's identity, read at the first commit.
+    pub(crate) output: Option<OutputIdentity>,
 }
 
-fn exists(path: &Path) -> Result<Option<u64>, std::io::Error> {
+impl FileCommitter {
+    /// Checks that `c` belongs to the base directory; returns its pending
+    /// file and target there.
+    fn locate(&mut self, c: &FileCommittable) -> Result<(PathBuf, PathBuf), SinkError> {
+        if self.output.is_none() {
+            self.output = identity::read(&self.base_path)?;
+        }
+        identity::check(
+            &self.base_path,
+            self.output.as_ref(),
+            "a committable",
+            &c.output_id,
+            &c.output_dir,
+        )?;
+        Ok((
+            identity::resolve(&self.base_path, &c.pending)?,
+            identity::resolve(&self.base_path, &c.target)?,
+        ))
+    }
+}
+
+/// The size of `path`, or `None` when it does not exist.
+fn size_of(path: &Path) -> Result<Option<u64>, std::io::Error> {
     match std::fs::metadata(path) {
         Ok(meta) => Ok(Some(meta.len())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -42,30 +81,50 @@ impl Committer for FileCommitter {
         let last = requests.len().saturating_sub(1);
         for (position, request) in requests.iter_mut().enumerate() {
             let c = request.committable().clone();
-            let state = exists(&c.pending).and_then(|p| Ok((p, exists(&c.target)?)));
+            let (pending, target) = self.locate(&c)?;
+            let state = size_of(&pending).and_then(|p| Ok((p, size_of(&target)?)));
             match state {
                 Err(error) => request.signal_failed_with_unknown_reason(format!(
                     "cannot look at {} or {}: {error}",
-                    c.pending.display(),
-                    c.target.display()
+                    pending.display(),
+                    target.display()
                 )),
-                Ok((Some(_), None)) => match std::fs::rename(&c.pending, &c.target) {
-                    Ok(()) => {
-                        if let Some(dir) = c.target.parent() {
-                            sync_dir(dir)?;
+                Ok((Some(size), None)) if size == c.size_bytes => {
+                    match std::fs::rename(&pending, &target) {
+                        Ok(()) => {
+                            if let Some(dir) = target.parent() {
+                                sync_dir(dir)?;
+                            }
+                            self.stats.committed(&c);
                         }
-                        self.stats.committed(&c);
+                        Err(error) => request.signal_failed_with_unknown_reason(format!(
+                            "renaming {} to {} failed: {error}",
+                            pending.display(),
+                            target.display()
+                        )),
                     }
-                    Err(error) => request.signal_failed_with_unknown_reason(format!(
-                        "renaming {} to {} failed: {error}",
-                        c.pending.display(),
-                        c.target.display()
-                    )),
-                },
+                }
+                Ok((Some(size), None)) => {
+                    // Truncated (a torn last record) or appended to (a
+                    // duplicate): committing it would publish a broken file.
+                    self.stats.failed();
+                    request.signal_records_lost(
+                        c.records,
+                        format!(
+                            "the pending file {} holds {size} bytes instead of the {} bytes recorded in the \
+                             checkpoint: it was {} by something else than this sink, so it is not committed \
+                             (left hidden where it is) and its {} records are lost",
+                            pending.display(),
+                            c.size_bytes,
+                            if size < c.size_bytes { "truncated" } else { "appended to" },
+                            c.records
+                        ),
+                    );
+                }
                 Ok((None, Some(size))) if size == c.size_bytes => {
                     // The crash may have come between the rename and the
                     // directory sync: make the rename durable now.
-                    if let Some(dir) = c.target.parent() {
+                    if let Some(dir) = target.parent() {
                         sync_dir(dir)?;
                     }
                     self.stats.replayed();
@@ -73,26 +132,34 @@ impl Committer for FileCommitter {
                 }
                 Ok((None, Some(size))) => {
                     self.stats.failed();
-                    request.signal_failed_with_known_reason(format!(
-                        "{} exists but holds {size} bytes instead of the {} committed; it was changed after its commit",
-                        c.target.display(),
-                        c.size_bytes
-                    ));
+                    request.signal_records_lost(
+                        c.records,
+                        format!(
+                            "{} exists but holds {size} bytes instead of the {} bytes committed; it was changed \
+                             after its commit, and its {} records are lost",
+                            target.display(),
+                            c.size_bytes,
+                            c.records
+                        ),
+                    );
                 }
                 Ok((None, None)) => {
                     self.stats.failed();
-                    request.signal_failed_with_known_reason(format!(
-                        "neither the pending file {} nor its target {} exists: its {} records are lost \
-                         (was the output directory changed by hand?)",
-                        c.pending.display(),
-                        c.target.display(),
-                        c.records
-                    ));
+                    request.signal_records_lost(
+                        c.records,
+                        format!(
+                            "neither the pending file {} nor its target {} exists: its {} records are lost \
+                             (was the output directory changed by hand?)",
+                            pending.display(),
+                            target.display(),
+                            c.records
+                        ),
+                    );
                 }
                 Ok((Some(_), Some(_))) => request.signal_failed_with_unknown_reason(format!(
                     "both the pending file {} and its target {} exist; refusing to overwrite the target",
-                    c.pending.display(),
-                    c.target.display()
+                    pending.display(),
+                    target.display()
                 )),
             }
             if position < last {

@@ -13,11 +13,17 @@
 //! | [`bucket`] | which directory a record goes to: the base path, date-time, a closure |
 //! | [`rolling`] | when a part rolls: size, age, inactivity, every checkpoint |
 //! | `part_file` | the life of one part file on disk |
+//! | `identity` | the output directory's identity marker (`.file-sink-id`) and paths relative to it |
 //! | `writer`, `committer`, `sink` | the `sink-api` implementation |
 //!
 //! Everything not yet committed has a hidden name (a leading dot), so a crash
 //! at any moment leaves only complete finished files and hidden files:
 //! readers of the output directory skip names starting with `.`.
+//!
+//! Checkpoints name files relative to the base directory, which keeps an
+//! identity marker (`.file-sink-id`): a stopped job's directory can be moved
+//! or copied, and a state of another directory is refused. The committer
+//! commits a pending file only if its size is the recorded one.
 //!
 //! ```no_run
 //! use sinks_file::{FileSink, LineEncoder, RollingPolicy};
@@ -37,6 +43,7 @@ pub mod bucket;
 pub mod clock;
 mod committer;
 pub mod encoder;
+mod identity;
 mod output;
 mod part_file;
 pub mod rolling;

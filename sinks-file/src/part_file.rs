@@ -15,6 +15,10 @@
 //! its path and length recorded in the writer's state. A restore truncates it
 //! back to that length and turns it into a pending file, so that exactly the
 //! records before the checkpoint are in it.
+//!
+//! Committables and writer states name files relative to the sink's base
+//! directory, with the base directory's identity (see the `identity` module):
+//! a stopped job's directory may be moved or copied before it resumes.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -26,31 +30,47 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use sink_api::SinkError;
 
+use crate::identity::{resolve, OutputIdentity};
 use crate::rolling::PartInfo;
 
 /// Size of each part file's write buffer.
 const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// A complete, durable, hidden part file waiting to be made visible: what
-/// the file writer's `prepare_commit` returns and the file committer renames.
+/// the file writer's `prepare_commit` returns, the runtime keeps in
+/// checkpoints until it is committed, and the file committer renames.
+///
+/// Its paths are relative to the sink's base directory and resolved against
+/// the base directory of the committer that commits it, which must hold the
+/// identity `output_id` (format version 2 of the sink's committable
+/// serializer; version 1 held absolute paths and is refused).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileCommittable {
-    /// The hidden file holding the data.
+    /// The identity (the `.file-sink-id` marker) of the output directory the
+    /// file was written in.
+    pub output_id: String,
+    /// Where that output directory was when the file was written: for error
+    /// messages only, never used to find the file.
+    pub output_dir: PathBuf,
+    /// The hidden file holding the data, relative to the base directory.
     pub pending: PathBuf,
-    /// The visible name it is renamed to when committed.
+    /// The visible name it is renamed to when committed, relative to the
+    /// base directory.
     pub target: PathBuf,
-    /// Its size in bytes.
+    /// Its size in bytes, checked before the commit.
     pub size_bytes: u64,
     /// The records in it.
     pub records: u64,
 }
 
-/// An in-progress part as recorded in a checkpoint.
+/// An in-progress part as recorded in a checkpoint, in a
+/// [`FileWriterState`](crate::FileWriterState) (which carries the output
+/// directory's identity). Paths are relative to the base directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InProgressState {
-    /// The hidden file.
+    /// The hidden file, relative to the base directory.
     pub path: PathBuf,
-    /// Its visible name once committed.
+    /// Its visible name once committed, relative to the base directory.
     pub target: PathBuf,
     /// Its length when the checkpoint was taken.
     pub length: u64,
@@ -58,7 +78,8 @@ pub struct InProgressState {
     pub records: u64,
 }
 
-/// Names of one part: the visible target and the hidden in-progress file.
+/// Names of one part in the bucket directory `dir` (relative to the base
+/// directory): the hidden in-progress file and the visible target.
 pub(crate) fn part_paths(
     dir: &Path,
     prefix: &str,
@@ -73,7 +94,11 @@ pub(crate) fn part_paths(
 
 /// A part file being written.
 pub(crate) struct InProgressPart {
+    /// The hidden file, as opened (the base directory joined with `relative`).
     path: PathBuf,
+    /// The hidden file, relative to the base directory.
+    relative: PathBuf,
+    /// The visible name, relative to the base directory.
     target: PathBuf,
     file: BufWriter<File>,
     pub(crate) info: PartInfo,
@@ -86,12 +111,15 @@ pub(crate) struct InProgressPart {
 }
 
 impl InProgressPart {
-    /// Creates the hidden file `path`, to become `target` when committed.
+    /// Creates the hidden file `base/relative`, to become `base/target` when
+    /// committed (both relative to the base directory `base`).
     pub(crate) fn create(
-        path: PathBuf,
+        base: &Path,
+        relative: PathBuf,
         target: PathBuf,
         now_ms: u64,
     ) -> Result<InProgressPart, SinkError> {
+        let path = base.join(&relative);
         // Directories whose entries change: the file's own, and the parent of
         // every directory created for it. They are synced at the first
         // persist, before a checkpoint can refer to the file.
@@ -123,6 +151,7 @@ impl InProgressPart {
         let created_seq = sequence();
         Ok(InProgressPart {
             path,
+            relative,
             target,
             file: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
             info: PartInfo {
@@ -167,17 +196,23 @@ impl InProgressPart {
             sync_dir_since(&dir, self.created_seq)?;
         }
         Ok(InProgressState {
-            path: self.path.clone(),
+            path: self.relative.clone(),
             target: self.target.clone(),
             length: self.info.size_bytes,
             records: self.records,
         })
     }
 
-    /// Closes the part for good: durable, and ready to be committed.
-    pub(crate) fn close_for_commit(mut self) -> Result<FileCommittable, SinkError> {
+    /// Closes the part for good: durable, and ready to be committed in the
+    /// output directory `output`.
+    pub(crate) fn close_for_commit(
+        mut self,
+        output: &OutputIdentity,
+    ) -> Result<FileCommittable, SinkError> {
         let state = self.persist()?;
         Ok(FileCommittable {
+            output_id: output.id.clone(),
+            output_dir: output.dir.clone(),
             pending: state.path,
             target: state.target,
             size_bytes: state.length,
@@ -186,11 +221,18 @@ impl InProgressPart {
     }
 }
 
-/// Turns an in-progress part recorded in a checkpoint into a pending file:
-/// truncates it back to its recorded length (dropping what was written after
-/// the checkpoint, which the source replays) and makes that durable.
-pub(crate) fn recover_for_commit(state: &InProgressState) -> Result<FileCommittable, SinkError> {
-    let path = &state.path;
+/// Turns an in-progress part recorded in a checkpoint into a pending file of
+/// the base directory `base` (whose identity is `output`, already checked
+/// against the state's): truncates it back to its recorded length (dropping
+/// what was written after the checkpoint, which the source replays) and
+/// makes that durable.
+pub(crate) fn recover_for_commit(
+    base: &Path,
+    output: &OutputIdentity,
+    state: &InProgressState,
+) -> Result<FileCommittable, SinkError> {
+    resolve(base, &state.target)?;
+    let path = &resolve(base, &state.path)?;
     let file = OpenOptions::new().write(true).open(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             SinkError::msg(format!(
@@ -225,6 +267,8 @@ pub(crate) fn recover_for_commit(state: &InProgressState) -> Result<FileCommitta
             )
         })?;
     Ok(FileCommittable {
+        output_id: output.id.clone(),
+        output_dir: output.dir.clone(),
         pending: state.path.clone(),
         target: state.target.clone(),
         size_bytes: state.length,

@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sink_api::{InitContext, Sink, SinkError};
+use sink_api::{BincodeSerializer, InitContext, Sink, SinkError, VersionedSerializer};
 
 use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
 use crate::clock::{Clock, SystemClock};
 use crate::committer::FileCommitter;
 use crate::encoder::Encoder;
+use crate::identity;
 use crate::part_file::{io_error, sync_dir, FileCommittable};
 use crate::rolling::RollingPolicy;
 use crate::writer::{FileWriter, FileWriterState};
@@ -216,14 +217,30 @@ where
     type Writer = FileWriter<T, E, B>;
     type Committer = FileCommitter;
 
-    /// Creates the base directory if needed, and a writer that first turns
-    /// the restored in-progress parts into pending files.
+    /// Creates the base directory and its identity marker if needed, and a
+    /// writer that first turns the restored in-progress parts into pending
+    /// files. Restored states must come from this base directory (the
+    /// identity in them is its marker's, wherever the directory was then):
+    /// otherwise, or when the directory has no marker, nothing is created or
+    /// changed and the error names both directories.
     async fn create_writer(
         &self,
         _context: &InitContext,
         restored_states: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
         let base = &self.config.base_path;
+        if let Some(state) = restored_states.first() {
+            let output = identity::read(base)?.ok_or_else(|| {
+                identity::mismatch(
+                    base,
+                    None,
+                    "a writer state",
+                    &state.output_id,
+                    &state.output_dir,
+                )
+            })?;
+            return FileWriter::new(self.config.clone(), output, restored_states);
+        }
         let created = !base.exists();
         std::fs::create_dir_all(base).map_err(|e| {
             io_error(
@@ -237,12 +254,34 @@ where
                 sync_dir(parent)?;
             }
         }
-        FileWriter::new(self.config.clone(), restored_states)
+        let output = identity::ensure(base)?;
+        FileWriter::new(self.config.clone(), output, restored_states)
     }
 
+    /// A committer for this base directory. It reads the directory's
+    /// identity at its first commit and refuses committables of another.
     async fn create_committer(&self, _context: &InitContext) -> Result<FileCommitter, SinkError> {
         Ok(FileCommitter {
             stats: self.stats.clone(),
+            base_path: self.config.base_path.clone(),
+            output: None,
         })
     }
+
+    /// Format version 2: paths relative to the base directory, and the
+    /// output directory's identity. Blobs of version 1 (absolute paths) are
+    /// refused with [`sink_api::SerializerError::UnsupportedVersion`].
+    fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<FileCommittable>> {
+        Arc::new(BincodeSerializer::<FileCommittable>::new(FORMAT_VERSION))
+    }
+
+    /// Format version 2, as for committables.
+    fn writer_state_serializer(&self) -> Arc<dyn VersionedSerializer<FileWriterState>> {
+        Arc::new(BincodeSerializer::<FileWriterState>::new(FORMAT_VERSION))
+    }
 }
+
+/// The format version of the file sink's committables and writer states in
+/// checkpoints. 1: absolute paths; 2: paths relative to the base directory,
+/// with the output directory's identity.
+const FORMAT_VERSION: u32 = 2;

@@ -11,6 +11,8 @@
 //! A restored writer turns each in-progress part of its states into a
 //! pending file (truncated to its checkpointed length), committed with the
 //! next checkpoint; new records go to new parts named with a new writer id.
+//! Its states must come from its own output directory (the identity in them
+//! is the base directory's), wherever that directory is now.
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -22,15 +24,27 @@ use sink_api::{CheckpointId, SinkError, SinkWriter};
 
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
 use crate::encoder::Encoder;
+use crate::identity::{self, OutputIdentity};
 use crate::part_file::{
     part_paths, recover_for_commit, FileCommittable, InProgressPart, InProgressState,
 };
 use crate::sink::FileSinkConfig;
 
-/// What a file writer records at a checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// What a file writer records at a checkpoint: returned by its
+/// `snapshot_state`, stored by the runtime, handed back to
+/// [`FileSink::create_writer`](crate::FileSink) on a restore (format version
+/// 2 of the sink's writer-state serializer; version 1 held absolute paths
+/// and is refused).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileWriterState {
-    /// The in-progress parts, persisted.
+    /// The identity (the `.file-sink-id` marker) of the output directory the
+    /// writer wrote in. A restore into a base directory of another identity
+    /// is refused.
+    pub output_id: String,
+    /// Where that output directory was: for error messages only.
+    pub output_dir: std::path::PathBuf,
+    /// The in-progress parts, persisted, with paths relative to the base
+    /// directory.
     pub in_progress: Vec<InProgressState>,
 }
 
@@ -38,6 +52,8 @@ pub struct FileWriterState {
 /// [`FileSink`](crate::FileSink) for the runtime.
 pub struct FileWriter<T, E, B> {
     config: Arc<FileSinkConfig<E, B>>,
+    /// The base directory's identity, put into committables and states.
+    output: OutputIdentity,
     /// Unique per writer (subtask and start of the job): part names never
     /// repeat, across subtasks and restarts.
     writer_id: String,
@@ -53,17 +69,32 @@ where
     E: Encoder<T>,
     B: BucketAssigner<T>,
 {
+    /// A writer in the base directory whose identity is `output`, turning
+    /// the `restored` states' in-progress parts into pending files. Every
+    /// state must carry `output`'s id: checked before any file is touched.
     pub(crate) fn new(
         config: Arc<FileSinkConfig<E, B>>,
+        output: OutputIdentity,
         restored: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
+        let base = &config.base_path;
+        for state in &restored {
+            identity::check(
+                base,
+                Some(&output),
+                "a writer state",
+                &state.output_id,
+                &state.output_dir,
+            )?;
+        }
         let pending = restored
             .iter()
             .flat_map(|state| &state.in_progress)
-            .map(recover_for_commit)
+            .map(|state| recover_for_commit(base, &output, state))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(FileWriter {
             config,
+            output,
             writer_id: uuid::Uuid::new_v4().to_string(),
             next_counter: 0,
             parts: BTreeMap::new(),
@@ -74,16 +105,15 @@ where
     }
 
     fn new_part(&mut self, bucket: &str, now_ms: u64) -> Result<InProgressPart, SinkError> {
-        let dir = self.config.base_path.join(bucket);
         let (path, target) = part_paths(
-            &dir,
+            std::path::Path::new(bucket),
             &self.config.part_prefix,
             &self.writer_id,
             self.next_counter,
             &self.config.part_suffix,
         );
         self.next_counter += 1;
-        InProgressPart::create(path, target, now_ms)
+        InProgressPart::create(&self.config.base_path, path, target, now_ms)
     }
 
     /// Closes the parts `roll` picks; they become pending.
@@ -96,7 +126,7 @@ where
             .collect();
         for bucket in due {
             if let Some(part) = self.parts.remove(&bucket) {
-                self.pending.push(part.close_for_commit()?);
+                self.pending.push(part.close_for_commit(&self.output)?);
             }
         }
         Ok(())
@@ -119,7 +149,7 @@ where
         };
         if roll {
             if let Some(part) = self.parts.remove(&bucket) {
-                self.pending.push(part.close_for_commit()?);
+                self.pending.push(part.close_for_commit(&self.output)?);
             }
         }
         check_bucket_id(&bucket)?;
@@ -184,7 +214,11 @@ where
             .values_mut()
             .map(InProgressPart::persist)
             .collect::<Result<_, _>>()?;
-        Ok(vec![FileWriterState { in_progress }])
+        Ok(vec![FileWriterState {
+            output_id: self.output.id.clone(),
+            output_dir: self.output.dir.clone(),
+            in_progress,
+        }])
     }
 
     /// Drops the open files. Hidden files stay: an in-progress file recorded

@@ -91,7 +91,7 @@ async fn nothing_is_visible_before_the_commit_and_everything_after() {
         "{name}"
     );
     assert_eq!(visible_lines(dir.path()), numbers(0..100));
-    assert!(!committables[0].pending.exists());
+    assert!(!dir.path().join(&committables[0].pending).exists());
     assert_eq!(sink.stats().snapshot().committed_records, 100);
 }
 
@@ -115,7 +115,7 @@ async fn a_replayed_commit_is_recognised_and_a_lost_file_is_a_failure() {
     );
     assert_eq!(visible_lines(dir.path()), numbers(0..10), "not duplicated");
 
-    std::fs::remove_file(&committables[0].target).unwrap();
+    std::fs::remove_file(dir.path().join(&committables[0].target)).unwrap();
     let outcomes = commit(&sink, &committables).await;
     assert!(
         matches!(&outcomes[0], CommitOutcome::FailedWithKnownReason(reason) if reason.contains("lost")),
@@ -224,7 +224,7 @@ async fn a_vanished_in_progress_file_is_a_clear_error_at_restore() {
     let mut writer = sink.create_writer(&context(), Vec::new()).await.unwrap();
     writer.write_batch((0..5).collect()).await.unwrap();
     let states = writer.snapshot_state(CheckpointId(1)).await.unwrap();
-    std::fs::remove_file(&states[0].in_progress[0].path).unwrap();
+    std::fs::remove_file(dir.path().join(&states[0].in_progress[0].path)).unwrap();
     let error = match sink.create_writer(&context(), states).await {
         Ok(_) => panic!("a vanished file must not restore"),
         Err(error) => error.to_string(),

@@ -25,6 +25,7 @@ use examples::cli::parse_duration;
 use examples::demo_line::DemoLine;
 use examples::timeline::{render, Sample};
 use indicatif::{ProgressBar, ProgressStyle};
+use sink_runtime::storage::StorageError;
 use sink_runtime::{
     BuildError, CheckpointConfig, Job, JobReport, JobStatus, LocalCheckpointStorage, RuntimeMode,
     SequenceSource,
@@ -97,7 +98,8 @@ struct Args {
     /// Print one JSON object with the results on the last line of stdout.
     #[arg(long)]
     json: bool,
-    /// Delete the output directory first and start over.
+    /// Start over: delete the job's output and checkpoints in the output
+    /// directory first (refused while another instance runs on it).
     #[arg(long)]
     fresh: bool,
     /// Draw written and committed records over time, with a mark at each
@@ -137,6 +139,8 @@ struct Config {
     allow_uncommitted: bool,
     record_size: usize,
     rate: u64,
+    /// Start over (see [`open_state`]).
+    fresh: bool,
 }
 
 impl Config {
@@ -163,6 +167,7 @@ impl Config {
             allow_uncommitted: args.allow_uncommitted,
             record_size: args.record_size.unwrap_or(100) as usize,
             rate: args.rate.unwrap_or(0),
+            fresh: args.fresh,
         })
     }
 }
@@ -210,8 +215,7 @@ async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
         SourceKind::Unbounded => SequenceSource::unbounded(config.records),
     }
     .paced(config.rate);
-    let storage = LocalCheckpointStorage::open(config.out.join(".state"))
-        .with_context(|| format!("opening the state directory in {}", config.out.display()))?;
+    let storage = open_state(&config.out, config.fresh)?;
     let mut builder = Job::builder("file-sink-demo", source, sink)
         .parallelism(config.parallelism)
         .mode(match config.mode {
@@ -277,12 +281,54 @@ async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
     })
 }
 
-fn prepare_out(out: &Path, fresh: bool) -> anyhow::Result<()> {
-    if fresh && out.exists() {
-        std::fs::remove_dir_all(out)
-            .with_context(|| format!("removing {} for --fresh", out.display()))?;
+/// The state directory's name inside the output directory.
+const STATE_DIR: &str = ".state";
+
+/// Opens the job's state directory `out/.state`, taking its lock before
+/// anything in `out` is touched. With `fresh`, and only once the lock is
+/// held, starts over: everything in `out` but the state directory is
+/// deleted (finished files, hidden parts, the file sink's identity marker),
+/// then the checkpoints and the finished marker
+/// ([`LocalCheckpointStorage::start_over`], which keeps the generation, so
+/// part and transaction names never repeat). While another instance holds
+/// the lock, `--fresh` is refused and nothing is deleted.
+///
+/// The output goes before the checkpoints: a crash in between leaves
+/// checkpoints without their output, which a resume refuses (the output
+/// directory has no identity marker), never a fresh job writing again
+/// beside old output.
+fn open_state(out: &Path, fresh: bool) -> anyhow::Result<LocalCheckpointStorage> {
+    let state = out.join(STATE_DIR);
+    let storage = match LocalCheckpointStorage::open(&state) {
+        Ok(storage) => storage,
+        Err(error @ StorageError::Locked { .. }) if fresh => {
+            bail!("--fresh refused, nothing was deleted: {error}")
+        }
+        Err(error) => {
+            return Err(error)
+                .with_context(|| format!("opening the state directory in {}", out.display()))
+        }
+    };
+    if fresh {
+        let entries = std::fs::read_dir(out)
+            .with_context(|| format!("listing {} for --fresh", out.display()))?;
+        for entry in entries {
+            let entry = entry.with_context(|| format!("listing {} for --fresh", out.display()))?;
+            if entry.file_name() == STATE_DIR {
+                continue;
+            }
+            let path = entry.path();
+            let removed = match entry.file_type() {
+                Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path),
+                _ => std::fs::remove_file(&path),
+            };
+            removed.with_context(|| format!("removing {} for --fresh", path.display()))?;
+        }
+        storage
+            .start_over()
+            .with_context(|| format!("starting over in {} for --fresh", state.display()))?;
     }
-    Ok(())
+    Ok(storage)
 }
 
 async fn table(args: &Args) -> anyhow::Result<()> {
@@ -294,9 +340,9 @@ async fn table(args: &Args) -> anyhow::Result<()> {
     for label in ["unbounded", "unbounded-nockpt", "nockpt"] {
         let preset_args = Args::parse_from(["file-sink-demo", "--preset", label]);
         let out = args.out.join(label);
-        prepare_out(&out, true)?;
         let mut config = Config::from_args(&preset_args, out.clone())?;
         config.run_for = Duration::from_secs(3);
+        config.fresh = true;
         let source = match config.source {
             SourceKind::Bounded => "bounded, ends by itself".to_string(),
             SourceKind::Unbounded => {
@@ -315,7 +361,6 @@ async fn table(args: &Args) -> anyhow::Result<()> {
                 );
                 notes.push(format!("{label}: refused at build time: {error}"));
                 config.allow_uncommitted = true;
-                prepare_out(&out, true)?;
                 let forced = run(&config, false).await?;
                 print_row("unbounded-nockpt (forced)", &source, &checkpoint, &forced);
             }
@@ -350,7 +395,6 @@ async fn main() -> anyhow::Result<()> {
     if args.is_table() {
         return table(&args).await;
     }
-    prepare_out(&args.out, args.fresh)?;
     let label = match args.preset {
         Some(Preset::Unbounded) => "unbounded",
         Some(Preset::UnboundedNockpt) => "unbounded-nockpt",

@@ -22,6 +22,10 @@
 //! A newest checkpoint that is truncated, fails its checksum or has an unknown
 //! version is an error naming the file ([`StorageError::Corrupt`]); there is no
 //! silent fallback to an older one. File I/O runs on tokio's blocking pool.
+//!
+//! [`LocalCheckpointStorage::start_over`] forgets a job's progress under the
+//! lock (checkpoints and `FINISHED` go, `GENERATION` stays), for programs
+//! that start a job over in the same directory.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -145,6 +149,54 @@ impl LocalCheckpointStorage {
     /// The state directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// Forgets the job's progress in this directory, so that the next job
+    /// started on this storage starts from the beginning: removes every
+    /// checkpoint and the `FINISHED` marker.
+    ///
+    /// Called by a program that offers to start a job over (the file sink
+    /// demo's `--fresh`), after [`open`](Self::open) and before the job is
+    /// built; never while a job runs on this storage. Because it needs an
+    /// open storage, it runs under the directory's lock: a second instance
+    /// cannot start over a directory in use, it gets
+    /// [`StorageError::Locked`] from `open` first.
+    ///
+    /// # Guarantees
+    ///
+    /// - `GENERATION` is kept: the next start gets a generation larger than
+    ///   any before, so names that sinks derive from generations never
+    ///   repeat across runs of the directory. `LOCK` is kept (and held).
+    /// - Checkpoints are removed oldest first and `FINISHED` last, and the
+    ///   directory is synced: a crash part-way leaves the newest checkpoints
+    ///   (a resume from them is still exact) or the finished marker, never a
+    ///   state that resumes from an older checkpoint than the newest.
+    /// - Only the job's progress goes: what the job wrote elsewhere (a sink's
+    ///   output) is the caller's to clear, and must be cleared while this
+    ///   storage is open, so that no other instance is using it.
+    ///
+    /// Blocking file I/O, on the calling thread.
+    pub fn start_over(&self) -> Result<(), StorageError> {
+        let dir = &self.inner.dir;
+        for (_, path) in list_checkpoints(dir)? {
+            fs::remove_file(&path).map_err(|e| {
+                StorageError::io(format!("removing the checkpoint {}", path.display()), e)
+            })?;
+        }
+        let finished = dir.join(FINISHED_FILE);
+        match fs::remove_file(&finished) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(StorageError::io(
+                    format!("removing {}", finished.display()),
+                    e,
+                ))
+            }
+        }
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StorageError::io(format!("syncing the directory {}", dir.display()), e))
     }
 
     /// Reads everything in the state directory `dir` without taking its
@@ -486,6 +538,45 @@ mod tests {
             storage.finished().await.unwrap().unwrap().last_checkpoint,
             Some(CheckpointId(9))
         );
+    }
+
+    #[tokio::test]
+    async fn starting_over_forgets_progress_but_not_generations_or_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+        assert_eq!(storage.begin().await.unwrap(), Generation(1));
+        assert_eq!(storage.begin().await.unwrap(), Generation(2));
+        for id in 1..=4 {
+            storage.store(&checkpoint(id)).await.unwrap();
+        }
+        let marker = FinishedMarker {
+            generation: Generation(2),
+            last_checkpoint: Some(CheckpointId(4)),
+        };
+        storage.mark_finished(marker).await.unwrap();
+
+        storage.start_over().unwrap();
+        assert_eq!(storage.latest().await.unwrap(), None, "no checkpoint left");
+        assert_eq!(storage.finished().await.unwrap(), None, "not finished");
+        assert!(
+            list_checkpoints(dir.path()).unwrap().is_empty(),
+            "the files are gone"
+        );
+        assert!(matches!(
+            LocalCheckpointStorage::open(dir.path()),
+            Err(StorageError::Locked { .. })
+        ));
+        assert_eq!(
+            storage.begin().await.unwrap(),
+            Generation(3),
+            "generations never repeat"
+        );
+        storage.start_over().unwrap();
+        storage.store(&checkpoint(1)).await.unwrap();
+        assert_eq!(storage.latest().await.unwrap(), Some(checkpoint(1)));
+        drop(storage);
+        let reopened = LocalCheckpointStorage::open(dir.path()).unwrap();
+        assert_eq!(reopened.begin().await.unwrap(), Generation(4));
     }
 
     #[test]
