@@ -494,3 +494,62 @@ fn a_state_directory_of_another_output_directory_is_refused() {
     assert_eq!(listing(&owner), owner_before, "the owner is not touched");
     assert_eq!(finished_ids(&other), other_ids, "nothing committed");
 }
+
+/// Output the runtime knows is lost is reported, never hidden: after a kill,
+/// the files the newest checkpoint still had to commit are deleted by hand.
+/// The resumed run says on stderr which files are gone (warnings are on by
+/// default), counts the failed commits and lost records in its `--json`
+/// summary, and exits non-zero although the job itself finished.
+#[test]
+fn a_run_that_lost_records_exits_non_zero_and_names_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    killed_midway(&out);
+    // Every part file, finished or hidden: whatever the newest checkpoint
+    // refers to is gone.
+    for (path, _) in listing(&out) {
+        if !path.starts_with(out.join(".state"))
+            && path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().contains("part"))
+        {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+        .arg("--out")
+        .arg(&out)
+        .args(LONG_RUN)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the demo runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "a loss is a failure: {}",
+        text(&output)
+    );
+    assert!(stderr.contains("the job lost output"), "{stderr}");
+    assert!(stderr.contains("WARN"), "warnings on by default: {stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().expect("a summary")).expect("JSON");
+    assert_eq!(report["status"], "Finished", "{report}");
+    let losses = &report["losses"];
+    let failed = losses["commits_failed"].as_u64().unwrap();
+    assert!(failed >= 1, "{report}");
+    let failures = losses["known_failures"].as_array().unwrap();
+    assert_eq!(failures.len() as u64, failed.min(100), "{report}");
+    for failure in failures {
+        let reason = failure["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("part") && stderr.contains(reason),
+            "the reason names the file and is on stderr: {reason}"
+        );
+    }
+    // What was not lost is there once.
+    let ids = finished_ids(&out);
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "no duplicates");
+}

@@ -50,11 +50,14 @@ fn allocation_bound(len: usize) -> usize {
     64 * len + (8 << 20)
 }
 
+/// Decodes bytes, saying why not.
+type Decode = Box<dyn Fn(&[u8]) -> Result<(), String>>;
+
 /// One decoder and real blobs it reads.
 struct Decoder {
     what: String,
     samples: Vec<Vec<u8>>,
-    decode: Box<dyn Fn(&[u8]) -> Result<(), String>>,
+    decode: Decode,
 }
 
 fn blob_decoder<T: 'static>(

@@ -356,7 +356,7 @@ pub struct JobReport {
     /// The newest completed checkpoint, if any.
     pub last_checkpoint: Option<CheckpointId>,
     /// Every commit that failed with a known reason (the first
-    /// [`MAX_KEPT_FAILURES`](crate::metrics::MAX_KEPT_FAILURES)): output this
+    /// [`MAX_KEPT_FAILURES`](crate::MAX_KEPT_FAILURES)): output this
     /// job lost, with the committers' reasons. A job can end
     /// [`JobStatus::Finished`] and still have lost output: check
     /// [`lost_output`](Self::lost_output).

@@ -39,7 +39,7 @@ pub use crate::core::restart::RestartStrategy;
 pub use crate::core::retry::RetryPolicy;
 pub use error::{BuildError, JobError};
 pub use job::{Job, JobBuilder, JobHandle, JobReport, JobStatus, NoticeDelivery, RuntimeMode};
-pub use metrics::{KnownCommitFailure, Metrics, MetricsSnapshot};
+pub use metrics::{KnownCommitFailure, Metrics, MetricsSnapshot, MAX_KEPT_FAILURES};
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use source::{Boundedness, SequenceSource, Source, VecSource};
 pub use storage::{CheckpointStorage, LocalCheckpointStorage, MemoryCheckpointStorage};

@@ -353,7 +353,10 @@ async fn table(args: &Args) -> anyhow::Result<()> {
             .checkpoint_interval
             .map_or("off".into(), |i| format!("{:?}", i));
         match run(&config, false).await {
-            Ok(outcome) => print_row(label, &source, &checkpoint, &outcome),
+            Ok(outcome) => {
+                print_row(label, &source, &checkpoint, &outcome);
+                examples::cli::fail_if_output_lost(&outcome.report)?;
+            }
             Err(error) if error.downcast_ref::<BuildError>().is_some() => {
                 println!(
                     "{label:<27} {source:<26} {checkpoint:<11} {:>8} {:>10} {:>15} {:>6}",
@@ -445,6 +448,7 @@ async fn main() -> anyhow::Result<()> {
             "finished_files": outcome.finished_files,
             "wall_s": wall_s,
             "records_per_s": if wall_s > 0.0 { m.records_written as f64 / wall_s } else { 0.0 },
+            "losses": examples::cli::losses_json(&outcome.report),
         });
         println!("{summary}");
     } else {
@@ -460,5 +464,5 @@ async fn main() -> anyhow::Result<()> {
             wall_s
         );
     }
-    Ok(())
+    examples::cli::fail_if_output_lost(&outcome.report)
 }

@@ -258,6 +258,7 @@ async fn main() -> anyhow::Result<()> {
             "wall_s": wall_s,
             "records_per_s": per_s(m.records_written),
             "baseline_copy_records_per_s": baseline_rate,
+            "losses": examples::cli::losses_json(&report),
         });
         println!("{summary}");
     } else {
@@ -278,5 +279,5 @@ async fn main() -> anyhow::Result<()> {
             println!("baseline: one plain COPY of the same rows: {rate:.0} rows/s");
         }
     }
-    Ok(())
+    examples::cli::fail_if_output_lost(&report)
 }
