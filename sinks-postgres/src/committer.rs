@@ -18,7 +18,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config};
 use tracing::{debug, warn};
 
-use crate::connection::{connect, MARKER_TABLE};
+use crate::connection::{connect, target, MARKER_TABLE};
 use crate::gid::literal;
 use crate::stats::{self, Stats};
 use crate::writer::{describe, PgCommittable};
@@ -30,6 +30,17 @@ pub struct PostgresCommitter {
     /// Opened at the first commit, and again after a lost connection.
     pub(crate) client: Option<Client>,
     pub(crate) stats: Arc<Stats>,
+}
+
+impl std::fmt::Debug for PostgresCommitter {
+    /// Where it commits (hosts, ports, database: no secret), and whether it
+    /// holds a connection.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresCommitter")
+            .field("server", &target(&self.config))
+            .field("connected", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// How long one statement of a commit may take before the connection is

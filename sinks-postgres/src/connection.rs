@@ -18,15 +18,28 @@ use crate::record::Column;
 pub const MARKER_TABLE: &str = "eo_sink_commit_markers";
 
 /// Why the sink could not start.
+///
+/// Its messages (and its `Debug`) never hold a secret of the connection
+/// string: they show the string through [`redact_connection_string`], or
+/// only its hosts, ports and database.
+///
+/// [`redact_connection_string`]: crate::redact_connection_string
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The connection string does not parse.
-    #[error("the connection string is not valid: {0}")]
-    BadConnectionString(tokio_postgres::Error),
+    #[error("the connection string {connection} is not valid: {}", with_cause(.source))]
+    BadConnectionString {
+        /// The connection string, its secrets replaced by `***`.
+        connection: String,
+        /// The driver's error. Its cause names an option or a position
+        /// (`invalid value for option \`port\``), never an option's value.
+        source: tokio_postgres::Error,
+    },
     /// The server cannot be reached or refused the login.
-    #[error("cannot connect to PostgreSQL ({target}): {source}")]
+    #[error("cannot connect to PostgreSQL ({target}): {}", with_cause(.source))]
     Connect {
-        /// Host and port, from the connection string.
+        /// Hosts, ports and database, from the connection string (no user,
+        /// no password).
         target: String,
         /// The driver's error.
         source: tokio_postgres::Error,
@@ -62,7 +75,17 @@ pub enum ConnectError {
     Query(#[from] tokio_postgres::Error),
 }
 
-/// A description of where `config` connects, for messages.
+/// `error`'s message and its cause's, which the driver keeps apart
+/// ("invalid connection string: invalid value for option `port`").
+fn with_cause(error: &tokio_postgres::Error) -> String {
+    match std::error::Error::source(error) {
+        Some(cause) => format!("{error}: {cause}"),
+        None => error.to_string(),
+    }
+}
+
+/// A description of where `config` connects, for messages: its hosts, ports
+/// and database, nothing that may be secret.
 pub(crate) fn target(config: &Config) -> String {
     let hosts: Vec<String> = config
         .get_hosts()

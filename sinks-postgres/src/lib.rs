@@ -22,6 +22,9 @@
 //!   differs from the records', each with what to change. A lost connection
 //!   during a commit is retried on a new connection within the job's commit
 //!   retry policy, then fails the job.
+//! - No message, log line or `Debug` output shows a secret of the
+//!   connection string: where the string is shown, it goes through
+//!   [`redact_connection_string`] (password and secret parameters as `***`).
 //!
 //! The server needs `max_prepared_transactions` of at least twice the
 //! parallelism. See the project's `docs/postgres-sink.md`.
@@ -34,6 +37,7 @@ mod connection;
 mod gid;
 mod record;
 mod recovery;
+mod redact;
 mod sink;
 mod stats;
 mod writer;
@@ -42,6 +46,7 @@ pub use committer::PostgresCommitter;
 pub use connection::{ConnectError, MARKER_TABLE};
 pub use gid::TransactionId;
 pub use record::{Column, PgRecord};
+pub use redact::redact_connection_string;
 pub use sink::PostgresSink;
 pub use stats::PostgresStats;
 pub use tokio_postgres::types::{ToSql, Type};

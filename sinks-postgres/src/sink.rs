@@ -16,6 +16,7 @@ use crate::connection::{check, connect, lock_job, quote_ident, ConnectError};
 use crate::gid::{check_job_name, new_lineage};
 use crate::record::{Column, PgRecord};
 use crate::recovery::roll_back_lingering;
+use crate::redact::redact_connection_string;
 use crate::stats::{PostgresStats, Stats};
 use crate::writer::{describe, PgCommittable, PgWriterState, PostgresWriter};
 
@@ -39,6 +40,8 @@ use crate::writer::{describe, PgCommittable, PgWriterState, PostgresWriter};
 /// ```
 pub struct PostgresSink<T> {
     config: Config,
+    /// The connection string without its secrets, for `Debug`.
+    redacted: Arc<str>,
     copy_sql: Arc<str>,
     types: Arc<[Type]>,
     stats: Arc<Stats>,
@@ -49,8 +52,10 @@ pub struct PostgresSink<T> {
 }
 
 impl<T> std::fmt::Debug for PostgresSink<T> {
+    /// The connection string without its secrets, and the `COPY` statement.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresSink")
+            .field("connection", &self.redacted)
             .field("copy", &self.copy_sql)
             .finish_non_exhaustive()
     }
@@ -64,13 +69,18 @@ impl<T: PgRecord> PostgresSink<T> {
     /// [`PgRecord::columns`], and creates the commit marker table if needed.
     ///
     /// Called once, before the job is built. Each refusal names what to
-    /// change.
+    /// change; none shows a secret of `connection` (see
+    /// [`redact_connection_string`]).
     pub async fn connect(
         connection: &str,
         table: &str,
         parallelism: usize,
     ) -> Result<Self, ConnectError> {
-        let config = Config::from_str(connection).map_err(ConnectError::BadConnectionString)?;
+        let config =
+            Config::from_str(connection).map_err(|source| ConnectError::BadConnectionString {
+                connection: redact_connection_string(connection),
+                source,
+            })?;
         let columns = T::columns();
         let client = connect(&config).await?;
         let qualified = check(&client, table, &columns, parallelism).await?;
@@ -81,6 +91,7 @@ impl<T: PgRecord> PostgresSink<T> {
         );
         Ok(PostgresSink {
             config,
+            redacted: redact_connection_string(connection).into(),
             copy_sql: copy_sql.into(),
             types: columns.into_iter().map(|Column { ty, .. }| ty).collect(),
             stats: Arc::new(Stats::default()),
@@ -196,5 +207,98 @@ impl<T> PostgresSink<T> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_postgres::types::ToSql;
+
+    struct Row(i64);
+
+    impl PgRecord for Row {
+        fn columns() -> Vec<Column> {
+            vec![Column::new("id", Type::INT8)]
+        }
+        fn push_values<'a>(&'a self, out: &mut Vec<&'a (dyn ToSql + Sync)>) {
+            out.push(&self.0);
+        }
+    }
+
+    fn assert_no_secret(shown: &str, secrets: &[&str]) {
+        for secret in secrets {
+            assert!(!shown.contains(secret), "{secret:?} is shown: {shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_names_the_server_but_no_secret() {
+        // Nothing listens on port 1: the connection is refused at once.
+        for connection in [
+            "postgresql://app:Url-S3cret@127.0.0.1:1/shop?password=Param-S3cret&connect_timeout=5",
+            "host=127.0.0.1 port=1 user=app password='Kv S3cret' dbname=shop connect_timeout=5",
+        ] {
+            let error = PostgresSink::<Row>::connect(connection, "t", 1)
+                .await
+                .expect_err("nothing listens on port 1");
+            assert!(matches!(error, ConnectError::Connect { .. }), "{error}");
+            for shown in [error.to_string(), format!("{error:?}")] {
+                assert_no_secret(&shown, &["S3cret"]);
+            }
+            let message = error.to_string();
+            assert!(
+                message.starts_with(
+                    "cannot connect to PostgreSQL (host 127.0.0.1 port 1 database shop): \
+                     error connecting to server: "
+                ),
+                "{message}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_string_is_shown_without_its_secrets() {
+        let error = PostgresSink::<Row>::connect(
+            "host=127.0.0.1 port=notaport user=app password=Kv-S3cret",
+            "t",
+            1,
+        )
+        .await
+        .expect_err("the port is not a number");
+        let message = error.to_string();
+        assert_eq!(
+            message,
+            "the connection string host=127.0.0.1 port=notaport user=app password=*** is not \
+             valid: invalid connection string: invalid value for option `port`"
+        );
+        assert_no_secret(&format!("{error:?}"), &["S3cret"]);
+        // The driver does not know `sslpassword`: refused, and hidden.
+        let error = PostgresSink::<Row>::connect(
+            "postgresql://app:Url-S3cret@127.0.0.1:1/shop?sslpassword=Ssl-S3cret",
+            "t",
+            1,
+        )
+        .await
+        .expect_err("sslpassword is unknown to the driver");
+        let message = error.to_string();
+        assert!(
+            message.contains("postgresql://app:***@127.0.0.1:1/shop?sslpassword=***"),
+            "{message}"
+        );
+        assert_no_secret(&format!("{message} {error:?}"), &["S3cret"]);
+    }
+
+    #[test]
+    fn a_committer_shows_its_server_but_no_secret() {
+        let committer = PostgresCommitter {
+            config: Config::from_str("host=127.0.0.1 port=1 user=app password=Kv-S3cret")
+                .expect("a valid connection string"),
+            client: None,
+            stats: Arc::new(Stats::default()),
+        };
+        let shown = format!("{committer:?}");
+        assert_no_secret(&shown, &["S3cret"]);
+        assert!(shown.contains("host 127.0.0.1 port 1"), "{shown}");
     }
 }

@@ -206,7 +206,10 @@ async fn a_missing_table_a_missing_column_and_a_type_mismatch_are_refused_at_con
     let bad = PostgresSink::<Row>::connect("host=127.0.0.1 port=notaport", "t", 1)
         .await
         .unwrap_err();
-    assert!(matches!(bad, ConnectError::BadConnectionString(_)), "{bad}");
+    assert!(
+        matches!(bad, ConnectError::BadConnectionString { .. }),
+        "{bad}"
+    );
 }
 
 fn context(job: &str) -> InitContext {

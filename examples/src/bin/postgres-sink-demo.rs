@@ -25,11 +25,15 @@ use sink_runtime::source::Source;
 use sink_runtime::{
     CheckpointConfig, Job, JobStatus, LocalCheckpointStorage, RuntimeMode, SequenceSource,
 };
-use sinks_postgres::{Column, PgRecord, PostgresSink, ToSql, TransactionId, Type};
+use sinks_postgres::{
+    redact_connection_string, Column, PgRecord, PostgresSink, ToSql, TransactionId, Type,
+};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::{Client, NoTls};
 
-#[derive(Debug, Parser)]
+// No `Debug`: `url` may hold a password. Show it only through
+// `redact_connection_string`.
+#[derive(Parser)]
 #[command(
     about = "Two-phase-commit PostgreSQL sink demo: the demo's records into a table, exactly once"
 )]
@@ -102,10 +106,12 @@ impl PgRecord for DemoRow {
     }
 }
 
+/// Connects to `url`; a failure names the server through
+/// `redact_connection_string`, never with its password.
 async fn connect(url: &str) -> anyhow::Result<Client> {
     let (client, connection) = tokio_postgres::connect(url, NoTls)
         .await
-        .with_context(|| format!("connecting to {url}"))?;
+        .with_context(|| format!("connecting to {}", redact_connection_string(url)))?;
     tokio::spawn(connection);
     Ok(client)
 }

@@ -36,7 +36,10 @@ pub fn url_without_prepared_transactions() -> String {
 pub async fn client(url: &str) -> Client {
     let (client, connection) = tokio_postgres::connect(url, NoTls)
         .await
-        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+        .unwrap_or_else(|e| {
+            let url = sinks_postgres::redact_connection_string(url);
+            panic!("cannot connect to {url}: {e}")
+        });
     tokio::spawn(connection);
     client
 }
