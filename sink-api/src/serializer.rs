@@ -160,13 +160,20 @@ impl<T: Serialize + DeserializeOwned> VersionedSerializer<T> for BincodeSerializ
         self.version
     }
 
+    /// Refuses a payload over [`MAX_DECODED_PAYLOAD`]: what could not be
+    /// read back must not be stored (a checkpoint holding it would fail,
+    /// rather than one that no restore can read).
     fn serialize(&self, value: &T) -> Result<Vec<u8>, SerializerError> {
-        bincode::serde::encode_to_vec(value, bincode::config::standard()).map_err(|err| {
-            SerializerError::Encode {
-                what: std::any::type_name::<T>(),
-                message: err.to_string(),
-            }
-        })
+        let what = std::any::type_name::<T>();
+        let payload =
+            bincode::serde::encode_to_vec(value, bincode::config::standard()).map_err(|err| {
+                SerializerError::Encode {
+                    what,
+                    message: err.to_string(),
+                }
+            })?;
+        check_encoded_len(what, payload.len())?;
+        Ok(payload)
     }
 
     fn deserialize(&self, version: u32, bytes: &[u8]) -> Result<T, SerializerError> {
@@ -207,6 +214,21 @@ const MIN_LIMIT_EXPONENT: u32 = 12;
 /// The largest payload decoded: 1 GiB. A committable or writer state beyond
 /// it is refused with a clear error rather than decoded.
 pub const MAX_DECODED_PAYLOAD: usize = 1 << 30;
+
+/// Refuses to store a payload of `len` bytes that [`decode_bounded`] would
+/// refuse to read.
+fn check_encoded_len(what: &'static str, len: usize) -> Result<(), SerializerError> {
+    if len > MAX_DECODED_PAYLOAD {
+        return Err(SerializerError::Encode {
+            what,
+            message: format!(
+                "its encoding of {len} bytes is larger than the {MAX_DECODED_PAYLOAD} bytes a \
+                 restore reads back; keep less in one committable or writer state"
+            ),
+        });
+    }
+    Ok(())
+}
 
 /// Decodes a bincode 2 payload so that no length or count in it can make
 /// the decoder reserve memory the input cannot back.
@@ -334,6 +356,14 @@ mod tests {
             err.to_string().contains("claims more than its 12 bytes"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn what_could_not_be_read_back_is_not_stored() {
+        assert!(check_encoded_len("x", MAX_DECODED_PAYLOAD).is_ok());
+        let err = check_encoded_len("x", MAX_DECODED_PAYLOAD + 1).unwrap_err();
+        assert!(matches!(err, SerializerError::Encode { .. }), "{err}");
+        assert!(err.to_string().contains("a restore reads back"), "{err}");
     }
 
     #[test]
