@@ -117,7 +117,7 @@ fn commit_one<T: Clone>(state: &mut StoreState<T>, request: &mut CommitRequest<M
                 let records = request.committable().record_count;
                 request.signal_records_lost(
                     records,
-                    format!("injected commit failure (known reason) for transaction {transaction_id}: its {records} records are lost"),
+                    format!("injected commit failure (known reason) for transaction {transaction_id} ({records} records lost)"),
                 );
             }
             InjectedCommitFailure::UnknownReason => {
@@ -322,7 +322,7 @@ mod tests {
             vec![
                 CommitOutcome::RetryLater,
                 CommitOutcome::FailedWithKnownReason(format!(
-                    "injected commit failure (known reason) for transaction {id}"
+                    "injected commit failure (known reason) for transaction {id} (1 records lost)"
                 )),
                 CommitOutcome::FailedWithUnknownReason(format!(
                     "injected commit failure (unknown reason) for transaction {id}"
