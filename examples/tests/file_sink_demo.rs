@@ -185,7 +185,14 @@ fn killed_and_resumed_it_writes_every_record_exactly_once() {
         }
         let output = child.wait_with_output().unwrap();
         let report = summary(&output);
-        assert_eq!(report["status"], "Finished", "seed {seed}: {report}");
+        // A kill can land after the job finished (its FINISHED marker
+        // written) but before the process exited: then this run finds the
+        // job already finished, which is right.
+        let finished_before = kills > 0 && report["status"] == "AlreadyFinished";
+        assert!(
+            report["status"] == "Finished" || finished_before,
+            "seed {seed}: {report}"
+        );
         break;
     }
     assert!(kills >= 1, "seed {seed}: the demo finished before any kill");
