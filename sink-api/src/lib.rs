@@ -37,7 +37,7 @@ pub use error::SinkError;
 pub use global_committer::GlobalCommitter;
 pub use serializer::{
     deserialize_versioned, serialize_versioned, BincodeSerializer, SerializerError,
-    VersionedSerializer,
+    VersionedSerializer, MAX_DECODED_PAYLOAD,
 };
 pub use sink::Sink;
 pub use writer::SinkWriter;

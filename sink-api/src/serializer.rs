@@ -211,6 +211,12 @@ const DECODED_PER_INPUT_BYTE: usize = 16;
 /// The smallest limit tried, so that tiny blobs do not need their own step.
 const MIN_LIMIT_EXPONENT: u32 = 12;
 
+// Decoding limits reach 2^34 bytes: a `usize` must hold them.
+const _: () = assert!(
+    usize::BITS >= 64,
+    "sink-api needs a 64-bit target: its decoding limits do not fit a smaller usize"
+);
+
 /// The largest payload decoded: 1 GiB. A committable or writer state beyond
 /// it is refused with a clear error rather than decoded.
 pub const MAX_DECODED_PAYLOAD: usize = 1 << 30;

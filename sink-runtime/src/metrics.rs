@@ -7,6 +7,7 @@
 //! first [`MAX_KEPT_FAILURES`]), so a report can say what was lost, not only
 //! how much.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -94,7 +95,7 @@ pub struct Metrics {
     pub(crate) commits_retried: AtomicU64,
     pub(crate) commits_failed: AtomicU64,
     pub(crate) records_lost: AtomicU64,
-    pub(crate) known_failures: Mutex<Vec<KnownCommitFailure>>,
+    pub(crate) known_failures: Mutex<KnownFailures>,
     pub(crate) checkpoints_triggered: AtomicU64,
     pub(crate) checkpoints_completed: AtomicU64,
     pub(crate) checkpoints_failed: AtomicU64,
@@ -102,6 +103,20 @@ pub struct Metrics {
     pub(crate) last_checkpoint_duration_ms: AtomicU64,
     pub(crate) global_commits: AtomicU64,
     pub(crate) restarts: AtomicU64,
+}
+
+/// How many reported failures are remembered to count each once.
+const MAX_REMEMBERED_FAILURES: usize = 100_000;
+
+/// The known commit failures reported so far.
+#[derive(Debug, Default)]
+pub(crate) struct KnownFailures {
+    /// The first [`MAX_KEPT_FAILURES`], for the report.
+    kept: Vec<KnownCommitFailure>,
+    /// (checkpoint, reason) of every failure reported (up to
+    /// [`MAX_REMEMBERED_FAILURES`]): a re-commit after an in-process restart
+    /// meets the same failure again, which is one loss, not two.
+    seen: HashSet<(CheckpointId, String)>,
 }
 
 pub(crate) fn add(counter: &AtomicU64, amount: u64) {
@@ -117,16 +132,25 @@ pub(crate) fn sub(counter: &AtomicU64, amount: u64) {
 }
 
 impl Metrics {
-    /// Records a known commit failure (the counters are updated by the
-    /// caller). Called by the subtask tasks.
-    pub(crate) fn record_failure(&self, failure: KnownCommitFailure) {
-        let mut kept = self
+    /// Records a known commit failure; returns false when this process
+    /// reported the same one (checkpoint and reason) before, which the
+    /// caller then does not count again. Called by the subtask tasks.
+    pub(crate) fn record_failure(&self, failure: KnownCommitFailure) -> bool {
+        let mut failures = self
             .known_failures
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if kept.len() < MAX_KEPT_FAILURES {
-            kept.push(failure);
+        let key = (failure.checkpoint_id, failure.reason.clone());
+        if failures.seen.contains(&key) {
+            return false;
         }
+        if failures.seen.len() < MAX_REMEMBERED_FAILURES {
+            failures.seen.insert(key);
+        }
+        if failures.kept.len() < MAX_KEPT_FAILURES {
+            failures.kept.push(failure);
+        }
+        true
     }
 
     /// The known commit failures so far, oldest first (at most
@@ -137,6 +161,7 @@ impl Metrics {
         self.known_failures
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .kept
             .clone()
     }
 
@@ -166,5 +191,41 @@ impl Metrics {
             global_commits: get(&self.global_commits),
             restarts: get(&self.restarts),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(checkpoint: u64, reason: &str) -> KnownCommitFailure {
+        KnownCommitFailure {
+            checkpoint_id: CheckpointId(checkpoint),
+            subtask: 0,
+            reason: reason.into(),
+            records_lost: Some(3),
+        }
+    }
+
+    #[test]
+    fn a_failure_met_again_is_reported_once() {
+        let metrics = Metrics::default();
+        assert!(metrics.record_failure(failure(1, "file a is gone")));
+        assert!(metrics.record_failure(failure(1, "file b is gone")));
+        assert!(metrics.record_failure(failure(2, "file a is gone")));
+        assert!(
+            !metrics.record_failure(failure(1, "file a is gone")),
+            "a re-commit after an in-process restart meets the same loss"
+        );
+        assert_eq!(metrics.known_failures().len(), 3);
+    }
+
+    #[test]
+    fn only_the_first_failures_are_kept() {
+        let metrics = Metrics::default();
+        for i in 0..(MAX_KEPT_FAILURES as u64 + 10) {
+            assert!(metrics.record_failure(failure(i, "gone")));
+        }
+        assert_eq!(metrics.known_failures().len(), MAX_KEPT_FAILURES);
     }
 }

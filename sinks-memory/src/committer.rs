@@ -132,7 +132,8 @@ fn commit_one<T: Clone>(state: &mut StoreState<T>, request: &mut CommitRequest<M
 
     let Some(transaction) = state.transaction_mut(&transaction_id) else {
         state.stats.known_failures += 1;
-        request.signal_failed_with_known_reason(not_found(&transaction_id));
+        let records = request.committable().record_count;
+        request.signal_records_lost(records, not_found(&transaction_id));
         return;
     };
     match transaction.state {
@@ -165,7 +166,8 @@ fn commit_one<T: Clone>(state: &mut StoreState<T>, request: &mut CommitRequest<M
         }
         TransactionState::Open | TransactionState::Aborted => {
             state.stats.known_failures += 1;
-            request.signal_failed_with_known_reason(not_found(&transaction_id));
+            let records = request.committable().record_count;
+            request.signal_records_lost(records, not_found(&transaction_id));
         }
     }
 }

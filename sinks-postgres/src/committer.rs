@@ -162,11 +162,14 @@ impl Committer for PostgresCommitter {
                 }
                 Settled::Lost => {
                     stats::add(&self.stats.lost, 1);
-                    request.signal_failed_with_known_reason(format!(
-                        "transaction {gid} is neither prepared nor committed (no commit marker): \
-                         its {} rows were rolled back by someone else and are lost",
-                        request.committable().rows
-                    ));
+                    let rows = request.committable().rows;
+                    request.signal_records_lost(
+                        rows,
+                        format!(
+                            "transaction {gid} is neither prepared nor committed (no commit marker): \
+                             its {rows} rows were rolled back by someone else and are lost"
+                        ),
+                    );
                 }
                 Settled::ConnectionLost(reason) => {
                     warn!(gid, %reason, "the connection was lost during a commit; retrying later");

@@ -27,13 +27,15 @@ pub const MARKER_TABLE: &str = "eo_sink_commit_markers";
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The connection string does not parse.
-    #[error("the connection string {connection} is not valid: {}", with_cause(.source))]
+    #[error("the connection string {connection} is not valid: {reason}")]
     BadConnectionString {
         /// The connection string, its secrets replaced by `***`.
         connection: String,
-        /// The driver's error. Its cause names an option or a position
-        /// (`invalid value for option \`port\``), never an option's value.
-        source: tokio_postgres::Error,
+        /// The driver's reason (`invalid value for option \`port\``),
+        /// without any character of the string it quotes: made by
+        /// [`parse_reason`]. The driver's error itself is not kept, so that
+        /// no error chain can show it.
+        reason: String,
     },
     /// The server cannot be reached or refused the login.
     #[error("cannot connect to PostgreSQL ({target}): {}", with_cause(.source))]
@@ -81,6 +83,21 @@ fn with_cause(error: &tokio_postgres::Error) -> String {
     match std::error::Error::source(error) {
         Some(cause) => format!("{error}: {cause}"),
         None => error.to_string(),
+    }
+}
+
+/// The driver's reason for refusing a connection string, safe to show: its
+/// "unexpected character … but got `x`" quotes a character of the string,
+/// which may be one of a password's, so that part is cut. Called by
+/// `PostgresSink::connect`.
+pub(crate) fn parse_reason(error: &tokio_postgres::Error) -> String {
+    let reason = with_cause(error);
+    match reason.find(" but got") {
+        Some(at) => format!(
+            "{} (a key without `=`, or an unclosed quote?)",
+            &reason[..at]
+        ),
+        None => reason,
     }
 }
 

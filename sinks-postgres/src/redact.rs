@@ -89,13 +89,20 @@ fn url_secrets(url: &str) -> Vec<(usize, usize)> {
     let offset = scheme + 3;
     let rest = &url[offset..];
     // The user information ends at an `@`: the first one (where the
-    // driver's parser ends it), or the last one before the query that
-    // follows it, so that a password with an unencoded `@` is hidden whole.
+    // driver's parser ends it), or a later one when a password holds an
+    // unencoded `@`. The later one is the last `@` before the query, or the
+    // last before the path, whichever comes later (each counted from the
+    // first `@`), so that a password with `@` and `?` or `/` is hidden
+    // whole. Only a password holding an `@` followed by both a `?` and a
+    // `/` can show a part: percent-encode such passwords.
     if let Some(first_at) = rest.find('@') {
-        let query = rest[first_at..]
-            .find('?')
-            .map_or(rest.len(), |q| first_at + q);
-        let at = rest[..query].rfind('@').unwrap_or(first_at);
+        let last_at_before = |end: char| {
+            let end = rest[first_at..]
+                .find(end)
+                .map_or(rest.len(), |e| first_at + e);
+            rest[..end].rfind('@').unwrap_or(first_at)
+        };
+        let at = last_at_before('?').max(last_at_before('/'));
         if let Some(colon) = rest[..at].find(':') {
             if colon + 1 < at {
                 secrets.push((offset + colon + 1, offset + at));
@@ -284,6 +291,14 @@ mod tests {
         assert_eq!(
             redact("postgresql://app:p?s/s:w@db/shop?application_name=a@b"),
             "postgresql://app:***@db/shop?application_name=a@b"
+        );
+        assert_eq!(
+            redact("postgresql://app:a@b?c@db/shop"),
+            "postgresql://app:***@db/shop"
+        );
+        assert_eq!(
+            redact("postgresql://app:a@b/c@db/shop?application_name=x"),
+            "postgresql://app:***@db/shop?application_name=x"
         );
         assert_eq!(
             redact("postgresql://app:pw@db/shop?password=a?b&x=1"),

@@ -12,7 +12,7 @@ use tokio_postgres::Config;
 use tracing::info;
 
 use crate::committer::PostgresCommitter;
-use crate::connection::{check, connect, lock_job, quote_ident, ConnectError};
+use crate::connection::{check, connect, lock_job, parse_reason, quote_ident, ConnectError};
 use crate::gid::{check_job_name, new_lineage};
 use crate::record::{Column, PgRecord};
 use crate::recovery::roll_back_lingering;
@@ -77,9 +77,9 @@ impl<T: PgRecord> PostgresSink<T> {
         parallelism: usize,
     ) -> Result<Self, ConnectError> {
         let config =
-            Config::from_str(connection).map_err(|source| ConnectError::BadConnectionString {
+            Config::from_str(connection).map_err(|error| ConnectError::BadConnectionString {
                 connection: redact_connection_string(connection),
-                source,
+                reason: parse_reason(&error),
             })?;
         let columns = T::columns();
         let client = connect(&config).await?;
@@ -287,6 +287,16 @@ mod tests {
             "{message}"
         );
         assert_no_secret(&format!("{message} {error:?}"), &["S3cret"]);
+        // A key without `=`: the driver's reason quotes the next character,
+        // here the password's first.
+        let error = PostgresSink::<Row>::connect("host=127.0.0.1 password Zecret", "t", 1)
+            .await
+            .expect_err("a key without a value");
+        let shown = format!("{error} {error:?}");
+        assert!(
+            !shown.contains("`Z`") && !shown.contains("Zecret"),
+            "{shown}"
+        );
     }
 
     #[test]

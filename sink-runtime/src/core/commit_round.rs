@@ -157,8 +157,16 @@ impl<C> CommitRound<C> {
         &self.tally
     }
 
+    /// The known failures settled since the last call, taken out of the
+    /// tally: the caller reports each as soon as it is settled, so that a
+    /// round cut short (a cancel, a later unknown failure) hides none.
+    pub fn take_known_failures(&mut self) -> Vec<(String, Option<u64>)> {
+        std::mem::take(&mut self.tally.known_failures)
+    }
+
     /// The committables that ended committed or already committed, for the
-    /// global committer.
+    /// global committer, and the tally (without the known failures already
+    /// taken by [`take_known_failures`](Self::take_known_failures)).
     pub fn into_committed(self) -> (Vec<C>, CommitTally) {
         (self.committed, self.tally)
     }
@@ -242,9 +250,14 @@ mod tests {
         requests[0].signal_failed_with_known_reason("expired");
         requests[1].signal_already_committed();
         assert_eq!(round.settle(requests, &policy(1)), Ok(RoundStep::Done));
+        assert_eq!(
+            round.take_known_failures(),
+            vec![("expired".to_string(), None)]
+        );
+        assert!(round.take_known_failures().is_empty(), "taken once");
         let (committed, tally) = round.into_committed();
         assert_eq!(committed, vec!["b"]);
-        assert_eq!(tally.known_failures, vec![("expired".to_string(), None)]);
+        assert!(tally.known_failures.is_empty());
         assert_eq!(tally.already_committed, 1);
 
         let mut round = CommitRound::new(CheckpointId(2), vec!["c"]);

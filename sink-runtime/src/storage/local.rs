@@ -167,10 +167,12 @@ impl LocalCheckpointStorage {
     /// - `GENERATION` is kept: the next start gets a generation larger than
     ///   any before, so names that sinks derive from generations never
     ///   repeat across runs of the directory. `LOCK` is kept (and held).
-    /// - Checkpoints are removed oldest first and `FINISHED` last, and the
-    ///   directory is synced: a crash part-way leaves the newest checkpoints
-    ///   (a resume from them is still exact) or the finished marker, never a
-    ///   state that resumes from an older checkpoint than the newest.
+    /// - `FINISHED` is removed first, then the checkpoints oldest first, and
+    ///   the directory is synced: a crash part-way leaves the newest
+    ///   checkpoints (a resume from them is still exact, or refused by a sink
+    ///   whose output was cleared), never a state that resumes from an older
+    ///   checkpoint than the newest, nor a finished marker without its
+    ///   checkpoints.
     /// - Only the job's progress goes: what the job wrote elsewhere (a sink's
     ///   output) is the caller's to clear, and must be cleared while this
     ///   storage is open, so that no other instance is using it.
@@ -178,11 +180,8 @@ impl LocalCheckpointStorage {
     /// Blocking file I/O, on the calling thread.
     pub fn start_over(&self) -> Result<(), StorageError> {
         let dir = &self.inner.dir;
-        for (_, path) in list_checkpoints(dir)? {
-            fs::remove_file(&path).map_err(|e| {
-                StorageError::io(format!("removing the checkpoint {}", path.display()), e)
-            })?;
-        }
+        // The marker first: a crash after it leaves checkpoints a resume
+        // refuses or completes, never a "finished" job with nothing behind it.
         let finished = dir.join(FINISHED_FILE);
         match fs::remove_file(&finished) {
             Ok(()) => {}
@@ -193,6 +192,11 @@ impl LocalCheckpointStorage {
                     e,
                 ))
             }
+        }
+        for (_, path) in list_checkpoints(dir)? {
+            fs::remove_file(&path).map_err(|e| {
+                StorageError::io(format!("removing the checkpoint {}", path.display()), e)
+            })?;
         }
         File::open(dir)
             .and_then(|d| d.sync_all())
@@ -260,7 +264,14 @@ impl CheckpointStorage for LocalCheckpointStorage {
         self.blocking(|inner| {
             let path = inner.dir.join(GENERATION_FILE);
             let last = read_optional::<u64>(&path, Kind::Generation)?.unwrap_or(0);
-            let next = last + 1;
+            let next = last.checked_add(1).ok_or_else(|| {
+                StorageError::Message(format!(
+                    "{} holds generation {last}, the largest there is: no start can get a new one. \
+                     The file is damaged; use a new state directory (with a new output for sinks that \
+                     keep theirs)",
+                    path.display()
+                ))
+            })?;
             write_framed(&inner.dir, GENERATION_FILE, Kind::Generation, &next)?;
             Ok(Generation(next))
         })

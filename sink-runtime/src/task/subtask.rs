@@ -415,6 +415,34 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         Ok(())
     }
 
+    /// Logs, counts and keeps the known failures of `checkpoint_id` just
+    /// settled; returns the records lost with them. A failure this process
+    /// already reported (the same re-commit after an in-process restart) is
+    /// logged again but counted once.
+    fn report_known_failures(
+        &self,
+        checkpoint_id: CheckpointId,
+        failures: Vec<(String, Option<u64>)>,
+    ) -> u64 {
+        let mut records_lost = 0u64;
+        for (reason, lost) in failures {
+            warn!(subtask = self.index, checkpoint = %checkpoint_id, %reason, records_lost = ?lost,
+                "a committable failed with a known reason and was dropped: its output is lost");
+            records_lost = records_lost.saturating_add(lost.unwrap_or(0));
+            let first_report = self.metrics.record_failure(KnownCommitFailure {
+                checkpoint_id,
+                subtask: self.index,
+                reason,
+                records_lost: lost,
+            });
+            if first_report {
+                metrics::add(&self.metrics.commits_failed, 1);
+                metrics::add(&self.metrics.records_lost, lost.unwrap_or(0));
+            }
+        }
+        records_lost
+    }
+
     /// Commits one part through its retries and forwards what was committed
     /// to the global committer, under the part's original subtask. Says
     /// whether a committable was dropped with a known reason.
@@ -426,6 +454,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         let summary = part.summary;
         let count = part.committables.len() as u64;
         let mut round = CommitRound::new(checkpoint_id, part.committables);
+        let mut records_lost = 0u64;
         loop {
             let mut requests = round.take_requests();
             if requests.is_empty() {
@@ -439,12 +468,15 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                 .commit(&mut requests)
                 .await
                 .map_err(self.sink_error("commit"))?;
-            let step = round
-                .settle(requests, &self.settings.retry)
-                .map_err(|source| JobError::Commit {
-                    subtask: self.index,
-                    source,
-                })?;
+            let step = round.settle(requests, &self.settings.retry);
+            // Reported at once: a round cut short below hides no loss.
+            records_lost = records_lost.saturating_add(
+                self.report_known_failures(checkpoint_id, round.take_known_failures()),
+            );
+            let step = step.map_err(|source| JobError::Commit {
+                subtask: self.index,
+                source,
+            })?;
             match step {
                 RoundStep::Done => break,
                 RoundStep::Retry { retry, requests } => {
@@ -460,20 +492,8 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             }
         }
         let (committed, tally) = round.into_committed();
-        let mut records_lost = 0u64;
-        for (reason, lost) in &tally.known_failures {
-            warn!(subtask = self.index, checkpoint = %checkpoint_id, %reason, records_lost = ?lost,
-                "a committable failed with a known reason and was dropped: its output is lost");
-            records_lost = records_lost.saturating_add(lost.unwrap_or(0));
-            self.metrics.record_failure(KnownCommitFailure {
-                checkpoint_id,
-                subtask: self.index,
-                reason: reason.clone(),
-                records_lost: *lost,
-            });
-        }
+        let failed = count.saturating_sub(committed.len() as u64);
         metrics::sub(&self.metrics.committables_pending, count);
-        metrics::add(&self.metrics.records_lost, records_lost);
         if !self.recommitting {
             // Restored records were written, and counted, by an earlier run;
             // lost ones were never committed.
@@ -487,10 +507,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             &self.metrics.commits_already_committed,
             tally.already_committed,
         );
-        metrics::add(
-            &self.metrics.commits_failed,
-            tally.known_failures.len() as u64,
-        );
+
         // Once per subtask and checkpoint: debug; the coordinator logs each
         // completed checkpoint at info.
         debug!(subtask = self.index, checkpoint = %checkpoint_id, origin = summary.subtask,
@@ -510,9 +527,9 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             committables: committed,
         })
         .await?;
-        Ok(match tally.known_failures.is_empty() {
-            true => CommitOutcome::Committed,
-            false => CommitOutcome::PartlyLost,
+        Ok(match failed {
+            0 => CommitOutcome::Committed,
+            _ => CommitOutcome::PartlyLost,
         })
     }
 
