@@ -1,0 +1,144 @@
+//! The checkpoint format is pinned: files written by earlier builds, kept
+//! under `tests/data/checkpoints/`, are read back by this one.
+//!
+//! Each folder `vN` is a state directory written in format version `N`,
+//! holding one checkpoint whose content is [`expected`] (the payloads of its
+//! blobs decode with the serializers this build uses), a `GENERATION` and a
+//! `FINISHED` marker. A change of the format adds a folder and keeps reading
+//! the older ones, or refuses them with an error naming both versions; it
+//! never misreads them.
+//!
+//! `GOLDEN_WRITE=1 cargo test -p sink-runtime --test golden` writes the
+//! folder of the current format (once, when the format changes).
+
+use std::path::{Path, PathBuf};
+
+use sink_api::{
+    deserialize_versioned, serialize_versioned, BincodeSerializer, CheckpointId, Generation,
+    VersionedSerializer,
+};
+use sink_runtime::core::ledger::CommittableSummary;
+use sink_runtime::source::RangeSplit;
+use sink_runtime::storage::{
+    CheckpointStorage, CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot,
+    PendingCommittables, SubtaskSnapshot,
+};
+use sink_runtime::LocalCheckpointStorage;
+use sinks_memory::{MemoryCommittable, MemoryWriterState};
+
+fn data(version: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/checkpoints")
+        .join(version)
+}
+
+fn splits(ranges: &[(u64, u64)]) -> Vec<u8> {
+    let splits: Vec<RangeSplit> = ranges
+        .iter()
+        .map(|&(next, end)| RangeSplit { next, end })
+        .collect();
+    serialize_versioned(&BincodeSerializer::<Vec<RangeSplit>>::new(1), &splits).unwrap()
+}
+
+fn committable(transaction_id: &str, record_count: u64) -> Vec<u8> {
+    let committable = MemoryCommittable {
+        transaction_id: transaction_id.into(),
+        record_count,
+    };
+    serialize_versioned(&BincodeSerializer::default(), &committable).unwrap()
+}
+
+fn writer_state(next_transaction_seq: u64) -> Vec<u8> {
+    let state = MemoryWriterState::<u64> {
+        next_transaction_seq,
+        buffered: Vec::new(),
+    };
+    serialize_versioned(&BincodeSerializer::default(), &state).unwrap()
+}
+
+fn pending(checkpoint: u64, subtask: usize, committables: Vec<Vec<u8>>) -> PendingCommittables {
+    PendingCommittables {
+        summary: CommittableSummary {
+            checkpoint_id: CheckpointId(checkpoint),
+            subtask,
+            committable_count: committables.len() as u64,
+            record_count: 10 * committables.len() as u64,
+        },
+        committables,
+    }
+}
+
+/// What the golden checkpoint of format 1 holds: two subtasks of the
+/// in-memory sink over a sequence source, one with a pending committable,
+/// and a global committer's pending part.
+fn expected() -> CompletedCheckpoint {
+    CompletedCheckpoint {
+        checkpoint_id: CheckpointId(7),
+        job_name: "golden".into(),
+        generation: Generation(3),
+        parallelism: 2,
+        subtasks: vec![
+            SubtaskSnapshot {
+                subtask: 0,
+                source_splits: splits(&[(40, 100)]),
+                writer_states: vec![writer_state(4)],
+                pending: vec![pending(7, 0, vec![committable("g3-s0-t3", 10)])],
+                end_of_input: false,
+            },
+            SubtaskSnapshot {
+                subtask: 1,
+                source_splits: splits(&[(100, 100)]),
+                writer_states: vec![writer_state(2)],
+                pending: Vec::new(),
+                end_of_input: true,
+            },
+        ],
+        global_committer: Some(GlobalCommitterSnapshot {
+            pending: vec![pending(6, 1, vec![committable("g3-s1-t1", 10)])],
+        }),
+        is_final: false,
+    }
+}
+
+const FINISHED: FinishedMarker = FinishedMarker {
+    generation: Generation(3),
+    last_checkpoint: Some(CheckpointId(7)),
+};
+
+#[tokio::test]
+async fn golden_checkpoint_files_of_every_format_are_read_back() {
+    if std::env::var_os("GOLDEN_WRITE").is_some() {
+        let dir = data("v1");
+        let storage = LocalCheckpointStorage::open(&dir).unwrap();
+        for _ in 0..3 {
+            storage.begin().await.unwrap();
+        }
+        storage.store(&expected()).await.unwrap();
+        storage.mark_finished(FINISHED).await.unwrap();
+        drop(storage);
+        std::fs::remove_file(dir.join("LOCK")).unwrap();
+    }
+
+    let state = LocalCheckpointStorage::inspect(data("v1")).expect("the golden directory");
+    assert_eq!(state.generation, Some(Generation(3)));
+    assert_eq!(state.finished, Some(FINISHED));
+    assert_eq!(state.checkpoints.len(), 1);
+    let checkpoint = state.checkpoints[0]
+        .content
+        .as_ref()
+        .expect("format 1 is read");
+    assert_eq!(*checkpoint, expected());
+
+    // The blobs inside decode with this build's serializers.
+    let committables = BincodeSerializer::<MemoryCommittable>::default();
+    let pending = &checkpoint.subtasks[0].pending[0].committables[0];
+    let decoded = deserialize_versioned(&committables, pending).unwrap();
+    assert_eq!(decoded.transaction_id, "g3-s0-t3");
+    let states = BincodeSerializer::<MemoryWriterState<u64>>::default();
+    let state = deserialize_versioned(&states, &checkpoint.subtasks[0].writer_states[0]).unwrap();
+    assert_eq!(state.next_transaction_seq, 4);
+    let ranges = BincodeSerializer::<Vec<RangeSplit>>::new(1);
+    assert_eq!(ranges.version(), 1);
+    let split = deserialize_versioned(&ranges, &checkpoint.subtasks[0].source_splits).unwrap();
+    assert_eq!(split[0].next, 40);
+}
