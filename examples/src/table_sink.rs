@@ -1,7 +1,8 @@
-//! A custom two-phase-commit sink in about thirty lines: batches of lines
-//! committed into a shared table, keyed by a batch id unique to the job,
-//! generation, subtask and checkpoint, so that a replayed commit is
-//! recognised. `src/bin/custom-sink.rs` runs it; the test suite certifies it
+//! A custom two-phase-commit sink: batches of lines committed into a shared
+//! table, keyed by a batch id unique to the job's lineage, generation,
+//! subtask and batch, so that a replayed commit is recognised and a run of
+//! the job on fresh checkpoint storage never meets the ids of an earlier
+//! run. `src/bin/custom-sink.rs` runs it; the test suite certifies it
 //! with `sink-testkit`.
 
 use std::collections::BTreeMap;
@@ -43,7 +44,10 @@ impl Sink for TableSink {
         cx: &InitContext,
         restored: Vec<u64>,
     ) -> Result<TableWriter, SinkError> {
-        let prefix = format!("{}-g{}-s{}", cx.job_name, cx.generation, cx.subtask_index);
+        let prefix = format!(
+            "{}-{}-g{}-s{}",
+            cx.job_name, cx.lineage, cx.generation, cx.subtask_index
+        );
         let next = restored.into_iter().max().unwrap_or(0);
         Ok(TableWriter {
             prefix,

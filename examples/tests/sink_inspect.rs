@@ -60,6 +60,11 @@ async fn inspects_checkpoints_pending_committables_and_generation() {
     for checkpoint in checkpoints {
         assert_eq!(checkpoint["job"], "inspected");
         assert_eq!(checkpoint["parallelism"], 2);
+        assert_eq!(
+            checkpoint["lineage"].as_str().map(str::len),
+            Some(32),
+            "the lineage drawn at the fresh start: {checkpoint}"
+        );
         assert!(checkpoint["size_bytes"].as_u64().unwrap() > 0);
         assert!(checkpoint["pending"].is_array());
         assert!(checkpoint["global_committer_pending"].is_array());

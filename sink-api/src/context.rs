@@ -47,6 +47,38 @@ impl fmt::Display for Generation {
     }
 }
 
+/// The life of a job, from a fresh start (no checkpoint to restore) to its
+/// end: a random id drawn by the runtime at every fresh start, stored in
+/// every checkpoint and restored with it.
+///
+/// Generations and checkpoint ids start again at 1 when a job runs again on
+/// fresh checkpoint storage (a new state directory, the in-memory default, a
+/// re-run after the job finished); the lineage does not repeat. So a sink
+/// that names what it commits (batches, transactions, files) by lineage,
+/// generation, subtask and checkpoint never meets a name of an earlier life
+/// of the job, and never takes new data for a replay of old data.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Lineage(String);
+
+impl Lineage {
+    /// A lineage of this id. Called by the runtime with a fresh random id
+    /// (32 hex digits), and by tests of sinks.
+    pub fn new(id: impl Into<String>) -> Lineage {
+        Lineage(id.into())
+    }
+
+    /// The id, to put in names.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Lineage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The index of a subtask, `0..parallelism`.
 pub type SubtaskIndex = usize;
 
@@ -54,17 +86,56 @@ pub type SubtaskIndex = usize;
 ///
 /// Created by the runtime, passed to [`Sink::create_writer`](crate::Sink::create_writer)
 /// and [`Sink::create_committer`](crate::Sink::create_committer) once per
-/// subtask and per start of the job.
+/// subtask and per start of the job. Tests of a sink make one with
+/// [`InitContext::new`]. More facts may be added in later versions (it is
+/// `#[non_exhaustive]`), without breaking sinks.
+///
+/// To name what a sink commits so that no name ever repeats, use
+/// [`lineage`](Self::lineage), [`generation`](Self::generation), the subtask
+/// and the checkpoint: the job name and the generation alone repeat when the
+/// job runs again on fresh checkpoint storage.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InitContext {
     /// This subtask's index, `0..parallelism`.
     pub subtask_index: SubtaskIndex,
     /// How many subtasks the job runs.
     pub parallelism: usize,
-    /// Which start of the job this is; see [`Generation`].
+    /// Which start of the job this is in its lineage; see [`Generation`].
     pub generation: Generation,
+    /// The life of the job this start belongs to; see [`Lineage`].
+    pub lineage: Lineage,
     /// The checkpoint this start restored from, or `None` on a fresh start.
     pub restored_checkpoint_id: Option<CheckpointId>,
     /// The job's name, as given to the job builder.
     pub job_name: String,
+}
+
+impl InitContext {
+    /// The context of subtask `subtask_index` of `parallelism`, in a fresh
+    /// start (see [`restored_from`](Self::restored_from)). Called by the
+    /// runtime, and by tests that drive a writer or a committer directly.
+    pub fn new(
+        job_name: impl Into<String>,
+        lineage: Lineage,
+        generation: Generation,
+        subtask_index: SubtaskIndex,
+        parallelism: usize,
+    ) -> InitContext {
+        InitContext {
+            subtask_index,
+            parallelism,
+            generation,
+            lineage,
+            restored_checkpoint_id: None,
+            job_name: job_name.into(),
+        }
+    }
+
+    /// The same context in a start that restored checkpoint `checkpoint`
+    /// (`None`: a fresh start).
+    pub fn restored_from(mut self, checkpoint: Option<CheckpointId>) -> InitContext {
+        self.restored_checkpoint_id = checkpoint;
+        self
+    }
 }

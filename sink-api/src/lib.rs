@@ -32,7 +32,7 @@ mod sink;
 mod writer;
 
 pub use committer::{CommitOutcome, CommitRequest, Committer};
-pub use context::{CheckpointId, Generation, InitContext, SubtaskIndex};
+pub use context::{CheckpointId, Generation, InitContext, Lineage, SubtaskIndex};
 pub use error::SinkError;
 pub use global_committer::GlobalCommitter;
 pub use serializer::{

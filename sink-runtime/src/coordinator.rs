@@ -144,10 +144,11 @@ where
         generation,
     )?;
     let restored = plan.restored.unwrap_or(CheckpointId::NONE);
-    info!(parallelism = spec.parallelism, generation = %plan.generation, restored = ?plan.restored,
+    info!(parallelism = spec.parallelism, generation = %plan.generation, lineage = %plan.lineage, restored = ?plan.restored,
         checkpointing = ?spec.checkpointing.map(|c| c.interval), "job starting");
 
     let generation = plan.generation;
+    let lineage = plan.lineage.clone();
     let restored_id = plan.restored;
     let Started {
         controls,
@@ -159,6 +160,7 @@ where
         name: spec.name.clone(),
         parallelism: spec.parallelism,
         generation,
+        lineage,
         start,
         // Without checkpointing only the final checkpoint is taken: the
         // commit at end of input then survives a crash like any other.
@@ -331,13 +333,14 @@ where
     let mut controls = Vec::with_capacity(spec.parallelism);
     for (index, start_state) in plan.subtasks.into_iter().enumerate() {
         let name = format!("subtask {index}");
-        let context = InitContext {
-            subtask_index: index,
-            parallelism: spec.parallelism,
-            generation: plan.generation,
-            restored_checkpoint_id: plan.restored,
-            job_name: spec.name.clone(),
-        };
+        let context = InitContext::new(
+            spec.name.clone(),
+            plan.lineage.clone(),
+            plan.generation,
+            index,
+            spec.parallelism,
+        )
+        .restored_from(plan.restored);
         let sink_error = |action| {
             let task = name.clone();
             move |source| JobError::Sink {
@@ -462,6 +465,7 @@ struct Coordinator {
     name: String,
     parallelism: usize,
     generation: sink_api::Generation,
+    lineage: sink_api::Lineage,
     start: Instant,
     tracker: Option<CheckpointTracker>,
     storage: Arc<dyn crate::storage::CheckpointStorage>,
@@ -568,6 +572,7 @@ impl Coordinator {
                         checkpoint_id,
                         job_name: self.name.clone(),
                         generation: self.generation,
+                        lineage: Some(self.lineage.clone()),
                         parallelism: self.parallelism,
                         subtasks: collected.subtasks.into_values().collect(),
                         global_committer: collected.global,

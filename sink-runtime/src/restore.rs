@@ -8,7 +8,7 @@
 //! subtasks when the parallelism changed), and the global committer's
 //! received committables.
 
-use sink_api::{deserialize_versioned, CheckpointId, Generation, Sink};
+use sink_api::{deserialize_versioned, CheckpointId, Generation, Lineage, Sink};
 
 use tracing::info;
 
@@ -33,8 +33,16 @@ pub(crate) struct StartPlan<Src: Source, S: Sink> {
     /// the restored one.
     pub restored_parallelism: usize,
     pub generation: Generation,
+    /// The restored checkpoint's lineage, or a new one on a fresh start (and
+    /// on a restore from a checkpoint of format 1, which has none).
+    pub lineage: Lineage,
     pub subtasks: Vec<SubtaskStart<Src, S>>,
     pub global_pending: Vec<SubtaskPart<S::Committable>>,
+}
+
+/// A lineage never drawn before: 128 random bits, as 32 hex digits.
+pub(crate) fn new_lineage() -> Lineage {
+    Lineage::new(uuid::Uuid::new_v4().simple().to_string())
 }
 
 /// Plans a fresh start, or a restore from `latest`.
@@ -65,6 +73,7 @@ where
             restored: None,
             restored_parallelism: parallelism,
             generation,
+            lineage: new_lineage(),
             subtasks,
             global_pending: Vec::new(),
         });
@@ -162,6 +171,7 @@ where
         restored: Some(checkpoint_id),
         restored_parallelism: checkpoint.parallelism,
         generation,
+        lineage: checkpoint.lineage.clone().unwrap_or_else(new_lineage),
         subtasks,
         global_pending,
     })
@@ -223,6 +233,7 @@ mod tests {
             checkpoint_id: CheckpointId(4),
             job_name: "plan".into(),
             generation: Generation(1),
+            lineage: Some(Lineage::new("plan-lineage")),
             parallelism: 2,
             subtasks,
             global_committer: None,
@@ -275,5 +286,36 @@ mod tests {
                 (vec![100], vec![10]),
             ]
         );
+    }
+
+    fn lineage_of(latest: Option<CompletedCheckpoint>) -> Lineage {
+        plan::<SequenceSource, TestSink>(
+            "plan",
+            &SequenceSource::bounded(1_000),
+            2,
+            &serializers(),
+            latest,
+            Generation(2),
+        )
+        .unwrap()
+        .lineage
+    }
+
+    #[test]
+    fn a_restore_keeps_the_lineage_and_a_fresh_start_draws_a_new_one() {
+        let restored = checkpoint(&serializers());
+        assert_eq!(
+            lineage_of(Some(restored.clone())),
+            Lineage::new("plan-lineage")
+        );
+        let (first, second) = (lineage_of(None), lineage_of(None));
+        assert_ne!(first, second, "two fresh starts, two lineages");
+        assert_eq!(first.as_str().len(), 32);
+        // A checkpoint of format 1 has none: its restore draws one.
+        let old = CompletedCheckpoint {
+            lineage: None,
+            ..restored
+        };
+        assert_ne!(lineage_of(Some(old.clone())), lineage_of(Some(old)));
     }
 }

@@ -10,12 +10,17 @@
 //!
 //! `GOLDEN_WRITE=1 cargo test -p sink-runtime --test golden` writes the
 //! folder of the current format (once, when the format changes).
+//!
+//! | folder | format | what changed |
+//! |---|---|---|
+//! | `v1` | 1 | the first format |
+//! | `v2` | 2 | checkpoints carry the job's lineage (read from `v1` as none) |
 
 use std::path::{Path, PathBuf};
 
 use sink_api::{
     deserialize_versioned, serialize_versioned, BincodeSerializer, CheckpointId, Generation,
-    VersionedSerializer,
+    Lineage, VersionedSerializer,
 };
 use sink_runtime::core::ledger::CommittableSummary;
 use sink_runtime::source::RangeSplit;
@@ -68,14 +73,24 @@ fn pending(checkpoint: u64, subtask: usize, committables: Vec<Vec<u8>>) -> Pendi
     }
 }
 
-/// What the golden checkpoint of format 1 holds: two subtasks of the
-/// in-memory sink over a sequence source, one with a pending committable,
-/// and a global committer's pending part.
-fn expected() -> CompletedCheckpoint {
+/// The folders of every format, oldest first, with the lineage their
+/// checkpoint is read with.
+fn formats() -> Vec<(&'static str, Option<Lineage>)> {
+    vec![
+        ("v1", None),
+        ("v2", Some(Lineage::new("5f0c2d3a9b8e4f1a8c7d6e5f4a3b2c1d"))),
+    ]
+}
+
+/// What the golden checkpoint holds: two subtasks of the in-memory sink over
+/// a sequence source, one with a pending committable, and a global
+/// committer's pending part; `lineage` as its format reads.
+fn expected(lineage: Option<Lineage>) -> CompletedCheckpoint {
     CompletedCheckpoint {
         checkpoint_id: CheckpointId(7),
         job_name: "golden".into(),
         generation: Generation(3),
+        lineage,
         parallelism: 2,
         subtasks: vec![
             SubtaskSnapshot {
@@ -107,38 +122,64 @@ const FINISHED: FinishedMarker = FinishedMarker {
 
 #[tokio::test]
 async fn golden_checkpoint_files_of_every_format_are_read_back() {
+    let formats = formats();
     if std::env::var_os("GOLDEN_WRITE").is_some() {
-        let dir = data("v1");
+        let (current, lineage) = formats.last().cloned().unwrap();
+        let dir = data(current);
         let storage = LocalCheckpointStorage::open(&dir).unwrap();
         for _ in 0..3 {
             storage.begin().await.unwrap();
         }
-        storage.store(&expected()).await.unwrap();
+        storage.store(&expected(lineage)).await.unwrap();
         storage.mark_finished(FINISHED).await.unwrap();
         drop(storage);
         std::fs::remove_file(dir.join("LOCK")).unwrap();
     }
 
-    let state = LocalCheckpointStorage::inspect(data("v1")).expect("the golden directory");
-    assert_eq!(state.generation, Some(Generation(3)));
-    assert_eq!(state.finished, Some(FINISHED));
-    assert_eq!(state.checkpoints.len(), 1);
-    let checkpoint = state.checkpoints[0]
+    for (version, lineage) in formats {
+        let state = LocalCheckpointStorage::inspect(data(version)).expect("the golden directory");
+        assert_eq!(state.generation, Some(Generation(3)), "{version}");
+        assert_eq!(state.finished, Some(FINISHED), "{version}");
+        assert_eq!(state.checkpoints.len(), 1, "{version}");
+        let checkpoint = state.checkpoints[0]
+            .content
+            .as_ref()
+            .unwrap_or_else(|e| panic!("format {version} is read: {e}"));
+        assert_eq!(*checkpoint, expected(lineage), "{version}");
+
+        // The blobs inside decode with this build's serializers.
+        let committables = BincodeSerializer::<MemoryCommittable>::default();
+        let pending = &checkpoint.subtasks[0].pending[0].committables[0];
+        let decoded = deserialize_versioned(&committables, pending).unwrap();
+        assert_eq!(decoded.transaction_id, "g3-s0-t3");
+        let states = BincodeSerializer::<MemoryWriterState<u64>>::default();
+        let state =
+            deserialize_versioned(&states, &checkpoint.subtasks[0].writer_states[0]).unwrap();
+        assert_eq!(state.next_transaction_seq, 4);
+        let ranges = BincodeSerializer::<Vec<RangeSplit>>::new(1);
+        assert_eq!(ranges.version(), 1);
+        let split = deserialize_versioned(&ranges, &checkpoint.subtasks[0].source_splits).unwrap();
+        assert_eq!(split[0].next, 40);
+    }
+}
+
+/// A file of a format this build does not know is refused naming both
+/// versions, never misread.
+#[tokio::test]
+async fn a_checkpoint_of_an_unknown_format_is_refused_naming_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "checkpoint-00000000000000000007.ckpt";
+    let mut bytes = std::fs::read(data("v2").join(name)).unwrap();
+    bytes[8] = 99;
+    std::fs::write(dir.path().join(name), bytes).unwrap();
+    let state = LocalCheckpointStorage::inspect(dir.path()).unwrap();
+    let error = state.checkpoints[0]
         .content
         .as_ref()
-        .expect("format 1 is read");
-    assert_eq!(*checkpoint, expected());
-
-    // The blobs inside decode with this build's serializers.
-    let committables = BincodeSerializer::<MemoryCommittable>::default();
-    let pending = &checkpoint.subtasks[0].pending[0].committables[0];
-    let decoded = deserialize_versioned(&committables, pending).unwrap();
-    assert_eq!(decoded.transaction_id, "g3-s0-t3");
-    let states = BincodeSerializer::<MemoryWriterState<u64>>::default();
-    let state = deserialize_versioned(&states, &checkpoint.subtasks[0].writer_states[0]).unwrap();
-    assert_eq!(state.next_transaction_seq, 4);
-    let ranges = BincodeSerializer::<Vec<RangeSplit>>::new(1);
-    assert_eq!(ranges.version(), 1);
-    let split = deserialize_versioned(&ranges, &checkpoint.subtasks[0].source_splits).unwrap();
-    assert_eq!(split[0].next, 40);
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("format version 99") && error.contains("versions 1 to 2"),
+        "{error}"
+    );
 }

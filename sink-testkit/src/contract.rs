@@ -13,13 +13,13 @@ use crate::RecordMaker;
 type Committable<D> = <<D as Destination>::Sink as Sink>::Committable;
 
 fn context(generation: u64) -> InitContext {
-    InitContext {
-        subtask_index: 0,
-        parallelism: 1,
-        generation: Generation(generation),
-        restored_checkpoint_id: None,
-        job_name: "sink-testkit".into(),
-    }
+    InitContext::new(
+        "sink-testkit",
+        sink_api::Lineage::new("test-lineage"),
+        Generation(generation),
+        0,
+        1,
+    )
 }
 
 fn err(what: &str) -> impl Fn(sink_api::SinkError) -> String + '_ {

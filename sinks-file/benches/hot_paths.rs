@@ -43,13 +43,13 @@ fn write_batch(c: &mut Criterion) {
         })
         .build()
         .expect("a file sink");
-    let context = InitContext {
-        subtask_index: 0,
-        parallelism: 1,
-        generation: Generation(1),
-        restored_checkpoint_id: None,
-        job_name: "bench".into(),
-    };
+    let context = InitContext::new(
+        "bench",
+        sink_api::Lineage::new("test-lineage"),
+        Generation(1),
+        0,
+        1,
+    );
     let mut writer = runtime
         .block_on(sink.create_writer(&context, Vec::new()))
         .expect("a writer");

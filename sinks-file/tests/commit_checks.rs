@@ -17,13 +17,13 @@ use sink_api::{
 use sinks_file::{FileCommittable, FileSink, LineEncoder, RollingPolicy};
 
 fn context() -> InitContext {
-    InitContext {
-        subtask_index: 0,
-        parallelism: 1,
-        generation: Generation(1),
-        restored_checkpoint_id: None,
-        job_name: "files".into(),
-    }
+    InitContext::new(
+        "files",
+        sink_api::Lineage::new("test-lineage"),
+        Generation(1),
+        0,
+        1,
+    )
 }
 
 fn sink(dir: &Path) -> FileSink<u64, LineEncoder> {

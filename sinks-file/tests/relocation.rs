@@ -20,13 +20,14 @@ use sink_api::{
 use sinks_file::{FileCommittable, FileSink, FileWriterState, LineEncoder, RollingPolicy};
 
 fn context(restored: Option<u64>) -> InitContext {
-    InitContext {
-        subtask_index: 0,
-        parallelism: 1,
-        generation: Generation(restored.map_or(1, |_| 2)),
-        restored_checkpoint_id: restored.map(CheckpointId),
-        job_name: "files".into(),
-    }
+    InitContext::new(
+        "files",
+        sink_api::Lineage::new("test-lineage"),
+        Generation(restored.map_or(1, |_| 2)),
+        0,
+        1,
+    )
+    .restored_from(restored.map(CheckpointId))
 }
 
 /// Parts roll at 100 bytes, never on time: records 0..50 give one closed

@@ -43,13 +43,7 @@
 //! # async fn main() -> Result<(), sink_api::SinkError> {
 //! let store = MemoryStore::<u32>::new();
 //! let sink = MemorySink::new(store.clone());
-//! let context = InitContext {
-//!     subtask_index: 0,
-//!     parallelism: 1,
-//!     generation: Generation(1),
-//!     restored_checkpoint_id: None,
-//!     job_name: "example".into(),
-//! };
+//! let context = InitContext::new("example", sink_api::Lineage::new("test-lineage"), Generation(1), 0, 1);
 //! let mut writer = sink.create_writer(&context, Vec::new()).await?;
 //! let mut committer = sink.create_committer(&context).await?;
 //!
@@ -102,13 +96,13 @@ pub(crate) mod test_support {
 
     /// The init context of `subtask` in `generation`, parallelism 2.
     pub(crate) fn context(subtask: usize, generation: u64) -> InitContext {
-        InitContext {
-            subtask_index: subtask,
-            parallelism: 2,
-            generation: Generation(generation),
-            restored_checkpoint_id: None,
-            job_name: "sinks-memory-test".to_owned(),
-        }
+        InitContext::new(
+            "sinks-memory-test".to_owned(),
+            sink_api::Lineage::new("test-lineage"),
+            Generation(generation),
+            subtask,
+            2,
+        )
     }
 
     /// Commits `committables` of `checkpoint` in one call and returns the

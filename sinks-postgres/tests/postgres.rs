@@ -213,13 +213,13 @@ async fn a_missing_table_a_missing_column_and_a_type_mismatch_are_refused_at_con
 }
 
 fn context(job: &str) -> InitContext {
-    InitContext {
-        subtask_index: 0,
-        parallelism: 1,
-        generation: sink_api::Generation(1),
-        restored_checkpoint_id: None,
-        job_name: job.to_string(),
-    }
+    InitContext::new(
+        job.to_string(),
+        sink_api::Lineage::new("test-lineage"),
+        sink_api::Generation(1),
+        0,
+        1,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,6 +57,7 @@ fn describe(checkpoint: &CompletedCheckpoint) -> Value {
         "checkpoint": checkpoint.checkpoint_id.0,
         "job": checkpoint.job_name,
         "generation": checkpoint.generation.0,
+        "lineage": checkpoint.lineage.as_ref().map(|l| l.to_string()),
         "parallelism": checkpoint.parallelism,
         "final": checkpoint.is_final,
         "end_of_input": checkpoint.subtasks.iter().filter(|s| s.end_of_input).count(),

@@ -33,14 +33,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::{de::DeserializeOwned, Serialize};
-use sink_api::{BincodeSerializer, CheckpointId, Generation, VersionedSerializer};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use sink_api::{BincodeSerializer, CheckpointId, Generation, SerializerError, VersionedSerializer};
 
-use super::{CheckpointStorage, CompletedCheckpoint, FinishedMarker, StorageError};
+use super::{
+    CheckpointStorage, CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, StorageError,
+    SubtaskSnapshot,
+};
 
 const MAGIC: &[u8; 6] = b"EOSINK";
-/// The version of the frame and of the payloads this build writes.
-const FORMAT_VERSION: u32 = 1;
+/// The version of the frame and of the payloads this build writes: 2 since
+/// checkpoints carry the job's lineage.
+const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads (format 1: checkpoints without a
+/// lineage; `tests/data/checkpoints/v1` holds files of it).
+const OLDEST_READ_VERSION: u32 = 1;
 const HEADER_LEN: usize = 6 + 1 + 1 + 4 + 8 + 4;
 
 const LOCK_FILE: &str = "LOCK";
@@ -368,10 +375,7 @@ fn read_checkpoint(path: &Path, id: CheckpointId) -> Result<CompletedCheckpoint,
     Ok(checkpoint)
 }
 
-fn read_optional<T: Serialize + DeserializeOwned>(
-    path: &Path,
-    kind: Kind,
-) -> Result<Option<T>, StorageError> {
+fn read_optional<T: Framed>(path: &Path, kind: Kind) -> Result<Option<T>, StorageError> {
     match fs::metadata(path) {
         Ok(_) => read_framed(path, kind).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -429,10 +433,7 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageE
 }
 
 /// Reads and checks a frame, then decodes its payload.
-fn read_framed<T: Serialize + DeserializeOwned>(
-    path: &Path,
-    kind: Kind,
-) -> Result<T, StorageError> {
+fn read_framed<T: Framed>(path: &Path, kind: Kind) -> Result<T, StorageError> {
     let bytes =
         fs::read(path).map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
     let corrupt = |problem: String| StorageError::Corrupt {
@@ -461,10 +462,10 @@ fn read_framed<T: Serialize + DeserializeOwned>(
         u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
     };
     let version = le_u32(8);
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(corrupt(format!(
-            "its format version {version} is unknown to this build, which reads version {FORMAT_VERSION}; \
-             run the build that wrote it, or a newer one"
+            "its format version {version} is unknown to this build, which reads versions \
+             {OLDEST_READ_VERSION} to {FORMAT_VERSION}; run the build that wrote it, or a newer one"
         )));
     }
     let mut length = [0u8; 8];
@@ -483,9 +484,57 @@ fn read_framed<T: Serialize + DeserializeOwned>(
             "its checksum does not match (stored {expected:#010x}, computed {actual:#010x})"
         )));
     }
-    BincodeSerializer::<T>::new(FORMAT_VERSION)
-        .deserialize(version, payload)
-        .map_err(|e| corrupt(format!("its payload does not decode: {e}")))
+    T::decode(version, payload).map_err(|e| corrupt(format!("its payload does not decode: {e}")))
+}
+
+/// A value kept in a framed file, read in every format version this build
+/// knows. The default reads the same payload in every version.
+trait Framed: Serialize + DeserializeOwned {
+    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
+        BincodeSerializer::<Self>::new(version).deserialize(version, payload)
+    }
+}
+
+impl Framed for u64 {}
+
+impl Framed for FinishedMarker {}
+
+impl Framed for CompletedCheckpoint {
+    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
+        match version {
+            1 => BincodeSerializer::<CheckpointV1>::new(1)
+                .deserialize(1, payload)
+                .map(CompletedCheckpoint::from),
+            _ => BincodeSerializer::<Self>::new(version).deserialize(version, payload),
+        }
+    }
+}
+
+/// A checkpoint of format 1: without a lineage.
+#[derive(Serialize, Deserialize)]
+struct CheckpointV1 {
+    checkpoint_id: CheckpointId,
+    job_name: String,
+    generation: Generation,
+    parallelism: usize,
+    subtasks: Vec<SubtaskSnapshot>,
+    global_committer: Option<GlobalCommitterSnapshot>,
+    is_final: bool,
+}
+
+impl From<CheckpointV1> for CompletedCheckpoint {
+    fn from(old: CheckpointV1) -> CompletedCheckpoint {
+        CompletedCheckpoint {
+            checkpoint_id: old.checkpoint_id,
+            job_name: old.job_name,
+            generation: old.generation,
+            lineage: None,
+            parallelism: old.parallelism,
+            subtasks: old.subtasks,
+            global_committer: old.global_committer,
+            is_final: old.is_final,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -498,6 +547,7 @@ mod tests {
             checkpoint_id: CheckpointId(id),
             job_name: "job".into(),
             generation: Generation(1),
+            lineage: Some(sink_api::Lineage::new("lineage")),
             parallelism: 1,
             subtasks: vec![SubtaskSnapshot {
                 subtask: 0,

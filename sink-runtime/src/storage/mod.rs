@@ -16,7 +16,7 @@ mod memory;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sink_api::{
-    deserialize_versioned, serialize_versioned, CheckpointId, Generation, SerializerError,
+    deserialize_versioned, serialize_versioned, CheckpointId, Generation, Lineage, SerializerError,
     SubtaskIndex, VersionedSerializer,
 };
 
@@ -70,6 +70,10 @@ pub struct CompletedCheckpoint {
     pub job_name: String,
     /// The start of the job that took it.
     pub generation: Generation,
+    /// The life of the job it belongs to, drawn at the fresh start and kept
+    /// by every restore. `None` only in checkpoints of format 1, written
+    /// before lineages existed: a restore from one draws a new lineage.
+    pub lineage: Option<Lineage>,
     /// The job's parallelism when it was taken.
     pub parallelism: usize,
     /// Every subtask's part, by subtask index.
