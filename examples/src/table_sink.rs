@@ -1,8 +1,9 @@
 //! A custom two-phase-commit sink: batches of lines committed into a shared
 //! table, keyed by a batch id unique to the job's lineage, generation,
-//! subtask and batch, so that a replayed commit is recognised and a run of
-//! the job on fresh checkpoint storage never meets the ids of an earlier
-//! run. `src/bin/custom-sink.rs` runs it; the test suite certifies it
+//! subtask and checkpoint, so that a replayed commit is recognised and a run
+//! of the job on fresh checkpoint storage never meets the ids of an earlier
+//! run. It keeps no writer state: a restored writer's checkpoints are newer
+//! than the restored one, and its generation is new. `src/bin/custom-sink.rs` runs it; the test suite certifies it
 //! with `sink-testkit`.
 
 use std::collections::BTreeMap;
@@ -27,7 +28,6 @@ pub struct Batch {
 /// Buffers lines until `prepare_commit`.
 pub struct TableWriter {
     prefix: String,
-    next: u64,
     lines: Vec<String>,
 }
 
@@ -35,23 +35,17 @@ pub struct TableWriter {
 impl Sink for TableSink {
     type Input = String;
     type Committable = Batch;
-    type WriterState = u64;
+    type WriterState = ();
     type Writer = TableWriter;
     type Committer = TableSink;
 
-    async fn create_writer(
-        &self,
-        cx: &InitContext,
-        restored: Vec<u64>,
-    ) -> Result<TableWriter, SinkError> {
+    async fn create_writer(&self, cx: &InitContext, _: Vec<()>) -> Result<TableWriter, SinkError> {
         let prefix = format!(
             "{}-{}-g{}-s{}",
             cx.job_name, cx.lineage, cx.generation, cx.subtask_index
         );
-        let next = restored.into_iter().max().unwrap_or(0);
         Ok(TableWriter {
             prefix,
-            next,
             lines: Vec::new(),
         })
     }
@@ -65,7 +59,7 @@ impl Sink for TableSink {
 impl SinkWriter for TableWriter {
     type Input = String;
     type Committable = Batch;
-    type State = u64;
+    type State = ();
 
     async fn write(&mut self, line: String) -> Result<(), SinkError> {
         self.lines.push(line);
@@ -76,20 +70,18 @@ impl SinkWriter for TableWriter {
         Ok(())
     }
 
-    async fn prepare_commit(&mut self) -> Result<Vec<Batch>, SinkError> {
+    async fn prepare_commit(&mut self, checkpoint: CheckpointId) -> Result<Vec<Batch>, SinkError> {
         if self.lines.is_empty() {
             return Ok(Vec::new());
         }
-        self.next += 1;
-        let id = format!("{}-{}", self.prefix, self.next);
         Ok(vec![Batch {
-            id,
+            id: format!("{}-c{checkpoint}", self.prefix),
             lines: std::mem::take(&mut self.lines),
         }])
     }
 
-    async fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<u64>, SinkError> {
-        Ok(vec![self.next])
+    async fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<()>, SinkError> {
+        Ok(Vec::new())
     }
 }
 

@@ -61,7 +61,7 @@ use crate::{
 ///     type State = Vec<String>;
 ///     async fn write(&mut self, line: String) -> Result<(), SinkError> { self.0.push(line); Ok(()) }
 ///     async fn flush(&mut self, _end_of_input: bool) -> Result<(), SinkError> { Ok(()) }
-///     async fn prepare_commit(&mut self) -> Result<Vec<Vec<String>>, SinkError> {
+///     async fn prepare_commit(&mut self, _: CheckpointId) -> Result<Vec<Vec<String>>, SinkError> {
 ///         Ok(vec![std::mem::take(&mut self.0)])
 ///     }
 ///     async fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<Vec<String>>, SinkError> {

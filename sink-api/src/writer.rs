@@ -14,9 +14,9 @@ use crate::{CheckpointId, SinkError};
 ///
 /// ```text
 /// create_writer ─▶ ( write | write_batch )*
-///                  ─▶ at checkpoint n: flush(false) ─▶ prepare_commit ─▶ snapshot_state(n)
+///                  ─▶ at checkpoint n: flush(false) ─▶ prepare_commit(n) ─▶ snapshot_state(n)
 ///                  ─▶ … more records and checkpoints …
-///                  ─▶ at end of input, once: flush(true) ─▶ prepare_commit
+///                  ─▶ at end of input, once: flush(true) ─▶ prepare_commit(last n + 1)
 ///                  ─▶ after end of input: only snapshot_state(m) (an empty writer)
 ///                  ─▶ close
 /// ```
@@ -64,13 +64,23 @@ pub trait SinkWriter: Send + 'static {
     async fn flush(&mut self, end_of_input: bool) -> Result<(), SinkError>;
 
     /// Closes the current transaction (or set of them) and returns what must be
-    /// committed. Called at every checkpoint before the barrier moves on, and
-    /// once at end of input; never after end of input.
+    /// committed. Called at every checkpoint `checkpoint_id` before the
+    /// barrier moves on, and once at end of input with the id the final
+    /// committables are tagged with (the last barrier's plus one); never after
+    /// end of input.
+    ///
+    /// `checkpoint_id` grows with every call of one writer, and a restored
+    /// writer's first call gets an id larger than the restored checkpoint's:
+    /// with [`InitContext::lineage`](crate::InitContext::lineage), the
+    /// generation and the subtask, it names the committables uniquely.
     ///
     /// Each returned committable will be committed at most once per attempt, and
     /// again after a crash if the commit was not recorded: it must be
     /// committable idempotently.
-    async fn prepare_commit(&mut self) -> Result<Vec<Self::Committable>, SinkError>;
+    async fn prepare_commit(
+        &mut self,
+        checkpoint_id: CheckpointId,
+    ) -> Result<Vec<Self::Committable>, SinkError>;
 
     /// Returns the state needed to resume writing after a restore from
     /// checkpoint `checkpoint_id`. Called once per checkpoint, right after

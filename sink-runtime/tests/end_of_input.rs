@@ -5,10 +5,13 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use sink_api::{CheckpointId, GlobalCommitter, SinkError};
+use sink_api::{
+    async_trait, CheckpointId, GlobalCommitter, InitContext, Sink, SinkError, SinkWriter,
+};
 use sink_runtime::source::RangeSplit;
 use sink_runtime::{CheckpointConfig, Job, JobStatus, SequenceSource};
 use sinks_memory::{MemoryCommittable, MemoryGlobalCommitter, MemorySink, MemoryStore};
@@ -298,4 +301,123 @@ async fn intervals_beyond_any_instant_do_not_overflow() {
         report.metrics.checkpoints_completed, 1,
         "only the final one"
     );
+}
+
+/// The memory sink, with writers that log the checkpoint id each
+/// `prepare_commit` is given.
+struct PrepareLog {
+    inner: MemorySink<u64>,
+    log: Arc<Mutex<Vec<(usize, CheckpointId)>>>,
+}
+
+struct PrepareLogWriter {
+    inner: sinks_memory::MemoryWriter<u64>,
+    subtask: usize,
+    log: Arc<Mutex<Vec<(usize, CheckpointId)>>>,
+}
+
+#[async_trait]
+impl Sink for PrepareLog {
+    type Input = u64;
+    type Committable = MemoryCommittable;
+    type WriterState = sinks_memory::MemoryWriterState<u64>;
+    type Writer = PrepareLogWriter;
+    type Committer = sinks_memory::MemoryCommitter<u64>;
+
+    async fn create_writer(
+        &self,
+        context: &InitContext,
+        restored: Vec<Self::WriterState>,
+    ) -> Result<PrepareLogWriter, SinkError> {
+        Ok(PrepareLogWriter {
+            inner: self.inner.create_writer(context, restored).await?,
+            subtask: context.subtask_index,
+            log: self.log.clone(),
+        })
+    }
+
+    async fn create_committer(&self, context: &InitContext) -> Result<Self::Committer, SinkError> {
+        self.inner.create_committer(context).await
+    }
+}
+
+#[async_trait]
+impl SinkWriter for PrepareLogWriter {
+    type Input = u64;
+    type Committable = MemoryCommittable;
+    type State = sinks_memory::MemoryWriterState<u64>;
+
+    async fn write(&mut self, record: u64) -> Result<(), SinkError> {
+        self.inner.write(record).await
+    }
+
+    async fn write_batch(&mut self, records: Vec<u64>) -> Result<(), SinkError> {
+        self.inner.write_batch(records).await
+    }
+
+    async fn flush(&mut self, end_of_input: bool) -> Result<(), SinkError> {
+        self.inner.flush(end_of_input).await
+    }
+
+    async fn prepare_commit(
+        &mut self,
+        checkpoint_id: CheckpointId,
+    ) -> Result<Vec<MemoryCommittable>, SinkError> {
+        self.log.lock().unwrap().push((self.subtask, checkpoint_id));
+        self.inner.prepare_commit(checkpoint_id).await
+    }
+
+    async fn snapshot_state(&mut self, id: CheckpointId) -> Result<Vec<Self::State>, SinkError> {
+        self.inner.snapshot_state(id).await
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.inner.close().await
+    }
+}
+
+/// `prepare_commit` is told the checkpoint its committables belong to: each
+/// barrier's id, growing, and at end of input the tag of the final
+/// committables; every committed committable was committed under the id it
+/// was prepared with.
+#[tokio::test(start_paused = true)]
+async fn prepare_commit_is_given_the_checkpoint_its_committables_belong_to() {
+    let store = MemoryStore::<u64>::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = PrepareLog {
+        inner: MemorySink::new(store.clone()),
+        log: log.clone(),
+    };
+    let report = Job::builder("ids", ThrottledSource::bounded(1_000, 50, ms(100)), sink)
+        .parallelism(2)
+        .checkpointing(CheckpointConfig::every(ms(300)))
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_exactly_once("committed", &store.committed(), 1_000);
+    let log = log.lock().unwrap().clone();
+    for subtask in 0..2 {
+        let ids: Vec<u64> = log
+            .iter()
+            .filter(|(s, _)| *s == subtask)
+            .map(|(_, id)| id.0)
+            .collect();
+        assert!(ids.len() >= 3, "subtask {subtask}: {ids:?}");
+        assert!(
+            ids.windows(2).all(|w| w[1] == w[0] + 1),
+            "subtask {subtask}: one per barrier, in order, then the end-of-input tag: {ids:?}"
+        );
+        assert_eq!(ids[0], 1, "subtask {subtask}: {ids:?}");
+    }
+    let prepared: std::collections::BTreeSet<u64> = log.iter().map(|(_, id)| id.0).collect();
+    for checkpoint in store.commits_per_checkpoint().keys() {
+        assert!(
+            prepared.contains(&checkpoint.0),
+            "committed under checkpoint {checkpoint}, which no prepare_commit was given"
+        );
+    }
+    assert_no_violations(&store);
 }

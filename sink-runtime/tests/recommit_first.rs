@@ -84,8 +84,11 @@ impl SinkWriter for ProbeWriter {
         self.inner.flush(end_of_input).await
     }
 
-    async fn prepare_commit(&mut self) -> Result<Vec<sinks_memory::MemoryCommittable>, SinkError> {
-        self.inner.prepare_commit().await
+    async fn prepare_commit(
+        &mut self,
+        checkpoint_id: sink_api::CheckpointId,
+    ) -> Result<Vec<sinks_memory::MemoryCommittable>, SinkError> {
+        self.inner.prepare_commit(checkpoint_id).await
     }
 
     async fn snapshot_state(

@@ -66,7 +66,10 @@ async fn end_of_input<D: Destination>(
     writer: &mut <D::Sink as Sink>::Writer,
 ) -> Result<Vec<Committable<D>>, String> {
     writer.flush(true).await.map_err(err("flush(true)"))?;
-    writer.prepare_commit().await.map_err(err("prepare_commit"))
+    writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .map_err(err("prepare_commit"))
 }
 
 async fn commit<D: Destination>(
@@ -150,7 +153,7 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
     let mut writer = fresh_writer_with::<D>(&sink, record, records).await?;
     writer.flush(false).await.map_err(err("flush"))?;
     let mut committables = writer
-        .prepare_commit()
+        .prepare_commit(sink_api::CheckpointId(1))
         .await
         .map_err(err("prepare_commit"))?;
     let states = writer

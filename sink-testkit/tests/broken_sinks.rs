@@ -152,7 +152,10 @@ impl SinkWriter for ToyWriter {
         Ok(())
     }
 
-    async fn prepare_commit(&mut self) -> Result<Vec<Batch>, SinkError> {
+    async fn prepare_commit(
+        &mut self,
+        _checkpoint_id: sink_api::CheckpointId,
+    ) -> Result<Vec<Batch>, SinkError> {
         let cut = if self.ended {
             self.buffer.len()
         } else {

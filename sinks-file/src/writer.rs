@@ -198,7 +198,10 @@ where
         Ok(())
     }
 
-    async fn prepare_commit(&mut self) -> Result<Vec<FileCommittable>, SinkError> {
+    async fn prepare_commit(
+        &mut self,
+        _checkpoint_id: sink_api::CheckpointId,
+    ) -> Result<Vec<FileCommittable>, SinkError> {
         let now_ms = self.config.clock.now_ms();
         let rolling = self.config.rolling;
         self.roll_where(|part| rolling.should_roll_on_checkpoint(&part.info, now_ms))?;

@@ -38,7 +38,10 @@ fn sink(dir: &Path) -> FileSink<u64, LineEncoder> {
 async fn one_pending_part(sink: &FileSink<u64, LineEncoder>) -> FileCommittable {
     let mut writer = sink.create_writer(&context(), Vec::new()).await.unwrap();
     writer.write_batch((0..10).collect()).await.unwrap();
-    let mut committables = writer.prepare_commit().await.unwrap();
+    let mut committables = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     assert_eq!(committables.len(), 1);
     let committable = committables.remove(0);
     assert_eq!((committable.size_bytes, committable.records), (20, 10));

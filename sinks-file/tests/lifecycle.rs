@@ -70,7 +70,10 @@ async fn nothing_is_visible_before_the_commit_and_everything_after() {
     let mut writer = sink.create_writer(&context(), Vec::new()).await.unwrap();
     writer.write_batch((0..100).collect()).await.unwrap();
     writer.flush(false).await.unwrap();
-    let committables = writer.prepare_commit().await.unwrap();
+    let committables = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     writer.snapshot_state(CheckpointId(1)).await.unwrap();
     assert_eq!(committables.len(), 1);
     assert_eq!(committables[0].records, 100);
@@ -104,7 +107,10 @@ async fn a_replayed_commit_is_recognised_and_a_lost_file_is_a_failure() {
         .unwrap();
     let mut writer = sink.create_writer(&context(), Vec::new()).await.unwrap();
     writer.write_batch((0..10).collect()).await.unwrap();
-    let committables = writer.prepare_commit().await.unwrap();
+    let committables = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     assert_eq!(
         commit(&sink, &committables).await,
         vec![CommitOutcome::Committed]
@@ -141,7 +147,10 @@ async fn parts_roll_by_size() {
     let mut writer = sink.create_writer(&context(), Vec::new()).await.unwrap();
     // "10\n".."99\n": 3 bytes each, 33 records per 100-byte part.
     writer.write_batch((10..100).collect()).await.unwrap();
-    let committables = writer.prepare_commit().await.unwrap();
+    let committables = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     let sizes: Vec<u64> = committables.iter().map(|c| c.size_bytes).collect();
     assert_eq!(sizes, vec![99, 99, 72]);
     commit(&sink, &committables).await;
@@ -167,19 +176,29 @@ async fn parts_roll_by_age_and_inactivity() {
     writer.write_batch(vec![1]).await.unwrap();
     clock.advance(5_000);
     assert!(
-        writer.prepare_commit().await.unwrap().is_empty(),
+        writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap()
+            .is_empty(),
         "neither old nor idle"
     );
     writer.write_batch(vec![2]).await.unwrap();
     clock.advance(10_000);
-    let idle = writer.prepare_commit().await.unwrap();
+    let idle = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     assert_eq!(idle.len(), 1, "idle for 10 s");
     for _ in 0..7 {
         writer.write_batch(vec![3]).await.unwrap();
         clock.advance(9_000);
     }
     writer.write_batch(vec![4]).await.unwrap();
-    let old = writer.prepare_commit().await.unwrap();
+    let old = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     assert_eq!(old.len(), 1, "60 s old although never idle");
 }
 
@@ -194,7 +213,11 @@ async fn a_checkpointed_in_progress_part_is_truncated_back_and_committed_after_a
     writer.write_batch((0..50).collect()).await.unwrap();
     writer.flush(false).await.unwrap();
     assert!(
-        writer.prepare_commit().await.unwrap().is_empty(),
+        writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap()
+            .is_empty(),
         "the part is not due to roll"
     );
     let states: Vec<FileWriterState> = writer.snapshot_state(CheckpointId(1)).await.unwrap();
@@ -206,7 +229,10 @@ async fn a_checkpointed_in_progress_part_is_truncated_back_and_committed_after_a
     drop(writer);
 
     let mut restored = sink.create_writer(&context(), states).await.unwrap();
-    let committables = restored.prepare_commit().await.unwrap();
+    let committables = restored
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     assert_eq!(committables.len(), 1);
     assert_eq!(committables[0].records, 50);
     commit(&sink, &committables).await;
@@ -245,7 +271,10 @@ async fn end_of_input_closes_every_part() {
     let mut writer = sink.create_writer(&context(), Vec::new()).await.unwrap();
     writer.write_batch((0..30).collect()).await.unwrap();
     writer.flush(true).await.unwrap();
-    let committables = writer.prepare_commit().await.unwrap();
+    let committables = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     assert_eq!(committables.len(), 3, "one part per bucket");
     let state = writer.snapshot_state(CheckpointId(2)).await.unwrap();
     assert!(
@@ -273,7 +302,10 @@ async fn date_time_buckets_follow_the_clock() {
     writer.write_batch(vec![1, 2]).await.unwrap();
     clock.advance(3_600_000);
     writer.write_batch(vec![3]).await.unwrap();
-    let committables = writer.prepare_commit().await.unwrap();
+    let committables = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     commit(&sink, &committables).await;
     assert_eq!(visible_files(&dir.path().join("2026-01-02--13")).len(), 1);
     assert_eq!(visible_files(&dir.path().join("2026-01-02--14")).len(), 1);

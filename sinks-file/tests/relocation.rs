@@ -59,7 +59,10 @@ async fn stop_with_uncommitted_parts(dir: &Path) -> Stored {
         .await
         .unwrap();
     writer.write_batch((0..50).collect()).await.unwrap();
-    let committables = writer.prepare_commit().await.unwrap();
+    let committables = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .unwrap();
     let states = writer.snapshot_state(CheckpointId(1)).await.unwrap();
     assert_eq!(committables.len(), 1, "one closed part");
     assert_eq!(states[0].in_progress.len(), 1, "one part in progress");
@@ -106,7 +109,10 @@ async fn resume(dir: &Path, stored: &Stored) -> Result<Vec<CommitOutcome>, Strin
         .await
         .map_err(|e| e.to_string())?;
     let mut outcomes = commit(&mut committer, committables).await?;
-    let recovered = writer.prepare_commit().await.map_err(|e| e.to_string())?;
+    let recovered = writer
+        .prepare_commit(sink_api::CheckpointId(1))
+        .await
+        .map_err(|e| e.to_string())?;
     outcomes.extend(commit(&mut committer, recovered).await?);
     Ok(outcomes)
 }

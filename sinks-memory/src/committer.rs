@@ -199,7 +199,10 @@ mod tests {
     async fn prepare(writer: &mut MemoryWriter<u32>, records: Vec<u32>) -> Vec<MemoryCommittable> {
         writer.write_batch(records).await.unwrap();
         writer.flush(false).await.unwrap();
-        writer.prepare_commit().await.unwrap()
+        writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap()
     }
 
     #[tokio::test]
@@ -211,7 +214,10 @@ mod tests {
         assert!(store.committed().is_empty());
 
         writer.flush(false).await.unwrap();
-        let committables = writer.prepare_commit().await.unwrap();
+        let committables = writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap();
         assert_eq!(store.pending(), vec![1, 2]);
         assert!(store.committed().is_empty());
 

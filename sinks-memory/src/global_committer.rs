@@ -155,7 +155,12 @@ mod tests {
         let mut committables = Vec::new();
         for batch in batches {
             writer.write_batch(batch).await.unwrap();
-            committables.extend(writer.prepare_commit().await.unwrap());
+            committables.extend(
+                writer
+                    .prepare_commit(sink_api::CheckpointId(1))
+                    .await
+                    .unwrap(),
+            );
         }
         commit_all(&mut committer, &committables, 1).await;
         committables

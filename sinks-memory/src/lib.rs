@@ -49,7 +49,7 @@
 //!
 //! writer.write_batch(vec![1, 2, 3]).await?;
 //! writer.flush(false).await?;
-//! let committables = writer.prepare_commit().await?;
+//! let committables = writer.prepare_commit(sink_api::CheckpointId(1)).await?;
 //! writer.snapshot_state(CheckpointId(1)).await?;
 //! assert_eq!(store.pending(), vec![1, 2, 3]);
 //!

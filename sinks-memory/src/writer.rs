@@ -300,7 +300,10 @@ where
     /// Fails only when a failure was armed with
     /// [`MemoryStore::fail_next_prepare_commits`]; the open transaction then
     /// stays open.
-    async fn prepare_commit(&mut self) -> Result<Vec<MemoryCommittable>, SinkError> {
+    async fn prepare_commit(
+        &mut self,
+        _checkpoint_id: sink_api::CheckpointId,
+    ) -> Result<Vec<MemoryCommittable>, SinkError> {
         let store = self.store.clone();
         let mut state = store.lock();
         state.stats.prepare_commit_calls += 1;
@@ -393,12 +396,24 @@ mod tests {
         let store = MemoryStore::new();
         let mut writer = writer(&store, 3, 7);
 
-        assert_eq!(writer.prepare_commit().await.unwrap(), Vec::new());
+        assert_eq!(
+            writer
+                .prepare_commit(sink_api::CheckpointId(1))
+                .await
+                .unwrap(),
+            Vec::new()
+        );
         writer.write(1).await.unwrap();
         assert_eq!(writer.open_transaction_id().as_deref(), Some("g7-s3-t0"));
-        let first = writer.prepare_commit().await.unwrap();
+        let first = writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap();
         writer.write_batch(vec![2, 3]).await.unwrap();
-        let second = writer.prepare_commit().await.unwrap();
+        let second = writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap();
 
         assert_eq!(
             first,
@@ -432,11 +447,21 @@ mod tests {
         let mut writer = writer(&store, 0, 1);
         writer.write(1).await.unwrap();
         writer.flush(false).await.unwrap();
-        writer.prepare_commit().await.unwrap();
+        writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap();
         writer.snapshot_state(CheckpointId(1)).await.unwrap();
         writer.write(2).await.unwrap();
         writer.flush(true).await.unwrap();
-        assert_eq!(writer.prepare_commit().await.unwrap().len(), 1);
+        assert_eq!(
+            writer
+                .prepare_commit(sink_api::CheckpointId(1))
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
         // A later checkpoint snapshots an empty writer.
         writer.snapshot_state(CheckpointId(2)).await.unwrap();
         writer.close().await.unwrap();
@@ -469,10 +494,19 @@ mod tests {
         let mut writer = writer(&store, 0, 1);
         writer.write(1).await.unwrap();
         writer.flush(true).await.unwrap();
-        writer.prepare_commit().await.unwrap();
+        writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap();
         assert!(store.violations().is_empty());
 
-        assert_eq!(writer.prepare_commit().await.unwrap(), Vec::new());
+        assert_eq!(
+            writer
+                .prepare_commit(sink_api::CheckpointId(1))
+                .await
+                .unwrap(),
+            Vec::new()
+        );
         let violations = store.violations();
         assert_eq!(violations.len(), 1, "{violations:?}");
         assert!(violations[0].contains("subtask 0"));
@@ -516,7 +550,10 @@ mod tests {
 
         // Restored records go first into the next transaction.
         writer.write(4).await.unwrap();
-        let committables = writer.prepare_commit().await.unwrap();
+        let committables = writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap();
         assert_eq!(
             committables,
             vec![MemoryCommittable {
@@ -540,7 +577,10 @@ mod tests {
         let store = MemoryStore::new();
         let mut writer = writer(&store, 0, 1);
         writer.write(1).await.unwrap();
-        writer.prepare_commit().await.unwrap();
+        writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap();
         writer.write(2).await.unwrap();
         writer.close().await.unwrap();
 
@@ -563,7 +603,10 @@ mod tests {
         writer.write(1).await.unwrap();
         store.fail_next_prepare_commits(1);
 
-        let err = writer.prepare_commit().await.unwrap_err();
+        let err = writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap_err();
         assert!(
             err.to_string().contains("injected prepare_commit failure"),
             "{err}"
@@ -575,7 +618,14 @@ mod tests {
         assert_eq!(store.stats().injected_prepare_commit_failures, 1);
 
         // Fired once: the next call prepares.
-        assert_eq!(writer.prepare_commit().await.unwrap().len(), 1);
+        assert_eq!(
+            writer
+                .prepare_commit(sink_api::CheckpointId(1))
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
         assert_eq!(
             store.transaction_state("g1-s0-t0"),
             Some(TransactionState::Prepared)
@@ -603,7 +653,10 @@ mod tests {
             MemoryWriter::new(store.clone(), 0, Generation(1), Vec::new()).with_roll_every(2);
         writer.write_batch(vec![1, 2, 3, 4, 5]).await.unwrap();
         writer.flush(false).await.unwrap();
-        let committables = writer.prepare_commit().await.unwrap();
+        let committables = writer
+            .prepare_commit(sink_api::CheckpointId(1))
+            .await
+            .unwrap();
         let counts: Vec<u64> = committables.iter().map(|c| c.record_count).collect();
         assert_eq!(counts, vec![2, 2, 1]);
         writer.snapshot_state(CheckpointId(1)).await.unwrap();

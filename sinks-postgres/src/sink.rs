@@ -181,7 +181,6 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
             generation: context.generation.0,
             subtask: context.subtask_index,
             lineage,
-            next_checkpoint: restored + 1,
             open: None,
             stats: self.stats.clone(),
             _records: PhantomData,

@@ -53,9 +53,6 @@ pub struct PostgresWriter<T> {
     pub(crate) generation: u64,
     pub(crate) subtask: usize,
     pub(crate) lineage: String,
-    /// The id of the next barrier: the checkpoint the open transaction will
-    /// be prepared for.
-    pub(crate) next_checkpoint: u64,
     /// Rows in the open transaction; `None` when none is open.
     pub(crate) open: Option<u64>,
     pub(crate) stats: Arc<Stats>,
@@ -84,13 +81,14 @@ pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
 }
 
 impl<T: PgRecord> PostgresWriter<T> {
-    fn gid(&self) -> Result<String, SinkError> {
+    /// The global id of the transaction prepared for `checkpoint`.
+    fn gid(&self, checkpoint: CheckpointId) -> Result<String, SinkError> {
         let gid = TransactionId {
             job: self.job.clone(),
             lineage: self.lineage.clone(),
             generation: self.generation,
             subtask: self.subtask,
-            checkpoint: self.next_checkpoint,
+            checkpoint: checkpoint.0,
         }
         .to_string();
         // Checked for the widest numbers when the writer was created.
@@ -157,11 +155,14 @@ impl<T: PgRecord> SinkWriter for PostgresWriter<T> {
         Ok(())
     }
 
-    async fn prepare_commit(&mut self) -> Result<Vec<PgCommittable>, SinkError> {
+    async fn prepare_commit(
+        &mut self,
+        checkpoint_id: CheckpointId,
+    ) -> Result<Vec<PgCommittable>, SinkError> {
         let Some(rows) = self.open else {
             return Ok(Vec::new());
         };
-        let gid = self.gid()?;
+        let gid = self.gid(checkpoint_id)?;
         let rows_i64 = i64::try_from(rows).unwrap_or(i64::MAX);
         self.client
             .execute(
@@ -186,13 +187,7 @@ impl<T: PgRecord> SinkWriter for PostgresWriter<T> {
         Ok(vec![PgCommittable { gid, rows }])
     }
 
-    async fn snapshot_state(
-        &mut self,
-        checkpoint_id: CheckpointId,
-    ) -> Result<Vec<PgWriterState>, SinkError> {
-        // The next transaction belongs to the next barrier (or to the
-        // end-of-input tag, which is the same id).
-        self.next_checkpoint = checkpoint_id.0 + 1;
+    async fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<PgWriterState>, SinkError> {
         Ok(vec![PgWriterState {
             lineage: self.lineage.clone(),
         }])

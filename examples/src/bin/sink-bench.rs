@@ -106,7 +106,10 @@ impl SinkWriter for CountingWriter {
         Ok(())
     }
 
-    async fn prepare_commit(&mut self) -> Result<Vec<u64>, SinkError> {
+    async fn prepare_commit(
+        &mut self,
+        _checkpoint_id: sink_api::CheckpointId,
+    ) -> Result<Vec<u64>, SinkError> {
         Ok(vec![std::mem::take(&mut self.0)])
     }
 

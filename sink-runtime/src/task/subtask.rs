@@ -8,12 +8,12 @@
 //! ```text
 //! loop:
 //!   serve every waiting control message:
-//!     Trigger(n)     ─▶ [flush(false), prepare_commit, summary n]  snapshot_state(n), ack, barrier to global
+//!     Trigger(n)     ─▶ [flush(false), prepare_commit(n), summary n]  snapshot_state(n), ack, barrier to global
 //!     Complete(n)    ─▶ commit every ready checkpoint <= n (retries with backoff), forward to global
 //!                       final? ─▶ end of stream to global, close, exit
 //!     Cancel         ─▶ close, exit
 //!   before end of input: read a batch ─▶ write_batch
-//!     source finished ─▶ flush(true), prepare_commit (tagged last barrier + 1)
+//!     source finished ─▶ flush(true), prepare_commit(last barrier + 1), tagged with it
 //!                        without checkpoints: commit everything, end of stream, close, exit
 //!   after end of input: wait for the next control message
 //! ```
@@ -275,6 +275,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
 
     async fn prepare_commit(
         &mut self,
+        checkpoint_id: CheckpointId,
         end_of_input: bool,
     ) -> Result<Vec<S::Committable>, JobError> {
         self.writer
@@ -284,7 +285,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         failpoint!("after-flush");
         let committables = self
             .writer
-            .prepare_commit()
+            .prepare_commit(checkpoint_id)
             .await
             .map_err(self.sink_error("prepare_commit"))?;
         metrics::add(&self.metrics.prepare_commit_calls, 1);
@@ -299,7 +300,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             .map_err(|e| (self.invariant())(&e))?;
         match action {
             BarrierAction::PrepareAndSnapshot => {
-                let committables = self.prepare_commit(false).await?;
+                let committables = self.prepare_commit(checkpoint_id, false).await?;
                 self.add_to_ledger(checkpoint_id, committables)?;
                 self.reader.on_checkpoint(checkpoint_id);
             }
@@ -370,7 +371,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             .on_end_of_input()
             .map_err(|e| (self.invariant())(&e))?;
         failpoint!("during-end-of-input");
-        let committables = self.prepare_commit(true).await?;
+        let committables = self.prepare_commit(tag, true).await?;
         info!(subtask = self.index, tag = %tag, committables = committables.len(), "end of input");
         self.add_to_ledger(tag, committables)?;
         self.reader.on_checkpoint(tag);
