@@ -1,68 +1,180 @@
-//! The error a sink returns to the runtime.
+//! The error a sink returns to the runtime, and its class.
 //!
 //! Expected outcomes of a commit (already committed, retry later, a known
 //! failure) are not errors: they are values on the
 //! [`CommitRequest`](crate::CommitRequest). A [`SinkError`] is for failures
-//! that must stop the job; the runtime fails the job with it and, once a
-//! restart strategy exists, restarts from the last completed checkpoint.
+//! that stop the job. Each has a class:
+//!
+//! - **transient** (the default): a restart from the last completed
+//!   checkpoint may succeed (a lost connection, a server restarting, a full
+//!   disk being cleaned). The job's restart strategy applies.
+//! - **permanent**: no restart can succeed until someone changes something
+//!   (a missing table, bad credentials, a malformed configuration, stored
+//!   state that does not decode). The job fails at once, without restarts,
+//!   with the whole cause chain in its message.
+//!
+//! The cause is kept as the error's [`source`](std::error::Error::source),
+//! and shown in the message: a driver's error is never reduced to words.
 
 use std::error::Error as StdError;
+use std::fmt;
 
 use crate::serializer::SerializerError;
 
+/// Whether restarting may help; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// A restart from the last completed checkpoint may succeed.
+    Transient,
+    /// Nothing succeeds until someone changes something; no restart.
+    Permanent,
+}
+
 /// A failure in a sink that the runtime cannot handle by itself.
 ///
-/// Every message should say what was being done and what the user can do.
-#[derive(Debug, thiserror::Error)]
-pub enum SinkError {
-    /// An I/O operation failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What the sink was doing, for example "writing part file /out/.part-1".
-        context: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A committable or a writer state could not be encoded or decoded.
-    #[error(transparent)]
-    Serialization(#[from] SerializerError),
-    /// Any other failure, described in words.
-    #[error("{0}")]
-    Message(String),
-    /// Any other failure, with its cause.
-    #[error("{context}: {source}")]
-    Other {
-        /// What the sink was doing.
-        context: String,
-        /// The underlying error.
-        #[source]
-        source: Box<dyn StdError + Send + Sync + 'static>,
-    },
+/// Made by the sink with [`msg`](Self::msg), [`io`](Self::io) or
+/// [`other`](Self::other) (transient), marked
+/// [`permanent`](Self::permanent) when a restart cannot help. Its message
+/// says what was being done, followed by every cause in its chain; every
+/// message should also say what the user can do.
+pub struct SinkError {
+    class: ErrorClass,
+    context: String,
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
 }
 
 impl SinkError {
-    /// A failure described only in words.
+    /// A transient failure described in words.
     pub fn msg(message: impl Into<String>) -> SinkError {
-        SinkError::Message(message.into())
-    }
-
-    /// An I/O failure, with what was being done.
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> SinkError {
-        SinkError::Io {
-            context: context.into(),
-            source,
+        SinkError {
+            class: ErrorClass::Transient,
+            context: message.into(),
+            source: None,
         }
     }
 
-    /// Any other failure, with what was being done and its cause.
+    /// A transient I/O failure, with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> SinkError {
+        SinkError::other(context, source)
+    }
+
+    /// A transient failure, with what was being done and its cause, which is
+    /// kept as the error's `source()`.
     pub fn other(
         context: impl Into<String>,
         source: impl Into<Box<dyn StdError + Send + Sync + 'static>>,
     ) -> SinkError {
-        SinkError::Other {
+        SinkError {
+            class: ErrorClass::Transient,
             context: context.into(),
-            source: source.into(),
+            source: Some(source.into()),
         }
+    }
+
+    /// The same error, marked permanent: the job fails at once, without
+    /// restarts.
+    pub fn permanent(mut self) -> SinkError {
+        self.class = ErrorClass::Permanent;
+        self
+    }
+
+    /// The same error, marked transient: the restart strategy applies.
+    pub fn transient(mut self) -> SinkError {
+        self.class = ErrorClass::Transient;
+        self
+    }
+
+    /// Its class.
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// Whether it is permanent. Read by the runtime to decide on a restart.
+    pub fn is_permanent(&self) -> bool {
+        self.class == ErrorClass::Permanent
+    }
+
+    /// What was being done, without the causes.
+    pub fn context(&self) -> &str {
+        &self.context
+    }
+}
+
+impl fmt::Display for SinkError {
+    /// What was being done, then each cause of the chain: `context: cause:
+    /// cause of the cause`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.context)?;
+        let mut cause = self
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static));
+        while let Some(error) = cause {
+            write!(f, ": {error}")?;
+            cause = error.source();
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for SinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkError")
+            .field("class", &self.class)
+            .field("context", &self.context)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl StdError for SinkError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+impl From<SerializerError> for SinkError {
+    /// A committable or writer state that does not encode or decode: a
+    /// restart meets the same bytes, so it is permanent.
+    fn from(error: SerializerError) -> SinkError {
+        SinkError::other("encoding or decoding the sink's state", error).permanent()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection refused")]
+    struct Refused;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot connect to db:5432")]
+    struct Driver(#[source] Refused);
+
+    #[test]
+    fn the_message_carries_the_whole_cause_chain() {
+        let error = SinkError::other("opening the table t", Driver(Refused));
+        assert_eq!(
+            error.to_string(),
+            "opening the table t: cannot connect to db:5432: connection refused"
+        );
+        let source = error.source().expect("the driver's error is kept");
+        assert_eq!(source.to_string(), "cannot connect to db:5432");
+        assert!(source.source().is_some(), "and its own cause");
+    }
+
+    #[test]
+    fn errors_are_transient_unless_marked_permanent() {
+        assert_eq!(SinkError::msg("x").class(), ErrorClass::Transient);
+        let permanent = SinkError::msg("table t does not exist").permanent();
+        assert!(permanent.is_permanent());
+        assert!(!permanent.transient().is_permanent());
+        let decode = SerializerError::BadEnvelope { what: "T", len: 3 };
+        assert!(SinkError::from(decode).is_permanent());
     }
 }

@@ -33,7 +33,7 @@ mod writer;
 
 pub use committer::{CommitOutcome, CommitRequest, Committer};
 pub use context::{CheckpointId, Generation, InitContext, Lineage, SubtaskIndex};
-pub use error::SinkError;
+pub use error::{ErrorClass, SinkError};
 pub use global_committer::GlobalCommitter;
 pub use serializer::{
     deserialize_versioned, serialize_versioned, BincodeSerializer, SerializerError,

@@ -47,7 +47,8 @@ pub enum BuildError {
 /// Why a job failed.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    /// A writer, committer or global committer returned an error.
+    /// A writer, committer or global committer returned an error. Its
+    /// message ends with the sink's whole cause chain.
     #[error("{task}: {action} failed: {source}")]
     Sink {
         /// Which task: "subtask 1", "global committer".
@@ -146,14 +147,15 @@ pub enum JobError {
 
 impl JobError {
     /// Whether restarting from the last completed checkpoint may help: not
-    /// for a checkpoint that cannot be restored or a state directory in use,
-    /// which need the user.
+    /// for a sink's permanent error ([`SinkError::permanent`]), a checkpoint
+    /// that cannot be restored or a state directory in use, which need the
+    /// user.
     pub fn is_restartable(&self) -> bool {
         !matches!(
             self,
             JobError::Restore { .. }
                 | JobError::Storage(StorageError::Corrupt { .. } | StorageError::Locked { .. })
-        )
+        ) && !matches!(self, JobError::Sink { source, .. } if source.is_permanent())
     }
 
     pub(crate) fn invariant(task: impl Into<String>, message: impl std::fmt::Display) -> JobError {

@@ -4,12 +4,16 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use sink_api::CheckpointId;
-use sink_runtime::{CheckpointConfig, Job, JobError, JobStatus, RetryPolicy, SequenceSource};
-use sinks_memory::{InjectedCommitFailure, MemorySink, MemoryStore};
+use sink_api::{async_trait, CheckpointId, InitContext, Sink, SinkError};
+use sink_runtime::{
+    CheckpointConfig, Job, JobError, JobStatus, RestartStrategy, RetryPolicy, SequenceSource,
+};
+use sinks_memory::{InjectedCommitFailure, MemoryCommittable, MemorySink, MemoryStore};
 use tokio::time::Instant;
 
 fn bounded_job(
@@ -375,4 +379,88 @@ async fn retry_backoff_is_jittered() {
         waits.windows(2).any(|w| w[0] != w[1]),
         "jitter varies the waits: {waits:?}"
     );
+}
+
+/// A sink whose writers cannot be created: the error is made with a driver
+/// error as its cause, of the class under test. Counts the attempts.
+#[derive(Clone)]
+struct Unopenable {
+    class: sink_api::ErrorClass,
+    attempts: Arc<AtomicU64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("relation \"t\" does not exist (42P01)")]
+struct DriverError(#[source] std::io::Error);
+
+#[async_trait]
+impl Sink for Unopenable {
+    type Input = u64;
+    type Committable = MemoryCommittable;
+    type WriterState = sinks_memory::MemoryWriterState<u64>;
+    type Writer = sinks_memory::MemoryWriter<u64>;
+    type Committer = sinks_memory::MemoryCommitter<u64>;
+
+    async fn create_writer(
+        &self,
+        context: &InitContext,
+        _: Vec<Self::WriterState>,
+    ) -> Result<Self::Writer, SinkError> {
+        if context.subtask_index == 0 {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+        }
+        let cause = DriverError(std::io::Error::other("server said no"));
+        let error = SinkError::other("opening table t", cause);
+        Err(match self.class {
+            sink_api::ErrorClass::Permanent => error.permanent(),
+            _ => error,
+        })
+    }
+
+    async fn create_committer(&self, context: &InitContext) -> Result<Self::Committer, SinkError> {
+        MemorySink::new(MemoryStore::<u64>::new())
+            .create_committer(context)
+            .await
+    }
+}
+
+async fn run_unopenable(class: sink_api::ErrorClass) -> (JobError, u64) {
+    let attempts = Arc::new(AtomicU64::new(0));
+    let sink = Unopenable {
+        class,
+        attempts: attempts.clone(),
+    };
+    let error = Job::builder("unopenable", SequenceSource::bounded(10), sink)
+        .restart_strategy(RestartStrategy::FixedDelay {
+            attempts: 3,
+            delay: ms(10),
+        })
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap_err();
+    (error, attempts.load(Ordering::SeqCst))
+}
+
+/// A permanent error (a missing table) fails the job at once: no restart,
+/// and the message holds the whole cause chain.
+#[tokio::test(start_paused = true)]
+async fn a_permanent_sink_error_fails_the_job_without_restarts_and_shows_its_causes() {
+    let (error, attempts) = run_unopenable(sink_api::ErrorClass::Permanent).await;
+    assert_eq!(attempts, 1, "not restarted: {error}");
+    assert!(!error.is_restartable());
+    let message = error.to_string();
+    assert!(
+        message.contains("opening table t: relation \"t\" does not exist (42P01): server said no"),
+        "the whole chain: {message}"
+    );
+}
+
+/// A transient error restarts the job under its strategy, then fails it.
+#[tokio::test(start_paused = true)]
+async fn a_transient_sink_error_is_restarted_under_the_strategy() {
+    let (error, attempts) = run_unopenable(sink_api::ErrorClass::Transient).await;
+    assert_eq!(attempts, 4, "the first start and three restarts: {error}");
+    assert!(error.is_restartable());
 }

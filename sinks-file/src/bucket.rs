@@ -103,7 +103,8 @@ pub(crate) fn check_bucket_id(bucket: &str) -> Result<(), SinkError> {
         return Err(SinkError::msg(format!(
             "the bucket assigner returned '{bucket}', which is not a relative path of plain directory names \
              (no '..', no leading '/', no name starting with '.', which would hide finished files)"
-        )));
+        ))
+        .permanent());
     }
     Ok(())
 }

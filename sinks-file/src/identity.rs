@@ -137,7 +137,8 @@ pub(crate) fn read(base: &Path) -> Result<Option<OutputIdentity>, SinkError> {
              '-'); restore it from a backup of the directory, or, if nothing of this directory is to be \
              resumed, remove it together with the job's state directory and start afresh",
             marker.display()
-        )));
+        ))
+        .permanent());
     }
     Ok(Some(OutputIdentity {
         id: id.to_string(),
@@ -190,6 +191,7 @@ pub(crate) fn mismatch(
          or start this output directory afresh with an empty state directory",
         written_in.display()
     ))
+        .permanent()
 }
 
 /// `relative` resolved against `base`, when it is a relative path of plain
@@ -206,7 +208,8 @@ pub(crate) fn resolve(base: &Path, relative: &Path) -> Result<PathBuf, SinkError
              the stored state is corrupt or was not written by this sink",
             relative.display(),
             base.display()
-        )));
+        ))
+        .permanent());
     }
     Ok(base.join(relative))
 }
@@ -253,6 +256,16 @@ mod tests {
             error.contains("is damaged") && error.contains(MARKER_FILE),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_mismatch_is_permanent_no_restart_can_fix_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = check(dir.path(), None, "a writer state", "some-id", dir.path()).unwrap_err();
+        assert!(error.is_permanent(), "{error}");
+        assert!(resolve(dir.path(), Path::new("../x"))
+            .unwrap_err()
+            .is_permanent());
     }
 
     #[test]

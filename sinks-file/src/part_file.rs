@@ -242,6 +242,7 @@ pub(crate) fn recover_for_commit(
                 path.display(),
                 state.records
             ))
+        .permanent()
         } else {
             io_error(format!("opening the in-progress part file {} to recover it", path.display()), e)
         }
@@ -256,7 +257,8 @@ pub(crate) fn recover_for_commit(
              it was truncated by something else than this sink",
             path.display(),
             state.length
-        )));
+        ))
+        .permanent());
     }
     file.set_len(state.length)
         .and_then(|()| file.sync_all())

@@ -101,6 +101,30 @@ pub(crate) fn parse_reason(error: &tokio_postgres::Error) -> String {
     }
 }
 
+/// A failure to connect, as the sink's error, the [`ConnectError`] kept as
+/// its cause: permanent for a refused login (SQLSTATE class 28) or an
+/// unknown database (3D), which no restart fixes; transient for an
+/// unreachable or restarting server. Called when a writer or a committer
+/// connects.
+pub(crate) fn connect_error(error: ConnectError) -> sink_api::SinkError {
+    let permanent = match &error {
+        ConnectError::Connect { source, .. } => source
+            .as_db_error()
+            .is_some_and(|db| matches!(db.code().code().get(..2), Some("28" | "3D"))),
+        ConnectError::BadConnectionString { .. }
+        | ConnectError::PreparedTransactionsOff { .. }
+        | ConnectError::MissingTable { .. }
+        | ConnectError::ColumnMismatch { .. } => true,
+        ConnectError::Query(_) => false,
+    };
+    let error = sink_api::SinkError::other("connecting to PostgreSQL", error);
+    if permanent {
+        error.permanent()
+    } else {
+        error
+    }
+}
+
 /// A description of where `config` connects, for messages: its hosts, ports
 /// and database, nothing that may be secret.
 pub(crate) fn target(config: &Config) -> String {

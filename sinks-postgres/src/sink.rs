@@ -12,13 +12,15 @@ use tokio_postgres::Config;
 use tracing::info;
 
 use crate::committer::PostgresCommitter;
-use crate::connection::{check, connect, lock_job, parse_reason, quote_ident, ConnectError};
+use crate::connection::{
+    check, connect, connect_error, lock_job, parse_reason, quote_ident, ConnectError,
+};
 use crate::gid::{check_job_name, new_lineage};
 use crate::record::{Column, PgRecord};
 use crate::recovery::roll_back_lingering;
 use crate::redact::redact_connection_string;
 use crate::stats::{PostgresStats, Stats};
-use crate::writer::{describe, PgCommittable, PgWriterState, PostgresWriter};
+use crate::writer::{failed, PgCommittable, PgWriterState, PostgresWriter};
 
 /// A two-phase-commit sink into a PostgreSQL table: each checkpoint's rows
 /// of each subtask in one transaction, prepared at the barrier and committed
@@ -132,9 +134,7 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
     ) -> Result<PostgresWriter<T>, SinkError> {
         let job = &context.job_name;
         check_job_name(job).map_err(SinkError::msg)?;
-        let client = connect(&self.config)
-            .await
-            .map_err(|error| SinkError::msg(error.to_string()))?;
+        let client = connect(&self.config).await.map_err(connect_error)?;
         let restored = context.restored_checkpoint_id.map_or(0, |id| id.0);
         let lineage = match (context.subtask_index, restored_states.first()) {
             (_, Some(state)) => state.lineage.clone(),
@@ -156,12 +156,9 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
             *self.lineage.lock().unwrap_or_else(|p| p.into_inner()) = Some(lineage.clone());
             let rolled_back = roll_back_lingering(&client, job, &lineage, restored, &self.stats)
                 .await
-                .map_err(|error| {
-                    SinkError::msg(format!(
-                        "rolling back prepared transactions left by earlier starts: {}",
-                        describe(&error)
-                    ))
-                })?;
+                .map_err(failed(
+                    "rolling back prepared transactions left by earlier starts".into(),
+                ))?;
             if rolled_back > 0 {
                 info!(
                     rolled_back,
@@ -169,9 +166,10 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
                 );
             }
         }
-        let copy = client.prepare(&self.copy_sql).await.map_err(|error| {
-            SinkError::msg(format!("preparing {}: {}", self.copy_sql, describe(&error)))
-        })?;
+        let copy = client
+            .prepare(&self.copy_sql)
+            .await
+            .map_err(failed(format!("preparing {}", self.copy_sql)))?;
         Ok(PostgresWriter {
             client,
             copy_sql: self.copy_sql.clone(),

@@ -59,8 +59,33 @@ pub struct PostgresWriter<T> {
     pub(crate) _records: std::marker::PhantomData<fn(T)>,
 }
 
-fn failed(what: String) -> impl FnOnce(tokio_postgres::Error) -> SinkError {
-    move |error| SinkError::msg(format!("{what}: {}", describe(&error)))
+/// Turns a driver error met while doing `what` into the sink's error (see
+/// [`sink_error`]).
+pub(crate) fn failed(what: String) -> impl FnOnce(tokio_postgres::Error) -> SinkError {
+    move |error| sink_error(what, error)
+}
+
+/// A driver error met while doing `what`, as the sink's error: the SQLSTATE
+/// in the message, the driver's error kept as the cause. Permanent when the
+/// SQLSTATE says no restart can succeed until someone changes something:
+/// authorization (28), syntax or access (42: a missing table or column, no
+/// privilege), an unknown database or schema (3D, 3F), bad data (22) or a
+/// broken constraint (23). Transient otherwise: connections (08), rolled
+/// back transactions (40), resources (53), an operator (57), the system
+/// (58), and errors without a server code.
+pub(crate) fn sink_error(what: impl std::fmt::Display, error: tokio_postgres::Error) -> SinkError {
+    match error.as_db_error().map(|db| db.code().code().to_string()) {
+        Some(code) => {
+            let permanent = matches!(code.get(..2), Some("28" | "42" | "3D" | "3F" | "22" | "23"));
+            let error = SinkError::other(format!("{what} (SQLSTATE {code})"), error);
+            if permanent {
+                error.permanent()
+            } else {
+                error
+            }
+        }
+        None => SinkError::other(what.to_string(), error),
+    }
 }
 
 /// The driver's error with the server's message, detail and SQLSTATE.
