@@ -100,6 +100,7 @@ impl Committer for TableSink {
                 request.signal_already_committed();
             } else {
                 table.insert(batch.id.clone(), batch.lines.clone());
+                request.signal_committed();
             }
         }
         Ok(())

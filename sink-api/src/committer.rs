@@ -1,10 +1,12 @@
 //! The second phase of the two-phase commit: making prepared data visible.
 //!
 //! A [`Committer`] receives a batch of [`CommitRequest`]s and settles each one
-//! with an outcome. Expected outcomes are values, not errors:
+//! with an outcome. Expected outcomes are values, not errors. A request the
+//! committer leaves unsettled is not taken for a success: the job fails,
+//! naming the omission.
 //!
 //! ```text
-//!                    ┌─▶ Committed            (the default: the sink said nothing)
+//!                    ┌─▶ Committed            (signal_committed: it is visible now)
 //!                    ├─▶ AlreadyCommitted     (a replay after recovery)
 //! CommitRequest ─────┼─▶ RetryLater           (transient; the runtime retries with backoff)
 //!                    ├─▶ UpdatedAndRetryLater (partial progress; retry with the new committable)
@@ -19,9 +21,15 @@ use crate::{CheckpointId, SinkError};
 /// How one [`CommitRequest`] ended. Set by the committer through the request's
 /// `signal_*` and `retry_*` methods; read by the runtime afterwards.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CommitOutcome {
-    /// The committable is now visible. The default when the committer does
-    /// not signal anything.
+    /// Nothing was signalled yet: the state of a new request. A request still
+    /// unsettled when [`Committer::commit`] returns is a bug of the committer
+    /// (it would otherwise count as committed without being so): the runtime
+    /// fails the job, naming it.
+    Unsettled,
+    /// The committable is now visible
+    /// ([`CommitRequest::signal_committed`]).
     Committed,
     /// The committable had been committed before (a replay after recovery).
     AlreadyCommitted,
@@ -59,7 +67,7 @@ impl<C> CommitRequest<C> {
             committable,
             checkpoint_id,
             retry_count,
-            outcome: CommitOutcome::Committed,
+            outcome: CommitOutcome::Unsettled,
             records_lost: None,
         }
     }
@@ -80,7 +88,7 @@ impl<C> CommitRequest<C> {
         self.retry_count
     }
 
-    /// The outcome so far; [`CommitOutcome::Committed`] unless signalled.
+    /// The outcome so far; [`CommitOutcome::Unsettled`] until signalled.
     pub fn outcome(&self) -> &CommitOutcome {
         &self.outcome
     }
@@ -89,6 +97,11 @@ impl<C> CommitRequest<C> {
     /// the runtime after [`Committer::commit`] returns.
     pub fn into_parts(self) -> (C, CommitOutcome) {
         (self.committable, self.outcome)
+    }
+
+    /// The committable is visible now: this commit made it so.
+    pub fn signal_committed(&mut self) {
+        self.outcome = CommitOutcome::Committed;
     }
 
     /// The committable was committed before: a replay after recovery.
@@ -178,7 +191,9 @@ pub trait Committer: Send + 'static {
     type Committable: Send + 'static;
 
     /// Commits a batch of requests, all of one checkpoint, settling each with
-    /// an outcome (the default is [`CommitOutcome::Committed`]).
+    /// an outcome: [`signal_committed`](CommitRequest::signal_committed) or
+    /// another. A request left [`Unsettled`](CommitOutcome::Unsettled) fails
+    /// the job.
     async fn commit(
         &mut self,
         requests: &mut [CommitRequest<Self::Committable>],

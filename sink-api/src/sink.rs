@@ -74,8 +74,9 @@ use crate::{
 ///     type Committable = Vec<String>;
 ///     async fn commit(&mut self, requests: &mut [CommitRequest<Vec<String>>]) -> Result<(), SinkError> {
 ///         // Not idempotent: a real sink must recognise a replayed committable.
-///         for request in requests.iter() {
+///         for request in requests.iter_mut() {
 ///             self.0.lock().unwrap().extend(request.committable().iter().cloned());
+///             request.signal_committed();
 ///         }
 ///         Ok(())
 ///     }

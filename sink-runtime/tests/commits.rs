@@ -464,3 +464,65 @@ async fn a_transient_sink_error_is_restarted_under_the_strategy() {
     assert_eq!(attempts, 4, "the first start and three restarts: {error}");
     assert!(error.is_restartable());
 }
+
+/// The memory sink with a committer that returns without settling anything.
+struct Forgetful(MemorySink<u64>);
+
+struct ForgetfulCommitter;
+
+#[async_trait]
+impl sink_api::Committer for ForgetfulCommitter {
+    type Committable = MemoryCommittable;
+
+    async fn commit(
+        &mut self,
+        _requests: &mut [sink_api::CommitRequest<MemoryCommittable>],
+    ) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Sink for Forgetful {
+    type Input = u64;
+    type Committable = MemoryCommittable;
+    type WriterState = sinks_memory::MemoryWriterState<u64>;
+    type Writer = sinks_memory::MemoryWriter<u64>;
+    type Committer = ForgetfulCommitter;
+
+    async fn create_writer(
+        &self,
+        context: &InitContext,
+        restored: Vec<Self::WriterState>,
+    ) -> Result<Self::Writer, SinkError> {
+        self.0.create_writer(context, restored).await
+    }
+
+    async fn create_committer(&self, _: &InitContext) -> Result<ForgetfulCommitter, SinkError> {
+        Ok(ForgetfulCommitter)
+    }
+}
+
+/// No silent success: a committer that leaves a request unsettled fails the
+/// job, with a message that says what to call; nothing counts as committed.
+#[tokio::test(start_paused = true)]
+async fn a_request_left_unsettled_fails_the_job_loudly() {
+    let store = MemoryStore::<u64>::new();
+    let error = Job::builder(
+        "forgetful",
+        SequenceSource::bounded(10),
+        Forgetful(MemorySink::new(store.clone())),
+    )
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap_err();
+    assert!(matches!(error, JobError::Commit { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("without settling a request") && message.contains("signal_committed()"),
+        "{message}"
+    );
+    assert!(store.committed().is_empty());
+}

@@ -92,7 +92,15 @@ async fn commit<D: Destination>(
         .close()
         .await
         .map_err(err("closing the committer"))?;
-    Ok(requests.into_iter().map(|r| r.into_parts().1).collect())
+    let outcomes: Vec<CommitOutcome> = requests.into_iter().map(|r| r.into_parts().1).collect();
+    if outcomes.contains(&CommitOutcome::Unsettled) {
+        return Err(format!(
+            "the committer returned from commit without settling every request (outcomes \
+             {outcomes:?}); call request.signal_committed() once a committable is visible, or \
+             another outcome: the runtime fails the job on an unsettled request"
+        ));
+    }
+    Ok(outcomes)
 }
 
 /// Nothing is visible before its commit; after it, everything once; a

@@ -219,6 +219,7 @@ impl Committer for Toy {
             }
             let id = batch.id.clone();
             table.batches.insert(id);
+            request.signal_committed();
         }
         Ok(())
     }

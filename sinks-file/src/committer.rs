@@ -96,6 +96,7 @@ impl Committer for FileCommitter {
                                 sync_dir(dir)?;
                             }
                             self.stats.committed(&c);
+                            request.signal_committed();
                         }
                         Err(error) => request.signal_failed_with_unknown_reason(format!(
                             "renaming {} to {} failed: {error}",

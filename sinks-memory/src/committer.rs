@@ -139,6 +139,7 @@ fn commit_one<T: Clone>(state: &mut StoreState<T>, request: &mut CommitRequest<M
     match transaction.state {
         TransactionState::Prepared => {
             transaction.state = TransactionState::Committed;
+            request.signal_committed();
             let records = transaction.records.clone();
             let claimed = request.committable().record_count;
             if claimed != records.len() as u64 {

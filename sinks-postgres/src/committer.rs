@@ -147,6 +147,7 @@ impl Committer for PostgresCommitter {
             let gid = request.committable().gid.clone();
             match Self::commit_one(client, &gid).await {
                 Settled::Committed => {
+                    request.signal_committed();
                     stats::add(&self.stats.transactions_committed, 1);
                     debug!(gid, rows = request.committable().rows, "committed");
                     // A crash right after the server committed, before the

@@ -123,8 +123,9 @@ impl Committer for CountingSink {
     type Committable = u64;
 
     async fn commit(&mut self, requests: &mut [CommitRequest<u64>]) -> Result<(), SinkError> {
-        for request in requests.iter() {
+        for request in requests.iter_mut() {
             self.0.fetch_add(*request.committable(), Ordering::Relaxed);
+            request.signal_committed();
         }
         Ok(())
     }

@@ -20,6 +20,14 @@ use super::retry::RetryPolicy;
 /// A commit that cannot succeed: the job must fail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommitFailure {
+    /// The committer returned without settling a request.
+    #[error("the committer returned from commit without settling a request of checkpoint {checkpoint_id}: \
+             call request.signal_committed() once the committable is visible, or another outcome \
+             (signal_already_committed, retry_later, signal_failed_with_known_reason, ...) on every request")]
+    Unsettled {
+        /// The checkpoint being committed.
+        checkpoint_id: CheckpointId,
+    },
     /// The committer signalled a failure it does not understand.
     #[error("the commit of checkpoint {checkpoint_id} failed for an unknown reason: {reason}")]
     UnknownReason {
@@ -111,6 +119,11 @@ impl<C> CommitRound<C> {
             let records_lost = request.records_lost();
             let (committable, outcome) = request.into_parts();
             match outcome {
+                CommitOutcome::Unsettled => {
+                    return Err(CommitFailure::Unsettled {
+                        checkpoint_id: self.checkpoint_id,
+                    });
+                }
                 CommitOutcome::Committed => {
                     self.tally.committed += 1;
                     self.committed.push(committable);
@@ -138,6 +151,12 @@ impl<C> CommitRound<C> {
                     return Err(CommitFailure::UnknownReason {
                         checkpoint_id: self.checkpoint_id,
                         reason,
+                    });
+                }
+                other => {
+                    return Err(CommitFailure::UnknownReason {
+                        checkpoint_id: self.checkpoint_id,
+                        reason: format!("an outcome this runtime does not know: {other:?}"),
                     });
                 }
             }
@@ -184,15 +203,29 @@ mod tests {
     }
 
     #[test]
-    fn default_outcome_is_committed() {
+    fn committed_requests_are_forwarded_and_unsettled_ones_fail_the_round() {
         let mut round = CommitRound::new(CheckpointId(3), vec!["a", "b"]);
-        let requests = round.take_requests();
+        let mut requests = round.take_requests();
         assert_eq!(requests[0].checkpoint_id(), CheckpointId(3));
+        requests
+            .iter_mut()
+            .for_each(CommitRequest::signal_committed);
         assert_eq!(round.settle(requests, &policy(1)), Ok(RoundStep::Done));
         assert!(round.take_requests().is_empty());
         let (committed, tally) = round.into_committed();
         assert_eq!(committed, vec!["a", "b"]);
         assert_eq!(tally.committed, 2);
+
+        // No silent success: a request left as it came fails the round.
+        let mut round = CommitRound::new(CheckpointId(4), vec!["c", "d"]);
+        let mut requests = round.take_requests();
+        requests[0].signal_committed();
+        assert_eq!(
+            round.settle(requests, &policy(1)),
+            Err(CommitFailure::Unsettled {
+                checkpoint_id: CheckpointId(4)
+            })
+        );
     }
 
     #[test]
@@ -217,6 +250,10 @@ mod tests {
             vec!["a", "b2"]
         );
         assert!(requests.iter().all(|r| r.retry_count() == 1));
+        let mut requests = requests;
+        requests
+            .iter_mut()
+            .for_each(CommitRequest::signal_committed);
         assert_eq!(round.settle(requests, &policy(3)), Ok(RoundStep::Done));
         assert_eq!(round.tally().retries, 2);
     }
