@@ -43,6 +43,11 @@ pub struct MetricsSnapshot {
     /// committed, or dropped with a known reason without a count of its
     /// records), less the records counted in `records_lost`.
     pub records_committed: u64,
+    /// Records of commits that only replayed what was visible before (every
+    /// committable of their checkpoint part was already committed): not
+    /// counted in `records_committed`, which counts only what became
+    /// visible now. Above zero outside a recovery, a sink's names repeat.
+    pub records_replayed: u64,
     /// Records written but not committed: `records_written - records_committed`.
     /// Stays above zero for good when uncommitted output was allowed.
     pub records_uncommitted: u64,
@@ -87,6 +92,7 @@ pub struct MetricsSnapshot {
 pub struct Metrics {
     pub(crate) records_written: AtomicU64,
     pub(crate) records_committed: AtomicU64,
+    pub(crate) records_replayed: AtomicU64,
     pub(crate) prepare_commit_calls: AtomicU64,
     pub(crate) commit_calls: AtomicU64,
     pub(crate) committables_pending: AtomicU64,
@@ -174,6 +180,7 @@ impl Metrics {
         MetricsSnapshot {
             records_written,
             records_committed,
+            records_replayed: get(&self.records_replayed),
             records_uncommitted: records_written.saturating_sub(records_committed),
             prepare_commit_calls: get(&self.prepare_commit_calls),
             commit_calls: get(&self.commit_calls),

@@ -465,10 +465,13 @@ async fn a_transient_sink_error_is_restarted_under_the_strategy() {
     assert!(error.is_restartable());
 }
 
-/// The memory sink with a committer that returns without settling anything.
-struct Forgetful(MemorySink<u64>);
+/// The memory sink with a committer that returns without settling anything
+/// (or, `replays`, that takes every committable for a replay).
+struct Forgetful(MemorySink<u64>, bool);
 
-struct ForgetfulCommitter;
+struct ForgetfulCommitter {
+    replays: bool,
+}
 
 #[async_trait]
 impl sink_api::Committer for ForgetfulCommitter {
@@ -476,8 +479,13 @@ impl sink_api::Committer for ForgetfulCommitter {
 
     async fn commit(
         &mut self,
-        _requests: &mut [sink_api::CommitRequest<MemoryCommittable>],
+        requests: &mut [sink_api::CommitRequest<MemoryCommittable>],
     ) -> Result<(), SinkError> {
+        if self.replays {
+            requests
+                .iter_mut()
+                .for_each(sink_api::CommitRequest::signal_already_committed);
+        }
         Ok(())
     }
 }
@@ -499,7 +507,7 @@ impl Sink for Forgetful {
     }
 
     async fn create_committer(&self, _: &InitContext) -> Result<ForgetfulCommitter, SinkError> {
-        Ok(ForgetfulCommitter)
+        Ok(ForgetfulCommitter { replays: self.1 })
     }
 }
 
@@ -511,7 +519,7 @@ async fn a_request_left_unsettled_fails_the_job_loudly() {
     let error = Job::builder(
         "forgetful",
         SequenceSource::bounded(10),
-        Forgetful(MemorySink::new(store.clone())),
+        Forgetful(MemorySink::new(store.clone()), false),
     )
     .build()
     .unwrap()
@@ -525,4 +533,28 @@ async fn a_request_left_unsettled_fails_the_job_loudly() {
         "{message}"
     );
     assert!(store.committed().is_empty());
+}
+
+/// Commits that only replay what was visible before are counted apart:
+/// `records_committed` counts only what became visible now (a sink whose
+/// names repeat across runs shows up as replays, not as output).
+#[tokio::test(start_paused = true)]
+async fn replays_are_counted_apart_from_new_commits() {
+    let store = MemoryStore::<u64>::new();
+    let report = Job::builder(
+        "replays",
+        SequenceSource::bounded(100),
+        Forgetful(MemorySink::new(store.clone()), true),
+    )
+    .parallelism(2)
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_eq!(report.metrics.records_written, 100);
+    assert_eq!(report.metrics.records_committed, 0);
+    assert_eq!(report.metrics.records_replayed, 100);
+    assert_eq!(report.metrics.commits_already_committed, 2);
 }

@@ -497,11 +497,14 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         metrics::sub(&self.metrics.committables_pending, count);
         if !self.recommitting {
             // Restored records were written, and counted, by an earlier run;
-            // lost ones were never committed.
-            metrics::add(
-                &self.metrics.records_committed,
-                summary.record_count.saturating_sub(records_lost),
-            );
+            // lost ones were never committed; a part that was all replays
+            // made nothing visible now.
+            let records = summary.record_count.saturating_sub(records_lost);
+            let all_replays = tally.committed == 0 && tally.already_committed > 0;
+            match all_replays {
+                true => metrics::add(&self.metrics.records_replayed, records),
+                false => metrics::add(&self.metrics.records_committed, records),
+            }
         }
         metrics::add(&self.metrics.commits_succeeded, tally.committed);
         metrics::add(
