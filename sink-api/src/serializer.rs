@@ -26,6 +26,7 @@ const BLOB_HEADER_LEN: usize = BLOB_MAGIC.len() + 4;
 
 /// A failure to encode or decode a committable or a writer state.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SerializerError {
     /// The value could not be encoded.
     #[error("cannot encode {what}: {message}")]

@@ -12,6 +12,7 @@ use crate::storage::StorageError;
 
 /// A job configuration the builder refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError {
     /// An unbounded source, a two-phase-commit sink and no checkpointing:
     /// nothing would ever be committed.
@@ -46,6 +47,7 @@ pub enum BuildError {
 
 /// Why a job failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum JobError {
     /// A writer, committer or global committer returned an error. Its
     /// message ends with the sink's whole cause chain.

@@ -46,6 +46,7 @@ use crate::storage::{CheckpointStorage, MemoryCheckpointStorage};
 
 /// How the job runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum RuntimeMode {
     /// Records flow continuously; commits follow completed checkpoints, or
     /// end of input when checkpointing is off. The default.
@@ -335,6 +336,7 @@ where
 
 /// How a job ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum JobStatus {
     /// The input ended and everything was committed.
     Finished,
@@ -348,6 +350,7 @@ pub enum JobStatus {
 
 /// What a job reports when it ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JobReport {
     /// How it ended.
     pub status: JobStatus,

@@ -22,6 +22,7 @@ pub const MAX_KEPT_FAILURES: usize = 100;
 /// handle, so that a loss is reported where the job's outcome is, not only in
 /// a log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KnownCommitFailure {
     /// The checkpoint whose commit failed.
     pub checkpoint_id: CheckpointId,
@@ -36,6 +37,7 @@ pub struct KnownCommitFailure {
 
 /// A copy of a job's counters at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MetricsSnapshot {
     /// Records handed to writers.
     pub records_written: u64,
