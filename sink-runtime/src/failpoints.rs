@@ -16,6 +16,7 @@
 
 /// Every crash point of the runtime, in the order a record meets them. The
 /// memory sink adds `memory-commit-mid-batch` (its own `failpoints` feature).
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
 pub const FAILPOINTS: &[&str] = &[
     "after-write",
     "after-flush",

@@ -256,8 +256,8 @@ where
 
     /// Switches off the deferral of end of stream to the global committer,
     /// reproducing Flink's FLINK-38614 data loss. Only for tests that prove
-    /// the deferral matters; never use it otherwise.
-    #[doc(hidden)]
+    /// the deferral matters (feature `testing`); never use it otherwise.
+    #[cfg(feature = "testing")]
     pub fn unsafe_disable_end_of_stream_deferral(mut self) -> Self {
         self.spec.defer_end_of_stream = false;
         self
@@ -265,8 +265,8 @@ where
 
     /// Loses or delays completion notices as `faults` decides, to test that
     /// commits survive lost and late notifications (subsumption). Only for
-    /// simulations.
-    #[doc(hidden)]
+    /// simulations (feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn simulate_notification_faults(
         mut self,
         faults: impl Fn(SubtaskIndex, CheckpointId) -> NoticeDelivery + Send + Sync + 'static,

@@ -16,16 +16,28 @@
 //!                               checkpoint coordinator
 //! ```
 //!
-//! Layout: [`core`] holds the pure decisions (no I/O, no tokio); `task` and
+//! Layout: `core` holds the pure decisions (no I/O, no tokio; public only
+//! with the `testing` feature); `task` and
 //! `coordinator` carry them out; [`source`] and [`storage`] are the edges.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod coordinator;
+// The decision core and the crash points are internals: public only to this
+// project's own tests and the kit, through the `testing` and `failpoints`
+// features, so that no production build can reach them.
+#[cfg(feature = "testing")]
 pub mod core;
+// Some of the core's queries serve only its tests.
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)]
+mod core;
 mod error;
+#[cfg(feature = "failpoints")]
 pub mod failpoints;
+#[cfg(not(feature = "failpoints"))]
+mod failpoints;
 mod job;
 mod metrics;
 pub mod pipeline;
@@ -38,7 +50,9 @@ pub use crate::core::checkpoints::CheckpointConfig;
 pub use crate::core::restart::RestartStrategy;
 pub use crate::core::retry::RetryPolicy;
 pub use error::{BuildError, JobError};
-pub use job::{Job, JobBuilder, JobHandle, JobReport, JobStatus, NoticeDelivery, RuntimeMode};
+#[cfg(feature = "testing")]
+pub use job::NoticeDelivery;
+pub use job::{Job, JobBuilder, JobHandle, JobReport, JobStatus, RuntimeMode};
 pub use metrics::{KnownCommitFailure, Metrics, MetricsSnapshot, MAX_KEPT_FAILURES};
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use source::{Boundedness, SequenceSource, Source, VecSource};

@@ -22,11 +22,10 @@ use sink_api::{
     deserialize_versioned, serialize_versioned, BincodeSerializer, CheckpointId, Generation,
     Lineage, VersionedSerializer,
 };
-use sink_runtime::core::ledger::CommittableSummary;
 use sink_runtime::source::RangeSplit;
 use sink_runtime::storage::{
-    CheckpointStorage, CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot,
-    PendingCommittables, SubtaskSnapshot,
+    CheckpointStorage, CommittableSummary, CompletedCheckpoint, FinishedMarker,
+    GlobalCommitterSnapshot, PendingCommittables, SubtaskSnapshot,
 };
 use sink_runtime::LocalCheckpointStorage;
 use sinks_memory::{MemoryCommittable, MemoryWriterState};

@@ -32,7 +32,7 @@ pub enum TaskId {
 
 /// When and how checkpoints are taken. Given to
 /// [`JobBuilder::checkpointing`](crate::JobBuilder::checkpointing); read by the
-/// coordinator's [`CheckpointTracker`].
+/// coordinator's `CheckpointTracker`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointConfig {
     /// Time between two checkpoint triggers.

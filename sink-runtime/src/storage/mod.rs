@@ -20,7 +20,9 @@ use sink_api::{
     SubtaskIndex, VersionedSerializer,
 };
 
-use crate::core::ledger::{CommittableSummary, SubtaskPart};
+use crate::core::ledger::SubtaskPart;
+
+pub use crate::core::ledger::CommittableSummary;
 
 pub use local::LocalCheckpointStorage;
 pub use memory::MemoryCheckpointStorage;
