@@ -82,9 +82,10 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     pub mark_finished: bool,
 }
 
-/// What happens to one completion notice, in a simulation.
-#[doc(hidden)]
+/// What happens to one completion notice, in a simulation (feature
+/// `testing`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub enum NoticeDelivery {
     /// Delivered at once.
     Deliver,
