@@ -36,10 +36,11 @@ use crate::core::ledger::CommitLedger;
 use crate::core::lifecycle::SubtaskLifecycle;
 use crate::error::JobError;
 use crate::failpoints::failpoint;
-use crate::job::{JobReport, JobSpec, JobStatus, NoticeDelivery, NotificationFaults};
 use crate::metrics::{self, Metrics};
+use crate::report::{JobReport, JobStatus};
 use crate::restore;
 use crate::source::Source;
+use crate::spec::{JobSpec, NoticeDelivery, NotificationFaults};
 use crate::storage::{
     CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot,
 };

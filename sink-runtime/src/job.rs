@@ -30,7 +30,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sink_api::{CheckpointId, GlobalCommitter, Sink, SubtaskIndex};
+use sink_api::{GlobalCommitter, Sink};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -39,65 +39,11 @@ use crate::core::checkpoints::CheckpointConfig;
 use crate::core::restart::RestartStrategy;
 use crate::core::retry::RetryPolicy;
 use crate::error::{BuildError, JobError};
-use crate::metrics::KnownCommitFailure;
-use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::metrics::{KnownCommitFailure, Metrics, MetricsSnapshot};
+use crate::report::JobReport;
 use crate::source::{Boundedness, Source};
+use crate::spec::{JobSpec, RuntimeMode};
 use crate::storage::{CheckpointStorage, MemoryCheckpointStorage};
-
-/// How the job runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum RuntimeMode {
-    /// Records flow continuously; commits follow completed checkpoints, or
-    /// end of input when checkpointing is off. The default.
-    #[default]
-    Streaming,
-    /// A bounded input processed as a whole: checkpointing is ignored and
-    /// everything is committed once at end of input.
-    Batch,
-}
-
-/// Makes the job's global committer, once per start of the job.
-pub(crate) type GlobalCommitterFactory<C> =
-    Box<dyn Fn() -> Box<dyn GlobalCommitter<Committable = C>> + Send + Sync>;
-
-/// Everything the coordinator needs to run a job. Made by [`JobBuilder::build`].
-pub(crate) struct JobSpec<Src, S: Sink> {
-    pub name: String,
-    pub source: Src,
-    pub sink: S,
-    pub parallelism: usize,
-    pub checkpointing: Option<CheckpointConfig>,
-    pub global_committer: Option<GlobalCommitterFactory<S::Committable>>,
-    pub restart: RestartStrategy,
-    pub storage: Arc<dyn CheckpointStorage>,
-    pub retry: RetryPolicy,
-    pub batch_size: usize,
-    pub idle_poll: Duration,
-    pub defer_end_of_stream: bool,
-    pub notification_faults: Option<NotificationFaults>,
-    /// Whether a finished run marks the storage finished. A pipeline's input
-    /// goes on in its next run, so its end is not marked: the next start
-    /// restores its final checkpoint instead of doing nothing.
-    pub mark_finished: bool,
-}
-
-/// What happens to one completion notice, in a simulation (feature
-/// `testing`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "testing"), allow(dead_code))]
-pub enum NoticeDelivery {
-    /// Delivered at once.
-    Deliver,
-    /// Lost (never for the final checkpoint).
-    Lose,
-    /// Delivered after a delay, possibly after later messages.
-    Delay(Duration),
-}
-
-/// Decides, per subtask and checkpoint, what happens to a completion notice.
-pub(crate) type NotificationFaults =
-    Arc<dyn Fn(SubtaskIndex, CheckpointId) -> NoticeDelivery + Send + Sync>;
 
 /// A checked job, ready to start. Made by [`Job::builder`] and
 /// [`JobBuilder::build`].
@@ -108,17 +54,6 @@ pub struct Job<Src, S: Sink> {
 impl<Src, S: Sink> std::fmt::Debug for Job<Src, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Job").field("spec", &self.spec).finish()
-    }
-}
-
-impl<Src, S: Sink> std::fmt::Debug for JobSpec<Src, S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobSpec")
-            .field("name", &self.name)
-            .field("parallelism", &self.parallelism)
-            .field("checkpointing", &self.checkpointing)
-            .field("global_committer", &self.global_committer.is_some())
-            .finish_non_exhaustive()
     }
 }
 
@@ -270,7 +205,10 @@ where
     #[cfg(feature = "testing")]
     pub fn simulate_notification_faults(
         mut self,
-        faults: impl Fn(SubtaskIndex, CheckpointId) -> NoticeDelivery + Send + Sync + 'static,
+        faults: impl Fn(sink_api::SubtaskIndex, sink_api::CheckpointId) -> crate::spec::NoticeDelivery
+            + Send
+            + Sync
+            + 'static,
     ) -> Self {
         self.spec.notification_faults = Some(Arc::new(faults));
         self
@@ -335,47 +273,6 @@ where
     }
 }
 
-/// How a job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum JobStatus {
-    /// The input ended and everything was committed.
-    Finished,
-    /// [`JobHandle::cancel`] stopped it; uncommitted output stays
-    /// uncommitted.
-    Cancelled,
-    /// The checkpoint storage says this job finished before: nothing was
-    /// read, written or committed.
-    AlreadyFinished,
-}
-
-/// What a job reports when it ends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct JobReport {
-    /// How it ended.
-    pub status: JobStatus,
-    /// Its counters at the end, over every restart.
-    pub metrics: MetricsSnapshot,
-    /// The newest completed checkpoint, if any.
-    pub last_checkpoint: Option<CheckpointId>,
-    /// Every commit that failed with a known reason (the first
-    /// [`MAX_KEPT_FAILURES`](crate::MAX_KEPT_FAILURES)): output this
-    /// job lost, with the committers' reasons. A job can end
-    /// [`JobStatus::Finished`] and still have lost output: check
-    /// [`lost_output`](Self::lost_output).
-    pub known_failures: Vec<KnownCommitFailure>,
-}
-
-impl JobReport {
-    /// Whether the job lost output: some commit failed with a known reason
-    /// (`metrics.commits_failed > 0`). A program that runs a job should say
-    /// so and exit with an error, naming [`known_failures`](Self::known_failures).
-    pub fn lost_output(&self) -> bool {
-        self.metrics.commits_failed > 0
-    }
-}
-
 /// A running job. Made by [`Job::start`].
 #[derive(Debug)]
 pub struct JobHandle {
@@ -401,7 +298,7 @@ impl JobHandle {
     /// held open). What was prepared but not committed stays in the last
     /// completed checkpoint, for a restart on the same storage.
     /// [`join`](Self::join) then returns a report with
-    /// [`JobStatus::Cancelled`].
+    /// [`JobStatus::Cancelled`](crate::JobStatus::Cancelled).
     pub fn cancel(&self) {
         self.cancel.send_replace(true);
     }

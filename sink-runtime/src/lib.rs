@@ -41,8 +41,10 @@ mod failpoints;
 mod job;
 mod metrics;
 pub mod pipeline;
+mod report;
 mod restore;
 pub mod source;
+mod spec;
 pub mod storage;
 mod task;
 
@@ -50,10 +52,12 @@ pub use crate::core::checkpoints::CheckpointConfig;
 pub use crate::core::restart::RestartStrategy;
 pub use crate::core::retry::RetryPolicy;
 pub use error::{BuildError, JobError};
-#[cfg(feature = "testing")]
-pub use job::NoticeDelivery;
-pub use job::{Job, JobBuilder, JobHandle, JobReport, JobStatus, RuntimeMode};
+pub use job::{Job, JobBuilder, JobHandle};
 pub use metrics::{KnownCommitFailure, Metrics, MetricsSnapshot, MAX_KEPT_FAILURES};
 pub use pipeline::{Pipeline, PipelineBuilder};
+pub use report::{JobReport, JobStatus};
 pub use source::{Boundedness, SequenceSource, Source, VecSource};
+#[cfg(feature = "testing")]
+pub use spec::NoticeDelivery;
+pub use spec::RuntimeMode;
 pub use storage::{CheckpointStorage, LocalCheckpointStorage, MemoryCheckpointStorage};

@@ -26,14 +26,17 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sink_api::{CommitRequest, Committer, SinkError};
 
+use crate::dir_sync::DirSyncs;
 use crate::identity::{self, OutputIdentity};
-use crate::part_file::{sync_dir, FileCommittable};
-use crate::sink::FileSinkStats;
+use crate::part_file::FileCommittable;
+use crate::stats::FileSinkStats;
 
 /// Commits the file sink's committables. Made by
 /// [`FileSink`](crate::FileSink) for the runtime, once per subtask and start.
 pub struct FileCommitter {
     pub(crate) stats: Arc<FileSinkStats>,
+    /// The sink's directory fsyncs.
+    pub(crate) syncs: Arc<DirSyncs>,
     /// The sink's base directory, against which committables are resolved.
     pub(crate) base_path: PathBuf,
     /// The base directory's identity, read at the first commit.
@@ -93,7 +96,7 @@ impl Committer for FileCommitter {
                     match std::fs::rename(&pending, &target) {
                         Ok(()) => {
                             if let Some(dir) = target.parent() {
-                                sync_dir(dir)?;
+                                self.syncs.sync_dir(dir)?;
                             }
                             self.stats.committed(&c);
                             request.signal_committed();
@@ -126,7 +129,7 @@ impl Committer for FileCommitter {
                     // The crash may have come between the rename and the
                     // directory sync: make the rename durable now.
                     if let Some(dir) = target.parent() {
-                        sync_dir(dir)?;
+                        self.syncs.sync_dir(dir)?;
                     }
                     self.stats.replayed();
                     request.signal_already_committed();

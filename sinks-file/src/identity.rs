@@ -26,7 +26,8 @@ use std::path::{Component, Path, PathBuf};
 
 use sink_api::SinkError;
 
-use crate::part_file::{io_error, sync_dir};
+use crate::dir_sync::fsync_dir;
+use crate::io_error::io_error;
 
 /// The marker's file name, in the base directory.
 pub(crate) const MARKER_FILE: &str = ".file-sink-id";
@@ -89,7 +90,7 @@ pub(crate) fn ensure(base: &Path) -> Result<OutputIdentity, SinkError> {
     };
     let _ = fs::remove_file(&temporary);
     match linked {
-        Ok(()) => sync_dir(base)?,
+        Ok(()) => fsync_dir(base)?,
         Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(error) => {
             return Err(io_error(

@@ -42,12 +42,16 @@
 pub mod bucket;
 pub mod clock;
 mod committer;
+mod config;
+mod dir_sync;
 pub mod encoder;
 mod identity;
+mod io_error;
 mod output;
 mod part_file;
 pub mod rolling;
 mod sink;
+mod stats;
 mod writer;
 
 pub use bucket::{
@@ -59,5 +63,6 @@ pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
 pub use output::finished_files;
 pub use part_file::{FileCommittable, InProgressState};
 pub use rolling::{PartInfo, RollingPolicy};
-pub use sink::{FileSink, FileSinkBuilder, FileSinkStats, FileSinkStatsSnapshot};
+pub use sink::{FileSink, FileSinkBuilder};
+pub use stats::{FileSinkStats, FileSinkStatsSnapshot};
 pub use writer::{FileWriter, FileWriterState};

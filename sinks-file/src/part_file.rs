@@ -20,17 +20,17 @@
 //! directory, with the base directory's identity (see the `identity` module):
 //! a stopped job's directory may be moved or copied before it resumes.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sink_api::SinkError;
 
+use crate::dir_sync::DirSyncs;
 use crate::identity::{resolve, OutputIdentity};
+use crate::io_error::io_error;
 use crate::rolling::PartInfo;
 
 /// Size of each part file's write buffer.
@@ -108,6 +108,8 @@ pub(crate) struct InProgressPart {
     unsynced_dirs: Vec<PathBuf>,
     /// Taken right after the file and its directories were created.
     created_seq: u64,
+    /// The sink's directory fsyncs.
+    syncs: Arc<DirSyncs>,
 }
 
 impl InProgressPart {
@@ -118,6 +120,7 @@ impl InProgressPart {
         relative: PathBuf,
         target: PathBuf,
         now_ms: u64,
+        syncs: &Arc<DirSyncs>,
     ) -> Result<InProgressPart, SinkError> {
         let path = base.join(&relative);
         // Directories whose entries change: the file's own, and the parent of
@@ -148,7 +151,7 @@ impl InProgressPart {
             .create_new(true)
             .open(&path)
             .map_err(|e| io_error(format!("creating the part file {}", path.display()), e))?;
-        let created_seq = sequence();
+        let created_seq = syncs.sequence();
         Ok(InProgressPart {
             path,
             relative,
@@ -162,6 +165,7 @@ impl InProgressPart {
             records: 0,
             unsynced_dirs,
             created_seq,
+            syncs: syncs.clone(),
         })
     }
 
@@ -193,7 +197,7 @@ impl InProgressPart {
             .map_err(|e| io_error(format!("syncing the part file {}", self.path.display()), e))?;
         // The file's name must survive a power loss too, not only its data.
         for dir in std::mem::take(&mut self.unsynced_dirs) {
-            sync_dir_since(&dir, self.created_seq)?;
+            self.syncs.sync_dir_since(&dir, self.created_seq)?;
         }
         Ok(InProgressState {
             path: self.relative.clone(),
@@ -276,56 +280,4 @@ pub(crate) fn recover_for_commit(
         size_bytes: state.length,
         records: state.records,
     })
-}
-
-/// An I/O error with what was being done, and a hint for a full disk.
-pub(crate) fn io_error(context: String, error: std::io::Error) -> SinkError {
-    let context = match error.kind() {
-        std::io::ErrorKind::StorageFull => {
-            format!("{context} (the disk is full: free space and restart the job)")
-        }
-        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
-            format!("{context} (the output directory must be writable by this process)")
-        }
-        _ => context,
-    };
-    SinkError::io(context, error)
-}
-
-/// Orders file creations and directory fsyncs: a sync of a directory that
-/// started after a file was created in it makes the file's name durable.
-static SEQUENCE: AtomicU64 = AtomicU64::new(1);
-/// Per directory, the sequence number at which its latest fsync started.
-static SYNCED: Mutex<BTreeMap<PathBuf, u64>> = Mutex::new(BTreeMap::new());
-
-/// A sequence number, taken after a creation or before a sync.
-pub(crate) fn sequence() -> u64 {
-    SEQUENCE.fetch_add(1, Ordering::SeqCst)
-}
-
-/// Makes a rename or a creation in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), SinkError> {
-    let started = sequence();
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(format!("syncing the directory {}", dir.display()), e))?;
-    let mut synced = SYNCED.lock().unwrap_or_else(|e| e.into_inner());
-    let latest = synced.entry(dir.to_path_buf()).or_default();
-    *latest = (*latest).max(started);
-    Ok(())
-}
-
-/// Makes durable a name created in `dir` at sequence `created`, unless a
-/// sync of `dir` that started later already did (a commit's rename in the
-/// same directory, typically): one directory fsync fewer per part.
-pub(crate) fn sync_dir_since(dir: &Path, created: u64) -> Result<(), SinkError> {
-    let covered = SYNCED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(dir)
-        .is_some_and(|&started| started > created);
-    match covered {
-        true => Ok(()),
-        false => sync_dir(dir),
-    }
 }

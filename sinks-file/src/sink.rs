@@ -1,8 +1,7 @@
-//! The file sink: its configuration, its builder, and the counters it keeps.
+//! The file sink and its builder.
 
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -11,77 +10,14 @@ use sink_api::{BincodeSerializer, InitContext, Sink, SinkError, VersionedSeriali
 use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
 use crate::clock::{Clock, SystemClock};
 use crate::committer::FileCommitter;
+use crate::config::FileSinkConfig;
 use crate::encoder::Encoder;
 use crate::identity;
-use crate::part_file::{io_error, sync_dir, FileCommittable};
+use crate::io_error::io_error;
+use crate::part_file::FileCommittable;
 use crate::rolling::RollingPolicy;
+use crate::stats::FileSinkStats;
 use crate::writer::{FileWriter, FileWriterState};
-
-/// Everything a file writer needs, shared by the writers of a job.
-pub(crate) struct FileSinkConfig<E, B> {
-    pub base_path: PathBuf,
-    pub encoder: E,
-    pub bucket_assigner: B,
-    pub rolling: RollingPolicy,
-    pub part_prefix: String,
-    pub part_suffix: String,
-    pub clock: Arc<dyn Clock>,
-}
-
-/// What the file committers did, counted over every subtask and restart.
-#[derive(Debug, Default)]
-pub struct FileSinkStats {
-    committed_files: AtomicU64,
-    committed_records: AtomicU64,
-    committed_bytes: AtomicU64,
-    replayed: AtomicU64,
-    failed: AtomicU64,
-}
-
-/// A copy of [`FileSinkStats`] at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FileSinkStatsSnapshot {
-    /// Part files made visible.
-    pub committed_files: u64,
-    /// Records in them.
-    pub committed_records: u64,
-    /// Bytes in them.
-    pub committed_bytes: u64,
-    /// Commits recognised as done before (replays after recovery).
-    pub replayed: u64,
-    /// Commits that failed with a known reason (lost or altered files).
-    pub failed: u64,
-}
-
-impl FileSinkStats {
-    pub(crate) fn committed(&self, committable: &FileCommittable) {
-        self.committed_files.fetch_add(1, Ordering::Relaxed);
-        self.committed_records
-            .fetch_add(committable.records, Ordering::Relaxed);
-        self.committed_bytes
-            .fetch_add(committable.size_bytes, Ordering::Relaxed);
-    }
-
-    pub(crate) fn replayed(&self) {
-        self.replayed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn failed(&self) {
-        self.failed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The counters now.
-    pub fn snapshot(&self) -> FileSinkStatsSnapshot {
-        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        FileSinkStatsSnapshot {
-            committed_files: get(&self.committed_files),
-            committed_records: get(&self.committed_records),
-            committed_bytes: get(&self.committed_bytes),
-            replayed: get(&self.replayed),
-            failed: get(&self.failed),
-        }
-    }
-}
 
 /// Writes records into part files under a base directory, committed exactly
 /// once: hidden while in progress or pending, made visible by an atomic
@@ -124,6 +60,7 @@ impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
                 part_prefix: "part".into(),
                 part_suffix: String::new(),
                 clock: Arc::new(SystemClock),
+                syncs: Arc::default(),
             },
             _record: PhantomData,
         }
@@ -152,6 +89,7 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
                 part_prefix: c.part_prefix,
                 part_suffix: c.part_suffix,
                 clock: c.clock,
+                syncs: c.syncs,
             },
             _record: PhantomData,
         }
@@ -251,7 +189,7 @@ where
         if created {
             // The new directory's name must survive a power loss.
             if let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) {
-                sync_dir(parent)?;
+                self.config.syncs.sync_dir(parent)?;
             }
         }
         let output = identity::ensure(base)?;
@@ -263,6 +201,7 @@ where
     async fn create_committer(&self, _context: &InitContext) -> Result<FileCommitter, SinkError> {
         Ok(FileCommitter {
             stats: self.stats.clone(),
+            syncs: self.config.syncs.clone(),
             base_path: self.config.base_path.clone(),
             output: None,
         })

@@ -23,12 +23,12 @@ use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, SinkError, SinkWriter};
 
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
+use crate::config::FileSinkConfig;
 use crate::encoder::Encoder;
 use crate::identity::{self, OutputIdentity};
 use crate::part_file::{
     part_paths, recover_for_commit, FileCommittable, InProgressPart, InProgressState,
 };
-use crate::sink::FileSinkConfig;
 
 /// What a file writer records at a checkpoint: returned by its
 /// `snapshot_state`, stored by the runtime, handed back to
@@ -113,7 +113,13 @@ where
             &self.config.part_suffix,
         );
         self.next_counter += 1;
-        InProgressPart::create(&self.config.base_path, path, target, now_ms)
+        InProgressPart::create(
+            &self.config.base_path,
+            path,
+            target,
+            now_ms,
+            &self.config.syncs,
+        )
     }
 
     /// Closes the parts `roll` picks; they become pending.

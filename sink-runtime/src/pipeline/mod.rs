@@ -66,8 +66,9 @@ use crate::core::checkpoints::CheckpointConfig;
 use crate::core::restart::RestartStrategy;
 use crate::core::retry::RetryPolicy;
 use crate::error::{BuildError, JobError};
-use crate::job::{Job, JobBuilder, JobReport, JobStatus};
+use crate::job::{Job, JobBuilder};
 use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::report::{JobReport, JobStatus};
 use crate::storage::CheckpointStorage;
 use channel::{ChannelSource, Envelope, Shared};
 

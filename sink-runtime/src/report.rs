@@ -1,0 +1,46 @@
+//! What a job reports when it ends.
+
+use sink_api::CheckpointId;
+
+use crate::metrics::{KnownCommitFailure, MetricsSnapshot};
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobStatus {
+    /// The input ended and everything was committed.
+    Finished,
+    /// [`JobHandle::cancel`](crate::JobHandle::cancel) stopped it; uncommitted output stays
+    /// uncommitted.
+    Cancelled,
+    /// The checkpoint storage says this job finished before: nothing was
+    /// read, written or committed.
+    AlreadyFinished,
+}
+
+/// What a job reports when it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobReport {
+    /// How it ended.
+    pub status: JobStatus,
+    /// Its counters at the end, over every restart.
+    pub metrics: MetricsSnapshot,
+    /// The newest completed checkpoint, if any.
+    pub last_checkpoint: Option<CheckpointId>,
+    /// Every commit that failed with a known reason (the first
+    /// [`MAX_KEPT_FAILURES`](crate::MAX_KEPT_FAILURES)): output this
+    /// job lost, with the committers' reasons. A job can end
+    /// [`JobStatus::Finished`] and still have lost output: check
+    /// [`lost_output`](Self::lost_output).
+    pub known_failures: Vec<KnownCommitFailure>,
+}
+
+impl JobReport {
+    /// Whether the job lost output: some commit failed with a known reason
+    /// (`metrics.commits_failed > 0`). A program that runs a job should say
+    /// so and exit with an error, naming [`known_failures`](Self::known_failures).
+    pub fn lost_output(&self) -> bool {
+        self.metrics.commits_failed > 0
+    }
+}
