@@ -11,9 +11,9 @@ use crate::{
 
 /// A two-phase-commit sink: the factory of its writers and committers.
 ///
-/// Given to the job builder by the user; the runtime calls it when a job
-/// starts (and, once restarts exist, at every restart). It is shared by all
-/// subtasks, hence `Sync`.
+/// Given to the job builder by the user; the runtime calls it at every start
+/// of the job: the first, every restart after a failure, and every restore
+/// from a checkpoint. It is shared by all subtasks, hence `Sync`.
 ///
 /// # What the runtime calls, and when
 ///
@@ -27,8 +27,9 @@ use crate::{
 ///
 /// # Example
 ///
-/// A sink that collects lines in a shared vector (a complete, runnable sink
-/// lives in `examples/src/bin/custom-sink.rs`):
+/// A sink that collects lines in a shared vector (a complete, idempotent sink
+/// lives in `examples/src/table_sink.rs`, run by `cargo run -p examples --bin
+/// custom-sink`):
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};

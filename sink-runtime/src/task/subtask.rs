@@ -13,8 +13,9 @@
 //!                       final? ─▶ end of stream to global, close, exit
 //!     Cancel         ─▶ close, exit
 //!   before end of input: read a batch ─▶ write_batch
-//!     source finished ─▶ flush(true), prepare_commit(last barrier + 1), tagged with it
-//!                        without checkpoints: commit everything, end of stream, close, exit
+//!     source finished ─▶ flush(true), prepare_commit(last barrier + 1), tagged with it;
+//!                        the final checkpoint follows (in every bounded mode, with
+//!                        checkpointing off too), and its Complete commits everything
 //!   after end of input: wait for the next control message
 //! ```
 //!
