@@ -558,3 +558,31 @@ async fn replays_are_counted_apart_from_new_commits() {
     assert_eq!(report.metrics.records_replayed, 100);
     assert_eq!(report.metrics.commits_already_committed, 2);
 }
+
+/// The in-memory sink names its transactions in the job's lineage: the same
+/// job run twice on one store, each time on fresh checkpoint storage, meets
+/// no id of the first run (the store would report a repeated id as a
+/// violation) and keeps both runs' records.
+#[tokio::test(start_paused = true)]
+async fn the_memory_sink_run_again_on_fresh_checkpoint_storage_repeats_no_transaction_id() {
+    let store = MemoryStore::<u64>::new();
+    for _ in 0..2 {
+        let report = Job::builder(
+            "twice",
+            SequenceSource::bounded(100),
+            MemorySink::new(store.clone()),
+        )
+        .parallelism(2)
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+        assert_eq!(report.metrics.records_committed, 100);
+    }
+    assert_no_violations(&store);
+    let mut committed = store.committed();
+    committed.sort_unstable();
+    let twice: Vec<u64> = (0..100).flat_map(|n| [n, n]).collect();
+    assert_eq!(committed, twice);
+}

@@ -67,7 +67,8 @@ where
             context.subtask_index,
             context.generation,
             restored_states,
-        );
+        )
+        .in_lineage(&context.lineage);
         Ok(match self.roll_every {
             Some(records) => writer.with_roll_every(records),
             None => writer,

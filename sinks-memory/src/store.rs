@@ -217,11 +217,12 @@ impl<T> StoreState<T> {
     /// used.
     pub(crate) fn open_transaction(
         &mut self,
+        lineage: &str,
         generation: Generation,
         subtask: SubtaskIndex,
         next_seq: &mut u64,
     ) -> usize {
-        let mut id = transaction_id(generation, subtask, *next_seq);
+        let mut id = transaction_id(lineage, generation, subtask, *next_seq);
         if self.index.contains_key(&id) {
             // Two writers with the same generation and subtask: a runtime that
             // did not increment the generation on restart. Keep going with a
@@ -232,7 +233,7 @@ impl<T> StoreState<T> {
             ));
             while self.index.contains_key(&id) {
                 *next_seq += 1;
-                id = transaction_id(generation, subtask, *next_seq);
+                id = transaction_id(lineage, generation, subtask, *next_seq);
             }
         }
         *next_seq += 1;
@@ -260,11 +261,20 @@ impl<T> StoreState<T> {
     }
 }
 
-/// The id of the `seq`-th transaction of `subtask` in `generation`:
-/// `g{generation}-s{subtask}-t{seq}`. Unique across writers (subtask) and job
-/// starts (generation).
-pub(crate) fn transaction_id(generation: Generation, subtask: SubtaskIndex, seq: u64) -> String {
-    format!("g{generation}-s{subtask}-t{seq}")
+/// The id of the `seq`-th transaction of `subtask` in `generation` of
+/// `lineage`: `{lineage}-g{generation}-s{subtask}-t{seq}` (without the
+/// lineage when it is empty). Unique across writers (subtask), job starts
+/// (generation) and runs on fresh checkpoint storage (lineage).
+pub(crate) fn transaction_id(
+    lineage: &str,
+    generation: Generation,
+    subtask: SubtaskIndex,
+    seq: u64,
+) -> String {
+    match lineage {
+        "" => format!("g{generation}-s{subtask}-t{seq}"),
+        lineage => format!("{lineage}-g{generation}-s{subtask}-t{seq}"),
+    }
 }
 
 impl<T> MemoryStore<T> {

@@ -32,8 +32,10 @@ use crate::MemoryStore;
 /// [`MemoryCommitter`](crate::MemoryCommitter). Committing it twice is safe.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MemoryCommittable {
-    /// The prepared transaction, `g{generation}-s{subtask}-t{seq}`: unique
-    /// across writers and job starts.
+    /// The prepared transaction, `{lineage}-g{generation}-s{subtask}-t{seq}`
+    /// (without the lineage when the writer was made without one): unique
+    /// across writers, job starts and runs of the job on fresh checkpoint
+    /// storage.
     pub transaction_id: String,
     /// How many records the transaction held when it was prepared.
     pub record_count: u64,
@@ -105,6 +107,8 @@ pub struct MemoryWriter<T> {
     /// Restored records not yet moved into a transaction.
     buffered: Vec<T>,
     phase: InputPhase,
+    /// The job's lineage, prefixed to transaction ids (empty: no prefix).
+    lineage: String,
 }
 
 impl<T> MemoryWriter<T> {
@@ -131,6 +135,7 @@ impl<T> MemoryWriter<T> {
             store,
             subtask,
             generation,
+            lineage: String::new(),
             next_transaction_seq,
             open_transaction: None,
             rolled: Vec::new(),
@@ -138,6 +143,15 @@ impl<T> MemoryWriter<T> {
             buffered,
             phase: InputPhase::Running,
         }
+    }
+
+    /// The same writer, naming its transactions in the job's `lineage` as
+    /// well, so that a run of the job on fresh checkpoint storage (whose
+    /// generations start at 1 again) never repeats an earlier run's ids.
+    /// Called by [`MemorySink::create_writer`](crate::MemorySink).
+    pub fn in_lineage(mut self, lineage: &sink_api::Lineage) -> MemoryWriter<T> {
+        self.lineage = lineage.to_string();
+        self
     }
 
     /// Closes a transaction once it holds `records` records and opens the
@@ -190,6 +204,7 @@ impl<T: Clone> MemoryWriter<T> {
             ));
         }
         let index = state.open_transaction(
+            &self.lineage,
             self.generation,
             self.subtask,
             &mut self.next_transaction_seq,
