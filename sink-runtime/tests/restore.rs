@@ -70,12 +70,17 @@ async fn a_stopped_job_resumes_from_its_last_checkpoint_exactly_once() {
         "ids go on after the restored one"
     );
     assert_exactly_once("committed", &store.committed(), RECORDS);
-    let generations: Vec<String> = store.transactions().into_iter().map(|(id, _)| id).collect();
-    assert!(generations.iter().any(|id| id.starts_with("g1-")));
+    let generations: Vec<String> = store
+        .transactions()
+        .into_iter()
+        .map(|(id, _)| generation_of(&id))
+        .collect();
+    assert!(generations.iter().any(|g| g == "g1"));
     assert!(
-        generations.iter().any(|id| id.starts_with("g2-")),
+        generations.iter().any(|g| g == "g2"),
         "the restart is generation 2"
     );
+    assert_eq!(lineages(&store).len(), 1, "a restore keeps the lineage");
     assert_no_violations(&store);
 }
 
@@ -199,12 +204,13 @@ async fn a_failed_job_restarts_from_its_last_checkpoint() {
     let generations: std::collections::BTreeSet<String> = store
         .transactions()
         .into_iter()
-        .map(|(id, _)| id.split('-').next().unwrap().to_string())
+        .map(|(id, _)| generation_of(&id))
         .collect();
     assert_eq!(
         generations.into_iter().collect::<Vec<_>>(),
         vec!["g1", "g2", "g3"]
     );
+    assert_eq!(lineages(&store).len(), 1, "restarts keep the lineage");
     assert_no_violations(&store);
 }
 
@@ -407,4 +413,22 @@ async fn a_panicking_writer_restarts_the_job() {
     assert_eq!(store.stats().injected_write_panics, 1);
     assert_exactly_once("committed", &store.committed(), RECORDS);
     assert_no_violations(&store);
+}
+
+/// The generation part (`g<n>`) of a memory-sink transaction id,
+/// `<lineage>-g<n>-s<subtask>-t<seq>`.
+fn generation_of(id: &str) -> String {
+    id.split('-')
+        .find(|part| part.starts_with('g'))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The lineages the store's transaction ids were named in.
+fn lineages(store: &MemoryStore<u64>) -> std::collections::BTreeSet<String> {
+    store
+        .transactions()
+        .into_iter()
+        .map(|(id, _)| id.split('-').next().unwrap_or_default().to_string())
+        .collect()
 }

@@ -245,7 +245,20 @@ fn a_seed_reproduces_its_run() {
             second.committed(),
             "seed {seed}: commit order"
         );
-        assert_eq!(first.transactions(), second.transactions(), "seed {seed}");
+        // The lineage is drawn at random at every fresh start, by design:
+        // compare the ids without it.
+        let without_lineage = |store: &MemoryStore<u64>| -> Vec<_> {
+            store
+                .transactions()
+                .into_iter()
+                .map(|(id, state)| (id.split_once('-').map(|(_, rest)| rest.to_string()), state))
+                .collect()
+        };
+        assert_eq!(
+            without_lineage(&first),
+            without_lineage(&second),
+            "seed {seed}"
+        );
     }
 }
 
