@@ -4,7 +4,7 @@
 //!
 //! | trait | phase | called by the runtime |
 //! |---|---|---|
-//! | [`Sink`] | factory | at job start: makes writers and committers, names serializers |
+//! | [`Sink`] | factory | at every start of the job: cleans up after earlier starts, makes writers and committers, names serializers |
 //! | [`SinkWriter`] | 1: write and prepare | for every record; at every checkpoint before the barrier; once at end of input |
 //! | [`Committer`] | 2: commit | when a checkpoint completes (or at end of input without checkpoints), idempotently |
 //! | [`GlobalCommitter`] | after commit, optional | once per checkpoint, with every subtask's committed committables |
@@ -29,6 +29,7 @@ mod error;
 mod global_committer;
 mod serializer;
 mod sink;
+mod start;
 mod writer;
 
 pub use committer::{CommitOutcome, CommitRequest, Committer};
@@ -40,6 +41,7 @@ pub use serializer::{
     VersionedSerializer, MAX_DECODED_PAYLOAD,
 };
 pub use sink::Sink;
+pub use start::JobStart;
 pub use writer::SinkWriter;
 
 /// Re-exported so that sink authors use the same `async_trait` as the traits.

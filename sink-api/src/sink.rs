@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::{
-    BincodeSerializer, Committer, InitContext, SinkError, SinkWriter, VersionedSerializer,
+    BincodeSerializer, Committer, InitContext, JobStart, SinkError, SinkWriter,
+    VersionedSerializer,
 };
 
 /// A two-phase-commit sink: the factory of its writers and committers.
@@ -17,6 +18,9 @@ use crate::{
 ///
 /// # What the runtime calls, and when
 ///
+/// - [`on_start`](Self::on_start): once per start, before any writer or
+///   committer of that start exists, with what the restored checkpoint
+///   holds. Defaults to doing nothing.
 /// - [`create_writer`](Self::create_writer): once per subtask and start, with
 ///   the writer states restored for that subtask (empty on a fresh start).
 /// - [`create_committer`](Self::create_committer): once per subtask and start.
@@ -99,6 +103,30 @@ pub trait Sink: Send + Sync + 'static {
     >;
     /// The committer this sink creates.
     type Committer: Committer<Committable = Self::Committable>;
+
+    /// Called once per start of the job (the first, every restart, every
+    /// restore, with or without a change of parallelism), before any writer
+    /// or committer of that start is created, and while none of an earlier
+    /// start runs any more in this process.
+    ///
+    /// The place to clean up what earlier starts of this lineage left in
+    /// the destination and no restored checkpoint refers to: prepared
+    /// transactions, hidden files, multipart uploads. What `start` lists
+    /// ([`JobStart::restored_committables`], [`JobStart::restored_writer_states`])
+    /// must be kept: it is committed again or resumed after this call.
+    /// Leave alone what belongs to other lineages or other jobs unless the
+    /// sink can prove it is abandoned.
+    ///
+    /// An error fails this start: a transient one is retried under the
+    /// job's restart strategy, a [permanent](SinkError::permanent) one fails
+    /// the job.
+    async fn on_start(
+        &self,
+        start: &JobStart<'_, Self::Committable, Self::WriterState>,
+    ) -> Result<(), SinkError> {
+        let _ = start;
+        Ok(())
+    }
 
     /// Creates the writer of one subtask. `restored_states` holds the writer
     /// states the runtime assigned to this subtask from the checkpoint the job

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sink_api::{BincodeSerializer, CheckpointId, InitContext, Sink};
+use sink_api::{BincodeSerializer, CheckpointId, InitContext, JobStart, Sink};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -315,6 +315,7 @@ where
     Src: Source<Record = S::Input>,
     S: Sink,
 {
+    call_on_start(spec, &plan).await?;
     let restored = plan.restored.unwrap_or(CheckpointId::NONE);
     let (events_tx, events) = mpsc::unbounded_channel();
     let (global_tx, global_rx) = match spec.global_committer.is_some() {
@@ -440,6 +441,36 @@ where
         events,
         cancel: cancel_tx,
     })
+}
+
+/// Tells the sink a start begins ([`Sink::on_start`]), with what the
+/// restored checkpoint holds for it, before any writer or committer exists.
+async fn call_on_start<Src, S>(
+    spec: &JobSpec<Src, S>,
+    plan: &restore::StartPlan<Src, S>,
+) -> Result<(), JobError>
+where
+    Src: Source<Record = S::Input>,
+    S: Sink,
+{
+    let mut start = JobStart::fresh(&spec.name, &plan.lineage, plan.generation, spec.parallelism);
+    if let Some(restored) = plan.restored {
+        let parts = plan.subtasks.iter().flat_map(|s| &s.pending);
+        let committables = parts
+            .chain(&plan.global_pending)
+            .flat_map(|part| &part.committables)
+            .collect();
+        let states = plan.subtasks.iter().flat_map(|s| &s.writer_states).collect();
+        start = start.restored(restored, plan.restored_parallelism, committables, states);
+    }
+    spec.sink
+        .on_start(&start)
+        .await
+        .map_err(|source| JobError::Sink {
+            task: "job start".into(),
+            action: "on_start",
+            source,
+        })
 }
 
 async fn wait_for_store(storing: &mut Option<StoreTask>) -> (CheckpointId, Result<(), String>) {

@@ -3,8 +3,8 @@
 //! `pg_prepared_xacts` and in the commit marker table.
 //!
 //! `eo1/<job>/<lineage>/<generation>/<subtask>/<checkpoint>`: the job; its
-//! lineage, a random id made at a fresh start and kept in every checkpoint
-//! after it (in the writer states); the start of the job (generation); the
+//! lineage, the random id the runtime draws at a fresh start and keeps in
+//! every checkpoint after it (`sink_api::Lineage`); the start of the job (generation); the
 //! writer subtask; and the checkpoint whose barrier prepared it (or the
 //! end-of-input tag). The lineage keeps ids unique for good: a job started
 //! again on a new, empty checkpoint storage counts generations and
@@ -22,8 +22,11 @@ const PREFIX: &str = "eo1/";
 pub(crate) const MAX_GID_BYTES: usize = 199;
 
 /// Bytes of an id besides the job name, at their widest: the prefix, four
-/// slashes, a 16-digit lineage and three 20-digit numbers.
-const ID_OVERHEAD: usize = PREFIX.len() + 4 + 16 + 3 * 20;
+/// slashes, the longest lineage and three 20-digit numbers.
+const ID_OVERHEAD: usize = PREFIX.len() + 4 + MAX_LINEAGE_BYTES + 3 * 20;
+
+/// The longest lineage ids carry: the runtime's are 32 hexadecimal digits.
+const MAX_LINEAGE_BYTES: usize = 32;
 
 /// The parts of a global transaction id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,9 +93,20 @@ pub(crate) fn check_job_name(job: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A new random lineage: 16 hexadecimal digits.
-pub(crate) fn new_lineage() -> String {
-    format!("{:016x}", uuid::Uuid::new_v4().as_u64_pair().0)
+/// Checks that ids can carry the job's lineage `lineage` (the runtime's,
+/// from [`sink_api::InitContext::lineage`]): 1 to 32 ASCII letters, digits
+/// or dashes. Called at every start, before anything is written.
+pub(crate) fn check_lineage(lineage: &str) -> Result<(), String> {
+    let fits = !lineage.is_empty()
+        && lineage.len() <= MAX_LINEAGE_BYTES
+        && lineage.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    match fits {
+        true => Ok(()),
+        false => Err(format!(
+            "the job's lineage '{lineage}' cannot be carried by this sink's transaction ids: it must be \
+             1 to {MAX_LINEAGE_BYTES} ASCII letters, digits or dashes"
+        )),
+    }
 }
 
 /// `text` as an SQL string literal (`PREPARE TRANSACTION` and `COMMIT
@@ -127,7 +141,7 @@ mod tests {
         assert!(check_job_name("orders").is_ok());
         let widest = TransactionId {
             job: "j".repeat(MAX_GID_BYTES - ID_OVERHEAD),
-            lineage: new_lineage(),
+            lineage: "f".repeat(MAX_LINEAGE_BYTES),
             generation: u64::MAX,
             subtask: usize::MAX,
             checkpoint: u64::MAX,
@@ -139,6 +153,15 @@ mod tests {
         assert!(check_job_name("").is_err());
         assert!(check_job_name("a\\b").is_err());
         assert!(check_job_name("a\nb").is_err());
+    }
+
+    #[test]
+    fn lineages_that_ids_cannot_carry_are_refused() {
+        assert!(check_lineage("0123456789abcdef0123456789abcdef").is_ok());
+        assert!(check_lineage("L").is_ok());
+        for bad in ["", "a/b", "a b", &"f".repeat(MAX_LINEAGE_BYTES + 1)] {
+            assert!(check_lineage(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //!
 //! ```text
 //!  records ─▶ writer[i]: BEGIN; COPY ... (binary); ...
-//!               barrier n: INSERT marker; PREPARE TRANSACTION 'eo1/job/gen/i/n/w' ─▶ committable
-//!  checkpoint n completed ─▶ committer[i]: COMMIT PREPARED 'eo1/job/gen/i/n/w'
-//!  restore from n ─▶ subtask 0: ROLLBACK PREPARED every earlier start's transaction after n
+//!               barrier n: INSERT marker; PREPARE TRANSACTION 'eo1/job/lineage/gen/i/n' ─▶ committable
+//!  checkpoint n completed ─▶ committer[i]: COMMIT PREPARED 'eo1/job/lineage/gen/i/n'
+//!  every start ─▶ Sink::on_start: ROLLBACK PREPARED every transaction of the job that the
+//!                 restored checkpoint does not hold
 //!                   committers: COMMIT PREPARED again what n holds (a replay finds the marker)
 //! ```
 //!
@@ -14,8 +15,9 @@
 //! - A commit marker row, written in the same transaction, tells a replayed
 //!   commit ("already committed": the marker is there) from a lost one
 //!   (neither prepared nor marked: a failure with a known reason, counted).
-//! - When a job starts, prepared transactions of this job that belong to a
-//!   checkpoint after the restored one (left by a start that crashed) are
+//! - At every start of the job (the runtime's start hook), prepared
+//!   transactions of this job that the restored checkpoint does not hold
+//!   (left by a start that crashed, or by an earlier life of the job) are
 //!   rolled back, so none holds locks forever.
 //! - [`PostgresSink::connect`] refuses a server with
 //!   `max_prepared_transactions = 0`, a missing table and a column whose type

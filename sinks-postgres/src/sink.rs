@@ -1,21 +1,22 @@
 //! The sink: connects, checks the server and the table, and makes a writer
 //! and a committer per subtask.
 
+use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use sink_api::{InitContext, Sink, SinkError};
+use sink_api::{InitContext, JobStart, Sink, SinkError};
 use tokio_postgres::types::Type;
-use tokio_postgres::Config;
+use tokio_postgres::{Client, Config};
 use tracing::info;
 
 use crate::committer::PostgresCommitter;
 use crate::connection::{
     check, connect, connect_error, lock_job, parse_reason, quote_ident, ConnectError,
 };
-use crate::gid::{check_job_name, new_lineage};
+use crate::gid::{check_job_name, check_lineage};
 use crate::record::{Column, PgRecord};
 use crate::recovery::roll_back_lingering;
 use crate::redact::redact_connection_string;
@@ -47,9 +48,9 @@ pub struct PostgresSink<T> {
     copy_sql: Arc<str>,
     types: Arc<[Type]>,
     stats: Arc<Stats>,
-    /// The lineage of this start, set by subtask 0's writer (created first)
-    /// for the writers that restore no state of their own.
-    lineage: Arc<Mutex<Option<String>>>,
+    /// The connection holding the job's advisory lock, taken by the last
+    /// start (see [`Sink::on_start`]); closed when the sink is dropped.
+    job_lock: Mutex<Option<Client>>,
     _records: PhantomData<fn(T)>,
 }
 
@@ -97,7 +98,7 @@ impl<T: PgRecord> PostgresSink<T> {
             copy_sql: copy_sql.into(),
             types: columns.into_iter().map(|Column { ty, .. }| ty).collect(),
             stats: Arc::new(Stats::default()),
-            lineage: Arc::new(Mutex::new(None)),
+            job_lock: Mutex::new(None),
             _records: PhantomData,
         })
     }
@@ -123,49 +124,57 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
     type Writer = PostgresWriter<T>;
     type Committer = PostgresCommitter;
 
-    /// Opens the subtask's connection. Subtask 0 first takes the job's
-    /// advisory lock (refusing a second live instance), settles the lineage
-    /// (restored, or new on a fresh start), and rolls back the prepared
-    /// transactions earlier starts left behind (see the `recovery` module).
+    /// Once per start, before any writer: checks that transaction ids can
+    /// carry the job's name and lineage, takes the job's advisory lock on a
+    /// connection the sink keeps until the next start (refusing a second
+    /// live instance of the job), and rolls back the prepared transactions
+    /// of this job that the restored checkpoint does not hold (see the
+    /// `recovery` module).
+    async fn on_start(
+        &self,
+        start: &JobStart<'_, PgCommittable, PgWriterState>,
+    ) -> Result<(), SinkError> {
+        let job = start.job_name;
+        check_job_name(job).map_err(|e| SinkError::msg(e).permanent())?;
+        check_lineage(start.lineage.as_str()).map_err(|e| SinkError::msg(e).permanent())?;
+        // The previous start's lock goes first: its connection is this
+        // process's, and would refuse the new one.
+        drop(self.job_lock.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let client = connect(&self.config).await.map_err(connect_error)?;
+        lock_job(&client, job).await.map_err(SinkError::msg)?;
+        let kept: HashSet<&str> = start
+            .restored_committables
+            .iter()
+            .map(|committable| committable.gid.as_str())
+            .collect();
+        let restored = start.restored_checkpoint_id.map_or(0, |id| id.0);
+        let rolled_back = roll_back_lingering(&client, job, &kept, restored, &self.stats)
+            .await
+            .map_err(failed(
+                "rolling back prepared transactions left by earlier starts".into(),
+            ))?;
+        if rolled_back > 0 {
+            info!(
+                rolled_back,
+                restored, "lingering prepared transactions rolled back"
+            );
+        }
+        *self.job_lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(client);
+        Ok(())
+    }
+
+    /// Opens the subtask's connection; its transactions are named with the
+    /// job's lineage and generation (see the `gid` module).
     async fn create_writer(
         &self,
         context: &InitContext,
-        restored_states: Vec<PgWriterState>,
+        _restored_states: Vec<PgWriterState>,
     ) -> Result<PostgresWriter<T>, SinkError> {
         let job = &context.job_name;
-        check_job_name(job).map_err(SinkError::msg)?;
+        check_job_name(job).map_err(|e| SinkError::msg(e).permanent())?;
+        let lineage = context.lineage.as_str();
+        check_lineage(lineage).map_err(|e| SinkError::msg(e).permanent())?;
         let client = connect(&self.config).await.map_err(connect_error)?;
-        let restored = context.restored_checkpoint_id.map_or(0, |id| id.0);
-        let lineage = match (context.subtask_index, restored_states.first()) {
-            (_, Some(state)) => state.lineage.clone(),
-            (0, None) if context.restored_checkpoint_id.is_none() => new_lineage(),
-            (0, None) => {
-                return Err(SinkError::msg(format!(
-                    "subtask 0 restored no writer state from checkpoint {restored}: the \
-                     checkpoint was not written by this sink"
-                )))
-            }
-            (_, None) => self.shared_lineage().ok_or_else(|| {
-                SinkError::msg(
-                    "the lineage of this start is unknown: subtask 0's writer was not created first",
-                )
-            })?,
-        };
-        if context.subtask_index == 0 {
-            lock_job(&client, job).await.map_err(SinkError::msg)?;
-            *self.lineage.lock().unwrap_or_else(|p| p.into_inner()) = Some(lineage.clone());
-            let rolled_back = roll_back_lingering(&client, job, &lineage, restored, &self.stats)
-                .await
-                .map_err(failed(
-                    "rolling back prepared transactions left by earlier starts".into(),
-                ))?;
-            if rolled_back > 0 {
-                info!(
-                    rolled_back,
-                    restored, "lingering prepared transactions rolled back"
-                );
-            }
-        }
         let copy = client
             .prepare(&self.copy_sql)
             .await
@@ -178,7 +187,7 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
             job: job.clone(),
             generation: context.generation.0,
             subtask: context.subtask_index,
-            lineage,
+            lineage: lineage.to_string(),
             open: None,
             stats: self.stats.clone(),
             _records: PhantomData,
@@ -194,16 +203,6 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
             client: None,
             stats: self.stats.clone(),
         })
-    }
-}
-
-impl<T> PostgresSink<T> {
-    /// The lineage subtask 0's writer settled for this start.
-    fn shared_lineage(&self) -> Option<String> {
-        self.lineage
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 }
 

@@ -24,11 +24,14 @@ use crate::gid::{literal, TransactionId, MAX_GID_BYTES};
 use crate::record::PgRecord;
 use crate::stats::{self, Stats};
 
-/// What a writer keeps in each checkpoint: the lineage of the job's
-/// transaction ids (see the `gid` module), so that a restore keeps it.
+/// What a writer keeps in each checkpoint: the lineage its transaction ids
+/// carried (see the `gid` module). Informational since the runtime keeps the
+/// lineage itself ([`sink_api::InitContext::lineage`]); kept so that
+/// checkpoints of earlier versions, whose lineage was the sink's own, still
+/// read back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgWriterState {
-    /// The lineage, made at the job's fresh start.
+    /// The lineage the writer's transaction ids carried.
     pub lineage: String,
 }
 
