@@ -6,8 +6,7 @@ use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::{
-    BincodeSerializer, Committer, InitContext, JobStart, SinkError, SinkWriter,
-    VersionedSerializer,
+    BincodeSerializer, Committer, InitContext, JobStart, SinkError, SinkWriter, VersionedSerializer,
 };
 
 /// A two-phase-commit sink: the factory of its writers and committers.

@@ -460,7 +460,11 @@ where
             .chain(&plan.global_pending)
             .flat_map(|part| &part.committables)
             .collect();
-        let states = plan.subtasks.iter().flat_map(|s| &s.writer_states).collect();
+        let states = plan
+            .subtasks
+            .iter()
+            .flat_map(|s| &s.writer_states)
+            .collect();
         start = start.restored(restored, plan.restored_parallelism, committables, states);
     }
     spec.sink

@@ -109,7 +109,11 @@ fn held(checkpoint: &CompletedCheckpoint) -> (usize, usize) {
     let global = checkpoint.global_committer.iter().flat_map(|g| &g.pending);
     let parts = checkpoint.subtasks.iter().flat_map(|s| &s.pending);
     let committables = parts.chain(global).map(|p| p.committables.len()).sum();
-    let states = checkpoint.subtasks.iter().map(|s| s.writer_states.len()).sum();
+    let states = checkpoint
+        .subtasks
+        .iter()
+        .map(|s| s.writer_states.len())
+        .sum();
     (committables, states)
 }
 
@@ -172,7 +176,12 @@ async fn on_start_runs_once_per_start_before_any_writer_with_what_the_checkpoint
 
     let first_sink = Watched::new(&store);
     let first_calls = first_sink.calls.clone();
-    let first = build(ThrottledSource::unbounded(RECORDS, 10, ms(10)), 2, first_sink).start();
+    let first = build(
+        ThrottledSource::unbounded(RECORDS, 10, ms(10)),
+        2,
+        first_sink,
+    )
+    .start();
     tokio::time::sleep(ms(650)).await;
     first.cancel();
     first.join().await.unwrap();
@@ -191,14 +200,22 @@ async fn on_start_runs_once_per_start_before_any_writer_with_what_the_checkpoint
     };
     let restored = storage.checkpoints().last().unwrap().clone();
     let (committables, writer_states) = held(&restored);
-    assert!(committables > 0 && writer_states >= 2, "{committables} {writer_states}");
+    assert!(
+        committables > 0 && writer_states >= 2,
+        "{committables} {writer_states}"
+    );
 
     // Restored with 3 subtasks; a prepare_commit fails once, so the job
     // restarts from whichever checkpoint is newest then (one of 3 subtasks
     // when one completed since the restore).
     let second_sink = Watched::new(&store);
     let second_calls = second_sink.calls.clone();
-    let second = build(ThrottledSource::bounded(RECORDS, 10, ms(10)), 3, second_sink).start();
+    let second = build(
+        ThrottledSource::bounded(RECORDS, 10, ms(10)),
+        3,
+        second_sink,
+    )
+    .start();
     tokio::time::sleep(ms(250)).await;
     store.fail_next_prepare_commits(1);
     let report = second.join().await.unwrap();
@@ -265,15 +282,38 @@ fn restarting_job(sink: Watched) -> Job<ThrottledSource, Watched> {
 /// writer exists, with its cause.
 #[tokio::test(start_paused = true)]
 async fn a_permanent_error_at_start_fails_the_job_before_any_writer() {
-    let cause = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no access to the table");
+    let cause = std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        "no access to the table",
+    );
     let (store, sink) = failing_start(SinkError::io("cleaning up", cause).permanent());
     let calls = sink.calls.clone();
-    let error = restarting_job(sink).run().await.expect_err("a permanent error");
-    assert!(matches!(error, JobError::Sink { action: "on_start", .. }), "{error:?}");
+    let error = restarting_job(sink)
+        .run()
+        .await
+        .expect_err("a permanent error");
+    assert!(
+        matches!(
+            error,
+            JobError::Sink {
+                action: "on_start",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
     assert!(!error.is_restartable());
     let message = error.to_string();
-    assert!(message.contains("cleaning up: no access to the table"), "{message}");
-    assert_eq!(calls.lock().unwrap().len(), 1, "{:?}", calls.lock().unwrap());
+    assert!(
+        message.contains("cleaning up: no access to the table"),
+        "{message}"
+    );
+    assert_eq!(
+        calls.lock().unwrap().len(),
+        1,
+        "{:?}",
+        calls.lock().unwrap()
+    );
     assert!(store.written().is_empty());
 }
 

@@ -1,7 +1,7 @@
 //! The file sink: records into part files, made visible exactly once.
 //!
 //! ```text
-//!  .part-<id>-<n>.inprogress.<x>  ──roll──▶  (same file, closed, fsynced: pending)
+//!  .part-<id>-<n>.inprogress.<lineage>  ──roll──▶  (same file, closed, fsynced: pending)
 //!                                                  │ checkpoint completes: commit = atomic rename
 //!                                                  ▼
 //!                                           part-<id>-<n><suffix>  (finished, visible)
@@ -14,6 +14,7 @@
 //! | [`rolling`] | when a part rolls: size, age, inactivity, every checkpoint |
 //! | `part_file` | the life of one part file on disk |
 //! | `identity` | the output directory's identity marker (`.file-sink-id`) and paths relative to it |
+//! | `orphans` | hidden parts of this lineage no checkpoint refers to, removed at each start |
 //! | `writer`, `committer`, `sink` | the `sink-api` implementation |
 //!
 //! Everything not yet committed has a hidden name (a leading dot), so a crash
@@ -47,6 +48,7 @@ mod dir_sync;
 pub mod encoder;
 mod identity;
 mod io_error;
+mod orphans;
 mod output;
 mod part_file;
 pub mod rolling;

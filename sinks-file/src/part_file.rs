@@ -1,10 +1,10 @@
 //! The life of one part file, on disk.
 //!
 //! ```text
-//!  .part-<uuid>-<n>.inprogress.<uuid2>   in progress: being written, hidden
+//!  .part-<uuid>-<n>.inprogress.<lineage>   in progress: being written, hidden
 //!        │ roll (flush, fsync, close)
 //!        ▼
-//!  .part-<uuid>-<n>.inprogress.<uuid2>   pending: complete and durable, still hidden;
+//!  .part-<uuid>-<n>.inprogress.<lineage>   pending: complete and durable, still hidden;
 //!        │                               its committable waits for a checkpoint
 //!        │ commit: atomic rename
 //!        ▼
@@ -26,11 +26,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sink_api::SinkError;
+use sink_api::{Lineage, SinkError};
 
 use crate::dir_sync::DirSyncs;
 use crate::identity::{resolve, OutputIdentity};
 use crate::io_error::io_error;
+use crate::orphans::hidden_name;
 use crate::rolling::PartInfo;
 
 /// Size of each part file's write buffer.
@@ -79,16 +80,18 @@ pub struct InProgressState {
 }
 
 /// Names of one part in the bucket directory `dir` (relative to the base
-/// directory): the hidden in-progress file and the visible target.
+/// directory): the hidden in-progress file, ending with the job's lineage
+/// (see the `orphans` module), and the visible target.
 pub(crate) fn part_paths(
     dir: &Path,
     prefix: &str,
-    uuid: &str,
+    writer_id: &str,
     counter: u64,
     suffix: &str,
+    lineage: &Lineage,
 ) -> (PathBuf, PathBuf) {
-    let visible = format!("{prefix}-{uuid}-{counter}{suffix}");
-    let hidden = format!(".{visible}.inprogress.{}", uuid::Uuid::new_v4().simple());
+    let visible = format!("{prefix}-{writer_id}-{counter}{suffix}");
+    let hidden = hidden_name(&visible, lineage);
     (dir.join(hidden), dir.join(visible))
 }
 

@@ -1,11 +1,12 @@
 //! The file sink and its builder.
 
+use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sink_api::{BincodeSerializer, InitContext, Sink, SinkError, VersionedSerializer};
+use sink_api::{BincodeSerializer, InitContext, JobStart, Sink, SinkError, VersionedSerializer};
 
 use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
 use crate::clock::{Clock, SystemClock};
@@ -14,6 +15,7 @@ use crate::config::FileSinkConfig;
 use crate::encoder::Encoder;
 use crate::identity;
 use crate::io_error::io_error;
+use crate::orphans::remove_orphans;
 use crate::part_file::FileCommittable;
 use crate::rolling::RollingPolicy;
 use crate::stats::FileSinkStats;
@@ -155,6 +157,50 @@ where
     type Writer = FileWriter<T, E, B>;
     type Committer = FileCommitter;
 
+    /// Removes the hidden parts of this lineage that the restored checkpoint
+    /// does not refer to (see the `orphans` module). Does nothing on a fresh
+    /// start (a new lineage has no parts yet), and nothing when the restored
+    /// checkpoint was written in another output directory (its writers then
+    /// refuse it with both directories named).
+    async fn on_start(
+        &self,
+        start: &JobStart<'_, FileCommittable, FileWriterState>,
+    ) -> Result<(), SinkError> {
+        if start.restored_checkpoint_id.is_none() {
+            return Ok(());
+        }
+        let base = self.config.base_path.clone();
+        let ids = start.restored_committables.iter().map(|c| &c.output_id);
+        let ids: HashSet<&String> = ids
+            .chain(start.restored_writer_states.iter().map(|s| &s.output_id))
+            .collect();
+        let committables = start
+            .restored_committables
+            .iter()
+            .map(|c| c.pending.clone());
+        let kept: HashSet<PathBuf> = committables
+            .chain(
+                (start.restored_writer_states.iter())
+                    .flat_map(|state| state.in_progress.iter().map(|part| part.path.clone())),
+            )
+            .collect();
+        let lineage = start.lineage.clone();
+        let ids: Vec<String> = ids.into_iter().cloned().collect();
+        let removed = blocking(move || {
+            let own = identity::read(&base)?;
+            if !ids
+                .iter()
+                .all(|id| own.as_ref().is_some_and(|own| &own.id == id))
+            {
+                return Ok(0);
+            }
+            remove_orphans(&base, &lineage, &kept).map(|removed| removed.len() as u64)
+        })
+        .await?;
+        self.stats.orphans_removed(removed);
+        Ok(())
+    }
+
     /// Creates the base directory and its identity marker if needed, and a
     /// writer that first turns the restored in-progress parts into pending
     /// files. Restored states must come from this base directory (the
@@ -163,9 +209,10 @@ where
     /// changed and the error names both directories.
     async fn create_writer(
         &self,
-        _context: &InitContext,
+        context: &InitContext,
         restored_states: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
+        let lineage = context.lineage.clone();
         let base = &self.config.base_path;
         if let Some(state) = restored_states.first() {
             let output = identity::read(base)?.ok_or_else(|| {
@@ -177,7 +224,7 @@ where
                     &state.output_dir,
                 )
             })?;
-            return FileWriter::new(self.config.clone(), output, restored_states);
+            return FileWriter::new(self.config.clone(), output, lineage, restored_states);
         }
         let created = !base.exists();
         std::fs::create_dir_all(base).map_err(|e| {
@@ -193,7 +240,7 @@ where
             }
         }
         let output = identity::ensure(base)?;
-        FileWriter::new(self.config.clone(), output, restored_states)
+        FileWriter::new(self.config.clone(), output, lineage, restored_states)
     }
 
     /// A committer for this base directory. It reads the directory's
@@ -224,3 +271,12 @@ where
 /// checkpoints. 1: absolute paths; 2: paths relative to the base directory,
 /// with the output directory's identity.
 const FORMAT_VERSION: u32 = 2;
+
+/// Runs blocking file work off the async workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, SinkError> + Send + 'static,
+) -> Result<T, SinkError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SinkError::msg(format!("a blocking file task ended abnormally: {e}")))?
+}

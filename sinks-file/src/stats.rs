@@ -12,10 +12,12 @@ pub struct FileSinkStats {
     committed_bytes: AtomicU64,
     replayed: AtomicU64,
     failed: AtomicU64,
+    orphans_removed: AtomicU64,
 }
 
 /// A copy of [`FileSinkStats`] at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FileSinkStatsSnapshot {
     /// Part files made visible.
     pub committed_files: u64,
@@ -27,6 +29,9 @@ pub struct FileSinkStatsSnapshot {
     pub replayed: u64,
     /// Commits that failed with a known reason (lost or altered files).
     pub failed: u64,
+    /// Hidden parts of the job's lineage that no restored checkpoint
+    /// referred to, removed at starts.
+    pub orphans_removed: u64,
 }
 
 impl FileSinkStats {
@@ -46,6 +51,10 @@ impl FileSinkStats {
         self.failed.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn orphans_removed(&self, count: u64) {
+        self.orphans_removed.fetch_add(count, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> FileSinkStatsSnapshot {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
@@ -55,6 +64,7 @@ impl FileSinkStats {
             committed_bytes: get(&self.committed_bytes),
             replayed: get(&self.replayed),
             failed: get(&self.failed),
+            orphans_removed: get(&self.orphans_removed),
         }
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, SinkError, SinkWriter};
+use sink_api::{CheckpointId, Lineage, SinkError, SinkWriter};
 
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
 use crate::config::FileSinkConfig;
@@ -57,6 +57,8 @@ pub struct FileWriter<T, E, B> {
     /// Unique per writer (subtask and start of the job): part names never
     /// repeat, across subtasks and restarts.
     writer_id: String,
+    /// The job's lineage, at the end of hidden part names.
+    lineage: Lineage,
     next_counter: u64,
     parts: BTreeMap<String, InProgressPart>,
     pending: Vec<FileCommittable>,
@@ -75,6 +77,7 @@ where
     pub(crate) fn new(
         config: Arc<FileSinkConfig<E, B>>,
         output: OutputIdentity,
+        lineage: Lineage,
         restored: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
         let base = &config.base_path;
@@ -96,6 +99,7 @@ where
             config,
             output,
             writer_id: uuid::Uuid::new_v4().to_string(),
+            lineage,
             next_counter: 0,
             parts: BTreeMap::new(),
             pending,
@@ -111,6 +115,7 @@ where
             &self.writer_id,
             self.next_counter,
             &self.config.part_suffix,
+            &self.lineage,
         );
         self.next_counter += 1;
         InProgressPart::create(

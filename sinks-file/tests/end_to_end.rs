@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use sink_runtime::storage::CheckpointStorage;
 use sink_runtime::{
     CheckpointConfig, Job, JobStatus, LocalCheckpointStorage, RuntimeMode, SequenceSource,
 };
@@ -66,8 +67,26 @@ async fn bounded_without_checkpoints_and_batch_commit_at_the_end() {
     }
 }
 
+/// The hidden files under `dir` whose names end with `lineage`.
+fn hidden_of(dir: &std::path::Path, lineage: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().unwrap().is_dir() && !name.starts_with('.') {
+            found.extend(hidden_of(&entry.path(), lineage));
+        } else if name.starts_with('.') && name.ends_with(lineage) {
+            found.push(entry.path());
+        }
+    }
+    found
+}
+
 /// Stopped in the middle and started again on the same state directory (as
-/// a new process would be): the output is exactly once.
+/// a new process would be): the output is exactly once, and the start
+/// removes the hidden parts of the job's lineage that the restored
+/// checkpoint does not refer to (those written after it, and one planted),
+/// leaving another lineage's alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_job_resumes_and_its_files_hold_every_record_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -89,11 +108,22 @@ async fn a_stopped_job_resumes_and_its_files_hold_every_record_once() {
     first.join().await.unwrap();
     let partial = visible_numbers(&out).len();
     assert!(partial > 0 && partial < 4_000, "{partial}");
+    let lineage = {
+        let storage = LocalCheckpointStorage::open(&state).unwrap();
+        let latest = storage.latest().await.unwrap().unwrap();
+        latest.lineage.unwrap().to_string()
+    };
+    let orphan = out.join(format!(".part-planted-0.inprogress.{lineage}"));
+    let foreign = out.join(".part-planted-1.inprogress.0123456789abcdef0123456789abcdef");
+    std::fs::write(&orphan, "99999\n").unwrap();
+    std::fs::write(&foreign, "99999\n").unwrap();
 
+    let second = sink(&out);
+    let stats = second.stats();
     let report = Job::builder(
         "resume",
         SequenceSource::bounded(4_000).paced(5_000),
-        sink(&out),
+        second,
     )
     .parallelism(2)
     .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
@@ -105,6 +135,20 @@ async fn a_stopped_job_resumes_and_its_files_hold_every_record_once() {
     .unwrap();
     assert_eq!(report.status, JobStatus::Finished);
     assert_eq!(exactly_once_problem(&visible_numbers(&out), 4_000), None);
+    assert!(
+        !orphan.exists(),
+        "the planted orphan of this lineage is removed"
+    );
+    assert!(
+        foreign.exists(),
+        "another lineage's hidden part is left alone"
+    );
+    assert_eq!(hidden_of(&out, &lineage), Vec::<std::path::PathBuf>::new());
+    assert!(
+        stats.snapshot().orphans_removed >= 1,
+        "{:?}",
+        stats.snapshot()
+    );
 }
 
 /// The same job run twice into the same output directory, each time on

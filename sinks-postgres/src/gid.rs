@@ -99,7 +99,9 @@ pub(crate) fn check_job_name(job: &str) -> Result<(), String> {
 pub(crate) fn check_lineage(lineage: &str) -> Result<(), String> {
     let fits = !lineage.is_empty()
         && lineage.len() <= MAX_LINEAGE_BYTES
-        && lineage.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        && lineage
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-');
     match fits {
         true => Ok(()),
         false => Err(format!(

@@ -139,7 +139,12 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
         check_lineage(start.lineage.as_str()).map_err(|e| SinkError::msg(e).permanent())?;
         // The previous start's lock goes first: its connection is this
         // process's, and would refuse the new one.
-        drop(self.job_lock.lock().unwrap_or_else(|p| p.into_inner()).take());
+        drop(
+            self.job_lock
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         let client = connect(&self.config).await.map_err(connect_error)?;
         lock_job(&client, job).await.map_err(SinkError::msg)?;
         let kept: HashSet<&str> = start

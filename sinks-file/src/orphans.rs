@@ -1,0 +1,146 @@
+//! Hidden files that earlier starts of this job's lineage left behind and
+//! that nothing will ever commit: removed at each start, in the sink's
+//! start hook.
+//!
+//! A crash leaves hidden part files in the output directory: parts in
+//! progress, and pending parts whose checkpoint never completed. Those the
+//! restored checkpoint refers to are resumed or committed again; the others
+//! hold records that the source replays into new parts, and would stay on
+//! disk for good. A hidden part's name ends with the lineage of the job that
+//! wrote it:
+//!
+//! ```text
+//! .part-<writer id>-<n><suffix>.inprogress.<lineage>
+//! ```
+//!
+//! so a start removes exactly the hidden parts of its own lineage that the
+//! restored checkpoint does not name (as a pending committable or as an
+//! in-progress part of a writer state). Parts of other lineages (an earlier
+//! life of the job, another job sharing the directory, files of earlier
+//! versions of this sink) are left alone: this start cannot know whether
+//! they are abandoned. A fresh start has a new lineage, so it has nothing to
+//! remove and does not look.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use sink_api::{Lineage, SinkError};
+use tracing::info;
+
+use crate::dir_sync::fsync_dir;
+use crate::io_error::io_error;
+
+/// The end of hidden part names before the lineage.
+pub(crate) const IN_PROGRESS_MARK: &str = ".inprogress.";
+
+/// The hidden name of a part whose visible name is `visible`, written in
+/// lineage `lineage`.
+pub(crate) fn hidden_name(visible: &str, lineage: &Lineage) -> String {
+    format!(".{visible}{IN_PROGRESS_MARK}{lineage}")
+}
+
+/// Whether `name` is a hidden part of lineage `lineage`.
+fn is_hidden_part_of(name: &OsStr, lineage: &Lineage) -> bool {
+    name.to_str().is_some_and(|name| {
+        name.starts_with('.')
+            && name
+                .strip_suffix(lineage.as_str())
+                .is_some_and(|rest| rest.ends_with(IN_PROGRESS_MARK))
+    })
+}
+
+/// Removes, under the base directory `base`, every hidden part of lineage
+/// `lineage` whose path relative to `base` is not in `kept`, and makes the
+/// removals durable. Skips directories whose names start with a dot (no
+/// bucket does; a state directory may). Returns the paths removed, relative
+/// to `base`. Blocking: call it off the async workers.
+pub(crate) fn remove_orphans(
+    base: &Path,
+    lineage: &Lineage,
+    kept: &HashSet<PathBuf>,
+) -> Result<Vec<PathBuf>, SinkError> {
+    let mut removed = Vec::new();
+    let mut dirs = vec![PathBuf::new()];
+    while let Some(relative_dir) = dirs.pop() {
+        let dir = base.join(&relative_dir);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            // Nothing was ever written: nothing to remove.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && relative_dir == Path::new("") => {
+                return Ok(removed);
+            }
+            Err(e) => return Err(io_error(format!("listing {}", dir.display()), e)),
+        };
+        let mut removed_here = false;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(format!("listing {}", dir.display()), e))?;
+            let name = entry.file_name();
+            let kind = entry
+                .file_type()
+                .map_err(|e| io_error(format!("reading {}", entry.path().display()), e))?;
+            let relative = relative_dir.join(&name);
+            if kind.is_dir() {
+                if !name.to_string_lossy().starts_with('.') {
+                    dirs.push(relative);
+                }
+                continue;
+            }
+            if kind.is_file() && is_hidden_part_of(&name, lineage) && !kept.contains(&relative) {
+                std::fs::remove_file(entry.path()).map_err(|e| {
+                    io_error(
+                        format!("removing the orphaned part {}", entry.path().display()),
+                        e,
+                    )
+                })?;
+                info!(file = %relative.display(), "removed a hidden part an earlier start left and no checkpoint refers to");
+                removed.push(relative);
+                removed_here = true;
+            }
+        }
+        if removed_here {
+            fsync_dir(&dir)?;
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unreferenced_hidden_parts_of_the_lineage_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let ours = Lineage::new("0123abcd");
+        let theirs = Lineage::new("9999ffff");
+        std::fs::create_dir_all(base.join("2026-12-01")).unwrap();
+        std::fs::create_dir_all(base.join(".state")).unwrap();
+        let files = [
+            hidden_name("part-w-0", &ours), // orphan: removed
+            format!("2026-12-01/{}", hidden_name("part-w-1.csv", &ours)), // orphan in a bucket
+            hidden_name("part-w-2", &ours), // kept: a checkpoint refers to it
+            hidden_name("part-v-0", &theirs), // another lineage
+            ".part-old-0.inprogress.5f0e6d".into(), // an earlier version's name
+            "part-w-3".into(),              // finished
+            format!(".state/{}", hidden_name("x", &ours)), // not a bucket
+            format!("part-w-4{IN_PROGRESS_MARK}{ours}"), // not hidden
+        ];
+        for file in &files {
+            std::fs::write(base.join(file), "data").unwrap();
+        }
+        let kept = HashSet::from([PathBuf::from(&files[2])]);
+        let mut removed = remove_orphans(base, &ours, &kept).unwrap();
+        removed.sort();
+        assert_eq!(
+            removed,
+            vec![PathBuf::from(&files[0]), PathBuf::from(&files[1])]
+        );
+        for (i, file) in files.iter().enumerate() {
+            assert_eq!(base.join(file).exists(), i > 1, "{file}");
+        }
+        let missing = remove_orphans(&base.join("never-written"), &ours, &kept).unwrap();
+        assert!(missing.is_empty());
+    }
+}
