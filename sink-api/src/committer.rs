@@ -161,8 +161,11 @@ impl<C> CommitRequest<C> {
 /// Makes prepared data visible: the second phase of the two-phase commit.
 ///
 /// Created by [`Sink::create_committer`](crate::Sink::create_committer), one per
-/// subtask and per start of the job. Driven by the same runtime task as the
-/// subtask's writer, so it is never called concurrently with it.
+/// subtask and per start of the job. Driven by a runtime task of its own, not
+/// the writer's: a slow commit, or its retries and backoff, never stop the
+/// subtask from reading, writing and passing barriers. Its methods are never
+/// called concurrently with each other (one call at a time, in order), but
+/// may run while the subtask's writer works.
 ///
 /// # When it is called
 ///

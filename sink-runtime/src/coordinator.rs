@@ -44,6 +44,7 @@ use crate::spec::{JobSpec, NoticeDelivery, NotificationFaults};
 use crate::storage::{
     CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot,
 };
+use crate::task::committer::CommitterTask;
 use crate::task::global::GlobalTask;
 use crate::task::subtask::{Serializers, SubtaskSettings, SubtaskTask};
 use crate::task::{Control, TaskEvent, TaskState, GLOBAL_CHANNEL_CAPACITY};
@@ -328,7 +329,6 @@ where
     let settings = SubtaskSettings {
         batch_size: spec.batch_size,
         idle_poll: spec.idle_poll,
-        retry: spec.retry,
     };
 
     let (cancel_tx, cancel_rx) = watch::channel(false);
@@ -380,13 +380,29 @@ where
         }
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         controls.push(control_tx);
+        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let committer_task = CommitterTask {
+            index,
+            name: format!("{name} committer"),
+            committer,
+            jobs: jobs_rx,
+            done: done_tx,
+            metrics: Arc::clone(metrics),
+            retry: spec.retry,
+            cancel: cancel_rx.clone(),
+        }
+        .spawn();
         let task = SubtaskTask::<S, Src> {
             index,
             name,
             reader,
             writer,
-            committer,
             ledger,
+            commits: Some(jobs_tx),
+            committed: done_rx,
+            committer_task: Some(committer_task),
+            in_flight: VecDeque::new(),
             lifecycle: SubtaskLifecycle::new(restored, spec.defer_end_of_stream),
             control: control_rx,
             events: events_tx.clone(),
@@ -395,8 +411,6 @@ where
             serializers: serializers.clone(),
             settings: settings.clone(),
             restored: plan.restored,
-            recommitting: false,
-            cancel: cancel_rx.clone(),
             closed: false,
             records_since_barrier: 0,
         };

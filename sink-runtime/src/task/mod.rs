@@ -2,8 +2,10 @@
 //!
 //! ```text
 //!                 Control (trigger, complete, cancel)
-//!   coordinator ───────────────────────────────────────▶ subtask[i]: source ─▶ writer ─▶ committer
-//!        ▲                                                    │
+//!   coordinator ───────────────────────────────────────▶ subtask[i]: source ─▶ writer
+//!        ▲                                                    │  ▲ CommitJob / CommitDone
+//!        │                                                    │  ▼
+//!        │                                                    │ committer[i] (a task of its own)
 //!        └──────────── TaskEvent (ack with state, end of input)┤
 //!        ▲                                                    │ GlobalMessage (committed, barrier,
 //!        │                                                    ▼              end of stream)
@@ -16,6 +18,7 @@
 //! could deadlock. The channel to the global committer carries data and is
 //! bounded, so a slow global committer slows the committers down.
 
+pub(crate) mod committer;
 pub(crate) mod global;
 pub(crate) mod subtask;
 

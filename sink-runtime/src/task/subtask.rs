@@ -1,58 +1,68 @@
-//! One subtask's chain: source reader, writer and committer in one tokio task.
+//! One subtask's chain: source reader and writer in one tokio task, its
+//! committer on a task of its own (see the `committer` module).
 //!
 //! The loop reads a batch, writes it, and between batches serves the
-//! coordinator's control messages. Because the source lives in the same task,
-//! a barrier is aligned by construction: every record read before it is
-//! written and prepared before the checkpoint is acknowledged.
+//! coordinator's control messages and the committer task's reports. Because
+//! the source lives in the same task, a barrier is aligned by construction:
+//! every record read before it is written and prepared before the checkpoint
+//! is acknowledged. Commits, their retries and backoffs run on the committer
+//! task, so they never stop reading, writing or barriers.
 //!
 //! ```text
 //! loop:
-//!   serve every waiting control message:
+//!   serve every waiting control message and commit report:
 //!     Trigger(n)     ─▶ [flush(false), prepare_commit(n), summary n]  snapshot_state(n), ack, barrier to global
-//!     Complete(n)    ─▶ commit every ready checkpoint <= n (retries with backoff), forward to global
-//!                       final? ─▶ end of stream to global, close, exit
+//!     Complete(n)    ─▶ hand every ready checkpoint <= n to the committer task, oldest first
+//!                       final? ─▶ wait for those commits, end of stream to global, close, exit
+//!     CommitDone(m)  ─▶ forward m to global, tell the source, drop m from later snapshots
 //!     Cancel         ─▶ close, exit
-//!   before end of input: read a batch ─▶ write_batch
+//!   before end of input (and while fewer than MAX_COMMIT_BACKLOG checkpoints wait
+//!   for the committer): read a batch ─▶ write_batch
 //!     source finished ─▶ flush(true), prepare_commit(last barrier + 1), tagged with it;
 //!                        the final checkpoint follows (in every bounded mode, with
 //!                        checkpointing off too), and its Complete commits everything
 //!   after end of input: wait for the next control message
 //! ```
 //!
-//! The decisions are made by [`SubtaskLifecycle`], [`CommitLedger`] and
-//! [`CommitRound`]; this file only carries them out.
+//! The decisions are made by [`SubtaskLifecycle`] and [`CommitLedger`]; this
+//! file only carries them out.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sink_api::{
-    serialize_versioned, BincodeSerializer, CheckpointId, Committer, Sink, SinkError, SinkWriter,
+    serialize_versioned, BincodeSerializer, CheckpointId, Sink, SinkError, SinkWriter,
     SubtaskIndex, VersionedSerializer,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use super::committer::{CommitDone, CommitJob, CommitterHandle};
 use super::{Control, GlobalMessage, TaskEvent, TaskState};
 use crate::core::checkpoints::TaskId;
-use crate::core::commit_round::{CommitRound, RoundStep};
-use crate::core::ledger::{CommitLedger, CommittableSummary, SubtaskPart};
+use crate::core::ledger::{CommitLedger, CommittableSummary};
 use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
-use crate::core::retry::RetryPolicy;
 use crate::error::JobError;
 use crate::failpoints::failpoint;
-use crate::metrics::{self, KnownCommitFailure, Metrics};
-use crate::source::{CommitOutcome, ReadStatus, Source, SplitReader};
-use crate::storage::{encode_pending, SubtaskSnapshot};
+use crate::metrics::{self, Metrics};
+use crate::source::{ReadStatus, Source, SplitReader};
+use crate::storage::{encode_pending, PendingCommittables, SubtaskSnapshot};
 
 /// Longest a busy subtask runs before it lets other tasks run.
 const YIELD_EVERY: Duration = Duration::from_millis(1);
+
+/// How many completed checkpoints may wait for the committer task before the
+/// subtask stops reading: a committer slower than the checkpoints for good
+/// slows the writer down then, rather than let memory and every snapshot
+/// grow without bound.
+pub(crate) const MAX_COMMIT_BACKLOG: usize = 1024;
 
 /// Settings shared by every subtask of a job.
 #[derive(Debug, Clone)]
 pub(crate) struct SubtaskSettings {
     pub batch_size: usize,
     pub idle_poll: Duration,
-    pub retry: RetryPolicy,
 }
 
 /// What to do after a control message or end of input.
@@ -85,8 +95,18 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = S::Input>> {
     pub name: String,
     pub reader: Src::Reader,
     pub writer: S::Writer,
-    pub committer: S::Committer,
     pub ledger: CommitLedger<S::Committable>,
+    /// Hands ready checkpoints to the committer task, oldest first; `None`
+    /// once closed.
+    pub commits: Option<mpsc::UnboundedSender<CommitJob<S::Committable>>>,
+    /// The committer task's reports, in the order the jobs were handed over.
+    pub committed: mpsc::UnboundedReceiver<CommitDone<S::Committable>>,
+    /// The committer task; `None` once joined.
+    pub committer_task: Option<CommitterHandle>,
+    /// Checkpoints handed to the committer task and not reported done,
+    /// oldest first, with their parts encoded: snapshots hold them until the
+    /// report, so a crash meanwhile commits them again after the restore.
+    pub in_flight: VecDeque<(CheckpointId, Vec<PendingCommittables>)>,
     pub lifecycle: SubtaskLifecycle,
     pub control: mpsc::UnboundedReceiver<Control>,
     pub events: mpsc::UnboundedSender<TaskEvent>,
@@ -97,11 +117,6 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = S::Input>> {
     /// Restored from a checkpoint: its pending committables are committed
     /// before any record is read.
     pub restored: Option<CheckpointId>,
-    /// True while re-committing what the restored checkpoint held.
-    pub recommitting: bool,
-    /// Set by the coordinator when the job is cancelled or failed: no more
-    /// commits, no more waiting.
-    pub cancel: watch::Receiver<bool>,
     /// Whether the writer and committer were closed.
     pub closed: bool,
     pub records_since_barrier: u64,
@@ -124,6 +139,9 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
     pub(crate) async fn run(mut self) -> Result<(), JobError> {
         let result = self.run_loop().await;
         if result.is_err() && !self.closed {
+            // The committer stops at once: what it was committing stays in
+            // the last checkpoint.
+            self.committer_task = None;
             // Abort whatever the writer holds; the error that stopped the job
             // matters more than one from closing.
             if let Err(error) = self.close().await {
@@ -140,14 +158,15 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             // happened before the crash, so it must be idempotent.
             info!(subtask = self.index, checkpoint = %restored, "re-committing what the restored checkpoint holds");
             self.ledger.notify_complete(restored);
-            self.recommitting = true;
-            self.commit_ready().await?;
-            self.recommitting = false;
+            self.hand_over_ready(true).await?;
+            self.wait_for_commits().await?;
         }
         let mut batch = Vec::with_capacity(self.settings.batch_size);
         let mut last_yield = tokio::time::Instant::now();
         loop {
-            // Control messages first: a barrier waits for one batch at most.
+            // Commit reports first, then control messages: a barrier waits
+            // for one batch at most.
+            self.take_commit_reports().await?;
             let waiting = match self.control.try_recv() {
                 Ok(message) => Some(Some(message)),
                 Err(mpsc::error::TryRecvError::Empty) => None,
@@ -159,10 +178,14 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                 }
                 continue;
             }
-            if !self.lifecycle.accepts_input() {
-                let message = self.control.recv().await;
-                if self.serve(message).await? == Flow::Exit {
-                    return Ok(());
+            if !self.lifecycle.accepts_input() || self.in_flight.len() >= MAX_COMMIT_BACKLOG {
+                tokio::select! {
+                    message = self.control.recv() => {
+                        if self.serve(message).await? == Flow::Exit {
+                            return Ok(());
+                        }
+                    }
+                    done = self.committed.recv() => self.on_commit_report(done).await?,
                 }
                 continue;
             }
@@ -204,6 +227,10 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                     // as soon as the reader has input, or after the poll.
                     tokio::select! {
                         message = self.control.recv() => self.serve(message).await?,
+                        done = self.committed.recv() => {
+                            self.on_commit_report(done).await?;
+                            Flow::Continue
+                        }
                         () = self.reader.wait_for_input() => Flow::Continue,
                         () = tokio::time::sleep(self.settings.idle_poll) => Flow::Continue,
                     }
@@ -239,8 +266,9 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
                 is_final,
             } => {
                 self.ledger.notify_complete(checkpoint_id);
-                self.commit_ready().await?;
+                self.hand_over_ready(false).await?;
                 if is_final {
+                    self.wait_for_commits().await?;
                     self.finish(checkpoint_id).await?;
                     return Ok(Flow::Exit);
                 }
@@ -347,11 +375,16 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
             .map(|state| serialize_versioned(self.serializers.writer_state.as_ref(), state))
             .collect::<Result<_, _>>()
             .map_err(encode_error("encoding a writer state"))?;
-        let pending = encode_pending(
+        let waiting = encode_pending(
             self.ledger.pending_parts(),
             self.serializers.committable.as_ref(),
         )
         .map_err(encode_error("encoding a committable"))?;
+        let in_flight = self
+            .in_flight
+            .iter()
+            .flat_map(|(_, parts)| parts.iter().cloned());
+        let pending = in_flight.chain(waiting).collect();
         let source_splits = serialize_versioned(
             self.serializers.splits.as_ref(),
             &self.reader.snapshot_splits(),
@@ -392,20 +425,30 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         Ok(Flow::Continue)
     }
 
-    /// Commits every checkpoint the ledger says is ready, oldest first, each
-    /// through its retries, and forwards what was committed.
-    async fn commit_ready(&mut self) -> Result<(), JobError> {
+    /// Hands every checkpoint the ledger says is ready to the committer
+    /// task, oldest first, keeping their parts (encoded) for snapshots until
+    /// the task reports them done.
+    async fn hand_over_ready(&mut self, recommit: bool) -> Result<(), JobError> {
         while let Some(ready) = self.ledger.take_ready() {
-            // One part per checkpoint, unless this subtask took over the
-            // parts of several former subtasks in a restore with another
-            // parallelism.
-            let mut outcome = CommitOutcome::Committed;
-            for part in ready.parts {
-                if self.commit_part(ready.checkpoint_id, part).await? == CommitOutcome::PartlyLost {
-                    outcome = CommitOutcome::PartlyLost;
-                }
+            let encoded = encode_pending(ready.parts.iter(), self.serializers.committable.as_ref())
+                .map_err(|source| JobError::Serialization {
+                    task: self.name.clone(),
+                    what: "encoding a committable",
+                    source,
+                })?;
+            self.in_flight.push_back((ready.checkpoint_id, encoded));
+            let job = CommitJob {
+                checkpoint_id: ready.checkpoint_id,
+                parts: ready.parts,
+                recommit,
+            };
+            let handed = self
+                .commits
+                .as_ref()
+                .is_some_and(|commits| commits.send(job).is_ok());
+            if !handed {
+                return Err(self.committer_gone().await);
             }
-            self.reader.on_commit(ready.checkpoint_id, outcome);
         }
         if let Some(held) = self.ledger.held() {
             warn!(
@@ -417,125 +460,75 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         Ok(())
     }
 
-    /// Logs, counts and keeps the known failures of `checkpoint_id` just
-    /// settled; returns the records lost with them. A failure this process
-    /// already reported (the same re-commit after an in-process restart) is
-    /// logged again but counted once.
-    fn report_known_failures(
-        &self,
-        checkpoint_id: CheckpointId,
-        failures: Vec<(String, Option<u64>)>,
-    ) -> u64 {
-        let mut records_lost = 0u64;
-        for (reason, lost) in failures {
-            warn!(subtask = self.index, checkpoint = %checkpoint_id, %reason, records_lost = ?lost,
-                "a committable failed with a known reason and was dropped: its output is lost");
-            records_lost = records_lost.saturating_add(lost.unwrap_or(0));
-            let first_report = self.metrics.record_failure(KnownCommitFailure {
-                checkpoint_id,
-                subtask: self.index,
-                reason,
-                records_lost: lost,
-            });
-            if first_report {
-                metrics::add(&self.metrics.commits_failed, 1);
-                metrics::add(&self.metrics.records_lost, lost.unwrap_or(0));
-            }
+    /// Serves the commit reports that arrived, without waiting.
+    async fn take_commit_reports(&mut self) -> Result<(), JobError> {
+        loop {
+            let done = match self.committed.try_recv() {
+                Ok(done) => Some(done),
+                Err(mpsc::error::TryRecvError::Empty) => return Ok(()),
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+            };
+            self.on_commit_report(done).await?;
         }
-        records_lost
     }
 
-    /// Commits one part through its retries and forwards what was committed
-    /// to the global committer, under the part's original subtask. Says
-    /// whether a committable was dropped with a known reason.
-    async fn commit_part(
-        &mut self,
-        checkpoint_id: CheckpointId,
-        part: SubtaskPart<S::Committable>,
-    ) -> Result<CommitOutcome, JobError> {
-        let summary = part.summary;
-        let count = part.committables.len() as u64;
-        let mut round = CommitRound::new(checkpoint_id, part.committables);
-        let mut records_lost = 0u64;
-        loop {
-            let mut requests = round.take_requests();
-            if requests.is_empty() {
-                break;
-            }
-            // After a cancel nothing more is committed: what this round held
-            // stays in the last checkpoint and is committed after a restore.
-            self.check_cancelled()?;
-            metrics::add(&self.metrics.commit_calls, 1);
-            self.committer
-                .commit(&mut requests)
-                .await
-                .map_err(self.sink_error("commit"))?;
-            let step = round.settle(requests, &self.settings.retry);
-            // Reported at once: a round cut short below hides no loss.
-            records_lost = records_lost.saturating_add(
-                self.report_known_failures(checkpoint_id, round.take_known_failures()),
-            );
-            let step = step.map_err(|source| JobError::Commit {
-                subtask: self.index,
-                source,
-            })?;
-            match step {
-                RoundStep::Done => break,
-                RoundStep::Retry { retry, requests } => {
-                    metrics::add(&self.metrics.commits_retried, requests);
-                    let delay = self.settings.retry.backoff(retry, fastrand::f64());
-                    warn!(subtask = self.index, checkpoint = %checkpoint_id, retry, ?delay, "commit asked to be retried");
-                    let mut cancel = self.cancel.clone();
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        _ = cancel.wait_for(|&cancelled| cancelled) => return Err(JobError::Cancelled),
-                    }
-                }
-            }
+    /// Waits until the committer task reported every checkpoint handed to
+    /// it.
+    async fn wait_for_commits(&mut self) -> Result<(), JobError> {
+        while !self.in_flight.is_empty() {
+            let done = self.committed.recv().await;
+            self.on_commit_report(done).await?;
         }
-        let (committed, tally) = round.into_committed();
-        let failed = count.saturating_sub(committed.len() as u64);
-        metrics::sub(&self.metrics.committables_pending, count);
-        if !self.recommitting {
-            // Restored records were written, and counted, by an earlier run;
-            // lost ones were never committed; a part that was all replays
-            // made nothing visible now.
-            let records = summary.record_count.saturating_sub(records_lost);
-            let all_replays = tally.committed == 0 && tally.already_committed > 0;
-            match all_replays {
-                true => metrics::add(&self.metrics.records_replayed, records),
-                false => metrics::add(&self.metrics.records_committed, records),
-            }
-        }
-        metrics::add(&self.metrics.commits_succeeded, tally.committed);
-        metrics::add(
-            &self.metrics.commits_already_committed,
-            tally.already_committed,
-        );
+        Ok(())
+    }
 
-        // Once per subtask and checkpoint: debug; the coordinator logs each
-        // completed checkpoint at info.
-        debug!(subtask = self.index, checkpoint = %checkpoint_id, origin = summary.subtask,
-            committed = tally.committed, already_committed = tally.already_committed,
-            records = summary.record_count, "checkpoint committed");
-        if self.recommitting {
-            failpoint!("during-recovery-recommit");
+    /// A checkpoint committed (`None`: the committer task ended, which it
+    /// does only on a failure while this subtask runs): forwards what was
+    /// committed to the global committer, in order with this subtask's
+    /// barriers, tells the source, and drops the checkpoint from snapshots.
+    async fn on_commit_report(
+        &mut self,
+        done: Option<CommitDone<S::Committable>>,
+    ) -> Result<(), JobError> {
+        let Some(done) = done else {
+            return Err(self.committer_gone().await);
+        };
+        match self.in_flight.pop_front() {
+            Some((checkpoint_id, _)) if checkpoint_id == done.checkpoint_id => {}
+            other => {
+                return Err((self.invariant())(&format_args!(
+                "the committer task reported checkpoint {} while {:?} was the oldest handed to it",
+                done.checkpoint_id,
+                other.map(|(id, _)| id)
+            )))
+            }
         }
-        if !self.recommitting {
-            failpoint!("after-commit");
+        for (summary, committables) in done.committed {
+            self.send_global(GlobalMessage::Committed {
+                summary,
+                committables,
+            })
+            .await?;
         }
-        self.send_global(GlobalMessage::Committed {
-            summary: CommittableSummary {
-                committable_count: committed.len() as u64,
-                ..summary
+        self.reader.on_commit(done.checkpoint_id, done.outcome);
+        Ok(())
+    }
+
+    /// Why the committer task ended early: its error, or a broken promise.
+    async fn committer_gone(&mut self) -> JobError {
+        let Some(mut handle) = self.committer_task.take() else {
+            return (self.invariant())(&"the committer task is gone");
+        };
+        match (&mut handle.0).await {
+            Ok(Err(error)) => error,
+            Ok(Ok(())) => {
+                (self.invariant())(&"the committer task ended while commits were handed to it")
+            }
+            Err(join_error) => JobError::Panicked {
+                task: format!("{} committer", self.name),
+                message: join_error.to_string(),
             },
-            committables: committed,
-        })
-        .await?;
-        Ok(match failed {
-            0 => CommitOutcome::Committed,
-            _ => CommitOutcome::PartlyLost,
-        })
+        }
     }
 
     /// After the final commit (or the commit at end of input): drops what
@@ -562,27 +555,26 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         self.close().await
     }
 
-    /// Closes the writer and the committer, once: a second call does
-    /// nothing.
+    /// Closes the writer, then lets the committer task finish what it was
+    /// handed (nothing, unless cancelled: then it stops before its next
+    /// commit) and close the committer; once: a second call does nothing.
     async fn close(&mut self) -> Result<(), JobError> {
         if std::mem::replace(&mut self.closed, true) {
             return Ok(());
         }
         let writer = self.writer.close().await.map_err(self.sink_error("close"));
-        let committer = self
-            .committer
-            .close()
-            .await
-            .map_err(self.sink_error("close the committer"));
+        self.commits = None;
+        let committer = match self.committer_task.take() {
+            Some(mut handle) => match (&mut handle.0).await {
+                Ok(result) => result,
+                Err(join_error) => Err(JobError::Panicked {
+                    task: format!("{} committer", self.name),
+                    message: join_error.to_string(),
+                }),
+            },
+            None => Ok(()),
+        };
         writer.and(committer)
-    }
-
-    /// Fails with [`JobError::Cancelled`] once the job was cancelled.
-    fn check_cancelled(&self) -> Result<(), JobError> {
-        match *self.cancel.borrow() {
-            true => Err(JobError::Cancelled),
-            false => Ok(()),
-        }
     }
 
     async fn send_global(
