@@ -255,9 +255,12 @@ impl<K: Committer> CommitterTask<K> {
         debug!(subtask = self.index, checkpoint = %checkpoint_id, origin = summary.subtask,
             committed = tally.committed, already_committed = tally.already_committed,
             records = summary.record_count, "checkpoint committed");
+        // Two statements, not an if/else: without the failpoints feature
+        // both expand to nothing.
         if recommit {
             failpoint!("during-recovery-recommit");
-        } else {
+        }
+        if !recommit {
             failpoint!("after-commit");
         }
         let summary = CommittableSummary {
