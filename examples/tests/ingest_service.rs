@@ -962,6 +962,10 @@ async fn metrics_count_committed_records_and_healthz_is_ok() {
     assert_eq!(sample("ingest_queued_sends"), 0.0);
     assert_eq!(sample("ingest_pipeline_running"), 1.0);
     assert!(sample("ingest_last_checkpoint_duration_seconds") >= 0.0);
+    // The file sink's own counters, registered in the job's metrics.
+    assert_eq!(sample("ingest_file_sink_committed_records_total"), 3.0);
+    assert!(sample("ingest_file_sink_committed_files_total") >= 1.0);
+    assert_eq!(sample("ingest_file_sink_failed_commits_total"), 0.0);
     // The health check and the post; this scrape is counted after it.
     assert_eq!(sample(r#"ingest_http_responses_total{status="200"}"#), 2.0);
     assert_eq!(sample(r#"ingest_http_responses_total{status="400"}"#), 1.0);

@@ -5,8 +5,11 @@
 //! generation, for fencing), and which checkpoint it was restored from.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+use crate::{Clock, SinkMetrics, SystemClock};
 
 /// The id of a checkpoint: a consistent cut across all subtasks of a job.
 ///
@@ -94,7 +97,12 @@ pub type SubtaskIndex = usize;
 /// [`lineage`](Self::lineage), [`generation`](Self::generation), the subtask
 /// and the checkpoint: the job name and the generation alone repeat when the
 /// job runs again on fresh checkpoint storage.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// For time, ask [`clock`](Self::clock) rather than the system, so that a
+/// test or a simulation can move it; for counters of its own, a sink
+/// registers them in [`metrics`](Self::metrics), and they show in the job's
+/// metrics.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct InitContext {
     /// This subtask's index, `0..parallelism`.
@@ -109,12 +117,19 @@ pub struct InitContext {
     pub restored_checkpoint_id: Option<CheckpointId>,
     /// The job's name, as given to the job builder.
     pub job_name: String,
+    /// The runtime's clock ([`SystemClock`] unless the job was built with
+    /// another).
+    pub clock: Arc<dyn Clock>,
+    /// The job's registry of sink counters.
+    pub metrics: SinkMetrics,
 }
 
 impl InitContext {
     /// The context of subtask `subtask_index` of `parallelism`, in a fresh
-    /// start (see [`restored_from`](Self::restored_from)). Called by the
-    /// runtime, and by tests that drive a writer or a committer directly.
+    /// start (see [`restored_from`](Self::restored_from)), with the system
+    /// clock and a registry of its own (see [`with_clock`](Self::with_clock)
+    /// and [`with_metrics`](Self::with_metrics)). Called by the runtime, and
+    /// by tests that drive a writer or a committer directly.
     pub fn new(
         job_name: impl Into<String>,
         lineage: Lineage,
@@ -129,7 +144,21 @@ impl InitContext {
             lineage,
             restored_checkpoint_id: None,
             job_name: job_name.into(),
+            clock: Arc::new(SystemClock),
+            metrics: SinkMetrics::new(),
         }
+    }
+
+    /// The same context with the runtime's clock `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> InitContext {
+        self.clock = clock;
+        self
+    }
+
+    /// The same context with the job's counter registry `metrics`.
+    pub fn with_metrics(mut self, metrics: SinkMetrics) -> InitContext {
+        self.metrics = metrics;
+        self
     }
 
     /// The same context in a start that restored checkpoint `checkpoint`

@@ -23,19 +23,23 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod clock;
 mod committer;
 mod context;
 mod error;
 mod global_committer;
+mod metrics;
 mod serializer;
 mod sink;
 mod start;
 mod writer;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::{CommitOutcome, CommitRequest, Committer};
 pub use context::{CheckpointId, Generation, InitContext, Lineage, SubtaskIndex};
 pub use error::{ErrorClass, SinkError};
 pub use global_committer::GlobalCommitter;
+pub use metrics::{Counter, CounterValue, SinkMetrics};
 pub use serializer::{
     deserialize_versioned, serialize_versioned, BincodeSerializer, SerializerError,
     VersionedSerializer, MAX_DECODED_PAYLOAD,

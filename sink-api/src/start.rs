@@ -7,7 +7,9 @@
 //! commit, hidden files, orphaned uploads), knowing exactly which of them
 //! the restored checkpoint still refers to.
 
-use crate::{CheckpointId, Generation, Lineage};
+use std::sync::Arc;
+
+use crate::{CheckpointId, Clock, Generation, Lineage, SinkMetrics, SystemClock};
 
 /// A start of the job, as the sink sees it: who, which life, how many
 /// subtasks before and now, and what the restored checkpoint holds for the
@@ -46,6 +48,12 @@ pub struct JobStart<'a, C, W> {
     /// Every writer state the restored checkpoint holds, of all its
     /// subtasks (the writers receive them again, dealt among them).
     pub restored_writer_states: Vec<&'a W>,
+    /// The runtime's clock, as in [`InitContext::clock`](crate::InitContext::clock).
+    pub clock: Arc<dyn Clock>,
+    /// The job's registry of sink counters, as in
+    /// [`InitContext::metrics`](crate::InitContext::metrics): the place to
+    /// register counters the sink keeps itself.
+    pub metrics: SinkMetrics,
 }
 
 impl<'a, C, W> JobStart<'a, C, W> {
@@ -66,7 +74,21 @@ impl<'a, C, W> JobStart<'a, C, W> {
             restored_checkpoint_id: None,
             restored_committables: Vec::new(),
             restored_writer_states: Vec::new(),
+            clock: Arc::new(SystemClock),
+            metrics: SinkMetrics::new(),
         }
+    }
+
+    /// The same start with the runtime's clock `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> JobStart<'a, C, W> {
+        self.clock = clock;
+        self
+    }
+
+    /// The same start with the job's counter registry `metrics`.
+    pub fn with_metrics(mut self, metrics: SinkMetrics) -> JobStart<'a, C, W> {
+        self.metrics = metrics;
+        self
     }
 
     /// The same start, restoring checkpoint `checkpoint`, written by

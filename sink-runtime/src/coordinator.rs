@@ -316,7 +316,7 @@ where
     Src: Source<Record = S::Input>,
     S: Sink,
 {
-    call_on_start(spec, &plan).await?;
+    call_on_start(spec, &plan, metrics).await?;
     let restored = plan.restored.unwrap_or(CheckpointId::NONE);
     let (events_tx, events) = mpsc::unbounded_channel();
     let (global_tx, global_rx) = match spec.global_committer.is_some() {
@@ -342,7 +342,9 @@ where
             index,
             spec.parallelism,
         )
-        .restored_from(plan.restored);
+        .restored_from(plan.restored)
+        .with_clock(spec.clock.clone())
+        .with_metrics(metrics.sink.clone());
         let sink_error = |action| {
             let task = name.clone();
             move |source| JobError::Sink {
@@ -462,12 +464,15 @@ where
 async fn call_on_start<Src, S>(
     spec: &JobSpec<Src, S>,
     plan: &restore::StartPlan<Src, S>,
+    metrics: &Metrics,
 ) -> Result<(), JobError>
 where
     Src: Source<Record = S::Input>,
     S: Sink,
 {
-    let mut start = JobStart::fresh(&spec.name, &plan.lineage, plan.generation, spec.parallelism);
+    let mut start = JobStart::fresh(&spec.name, &plan.lineage, plan.generation, spec.parallelism)
+        .with_clock(spec.clock.clone())
+        .with_metrics(metrics.sink.clone());
     if let Some(restored) = plan.restored {
         let parts = plan.subtasks.iter().flat_map(|s| &s.pending);
         let committables = parts

@@ -30,7 +30,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sink_api::{GlobalCommitter, Sink};
+use sink_api::{Clock, GlobalCommitter, Sink, SystemClock};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -92,6 +92,7 @@ where
                 defer_end_of_stream: true,
                 notification_faults: None,
                 mark_finished: true,
+                clock: Arc::new(SystemClock),
             },
             mode: RuntimeMode::Streaming,
             allow_uncommitted: false,
@@ -225,6 +226,14 @@ where
     /// finished (see [`JobSpec::mark_finished`]). For pipelines.
     pub(crate) fn resumable_after_finish(mut self) -> Self {
         self.spec.mark_finished = false;
+        self
+    }
+
+    /// The clock the sink's writers and committers see
+    /// ([`InitContext::clock`](sink_api::InitContext::clock)): for tests and
+    /// simulations that move time by hand. Default: [`SystemClock`].
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.spec.clock = Arc::new(clock);
         self
     }
 

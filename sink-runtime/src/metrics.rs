@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use sink_api::{CheckpointId, SubtaskIndex};
+use sink_api::{CheckpointId, CounterValue, SinkMetrics, SubtaskIndex};
 
 /// How many known commit failures a job keeps with their reasons; the
 /// counters go on counting past it.
@@ -87,6 +87,10 @@ pub struct MetricsSnapshot {
     pub global_commits: u64,
     /// Restarts after a failure.
     pub restarts: u64,
+    /// The sink's own counters, registered through
+    /// [`InitContext::metrics`](sink_api::InitContext::metrics) or
+    /// [`JobStart::metrics`](sink_api::JobStart::metrics), by name.
+    pub sink: Vec<CounterValue>,
 }
 
 /// A job's live counters, shared by its tasks.
@@ -111,6 +115,8 @@ pub struct Metrics {
     pub(crate) last_checkpoint_duration_ms: AtomicU64,
     pub(crate) global_commits: AtomicU64,
     pub(crate) restarts: AtomicU64,
+    /// The sink's counters, handed to it in every context.
+    pub(crate) sink: SinkMetrics,
 }
 
 /// How many reported failures are remembered to count each once.
@@ -199,6 +205,7 @@ impl Metrics {
             last_checkpoint_duration_ms: get(&self.last_checkpoint_duration_ms),
             global_commits: get(&self.global_commits),
             restarts: get(&self.restarts),
+            sink: self.sink.read(),
         }
     }
 }

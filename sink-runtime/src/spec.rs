@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sink_api::{CheckpointId, GlobalCommitter, Sink, SubtaskIndex};
+use sink_api::{CheckpointId, Clock, GlobalCommitter, Sink, SubtaskIndex};
 
 use crate::core::checkpoints::CheckpointConfig;
 use crate::core::restart::RestartStrategy;
@@ -47,6 +47,8 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     /// goes on in its next run, so its end is not marked: the next start
     /// restores its final checkpoint instead of doing nothing.
     pub mark_finished: bool,
+    /// The clock sinks see ([`sink_api::InitContext::clock`]).
+    pub clock: Arc<dyn Clock>,
 }
 
 /// What happens to one completion notice, in a simulation (feature

@@ -586,3 +586,50 @@ async fn the_memory_sink_run_again_on_fresh_checkpoint_storage_repeats_no_transa
     let twice: Vec<u64> = (0..100).flat_map(|n| [n, n]).collect();
     assert_eq!(committed, twice);
 }
+
+/// A sink's own counters, registered in `Sink::on_start`, are in the job's
+/// metrics: live through the handle and in the report.
+#[tokio::test(start_paused = true)]
+async fn the_sinks_own_counters_land_in_the_jobs_metrics() {
+    let store = MemoryStore::<u64>::new();
+    let handle = Job::builder(
+        "counters",
+        ThrottledSource::bounded(1_000, 10, ms(10)),
+        MemorySink::new(store.clone()),
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(ms(100)))
+    .build()
+    .unwrap()
+    .start();
+    tokio::time::sleep(ms(300)).await;
+    let live = handle.metrics();
+    let report = handle.join().await.unwrap();
+    let counter = |metrics: &sink_runtime::MetricsSnapshot, name: &str| {
+        let found = metrics.sink.iter().find(|c| c.name == name);
+        found
+            .unwrap_or_else(|| panic!("no {name} in {:?}", metrics.sink))
+            .value
+    };
+    let written_then = counter(&live, "memory_sink_records_written");
+    assert!(written_then > 0 && written_then < 1_000, "{written_then}");
+    assert_eq!(
+        counter(&report.metrics, "memory_sink_records_written"),
+        1_000
+    );
+    assert_eq!(
+        counter(&report.metrics, "memory_sink_committed_records"),
+        1_000
+    );
+    let stats = store.stats();
+    assert_eq!(
+        counter(&report.metrics, "memory_sink_committed_transactions"),
+        stats.committed_transactions
+    );
+    assert_eq!(
+        counter(&report.metrics, "memory_sink_replays"),
+        stats.replays
+    );
+    let help = report.metrics.sink.iter().map(|c| c.help.as_str());
+    assert!(help.clone().all(|h| !h.is_empty()));
+}

@@ -15,7 +15,9 @@ pub(crate) struct FileSinkConfig<E, B> {
     pub rolling: RollingPolicy,
     pub part_prefix: String,
     pub part_suffix: String,
-    pub clock: Arc<dyn Clock>,
+    /// The builder's clock; `None`: the runtime's, from the writer's
+    /// context.
+    pub clock: Option<Arc<dyn Clock>>,
     /// The directory fsyncs of this sink's writers and committers.
     pub syncs: Arc<DirSyncs>,
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sink_api::{BincodeSerializer, InitContext, JobStart, Sink, SinkError, VersionedSerializer};
 
 use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::committer::FileCommitter;
 use crate::config::FileSinkConfig;
 use crate::encoder::Encoder;
@@ -48,7 +48,7 @@ impl<T, E, B> FileSink<T, E, B> {
 impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
     /// Starts a file sink writing under `base_path` with `encoder`. Defaults:
     /// one bucket (the base path), [`RollingPolicy::default`], part names
-    /// `part-<writer id>-<n>` without suffix, the system clock.
+    /// `part-<writer id>-<n>` without suffix, the runtime's clock.
     pub fn builder(
         base_path: impl Into<PathBuf>,
         encoder: E,
@@ -61,7 +61,7 @@ impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
                 rolling: RollingPolicy::default(),
                 part_prefix: "part".into(),
                 part_suffix: String::new(),
-                clock: Arc::new(SystemClock),
+                clock: None,
                 syncs: Arc::default(),
             },
             _record: PhantomData,
@@ -115,9 +115,10 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
         self
     }
 
-    /// Where the time for rolling and date-time buckets comes from.
+    /// Where the time for rolling and date-time buckets comes from, instead
+    /// of the runtime's clock ([`sink_api::InitContext::clock`]).
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.config.clock = Arc::new(clock);
+        self.config.clock = Some(Arc::new(clock));
         self
     }
 
@@ -166,6 +167,7 @@ where
         &self,
         start: &JobStart<'_, FileCommittable, FileWriterState>,
     ) -> Result<(), SinkError> {
+        self.stats.register(&start.metrics);
         if start.restored_checkpoint_id.is_none() {
             return Ok(());
         }
@@ -213,6 +215,10 @@ where
         restored_states: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
         let lineage = context.lineage.clone();
+        let clock = match &self.config.clock {
+            Some(clock) => clock.clone(),
+            None => context.clock.clone(),
+        };
         let base = &self.config.base_path;
         if let Some(state) = restored_states.first() {
             let output = identity::read(base)?.ok_or_else(|| {
@@ -224,7 +230,7 @@ where
                     &state.output_dir,
                 )
             })?;
-            return FileWriter::new(self.config.clone(), output, lineage, restored_states);
+            return FileWriter::new(self.config.clone(), output, lineage, clock, restored_states);
         }
         let created = !base.exists();
         std::fs::create_dir_all(base).map_err(|e| {
@@ -240,7 +246,7 @@ where
             }
         }
         let output = identity::ensure(base)?;
-        FileWriter::new(self.config.clone(), output, lineage, restored_states)
+        FileWriter::new(self.config.clone(), output, lineage, clock, restored_states)
     }
 
     /// A committer for this base directory. It reads the directory's

@@ -1,18 +1,20 @@
-//! The counters a file sink keeps of its commits.
+//! The counters a file sink keeps of its commits: `sink_api::Counter`s,
+//! registered in the job's metrics at every start (see
+//! [`FileSinkStats::register`]) and readable through the sink's own API.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use sink_api::{Counter, SinkMetrics};
 
 use crate::part_file::FileCommittable;
 
 /// What the file committers did, counted over every subtask and restart.
 #[derive(Debug, Default)]
 pub struct FileSinkStats {
-    committed_files: AtomicU64,
-    committed_records: AtomicU64,
-    committed_bytes: AtomicU64,
-    replayed: AtomicU64,
-    failed: AtomicU64,
-    orphans_removed: AtomicU64,
+    committed_files: Counter,
+    committed_records: Counter,
+    committed_bytes: Counter,
+    replayed: Counter,
+    failed: Counter,
+    orphans_removed: Counter,
 }
 
 /// A copy of [`FileSinkStats`] at one moment.
@@ -36,35 +38,72 @@ pub struct FileSinkStatsSnapshot {
 
 impl FileSinkStats {
     pub(crate) fn committed(&self, committable: &FileCommittable) {
-        self.committed_files.fetch_add(1, Ordering::Relaxed);
-        self.committed_records
-            .fetch_add(committable.records, Ordering::Relaxed);
-        self.committed_bytes
-            .fetch_add(committable.size_bytes, Ordering::Relaxed);
+        self.committed_files.add(1);
+        self.committed_records.add(committable.records);
+        self.committed_bytes.add(committable.size_bytes);
     }
 
     pub(crate) fn replayed(&self) {
-        self.replayed.fetch_add(1, Ordering::Relaxed);
+        self.replayed.add(1);
     }
 
     pub(crate) fn failed(&self) {
-        self.failed.fetch_add(1, Ordering::Relaxed);
+        self.failed.add(1);
     }
 
     pub(crate) fn orphans_removed(&self, count: u64) {
-        self.orphans_removed.fetch_add(count, Ordering::Relaxed);
+        self.orphans_removed.add(count);
+    }
+
+    /// Registers the counters in the job's registry, as `file_sink_*`.
+    /// Called by the sink at every start.
+    pub(crate) fn register(&self, metrics: &SinkMetrics) {
+        let counters = [
+            (
+                "file_sink_committed_files",
+                "Part files made visible.",
+                &self.committed_files,
+            ),
+            (
+                "file_sink_committed_records",
+                "Records in the part files made visible.",
+                &self.committed_records,
+            ),
+            (
+                "file_sink_committed_bytes",
+                "Bytes in the part files made visible.",
+                &self.committed_bytes,
+            ),
+            (
+                "file_sink_replayed_commits",
+                "Commits recognised as done before (replays after a recovery).",
+                &self.replayed,
+            ),
+            (
+                "file_sink_failed_commits",
+                "Commits that failed with a known reason (lost or altered part files).",
+                &self.failed,
+            ),
+            (
+                "file_sink_orphans_removed",
+                "Hidden parts of the job's lineage no checkpoint referred to, removed at starts.",
+                &self.orphans_removed,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            metrics.register(name, help, counter);
+        }
     }
 
     /// The counters now.
     pub fn snapshot(&self) -> FileSinkStatsSnapshot {
-        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         FileSinkStatsSnapshot {
-            committed_files: get(&self.committed_files),
-            committed_records: get(&self.committed_records),
-            committed_bytes: get(&self.committed_bytes),
-            replayed: get(&self.replayed),
-            failed: get(&self.failed),
-            orphans_removed: get(&self.orphans_removed),
+            committed_files: self.committed_files.get(),
+            committed_records: self.committed_records.get(),
+            committed_bytes: self.committed_bytes.get(),
+            replayed: self.replayed.get(),
+            failed: self.failed.get(),
+            orphans_removed: self.orphans_removed.get(),
         }
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, Lineage, SinkError, SinkWriter};
+use sink_api::{CheckpointId, Clock, Lineage, SinkError, SinkWriter};
 
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
 use crate::config::FileSinkConfig;
@@ -59,6 +59,8 @@ pub struct FileWriter<T, E, B> {
     writer_id: String,
     /// The job's lineage, at the end of hidden part names.
     lineage: Lineage,
+    /// The time for rolling and date-time buckets.
+    clock: Arc<dyn Clock>,
     next_counter: u64,
     parts: BTreeMap<String, InProgressPart>,
     pending: Vec<FileCommittable>,
@@ -78,6 +80,7 @@ where
         config: Arc<FileSinkConfig<E, B>>,
         output: OutputIdentity,
         lineage: Lineage,
+        clock: Arc<dyn Clock>,
         restored: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
         let base = &config.base_path;
@@ -100,6 +103,7 @@ where
             output,
             writer_id: uuid::Uuid::new_v4().to_string(),
             lineage,
+            clock,
             next_counter: 0,
             parts: BTreeMap::new(),
             pending,
@@ -188,7 +192,7 @@ where
 
     /// Rolls parts due by time once per batch, then writes each record.
     async fn write_batch(&mut self, records: Vec<T>) -> Result<(), SinkError> {
-        let now_ms = self.config.clock.now_ms();
+        let now_ms = self.clock.now_ms();
         let rolling = self.config.rolling;
         self.roll_where(|part| rolling.should_roll_on_time(&part.info, now_ms))?;
         for record in &records {
@@ -213,7 +217,7 @@ where
         &mut self,
         _checkpoint_id: sink_api::CheckpointId,
     ) -> Result<Vec<FileCommittable>, SinkError> {
-        let now_ms = self.config.clock.now_ms();
+        let now_ms = self.clock.now_ms();
         let rolling = self.config.rolling;
         self.roll_where(|part| rolling.should_roll_on_checkpoint(&part.info, now_ms))?;
         Ok(std::mem::take(&mut self.pending))

@@ -10,7 +10,7 @@ use sink_runtime::storage::CheckpointStorage;
 use sink_runtime::{
     CheckpointConfig, Job, JobStatus, LocalCheckpointStorage, RuntimeMode, SequenceSource,
 };
-use sinks_file::{FileSink, LineEncoder, RollingPolicy};
+use sinks_file::{DateTimeBucketAssigner, FileSink, LineEncoder, ManualClock, RollingPolicy};
 
 fn sink(dir: &std::path::Path) -> FileSink<u64, LineEncoder> {
     FileSink::builder(dir, LineEncoder)
@@ -44,6 +44,49 @@ async fn bounded_streaming_with_checkpoints_commits_every_record_once() {
     let numbers = visible_numbers(&dir.path().join("out"));
     assert_eq!(exactly_once_problem(&numbers, 5_000), None);
     assert_eq!(stats.snapshot().committed_records, 5_000);
+    // The same counters, registered in the job's metrics.
+    let sink_counter = |name: &str| {
+        let counter = report.metrics.sink.iter().find(|c| c.name == name);
+        counter
+            .unwrap_or_else(|| panic!("no {name} in {:?}", report.metrics.sink))
+            .value
+    };
+    assert_eq!(sink_counter("file_sink_committed_records"), 5_000);
+    assert_eq!(
+        sink_counter("file_sink_committed_files"),
+        stats.snapshot().committed_files
+    );
+}
+
+/// The runtime's clock reaches the file sink: a job built with a manual
+/// clock puts records in the date-time bucket of that clock's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtimes_clock_decides_the_date_time_buckets() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FileSink::builder(dir.path(), LineEncoder)
+        .bucket_assigner(DateTimeBucketAssigner::default())
+        .build()
+        .unwrap();
+    // 2026-01-02T13:00:00Z.
+    let clock = ManualClock::new(1_767_358_800_000);
+    let report = Job::builder("clock", SequenceSource::bounded(100), sink)
+        .clock(clock)
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    let files = visible_files(dir.path());
+    assert!(!files.is_empty());
+    for file in &files {
+        let bucket = file.strip_prefix(dir.path()).unwrap().parent().unwrap();
+        assert_eq!(bucket, std::path::Path::new("2026-01-02--13"), "{file:?}");
+    }
+    assert_eq!(
+        exactly_once_problem(&visible_numbers(dir.path()), 100),
+        None
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use sink_api::{CommitRequest, Committer, SinkError, SubtaskIndex};
 
 use crate::failure::InjectedCommitFailure;
-use crate::store::StoreState;
+use crate::store::{StoreCounters, StoreState};
 use crate::{MemoryCommittable, MemoryStore, TransactionState};
 
 /// Commits prepared transactions of the shared [`MemoryStore`], idempotently.
@@ -84,7 +84,7 @@ where
         }
         let last = requests.len().saturating_sub(1);
         for (position, request) in requests.iter_mut().enumerate() {
-            commit_one(&mut state, request);
+            commit_one(&mut state, &self.store.counters, request);
             if position < last {
                 // A crash with part of the batch committed (crash tests only).
                 #[cfg(feature = "failpoints")]
@@ -104,7 +104,11 @@ where
 }
 
 /// Settles one request against the store.
-fn commit_one<T: Clone>(state: &mut StoreState<T>, request: &mut CommitRequest<MemoryCommittable>) {
+fn commit_one<T: Clone>(
+    state: &mut StoreState<T>,
+    counters: &StoreCounters,
+    request: &mut CommitRequest<MemoryCommittable>,
+) {
     let transaction_id = request.committable().transaction_id.clone();
     if let Some(kind) = state.failures.take_commit_failure() {
         match kind {
@@ -149,8 +153,8 @@ fn commit_one<T: Clone>(state: &mut StoreState<T>, request: &mut CommitRequest<M
                     records.len()
                 ));
             }
-            state.stats.committed_transactions += 1;
-            state.stats.committed_records += records.len() as u64;
+            counters.committed_transactions.add(1);
+            counters.committed_records.add(records.len() as u64);
             state.committed.extend(records);
             *state
                 .commits_per_checkpoint
@@ -158,7 +162,7 @@ fn commit_one<T: Clone>(state: &mut StoreState<T>, request: &mut CommitRequest<M
                 .or_insert(0) += 1;
         }
         TransactionState::Committed => {
-            state.stats.replays += 1;
+            counters.replays.add(1);
             *state
                 .replays_per_transaction
                 .entry(transaction_id.clone())

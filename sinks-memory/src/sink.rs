@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
-use sink_api::{InitContext, Sink, SinkError};
+use sink_api::{InitContext, JobStart, Sink, SinkError};
 
 use crate::{MemoryCommittable, MemoryCommitter, MemoryStore, MemoryWriter, MemoryWriterState};
 
@@ -53,6 +53,16 @@ where
     type WriterState = MemoryWriterState<T>;
     type Writer = MemoryWriter<T>;
     type Committer = MemoryCommitter<T>;
+
+    /// Registers the store's counters in the job's metrics
+    /// (`memory_sink_*`).
+    async fn on_start(
+        &self,
+        start: &JobStart<'_, MemoryCommittable, MemoryWriterState<T>>,
+    ) -> Result<(), SinkError> {
+        self.store.counters.register(&start.metrics);
+        Ok(())
+    }
 
     /// A writer for the context's subtask and generation, resumed from
     /// `restored_states` (largest sequence number, concatenated buffers).

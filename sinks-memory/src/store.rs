@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use sink_api::{CheckpointId, Generation, SubtaskIndex};
+use sink_api::{CheckpointId, Counter, Generation, SinkMetrics, SubtaskIndex};
 
 use crate::failure::FailurePlan;
 use crate::MemoryCommittable;
@@ -130,6 +130,51 @@ pub struct MemoryStats {
 /// unusable: the state is read as it was left.
 pub struct MemoryStore<T> {
     inner: Arc<Mutex<StoreState<T>>>,
+    /// The counters the sink registers in the job's metrics; the rest of
+    /// [`MemoryStats`] lives behind the lock.
+    pub(crate) counters: Arc<StoreCounters>,
+}
+
+/// The store's counters that the job's metrics show (`memory_sink_*`), kept
+/// as `sink_api::Counter`s and copied into [`MemoryStats`] snapshots.
+#[derive(Debug, Default)]
+pub(crate) struct StoreCounters {
+    pub(crate) records_written: Counter,
+    pub(crate) committed_transactions: Counter,
+    pub(crate) committed_records: Counter,
+    pub(crate) replays: Counter,
+}
+
+impl StoreCounters {
+    /// Registers the counters in the job's registry. Called by the sink at
+    /// every start.
+    pub(crate) fn register(&self, metrics: &SinkMetrics) {
+        let counters = [
+            (
+                "memory_sink_records_written",
+                "Records handed to the in-memory writers.",
+                &self.records_written,
+            ),
+            (
+                "memory_sink_committed_transactions",
+                "Transactions moved from prepared to committed.",
+                &self.committed_transactions,
+            ),
+            (
+                "memory_sink_committed_records",
+                "Records that became visible with those transactions.",
+                &self.committed_records,
+            ),
+            (
+                "memory_sink_replays",
+                "Commit requests for transactions already committed.",
+                &self.replays,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            metrics.register(name, help, counter);
+        }
+    }
 }
 
 /// One transaction of the store.
@@ -283,6 +328,7 @@ impl<T> MemoryStore<T> {
     pub fn new() -> MemoryStore<T> {
         MemoryStore {
             inner: Arc::new(Mutex::new(StoreState::default())),
+            counters: Arc::default(),
         }
     }
 
@@ -295,7 +341,14 @@ impl<T> MemoryStore<T> {
 
     /// A snapshot of every counter.
     pub fn stats(&self) -> MemoryStats {
-        self.lock().stats.clone()
+        let counters = &self.counters;
+        MemoryStats {
+            records_written: counters.records_written.get(),
+            committed_transactions: counters.committed_transactions.get(),
+            committed_records: counters.committed_records.get(),
+            replays: counters.replays.get(),
+            ..self.lock().stats.clone()
+        }
     }
 
     /// Every broken contract the store noticed, in order, each naming the
@@ -400,6 +453,7 @@ impl<T> Clone for MemoryStore<T> {
     fn clone(&self) -> MemoryStore<T> {
         MemoryStore {
             inner: Arc::clone(&self.inner),
+            counters: Arc::clone(&self.counters),
         }
     }
 }

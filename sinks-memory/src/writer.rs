@@ -234,7 +234,10 @@ impl<T: Clone> MemoryWriter<T> {
             WriteCall::Single => state.stats.write_calls += 1,
             WriteCall::Batch => state.stats.write_batch_calls += 1,
         }
-        state.stats.records_written += records.len() as u64;
+        self.store
+            .counters
+            .records_written
+            .add(records.len() as u64);
         if self.phase != InputPhase::Running {
             state.violation(format!(
                 "{}: write of {} record(s) after flush(end_of_input = true)",

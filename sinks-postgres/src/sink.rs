@@ -134,6 +134,7 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
         &self,
         start: &JobStart<'_, PgCommittable, PgWriterState>,
     ) -> Result<(), SinkError> {
+        self.stats.register(&start.metrics);
         let job = start.job_name;
         check_job_name(job).map_err(|e| SinkError::msg(e).permanent())?;
         check_lineage(start.lineage.as_str()).map_err(|e| SinkError::msg(e).permanent())?;

@@ -1,11 +1,13 @@
 //! Counters of what the sink did, over every writer and committer made by
 //! one [`PostgresSink`](crate::PostgresSink); read with
-//! [`PostgresSink::stats`](crate::PostgresSink::stats).
+//! [`PostgresSink::stats`](crate::PostgresSink::stats), and in the job's
+//! metrics (`postgres_sink_*`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use sink_api::{Counter, SinkMetrics};
 
 /// A copy of the sink's counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PostgresStats {
     /// Rows sent with `COPY` (committed or not).
     pub rows_written: u64,
@@ -23,32 +25,50 @@ pub struct PostgresStats {
     pub rolled_back_at_start: u64,
 }
 
+/// The live counters: `sink_api::Counter`s, registered in the job's
+/// metrics at every start (see [`Stats::register`]).
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    pub rows_written: AtomicU64,
-    pub transactions_prepared: AtomicU64,
-    pub transactions_committed: AtomicU64,
-    pub already_committed: AtomicU64,
-    pub lost: AtomicU64,
-    pub commit_retries: AtomicU64,
-    pub rolled_back_at_start: AtomicU64,
+    pub rows_written: Counter,
+    pub transactions_prepared: Counter,
+    pub transactions_committed: Counter,
+    pub already_committed: Counter,
+    pub lost: Counter,
+    pub commit_retries: Counter,
+    pub rolled_back_at_start: Counter,
 }
 
-pub(crate) fn add(counter: &AtomicU64, n: u64) {
-    counter.fetch_add(n, Ordering::Relaxed);
+pub(crate) fn add(counter: &Counter, n: u64) {
+    counter.add(n);
 }
 
 impl Stats {
     pub(crate) fn snapshot(&self) -> PostgresStats {
-        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         PostgresStats {
-            rows_written: get(&self.rows_written),
-            transactions_prepared: get(&self.transactions_prepared),
-            transactions_committed: get(&self.transactions_committed),
-            already_committed: get(&self.already_committed),
-            lost: get(&self.lost),
-            commit_retries: get(&self.commit_retries),
-            rolled_back_at_start: get(&self.rolled_back_at_start),
+            rows_written: self.rows_written.get(),
+            transactions_prepared: self.transactions_prepared.get(),
+            transactions_committed: self.transactions_committed.get(),
+            already_committed: self.already_committed.get(),
+            lost: self.lost.get(),
+            commit_retries: self.commit_retries.get(),
+            rolled_back_at_start: self.rolled_back_at_start.get(),
+        }
+    }
+
+    /// Registers the counters in the job's registry, as `postgres_sink_*`.
+    /// Called by the sink at every start.
+    pub(crate) fn register(&self, metrics: &SinkMetrics) {
+        let counters = [
+            ("postgres_sink_rows_written", "Rows sent with COPY, committed or not.", &self.rows_written),
+            ("postgres_sink_transactions_prepared", "Transactions prepared (PREPARE TRANSACTION).", &self.transactions_prepared),
+            ("postgres_sink_transactions_committed", "Transactions committed (COMMIT PREPARED).", &self.transactions_committed),
+            ("postgres_sink_already_committed", "Replayed commits that found their transaction already committed.", &self.already_committed),
+            ("postgres_sink_lost", "Commits that found their transaction neither prepared nor committed: its rows are lost.", &self.lost),
+            ("postgres_sink_commit_retries", "Commits retried after a lost connection.", &self.commit_retries),
+            ("postgres_sink_rolled_back_at_start", "Lingering prepared transactions rolled back at starts.", &self.rolled_back_at_start),
+        ];
+        for (name, help, counter) in counters {
+            metrics.register(name, help, counter);
         }
     }
 }

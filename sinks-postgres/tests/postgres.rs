@@ -317,6 +317,18 @@ async fn lingering_prepared_transactions_of_the_job_are_rolled_back_at_start() {
     .unwrap();
     assert_eq!(report.status, JobStatus::Finished);
     assert_eq!(stats().rolled_back_at_start, 2);
+    // The same counter, registered in the job's metrics.
+    let rolled_back = report
+        .metrics
+        .sink
+        .iter()
+        .find(|c| c.name == "postgres_sink_rolled_back_at_start");
+    assert_eq!(
+        rolled_back.map(|c| c.value),
+        Some(2),
+        "{:?}",
+        report.metrics.sink
+    );
     assert!(
         prepared_of(&db, "linger").await.is_empty(),
         "lingering transactions left"

@@ -1,5 +1,6 @@
-//! `GET /metrics`: the pipeline's counters in the OpenMetrics text format,
-//! read at each scrape through a `prometheus-client` collector.
+//! `GET /metrics`: the pipeline's counters, and the sink's own ones it
+//! registered in the job's metrics, in the OpenMetrics text format, read at
+//! each scrape through a `prometheus-client` collector.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -65,10 +66,19 @@ impl Collector for PipelineCollector {
                 m.restarts,
             ),
         ];
-        for (name, help, value) in counters {
+        // The sink's own counters (`file_sink_*`, `postgres_sink_*`), as it
+        // registered them in the job's metrics.
+        let sink = m
+            .sink
+            .iter()
+            .map(|c| (format!("ingest_{}", c.name), c.help.as_str(), c.value));
+        let counters = counters
+            .into_iter()
+            .map(|(name, help, value)| (name.to_string(), help, value));
+        for (name, help, value) in counters.chain(sink) {
             let counter = ConstCounter::new(value);
             counter.encode(encoder.encode_descriptor(
-                name,
+                &name,
                 help,
                 None,
                 counter.metric_type(),
