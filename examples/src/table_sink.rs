@@ -1,10 +1,11 @@
 //! A custom two-phase-commit sink: batches of lines committed into a shared
 //! table, keyed by a batch id unique to the job's lineage, generation,
-//! subtask and checkpoint, so that a replayed commit is recognised and a run
-//! of the job on fresh checkpoint storage never meets the ids of an earlier
-//! run. It keeps no writer state: a restored writer's checkpoints are newer
-//! than the restored one, and its generation is new. `src/bin/custom-sink.rs` runs it; the test suite certifies it
-//! with `sink-testkit`.
+//! subtask and checkpoint (`InitContext::unique_name`), so that a replayed
+//! commit is recognised and a run of the job on fresh checkpoint storage
+//! never meets the ids of an earlier run. It keeps no writer state: its
+//! `prepare_commit` hands out every line written since the last one. The
+//! README's custom sink is this one; `src/bin/custom-sink.rs` runs it; the
+//! test suite certifies it with `sink-testkit`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -18,36 +19,19 @@ use sink_api::{
 #[derive(Clone, Default)]
 pub struct TableSink(pub Arc<Mutex<BTreeMap<String, Vec<String>>>>);
 
-/// The committable: a batch and its unique id.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct Batch {
-    id: String,
-    lines: Vec<String>,
-}
+/// The committable: a batch's unique id and its lines.
+pub type Batch = (String, Vec<String>);
 
 /// Buffers lines until `prepare_commit`.
-pub struct TableWriter {
-    prefix: String,
-    lines: Vec<String>,
-}
+pub struct TableWriter(InitContext, Vec<String>);
 
 #[async_trait]
 impl Sink for TableSink {
-    type Input = String;
-    type Committable = Batch;
-    type WriterState = ();
     type Writer = TableWriter;
     type Committer = TableSink;
 
     async fn create_writer(&self, cx: &InitContext, _: Vec<()>) -> Result<TableWriter, SinkError> {
-        let prefix = format!(
-            "{}-{}-g{}-s{}",
-            cx.job_name, cx.lineage, cx.generation, cx.subtask_index
-        );
-        Ok(TableWriter {
-            prefix,
-            lines: Vec::new(),
-        })
+        Ok(TableWriter(cx.clone(), Vec::new()))
     }
 
     async fn create_committer(&self, _: &InitContext) -> Result<TableSink, SinkError> {
@@ -62,26 +46,14 @@ impl SinkWriter for TableWriter {
     type State = ();
 
     async fn write(&mut self, line: String) -> Result<(), SinkError> {
-        self.lines.push(line);
+        self.1.push(line);
         Ok(())
     }
 
-    async fn flush(&mut self, _end_of_input: bool) -> Result<(), SinkError> {
-        Ok(())
-    }
-
-    async fn prepare_commit(&mut self, checkpoint: CheckpointId) -> Result<Vec<Batch>, SinkError> {
-        if self.lines.is_empty() {
-            return Ok(Vec::new());
-        }
-        Ok(vec![Batch {
-            id: format!("{}-c{checkpoint}", self.prefix),
-            lines: std::mem::take(&mut self.lines),
-        }])
-    }
-
-    async fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<()>, SinkError> {
-        Ok(Vec::new())
+    /// One batch per checkpoint, even an empty one: committing it costs an
+    /// entry, and its id is never reused.
+    async fn prepare_commit(&mut self, n: CheckpointId) -> Result<Vec<Batch>, SinkError> {
+        Ok(vec![(self.0.unique_name(n), std::mem::take(&mut self.1))])
     }
 }
 
@@ -89,19 +61,15 @@ impl SinkWriter for TableWriter {
 impl Committer for TableSink {
     type Committable = Batch;
 
+    /// Inserts each batch under its id; an id already there is a replay.
     async fn commit(&mut self, requests: &mut [CommitRequest<Batch>]) -> Result<(), SinkError> {
         let mut table = self
             .0
             .lock()
             .map_err(|_| SinkError::msg("the table lock is poisoned"))?;
         for request in requests.iter_mut() {
-            let batch = request.committable();
-            if table.contains_key(&batch.id) {
-                request.signal_already_committed();
-            } else {
-                table.insert(batch.id.clone(), batch.lines.clone());
-                request.signal_committed();
-            }
+            let (id, lines) = request.committable().clone();
+            request.signal_committed_if_new(table.insert(id, lines).is_none());
         }
         Ok(())
     }

@@ -28,7 +28,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sink_api::{
-    deserialize_versioned, serialize_versioned, BincodeSerializer, Sink, VersionedSerializer,
+    deserialize_versioned, serialize_versioned, BincodeSerializer, Sink, SinkWriter,
+    VersionedSerializer,
 };
 use sink_runtime::pipeline::{KeyPartition, Pipeline};
 use sink_runtime::source::RangeSplit;
@@ -124,7 +125,7 @@ fn version_of(blob: &[u8]) -> u32 {
 }
 
 /// Runs an unbounded job until it stored a few checkpoints, then cancels it.
-async fn run_until_checkpointed<S: Sink<Input = u64>>(dir: &Path, sink: S) {
+async fn run_until_checkpointed<S: Sink<Writer: SinkWriter<Input = u64>>>(dir: &Path, sink: S) {
     let handle = Job::builder(
         "hostile",
         SequenceSource::unbounded(1_000_000).paced(20_000),

@@ -109,6 +109,17 @@ impl<C> CommitRequest<C> {
         self.outcome = CommitOutcome::AlreadyCommitted;
     }
 
+    /// Committed when `newly_visible`, already committed otherwise: for a
+    /// destination whose write of the committable's key says whether the
+    /// key was new (an insert into a map, `INSERT … ON CONFLICT DO NOTHING`
+    /// and its row count), so a replay is told from a first commit.
+    pub fn signal_committed_if_new(&mut self, newly_visible: bool) {
+        match newly_visible {
+            true => self.signal_committed(),
+            false => self.signal_already_committed(),
+        }
+    }
+
     /// A transient failure: try the same committable again later.
     pub fn retry_later(&mut self) {
         self.outcome = CommitOutcome::RetryLater;

@@ -149,6 +149,18 @@ impl InitContext {
         }
     }
 
+    /// A name for what this writer prepares for checkpoint `checkpoint` that
+    /// no other writer, start or life of the job ever uses:
+    /// `<job>-<lineage>-g<generation>-s<subtask>-c<checkpoint>`. For sinks
+    /// that commit one thing per checkpoint and writer (a batch, a
+    /// transaction); one that commits several adds its own counter.
+    pub fn unique_name(&self, checkpoint: CheckpointId) -> String {
+        format!(
+            "{}-{}-g{}-s{}-c{}",
+            self.job_name, self.lineage, self.generation, self.subtask_index, checkpoint
+        )
+    }
+
     /// The same context with the runtime's clock `clock`.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> InitContext {
         self.clock = clock;

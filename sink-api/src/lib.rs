@@ -26,6 +26,7 @@
 mod clock;
 mod committer;
 mod context;
+mod direct;
 mod error;
 mod global_committer;
 mod metrics;
@@ -37,6 +38,7 @@ mod writer;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::{CommitOutcome, CommitRequest, Committer};
 pub use context::{CheckpointId, Generation, InitContext, Lineage, SubtaskIndex};
+pub use direct::{NoCommittable, NoCommitter};
 pub use error::{ErrorClass, SinkError};
 pub use global_committer::GlobalCommitter;
 pub use metrics::{Counter, CounterValue, SinkMetrics};
@@ -44,7 +46,7 @@ pub use serializer::{
     deserialize_versioned, serialize_versioned, BincodeSerializer, SerializerError,
     VersionedSerializer, MAX_DECODED_PAYLOAD,
 };
-pub use sink::Sink;
+pub use sink::{CommittableOf, InputOf, Sink, WriterStateOf};
 pub use start::JobStart;
 pub use writer::SinkWriter;
 

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::{de::DeserializeOwned, Serialize};
 
 use crate::{
     BincodeSerializer, Committer, InitContext, JobStart, SinkError, SinkWriter, VersionedSerializer,
@@ -32,7 +31,8 @@ use crate::{
 ///
 /// A sink that collects lines in a shared vector (a complete, idempotent sink
 /// lives in `examples/src/table_sink.rs`, run by `cargo run -p examples --bin
-/// custom-sink`):
+/// custom-sink`). The sink names its writer and committer; their associated
+/// types are the sink's. `flush` and `snapshot_state` keep their defaults.
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
@@ -45,13 +45,10 @@ use crate::{
 ///
 /// #[async_trait]
 /// impl Sink for VecSink {
-///     type Input = String;
-///     type Committable = Vec<String>;
-///     type WriterState = Vec<String>;
 ///     type Writer = VecWriter;
 ///     type Committer = VecCommitter;
-///     async fn create_writer(&self, _: &InitContext, restored: Vec<Vec<String>>) -> Result<VecWriter, SinkError> {
-///         Ok(VecWriter(restored.concat()))
+///     async fn create_writer(&self, _: &InitContext, _: Vec<()>) -> Result<VecWriter, SinkError> {
+///         Ok(VecWriter(Vec::new()))
 ///     }
 ///     async fn create_committer(&self, _: &InitContext) -> Result<VecCommitter, SinkError> {
 ///         Ok(VecCommitter(self.0.clone()))
@@ -62,14 +59,10 @@ use crate::{
 /// impl SinkWriter for VecWriter {
 ///     type Input = String;
 ///     type Committable = Vec<String>;
-///     type State = Vec<String>;
+///     type State = (); // prepare_commit takes everything: nothing to snapshot
 ///     async fn write(&mut self, line: String) -> Result<(), SinkError> { self.0.push(line); Ok(()) }
-///     async fn flush(&mut self, _end_of_input: bool) -> Result<(), SinkError> { Ok(()) }
 ///     async fn prepare_commit(&mut self, _: CheckpointId) -> Result<Vec<Vec<String>>, SinkError> {
 ///         Ok(vec![std::mem::take(&mut self.0)])
-///     }
-///     async fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<Vec<String>>, SinkError> {
-///         Ok(vec![self.0.clone()])
 ///     }
 /// }
 ///
@@ -88,20 +81,12 @@ use crate::{
 /// ```
 #[async_trait]
 pub trait Sink: Send + Sync + 'static {
-    /// The records the sink accepts.
-    type Input: Send + 'static;
-    /// What writers hand to committers; stored in checkpoints until committed.
-    type Committable: Serialize + DeserializeOwned + Send + Sync + 'static;
-    /// What writers snapshot at each checkpoint; stored in checkpoints.
-    type WriterState: Serialize + DeserializeOwned + Send + Sync + 'static;
-    /// The writer this sink creates.
-    type Writer: SinkWriter<
-        Input = Self::Input,
-        Committable = Self::Committable,
-        State = Self::WriterState,
-    >;
-    /// The committer this sink creates.
-    type Committer: Committer<Committable = Self::Committable>;
+    /// The writer this sink creates; its associated types are the sink's
+    /// (see [`InputOf`], [`CommittableOf`], [`WriterStateOf`]).
+    type Writer: SinkWriter;
+    /// The committer this sink creates, of the writer's committables. A sink
+    /// without a second phase names [`NoCommitter`](crate::NoCommitter).
+    type Committer: Committer<Committable = CommittableOf<Self>>;
 
     /// Called once per start of the job (the first, every restart, every
     /// restore, with or without a change of parallelism), before any writer
@@ -121,7 +106,7 @@ pub trait Sink: Send + Sync + 'static {
     /// the job.
     async fn on_start(
         &self,
-        start: &JobStart<'_, Self::Committable, Self::WriterState>,
+        start: &JobStart<'_, CommittableOf<Self>, WriterStateOf<Self>>,
     ) -> Result<(), SinkError> {
         let _ = start;
         Ok(())
@@ -134,19 +119,29 @@ pub trait Sink: Send + Sync + 'static {
     async fn create_writer(
         &self,
         context: &InitContext,
-        restored_states: Vec<Self::WriterState>,
+        restored_states: Vec<WriterStateOf<Self>>,
     ) -> Result<Self::Writer, SinkError>;
 
     /// Creates the committer of one subtask.
     async fn create_committer(&self, context: &InitContext) -> Result<Self::Committer, SinkError>;
 
     /// The serializer for committables in checkpoints.
-    fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<Self::Committable>> {
-        Arc::new(BincodeSerializer::<Self::Committable>::default())
+    fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<CommittableOf<Self>>> {
+        Arc::new(BincodeSerializer::<CommittableOf<Self>>::default())
     }
 
     /// The serializer for writer states in checkpoints.
-    fn writer_state_serializer(&self) -> Arc<dyn VersionedSerializer<Self::WriterState>> {
-        Arc::new(BincodeSerializer::<Self::WriterState>::default())
+    fn writer_state_serializer(&self) -> Arc<dyn VersionedSerializer<WriterStateOf<Self>>> {
+        Arc::new(BincodeSerializer::<WriterStateOf<Self>>::default())
     }
 }
+
+/// The records sink `S` accepts: its writer's input.
+pub type InputOf<S> = <<S as Sink>::Writer as SinkWriter>::Input;
+
+/// What sink `S`'s writers hand to its committers, and checkpoints keep
+/// until committed: its writer's committable.
+pub type CommittableOf<S> = <<S as Sink>::Writer as SinkWriter>::Committable;
+
+/// What sink `S`'s writers snapshot at each checkpoint: its writer's state.
+pub type WriterStateOf<S> = <<S as Sink>::Writer as SinkWriter>::State;

@@ -1,6 +1,7 @@
 //! The first phase of the two-phase commit: writing and preparing.
 
 use async_trait::async_trait;
+use serde::{de::DeserializeOwned, Serialize};
 
 use crate::{CheckpointId, SinkError};
 
@@ -38,10 +39,15 @@ pub trait SinkWriter: Send + 'static {
     type Input: Send + 'static;
     /// What [`prepare_commit`](Self::prepare_commit) returns: a description of
     /// written, not yet visible data (a pending file, a prepared transaction).
-    type Committable: Send + 'static;
+    /// Stored in checkpoints until committed, through the sink's
+    /// [committable serializer](crate::Sink::committable_serializer).
+    type Committable: Serialize + DeserializeOwned + Send + Sync + 'static;
     /// What [`snapshot_state`](Self::snapshot_state) returns: enough to resume
-    /// writing after a restore (an in-progress file and its length).
-    type State: Send + 'static;
+    /// writing after a restore (an in-progress file and its length); `()`
+    /// for a writer that keeps nothing between checkpoints. Stored in
+    /// checkpoints through the sink's
+    /// [writer-state serializer](crate::Sink::writer_state_serializer).
+    type State: Serialize + DeserializeOwned + Send + Sync + 'static;
 
     /// Writes one record. Called for every record of this subtask, in order,
     /// unless the runtime hands over a batch through
@@ -60,8 +66,12 @@ pub trait SinkWriter: Send + 'static {
 
     /// Pushes buffered records towards their transaction. Called right before
     /// every [`prepare_commit`](Self::prepare_commit); `end_of_input` is true
-    /// exactly once, at the end of a bounded input.
-    async fn flush(&mut self, end_of_input: bool) -> Result<(), SinkError>;
+    /// exactly once, at the end of a bounded input. The default does
+    /// nothing: enough for a writer whose `prepare_commit` takes everything.
+    async fn flush(&mut self, end_of_input: bool) -> Result<(), SinkError> {
+        let _ = end_of_input;
+        Ok(())
+    }
 
     /// Closes the current transaction (or set of them) and returns what must be
     /// committed. Called at every checkpoint `checkpoint_id` before the
@@ -86,10 +96,17 @@ pub trait SinkWriter: Send + 'static {
     /// checkpoint `checkpoint_id`. Called once per checkpoint, right after
     /// [`prepare_commit`](Self::prepare_commit) (or alone after end of input,
     /// when the writer should have nothing left to snapshot).
+    ///
+    /// The default returns no state: right only for a writer whose
+    /// `prepare_commit` hands out every record written so far (the kit's
+    /// crash scenarios catch one that keeps records back and loses them).
     async fn snapshot_state(
         &mut self,
         checkpoint_id: CheckpointId,
-    ) -> Result<Vec<Self::State>, SinkError>;
+    ) -> Result<Vec<Self::State>, SinkError> {
+        let _ = checkpoint_id;
+        Ok(Vec::new())
+    }
 
     /// Releases resources and aborts anything not handed out as a committable.
     /// Called once when the job finishes, fails or is cancelled. The default

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sink_api::InputOf;
 use sink_api::{BincodeSerializer, CheckpointId, InitContext, JobStart, Sink};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
@@ -70,7 +71,7 @@ pub(crate) async fn run<Src, S>(
     mut cancelled: watch::Receiver<bool>,
 ) -> Result<JobReport, JobError>
 where
-    Src: Source<Record = S::Input>,
+    Src: Source<Record = InputOf<S>>,
     S: Sink,
 {
     let span = info_span!("job", name = %spec.name);
@@ -116,7 +117,7 @@ async fn run_attempt<Src, S>(
     tasks: &mut JoinSet<(TaskId, Result<(), JobError>)>,
 ) -> Result<JobReport, JobError>
 where
-    Src: Source<Record = S::Input>,
+    Src: Source<Record = InputOf<S>>,
     S: Sink,
 {
     let start = Instant::now();
@@ -313,7 +314,7 @@ async fn start_tasks<Src, S>(
     tasks: &mut JoinSet<(TaskId, Result<(), JobError>)>,
 ) -> Result<Started, JobError>
 where
-    Src: Source<Record = S::Input>,
+    Src: Source<Record = InputOf<S>>,
     S: Sink,
 {
     call_on_start(spec, &plan, metrics).await?;
@@ -467,7 +468,7 @@ async fn call_on_start<Src, S>(
     metrics: &Metrics,
 ) -> Result<(), JobError>
 where
-    Src: Source<Record = S::Input>,
+    Src: Source<Record = InputOf<S>>,
     S: Sink,
 {
     let mut start = JobStart::fresh(&spec.name, &plan.lineage, plan.generation, spec.parallelism)

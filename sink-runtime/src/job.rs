@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sink_api::{Clock, GlobalCommitter, Sink, SystemClock};
+use sink_api::{CommittableOf, InputOf};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -68,7 +69,7 @@ pub struct JobBuilder<Src, S: Sink> {
 
 impl<Src, S> Job<Src, S>
 where
-    Src: Source<Record = S::Input>,
+    Src: Source<Record = InputOf<S>>,
     S: Sink,
 {
     /// Starts building a job named `name` that reads `source` and writes to
@@ -125,7 +126,7 @@ where
 
 impl<Src, S> JobBuilder<Src, S>
 where
-    Src: Source<Record = S::Input>,
+    Src: Source<Record = InputOf<S>>,
     S: Sink,
 {
     /// How many subtasks run the source, writer and committer. Default 1.
@@ -152,7 +153,7 @@ where
     /// first and every restart).
     pub fn global_committer<G>(mut self, factory: impl Fn() -> G + Send + Sync + 'static) -> Self
     where
-        G: GlobalCommitter<Committable = S::Committable>,
+        G: GlobalCommitter<Committable = CommittableOf<S>>,
     {
         self.spec.global_committer = Some(Box::new(move || Box::new(factory())));
         self

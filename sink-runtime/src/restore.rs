@@ -9,6 +9,7 @@
 //! received committables.
 
 use sink_api::{deserialize_versioned, CheckpointId, Generation, Lineage, Sink};
+use sink_api::{CommittableOf, InputOf, WriterStateOf};
 
 use tracing::info;
 
@@ -21,8 +22,8 @@ use crate::task::subtask::Serializers;
 /// What one subtask starts with.
 pub(crate) struct SubtaskStart<Src: Source, S: Sink> {
     pub splits: Vec<Src::Split>,
-    pub writer_states: Vec<S::WriterState>,
-    pub pending: Vec<SubtaskPart<S::Committable>>,
+    pub writer_states: Vec<WriterStateOf<S>>,
+    pub pending: Vec<SubtaskPart<CommittableOf<S>>>,
 }
 
 /// What the whole job starts with.
@@ -37,7 +38,7 @@ pub(crate) struct StartPlan<Src: Source, S: Sink> {
     /// on a restore from a checkpoint of format 1, which has none).
     pub lineage: Lineage,
     pub subtasks: Vec<SubtaskStart<Src, S>>,
-    pub global_pending: Vec<SubtaskPart<S::Committable>>,
+    pub global_pending: Vec<SubtaskPart<CommittableOf<S>>>,
 }
 
 /// A lineage never drawn before: 128 random bits, as 32 hex digits.
@@ -55,7 +56,7 @@ pub(crate) fn plan<Src, S>(
     generation: Generation,
 ) -> Result<StartPlan<Src, S>, JobError>
 where
-    Src: Source<Record = S::Input>,
+    Src: Source<Record = InputOf<S>>,
     S: Sink,
 {
     let mut subtasks: Vec<SubtaskStart<Src, S>> = (0..parallelism)
@@ -122,7 +123,7 @@ where
     };
     let (mut states_dealt, mut splits_dealt) = (0, 0);
     for snapshot in checkpoint.subtasks {
-        let states: Vec<S::WriterState> = snapshot
+        let states: Vec<WriterStateOf<S>> = snapshot
             .writer_states
             .iter()
             .map(|blob| deserialize_versioned(serializers.writer_state.as_ref(), blob))

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sink_api::CommittableOf;
 use sink_api::{CheckpointId, Clock, GlobalCommitter, Sink, SubtaskIndex};
 
 use crate::core::checkpoints::CheckpointConfig;
@@ -35,7 +36,7 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     pub sink: S,
     pub parallelism: usize,
     pub checkpointing: Option<CheckpointConfig>,
-    pub global_committer: Option<GlobalCommitterFactory<S::Committable>>,
+    pub global_committer: Option<GlobalCommitterFactory<CommittableOf<S>>>,
     pub restart: RestartStrategy,
     pub storage: Arc<dyn CheckpointStorage>,
     pub retry: RetryPolicy,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use sink_api::{async_trait, CheckpointId, InitContext, Sink, SinkError};
+use sink_api::{async_trait, CheckpointId, InitContext, Sink, SinkError, WriterStateOf};
 use sink_runtime::{
     CheckpointConfig, Job, JobError, JobStatus, RestartStrategy, RetryPolicy, SequenceSource,
 };
@@ -395,16 +395,13 @@ struct DriverError(#[source] std::io::Error);
 
 #[async_trait]
 impl Sink for Unopenable {
-    type Input = u64;
-    type Committable = MemoryCommittable;
-    type WriterState = sinks_memory::MemoryWriterState<u64>;
     type Writer = sinks_memory::MemoryWriter<u64>;
     type Committer = sinks_memory::MemoryCommitter<u64>;
 
     async fn create_writer(
         &self,
         context: &InitContext,
-        _: Vec<Self::WriterState>,
+        _: Vec<WriterStateOf<Self>>,
     ) -> Result<Self::Writer, SinkError> {
         if context.subtask_index == 0 {
             self.attempts.fetch_add(1, Ordering::SeqCst);
@@ -492,16 +489,13 @@ impl sink_api::Committer for ForgetfulCommitter {
 
 #[async_trait]
 impl Sink for Forgetful {
-    type Input = u64;
-    type Committable = MemoryCommittable;
-    type WriterState = sinks_memory::MemoryWriterState<u64>;
     type Writer = sinks_memory::MemoryWriter<u64>;
     type Committer = ForgetfulCommitter;
 
     async fn create_writer(
         &self,
         context: &InitContext,
-        restored: Vec<Self::WriterState>,
+        restored: Vec<WriterStateOf<Self>>,
     ) -> Result<Self::Writer, SinkError> {
         self.0.create_writer(context, restored).await
     }

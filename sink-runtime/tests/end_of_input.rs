@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::*;
 use sink_api::{
     async_trait, CheckpointId, GlobalCommitter, InitContext, Sink, SinkError, SinkWriter,
+    WriterStateOf,
 };
 use sink_runtime::source::RangeSplit;
 use sink_runtime::{CheckpointConfig, Job, JobStatus, SequenceSource};
@@ -318,16 +319,13 @@ struct PrepareLogWriter {
 
 #[async_trait]
 impl Sink for PrepareLog {
-    type Input = u64;
-    type Committable = MemoryCommittable;
-    type WriterState = sinks_memory::MemoryWriterState<u64>;
     type Writer = PrepareLogWriter;
     type Committer = sinks_memory::MemoryCommitter<u64>;
 
     async fn create_writer(
         &self,
         context: &InitContext,
-        restored: Vec<Self::WriterState>,
+        restored: Vec<WriterStateOf<Self>>,
     ) -> Result<PrepareLogWriter, SinkError> {
         Ok(PrepareLogWriter {
             inner: self.inner.create_writer(context, restored).await?,

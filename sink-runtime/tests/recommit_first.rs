@@ -34,9 +34,6 @@ struct ProbeWriter {
 
 #[async_trait]
 impl Sink for Probe {
-    type Input = u64;
-    type Committable = sinks_memory::MemoryCommittable;
-    type WriterState = MemoryWriterState<u64>;
     type Writer = ProbeWriter;
     type Committer = MemoryCommitter<u64>;
 

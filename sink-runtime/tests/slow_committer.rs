@@ -32,9 +32,6 @@ struct SlowCommitter {
 
 #[async_trait]
 impl Sink for SlowCommits {
-    type Input = u64;
-    type Committable = MemoryCommittable;
-    type WriterState = MemoryWriterState<u64>;
     type Writer = MemoryWriter<u64>;
     type Committer = SlowCommitter;
 

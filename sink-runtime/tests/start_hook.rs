@@ -58,9 +58,6 @@ impl Watched {
 
 #[async_trait]
 impl Sink for Watched {
-    type Input = u64;
-    type Committable = MemoryCommittable;
-    type WriterState = MemoryWriterState<u64>;
     type Writer = MemoryWriter<u64>;
     type Committer = MemoryCommitter<u64>;
 

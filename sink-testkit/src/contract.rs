@@ -5,12 +5,13 @@ use sink_api::{
     deserialize_versioned, serialize_versioned, CheckpointId, CommitOutcome, CommitRequest,
     Committer, Generation, InitContext, Sink, SinkWriter,
 };
+use sink_api::{CommittableOf, InputOf};
 
 use crate::runner::exactly_once;
 use crate::Destination;
 use crate::RecordMaker;
 
-type Committable<D> = <<D as Destination>::Sink as Sink>::Committable;
+type Committable<D> = CommittableOf<<D as Destination>::Sink>;
 
 fn context(generation: u64) -> InitContext {
     InitContext::new(
@@ -47,7 +48,7 @@ fn through_checkpoint<D: Destination>(
 /// A fresh writer of `sink`, with the records `0..records` written to it.
 async fn fresh_writer_with<D: Destination>(
     sink: &D::Sink,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
 ) -> Result<<D::Sink as Sink>::Writer, String> {
     let mut writer = sink
@@ -107,7 +108,7 @@ async fn commit<D: Destination>(
 /// replayed commit is recognised and changes nothing.
 pub(crate) async fn visibility_and_idempotence<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
 ) -> Result<Result<(), String>, String> {
     let sink = destination.sink();
@@ -151,7 +152,7 @@ pub(crate) async fn visibility_and_idempotence<D: Destination>(
 /// before that checkpoint.
 pub(crate) async fn restore_keeps_written_records<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
 ) -> Result<(), String> {
     // An odd count, so that a writer sending records out in chunks keeps
@@ -201,7 +202,7 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
 /// After end of input the writer opens nothing that would need a commit.
 pub(crate) async fn no_transaction_after_end_of_input<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
 ) -> Result<Option<()>, String> {
     if destination.open_transactions().is_none() {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sink_api::Sink;
+use sink_api::InputOf;
 use sink_runtime::MemoryCheckpointStorage;
 
 use crate::modes::describe;
@@ -25,7 +25,7 @@ pub(crate) fn crash_points() -> Vec<&'static str> {
 /// it finishes. Returns how many crashes happened.
 pub(crate) async fn crash_and_recover<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     shape: &Shape,
     point: &'static str,
     skips: &[u32],
@@ -71,7 +71,7 @@ pub(crate) async fn crash_and_recover<D: Destination>(
 /// with `to` subtasks.
 pub(crate) async fn rescale<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
     from: usize,
     to: usize,
@@ -123,7 +123,7 @@ impl Rng {
 /// when to crash there, derived from `seed`; `records` records.
 pub(crate) async fn simulate<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     seed: u64,
     records: u64,
 ) -> Result<(), String> {

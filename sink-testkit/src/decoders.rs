@@ -12,6 +12,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use sink_api::InputOf;
 use sink_api::{deserialize_versioned, Sink, VersionedSerializer};
 use sink_runtime::MemoryCheckpointStorage;
 
@@ -32,7 +33,7 @@ const BLOBS_PER_KIND: usize = 24;
 /// fails naming the first panic.
 pub(crate) async fn damaged_state<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
     parallelism: usize,
 ) -> Result<Option<u64>, String> {

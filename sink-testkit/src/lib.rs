@@ -47,7 +47,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sink_api::Sink;
+use sink_api::InputOf;
 
 pub use destination::Destination;
 pub use report::{PropertyResult, Report, Verdict};
@@ -93,7 +93,7 @@ pub async fn certify<D, F, R>(new_destination: F, record: R) -> Report
 where
     D: Destination,
     F: Fn() -> D,
-    R: Fn(u64) -> <D::Sink as Sink>::Input + Send + Sync + 'static,
+    R: Fn(u64) -> InputOf<D::Sink> + Send + Sync + 'static,
 {
     certify_with(Knobs::default(), new_destination, record).await
 }
@@ -103,10 +103,10 @@ pub async fn certify_with<D, F, R>(knobs: Knobs, new_destination: F, record: R) 
 where
     D: Destination,
     F: Fn() -> D,
-    R: Fn(u64) -> <D::Sink as Sink>::Input + Send + Sync + 'static,
+    R: Fn(u64) -> InputOf<D::Sink> + Send + Sync + 'static,
 {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let record: RecordMaker<<D::Sink as Sink>::Input> = Arc::new(record);
+    let record: RecordMaker<InputOf<D::Sink>> = Arc::new(record);
     let mut kit = Kit {
         knobs: knobs.clone(),
         started: Instant::now(),

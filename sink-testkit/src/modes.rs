@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use sink_api::Sink;
+use sink_api::InputOf;
 use sink_runtime::MemoryCheckpointStorage;
 
 use crate::runner::{exactly_once, run, start, RunError, Shape};
@@ -12,7 +12,7 @@ use crate::{Destination, Knobs};
 /// Bounded input with checkpoints: every record committed once.
 pub(crate) async fn streaming_with_checkpoints<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     knobs: &Knobs,
 ) -> Result<(), String> {
     let shape = Shape::streaming(knobs.records, knobs.parallelism);
@@ -24,7 +24,7 @@ pub(crate) async fn streaming_with_checkpoints<D: Destination>(
 /// committed once, at end of input, with one `prepare_commit` per subtask.
 pub(crate) async fn at_end_of_input<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     knobs: &Knobs,
     batch: bool,
 ) -> Result<(), String> {
@@ -48,7 +48,7 @@ pub(crate) async fn at_end_of_input<D: Destination>(
 /// still runs, within a few checkpoints.
 pub(crate) async fn unbounded_with_checkpoints<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     knobs: &Knobs,
 ) -> Result<(), String> {
     let shape = Shape {
@@ -78,7 +78,7 @@ pub(crate) async fn unbounded_with_checkpoints<D: Destination>(
 
 async fn finish<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     shape: &Shape,
 ) -> Result<sink_runtime::JobReport, String> {
     run(

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sink_api::Sink;
+use sink_api::InputOf;
 use sink_runtime::source::Source;
 use sink_runtime::{
     CheckpointConfig, Job, JobError, JobHandle, JobReport, MemoryCheckpointStorage, RuntimeMode,
@@ -59,7 +59,7 @@ impl From<JobError> for RunError {
 /// checkpoints in `storage`.
 pub(crate) fn start<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     shape: &Shape,
     storage: &MemoryCheckpointStorage,
 ) -> Result<JobHandle, RunError> {
@@ -91,7 +91,7 @@ pub(crate) fn start<D: Destination>(
 /// Runs a job of `shape` to its end.
 pub(crate) async fn run<D: Destination>(
     destination: &D,
-    record: &RecordMaker<<D::Sink as Sink>::Input>,
+    record: &RecordMaker<InputOf<D::Sink>>,
     shape: &Shape,
     storage: &MemoryCheckpointStorage,
 ) -> Result<JobReport, RunError> {

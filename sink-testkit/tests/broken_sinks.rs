@@ -76,9 +76,6 @@ impl ToyWriter {
 
 #[async_trait]
 impl Sink for Toy {
-    type Input = u64;
-    type Committable = Batch;
-    type WriterState = ToyState;
     type Writer = ToyWriter;
     type Committer = Toy;
 

@@ -152,9 +152,6 @@ where
     E: Encoder<T>,
     B: BucketAssigner<T>,
 {
-    type Input = T;
-    type Committable = FileCommittable;
-    type WriterState = FileWriterState;
     type Writer = FileWriter<T, E, B>;
     type Committer = FileCommitter;
 

@@ -48,9 +48,6 @@ impl<T> Sink for MemorySink<T>
 where
     T: Clone + Send + Sync + 'static + Serialize + DeserializeOwned,
 {
-    type Input = T;
-    type Committable = MemoryCommittable;
-    type WriterState = MemoryWriterState<T>;
     type Writer = MemoryWriter<T>;
     type Committer = MemoryCommitter<T>;
 

@@ -19,7 +19,7 @@
 //! [`MemoryStore::violations`].
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use sink_api::{CheckpointId, Generation, SinkError, SinkWriter, SubtaskIndex};
 
 use crate::store::StoreState;
@@ -268,7 +268,7 @@ impl<T: Clone> MemoryWriter<T> {
 #[async_trait]
 impl<T> SinkWriter for MemoryWriter<T>
 where
-    T: Clone + Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static + Serialize + DeserializeOwned,
 {
     type Input = T;
     type Committable = MemoryCommittable;

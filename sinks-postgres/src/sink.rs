@@ -118,9 +118,6 @@ impl<T: PgRecord> PostgresSink<T> {
 
 #[async_trait]
 impl<T: PgRecord> Sink for PostgresSink<T> {
-    type Input = T;
-    type Committable = PgCommittable;
-    type WriterState = PgWriterState;
     type Writer = PostgresWriter<T>;
     type Committer = PostgresCommitter;
 

@@ -66,9 +66,6 @@ struct CountingWriter(u64);
 
 #[async_trait]
 impl Sink for CountingSink {
-    type Input = u64;
-    type Committable = u64;
-    type WriterState = u64;
     type Writer = CountingWriter;
     type Committer = CountingSink;
 

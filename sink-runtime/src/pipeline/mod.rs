@@ -57,7 +57,7 @@ mod ticket;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use sink_api::Sink;
+use sink_api::{InputOf, Sink, SinkWriter};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::info;
@@ -144,7 +144,7 @@ pub enum PipelineError {
 /// Builds a pipeline. Made by [`Pipeline::builder`].
 pub struct PipelineBuilder<S: Sink> {
     name: String,
-    job: JobBuilder<ChannelSource<S::Input>, S>,
+    job: JobBuilder<ChannelSource<InputOf<S>>, S>,
     parallelism: usize,
     capacity: usize,
     partitions: u32,
@@ -212,7 +212,10 @@ impl<R: Send + 'static> Pipeline<R> {
     /// [`PipelineBuilder::checkpoint_storage`] to survive a crash of the
     /// process), commit retries per [`RetryPolicy::default`]. Checkpointing
     /// must be set: tickets resolve at checkpoint commits.
-    pub fn builder<S: Sink<Input = R>>(name: impl Into<String>, sink: S) -> PipelineBuilder<S> {
+    pub fn builder<S: Sink<Writer: SinkWriter<Input = R>>>(
+        name: impl Into<String>,
+        sink: S,
+    ) -> PipelineBuilder<S> {
         let name = name.into();
         let (shared, _) = Shared::new(0, 1);
         let source = ChannelSource {
@@ -311,7 +314,7 @@ impl<S: Sink> PipelineBuilder<S> {
     /// runtime, and returns once every subtask's reader exists. After a
     /// restore, reading starts once the restored checkpoint was committed
     /// again; sends queue in the channels meanwhile.
-    pub async fn start(self) -> Result<Pipeline<S::Input>, PipelineError> {
+    pub async fn start(self) -> Result<Pipeline<InputOf<S>>, PipelineError> {
         let invalid = |message: &str| BuildError::InvalidSetting {
             job: self.name.clone(),
             message: message.to_string(),

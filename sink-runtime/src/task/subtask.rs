@@ -35,6 +35,7 @@ use sink_api::{
     serialize_versioned, BincodeSerializer, CheckpointId, Sink, SinkError, SinkWriter,
     SubtaskIndex, VersionedSerializer,
 };
+use sink_api::{CommittableOf, InputOf, WriterStateOf};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -74,8 +75,8 @@ enum Flow {
 
 /// The sink's serializers and the source's, for snapshots.
 pub(crate) struct Serializers<S: Sink, Src: Source> {
-    pub committable: Arc<dyn VersionedSerializer<S::Committable>>,
-    pub writer_state: Arc<dyn VersionedSerializer<S::WriterState>>,
+    pub committable: Arc<dyn VersionedSerializer<CommittableOf<S>>>,
+    pub writer_state: Arc<dyn VersionedSerializer<WriterStateOf<S>>>,
     pub splits: Arc<BincodeSerializer<Vec<Src::Split>>>,
 }
 
@@ -90,17 +91,17 @@ impl<S: Sink, Src: Source> Clone for Serializers<S, Src> {
 }
 
 /// The chain of one subtask.
-pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = S::Input>> {
+pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = InputOf<S>>> {
     pub index: SubtaskIndex,
     pub name: String,
     pub reader: Src::Reader,
     pub writer: S::Writer,
-    pub ledger: CommitLedger<S::Committable>,
+    pub ledger: CommitLedger<CommittableOf<S>>,
     /// Hands ready checkpoints to the committer task, oldest first; `None`
     /// once closed.
-    pub commits: Option<mpsc::UnboundedSender<CommitJob<S::Committable>>>,
+    pub commits: Option<mpsc::UnboundedSender<CommitJob<CommittableOf<S>>>>,
     /// The committer task's reports, in the order the jobs were handed over.
-    pub committed: mpsc::UnboundedReceiver<CommitDone<S::Committable>>,
+    pub committed: mpsc::UnboundedReceiver<CommitDone<CommittableOf<S>>>,
     /// The committer task; `None` once joined.
     pub committer_task: Option<CommitterHandle>,
     /// Checkpoints handed to the committer task and not reported done,
@@ -110,7 +111,7 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = S::Input>> {
     pub lifecycle: SubtaskLifecycle,
     pub control: mpsc::UnboundedReceiver<Control>,
     pub events: mpsc::UnboundedSender<TaskEvent>,
-    pub global: Option<mpsc::Sender<GlobalMessage<S::Committable>>>,
+    pub global: Option<mpsc::Sender<GlobalMessage<CommittableOf<S>>>>,
     pub metrics: Arc<Metrics>,
     pub serializers: Serializers<S, Src>,
     pub settings: SubtaskSettings,
@@ -122,7 +123,7 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = S::Input>> {
     pub records_since_barrier: u64,
 }
 
-impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
+impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
     fn sink_error(&self, action: &'static str) -> impl FnOnce(SinkError) -> JobError + '_ {
         move |source| JobError::Sink {
             task: self.name.clone(),
@@ -285,7 +286,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
     fn add_to_ledger(
         &mut self,
         checkpoint_id: CheckpointId,
-        committables: Vec<S::Committable>,
+        committables: Vec<CommittableOf<S>>,
     ) -> Result<(), JobError> {
         let summary = CommittableSummary {
             checkpoint_id,
@@ -306,7 +307,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         &mut self,
         checkpoint_id: CheckpointId,
         end_of_input: bool,
-    ) -> Result<Vec<S::Committable>, JobError> {
+    ) -> Result<Vec<CommittableOf<S>>, JobError> {
         self.writer
             .flush(end_of_input)
             .await
@@ -362,7 +363,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
         .await
     }
 
-    fn snapshot(&self, states: Vec<S::WriterState>) -> Result<SubtaskSnapshot, JobError> {
+    fn snapshot(&self, states: Vec<WriterStateOf<S>>) -> Result<SubtaskSnapshot, JobError> {
         let encode_error = |what| {
             move |source| JobError::Serialization {
                 task: self.name.clone(),
@@ -488,7 +489,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
     /// barriers, tells the source, and drops the checkpoint from snapshots.
     async fn on_commit_report(
         &mut self,
-        done: Option<CommitDone<S::Committable>>,
+        done: Option<CommitDone<CommittableOf<S>>>,
     ) -> Result<(), JobError> {
         let Some(done) = done else {
             return Err(self.committer_gone().await);
@@ -579,7 +580,7 @@ impl<S: Sink, Src: Source<Record = S::Input>> SubtaskTask<S, Src> {
 
     async fn send_global(
         &mut self,
-        message: GlobalMessage<S::Committable>,
+        message: GlobalMessage<CommittableOf<S>>,
     ) -> Result<(), JobError> {
         let Some(global) = &self.global else {
             return Ok(());
