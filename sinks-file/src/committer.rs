@@ -26,6 +26,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sink_api::{CommitRequest, Committer, SinkError};
 
+use crate::blocking::{assert_blocking, blocking};
 use crate::dir_sync::DirSyncs;
 use crate::identity::{self, OutputIdentity};
 use crate::part_file::FileCommittable;
@@ -43,7 +44,25 @@ pub struct FileCommitter {
     pub(crate) output: Option<OutputIdentity>,
 }
 
-impl FileCommitter {
+/// What became of one committable, decided off the async workers and
+/// signalled on the request afterwards.
+enum Outcome {
+    Committed,
+    AlreadyCommitted,
+    RecordsLost(u64, String),
+    Unknown(String),
+}
+
+/// What one commit call works with on a blocking thread: everything it
+/// needs, owned.
+struct Work {
+    base_path: PathBuf,
+    output: Option<OutputIdentity>,
+    syncs: Arc<DirSyncs>,
+    stats: Arc<FileSinkStats>,
+}
+
+impl Work {
     /// Checks that `c` belongs to the base directory; returns its pending
     /// file and target there.
     fn locate(&mut self, c: &FileCommittable) -> Result<(PathBuf, PathBuf), SinkError> {
@@ -62,6 +81,110 @@ impl FileCommitter {
             identity::resolve(&self.base_path, &c.target)?,
         ))
     }
+
+    /// Commits every committable in order (see the module's table), on a
+    /// blocking thread.
+    fn commit_all(&mut self, committables: &[FileCommittable]) -> Result<Vec<Outcome>, SinkError> {
+        let last = committables.len().saturating_sub(1);
+        let mut outcomes = Vec::with_capacity(committables.len());
+        for (position, c) in committables.iter().enumerate() {
+            outcomes.push(self.commit_one(c)?);
+            if position < last {
+                // A crash with part of the batch committed (crash tests only).
+                #[cfg(feature = "failpoints")]
+                fail::fail_point!("file-commit-mid-batch", |_| Err(SinkError::msg(
+                    "simulated crash at failpoint file-commit-mid-batch"
+                )));
+            }
+        }
+        Ok(outcomes)
+    }
+
+    fn commit_one(&mut self, c: &FileCommittable) -> Result<Outcome, SinkError> {
+        assert_blocking("a commit's rename");
+        let (pending, target) = self.locate(c)?;
+        let state = size_of(&pending).and_then(|p| Ok((p, size_of(&target)?)));
+        Ok(match state {
+            Err(error) => Outcome::Unknown(format!(
+                "cannot look at {} or {}: {error}",
+                pending.display(),
+                target.display()
+            )),
+            Ok((Some(size), None)) if size == c.size_bytes => {
+                match std::fs::rename(&pending, &target) {
+                    Ok(()) => {
+                        if let Some(dir) = target.parent() {
+                            self.syncs.sync_dir(dir)?;
+                        }
+                        self.stats.committed(c);
+                        Outcome::Committed
+                    }
+                    Err(error) => Outcome::Unknown(format!(
+                        "renaming {} to {} failed: {error}",
+                        pending.display(),
+                        target.display()
+                    )),
+                }
+            }
+            Ok((Some(size), None)) => {
+                // Truncated (a torn last record) or appended to (a
+                // duplicate): committing it would publish a broken file.
+                self.stats.failed();
+                Outcome::RecordsLost(
+                    c.records,
+                    format!(
+                        "the pending file {} holds {size} bytes instead of the {} bytes recorded in the \
+                         checkpoint: it was {} by something else than this sink, so it is not committed \
+                         (left hidden where it is) and its {} records are lost",
+                        pending.display(),
+                        c.size_bytes,
+                        if size < c.size_bytes { "truncated" } else { "appended to" },
+                        c.records
+                    ),
+                )
+            }
+            Ok((None, Some(size))) if size == c.size_bytes => {
+                // The crash may have come between the rename and the
+                // directory sync: make the rename durable now.
+                if let Some(dir) = target.parent() {
+                    self.syncs.sync_dir(dir)?;
+                }
+                self.stats.replayed();
+                Outcome::AlreadyCommitted
+            }
+            Ok((None, Some(size))) => {
+                self.stats.failed();
+                Outcome::RecordsLost(
+                    c.records,
+                    format!(
+                        "{} exists but holds {size} bytes instead of the {} bytes committed; it was changed \
+                         after its commit, and its {} records are lost",
+                        target.display(),
+                        c.size_bytes,
+                        c.records
+                    ),
+                )
+            }
+            Ok((None, None)) => {
+                self.stats.failed();
+                Outcome::RecordsLost(
+                    c.records,
+                    format!(
+                        "neither the pending file {} nor its target {} exists: its {} records are lost \
+                         (was the output directory changed by hand?)",
+                        pending.display(),
+                        target.display(),
+                        c.records
+                    ),
+                )
+            }
+            Ok((Some(_), Some(_))) => Outcome::Unknown(format!(
+                "both the pending file {} and its target {} exist; refusing to overwrite the target",
+                pending.display(),
+                target.display()
+            )),
+        })
+    }
 }
 
 /// The size of `path`, or `None` when it does not exist.
@@ -77,101 +200,34 @@ fn size_of(path: &Path) -> Result<Option<u64>, std::io::Error> {
 impl Committer for FileCommitter {
     type Committable = FileCommittable;
 
+    /// Checks and renames the batch's files in order on a blocking thread,
+    /// then signals each request.
     async fn commit(
         &mut self,
         requests: &mut [CommitRequest<FileCommittable>],
     ) -> Result<(), SinkError> {
-        let last = requests.len().saturating_sub(1);
-        for (position, request) in requests.iter_mut().enumerate() {
-            let c = request.committable().clone();
-            let (pending, target) = self.locate(&c)?;
-            let state = size_of(&pending).and_then(|p| Ok((p, size_of(&target)?)));
-            match state {
-                Err(error) => request.signal_failed_with_unknown_reason(format!(
-                    "cannot look at {} or {}: {error}",
-                    pending.display(),
-                    target.display()
-                )),
-                Ok((Some(size), None)) if size == c.size_bytes => {
-                    match std::fs::rename(&pending, &target) {
-                        Ok(()) => {
-                            if let Some(dir) = target.parent() {
-                                self.syncs.sync_dir(dir)?;
-                            }
-                            self.stats.committed(&c);
-                            request.signal_committed();
-                        }
-                        Err(error) => request.signal_failed_with_unknown_reason(format!(
-                            "renaming {} to {} failed: {error}",
-                            pending.display(),
-                            target.display()
-                        )),
-                    }
+        let committables: Vec<FileCommittable> =
+            requests.iter().map(|r| r.committable().clone()).collect();
+        let mut work = Work {
+            base_path: self.base_path.clone(),
+            output: self.output.clone(),
+            syncs: self.syncs.clone(),
+            stats: self.stats.clone(),
+        };
+        let (outcomes, output) = blocking(move || {
+            let outcomes = work.commit_all(&committables)?;
+            Ok((outcomes, work.output))
+        })
+        .await?;
+        self.output = output;
+        for (request, outcome) in requests.iter_mut().zip(outcomes) {
+            match outcome {
+                Outcome::Committed => request.signal_committed(),
+                Outcome::AlreadyCommitted => request.signal_already_committed(),
+                Outcome::RecordsLost(records, reason) => {
+                    request.signal_records_lost(records, reason)
                 }
-                Ok((Some(size), None)) => {
-                    // Truncated (a torn last record) or appended to (a
-                    // duplicate): committing it would publish a broken file.
-                    self.stats.failed();
-                    request.signal_records_lost(
-                        c.records,
-                        format!(
-                            "the pending file {} holds {size} bytes instead of the {} bytes recorded in the \
-                             checkpoint: it was {} by something else than this sink, so it is not committed \
-                             (left hidden where it is) and its {} records are lost",
-                            pending.display(),
-                            c.size_bytes,
-                            if size < c.size_bytes { "truncated" } else { "appended to" },
-                            c.records
-                        ),
-                    );
-                }
-                Ok((None, Some(size))) if size == c.size_bytes => {
-                    // The crash may have come between the rename and the
-                    // directory sync: make the rename durable now.
-                    if let Some(dir) = target.parent() {
-                        self.syncs.sync_dir(dir)?;
-                    }
-                    self.stats.replayed();
-                    request.signal_already_committed();
-                }
-                Ok((None, Some(size))) => {
-                    self.stats.failed();
-                    request.signal_records_lost(
-                        c.records,
-                        format!(
-                            "{} exists but holds {size} bytes instead of the {} bytes committed; it was changed \
-                             after its commit, and its {} records are lost",
-                            target.display(),
-                            c.size_bytes,
-                            c.records
-                        ),
-                    );
-                }
-                Ok((None, None)) => {
-                    self.stats.failed();
-                    request.signal_records_lost(
-                        c.records,
-                        format!(
-                            "neither the pending file {} nor its target {} exists: its {} records are lost \
-                             (was the output directory changed by hand?)",
-                            pending.display(),
-                            target.display(),
-                            c.records
-                        ),
-                    );
-                }
-                Ok((Some(_), Some(_))) => request.signal_failed_with_unknown_reason(format!(
-                    "both the pending file {} and its target {} exist; refusing to overwrite the target",
-                    pending.display(),
-                    target.display()
-                )),
-            }
-            if position < last {
-                // A crash with part of the batch committed (crash tests only).
-                #[cfg(feature = "failpoints")]
-                fail::fail_point!("file-commit-mid-batch", |_| Err(SinkError::msg(
-                    "simulated crash at failpoint file-commit-mid-batch"
-                )));
+                Outcome::Unknown(reason) => request.signal_failed_with_unknown_reason(reason),
             }
         }
         Ok(())

@@ -15,6 +15,7 @@ use std::sync::Mutex;
 
 use sink_api::SinkError;
 
+use crate::blocking::assert_blocking;
 use crate::io_error::io_error;
 
 /// Orders file creations and directory fsyncs of one sink. Made by the
@@ -70,6 +71,7 @@ impl DirSyncs {
 
 /// Fsyncs the directory `dir`, without bookkeeping.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<(), SinkError> {
+    assert_blocking("fsync of a directory");
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io_error(format!("syncing the directory {}", dir.display()), e))
@@ -78,6 +80,7 @@ pub(crate) fn fsync_dir(dir: &Path) -> Result<(), SinkError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocking::on_this_thread;
 
     #[test]
     fn a_sync_started_after_a_creation_covers_it_and_not_before() {
@@ -85,7 +88,7 @@ mod tests {
         let syncs = DirSyncs::default();
         let created = syncs.sequence();
         assert!(syncs.synced.lock().unwrap().get(dir.path()).is_none());
-        syncs.sync_dir(dir.path()).unwrap();
+        on_this_thread(|| syncs.sync_dir(dir.path())).unwrap();
         assert!(syncs.synced.lock().unwrap()[dir.path()] > created);
         let later = syncs.sequence();
         assert!(syncs.synced.lock().unwrap()[dir.path()] < later);

@@ -218,13 +218,18 @@ pub(crate) fn resolve(base: &Path, relative: &Path) -> Result<PathBuf, SinkError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocking::on_this_thread;
 
     #[test]
     fn the_marker_is_made_once_and_read_back() {
         let dir = tempfile::tempdir().unwrap();
         assert!(read(dir.path()).unwrap().is_none());
-        let made = ensure(dir.path()).unwrap();
-        assert_eq!(ensure(dir.path()).unwrap().id, made.id, "made once");
+        let made = on_this_thread(|| ensure(dir.path())).unwrap();
+        assert_eq!(
+            on_this_thread(|| ensure(dir.path())).unwrap().id,
+            made.id,
+            "made once"
+        );
         assert_eq!(read(dir.path()).unwrap().unwrap().id, made.id);
         let leftovers: Vec<_> = fs::read_dir(dir.path())
             .unwrap()
@@ -238,7 +243,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ids: Vec<String> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..8)
-                .map(|_| scope.spawn(|| ensure(dir.path()).map(|i| i.id)))
+                .map(|_| scope.spawn(|| on_this_thread(|| ensure(dir.path())).map(|i| i.id)))
                 .collect();
             handles
                 .into_iter()

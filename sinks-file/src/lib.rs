@@ -13,6 +13,7 @@
 //! | [`bucket`] | which directory a record goes to: the base path, date-time, a closure |
 //! | [`rolling`] | when a part rolls: size, age, inactivity, every checkpoint |
 //! | `part_file` | the life of one part file on disk |
+//! | `blocking` | fsyncs, renames and creations on tokio's blocking threads, never on the async workers |
 //! | `identity` | the output directory's identity marker (`.file-sink-id`) and paths relative to it |
 //! | `orphans` | hidden parts of this lineage no checkpoint refers to, removed at each start |
 //! | `writer`, `committer`, `sink` | the `sink-api` implementation |
@@ -40,6 +41,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod blocking;
 pub mod bucket;
 pub mod clock;
 mod committer;

@@ -108,6 +108,7 @@ pub(crate) fn remove_orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocking::on_this_thread;
 
     #[test]
     fn only_unreferenced_hidden_parts_of_the_lineage_are_removed() {
@@ -131,7 +132,7 @@ mod tests {
             std::fs::write(base.join(file), "data").unwrap();
         }
         let kept = HashSet::from([PathBuf::from(&files[2])]);
-        let mut removed = remove_orphans(base, &ours, &kept).unwrap();
+        let mut removed = on_this_thread(|| remove_orphans(base, &ours, &kept)).unwrap();
         removed.sort();
         assert_eq!(
             removed,

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sink_api::{Lineage, SinkError};
 
+use crate::blocking::assert_blocking;
 use crate::dir_sync::DirSyncs;
 use crate::identity::{resolve, OutputIdentity};
 use crate::io_error::io_error;
@@ -125,6 +126,7 @@ impl InProgressPart {
         now_ms: u64,
         syncs: &Arc<DirSyncs>,
     ) -> Result<InProgressPart, SinkError> {
+        assert_blocking("creating a part file");
         let path = base.join(&relative);
         // Directories whose entries change: the file's own, and the parent of
         // every directory created for it. They are synced at the first
@@ -193,6 +195,7 @@ impl InProgressPart {
     /// Makes everything written so far durable and describes it for a
     /// checkpoint; writing goes on afterwards.
     pub(crate) fn persist(&mut self) -> Result<InProgressState, SinkError> {
+        assert_blocking("fsync of a part file");
         self.flush()?;
         self.file
             .get_ref()
@@ -238,6 +241,7 @@ pub(crate) fn recover_for_commit(
     output: &OutputIdentity,
     state: &InProgressState,
 ) -> Result<FileCommittable, SinkError> {
+    assert_blocking("truncating and syncing a restored part file");
     resolve(base, &state.target)?;
     let path = &resolve(base, &state.path)?;
     let file = OpenOptions::new().write(true).open(path).map_err(|e| {

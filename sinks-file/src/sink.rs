@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sink_api::{BincodeSerializer, InitContext, JobStart, Sink, SinkError, VersionedSerializer};
 
+use crate::blocking::blocking;
 use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
 use crate::clock::Clock;
 use crate::committer::FileCommitter;
@@ -202,7 +203,7 @@ where
 
     /// Creates the base directory and its identity marker if needed, and a
     /// writer that first turns the restored in-progress parts into pending
-    /// files. Restored states must come from this base directory (the
+    /// files (all of it off the async workers). Restored states must come from this base directory (the
     /// identity in them is its marker's, wherever the directory was then):
     /// otherwise, or when the directory has no marker, nothing is created or
     /// changed and the error names both directories.
@@ -216,34 +217,38 @@ where
             Some(clock) => clock.clone(),
             None => context.clock.clone(),
         };
-        let base = &self.config.base_path;
-        if let Some(state) = restored_states.first() {
-            let output = identity::read(base)?.ok_or_else(|| {
-                identity::mismatch(
-                    base,
-                    None,
-                    "a writer state",
-                    &state.output_id,
-                    &state.output_dir,
+        let config = self.config.clone();
+        blocking(move || {
+            let base = &config.base_path;
+            if let Some(state) = restored_states.first() {
+                let output = identity::read(base)?.ok_or_else(|| {
+                    identity::mismatch(
+                        base,
+                        None,
+                        "a writer state",
+                        &state.output_id,
+                        &state.output_dir,
+                    )
+                })?;
+                return FileWriter::new(config.clone(), output, lineage, clock, restored_states);
+            }
+            let created = !base.exists();
+            std::fs::create_dir_all(base).map_err(|e| {
+                io_error(
+                    format!("creating the output directory {}", base.display()),
+                    e,
                 )
             })?;
-            return FileWriter::new(self.config.clone(), output, lineage, clock, restored_states);
-        }
-        let created = !base.exists();
-        std::fs::create_dir_all(base).map_err(|e| {
-            io_error(
-                format!("creating the output directory {}", base.display()),
-                e,
-            )
-        })?;
-        if created {
-            // The new directory's name must survive a power loss.
-            if let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) {
-                self.config.syncs.sync_dir(parent)?;
+            if created {
+                // The new directory's name must survive a power loss.
+                if let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    config.syncs.sync_dir(parent)?;
+                }
             }
-        }
-        let output = identity::ensure(base)?;
-        FileWriter::new(self.config.clone(), output, lineage, clock, restored_states)
+            let output = identity::ensure(base)?;
+            FileWriter::new(config.clone(), output, lineage, clock, restored_states)
+        })
+        .await
     }
 
     /// A committer for this base directory. It reads the directory's
@@ -274,12 +279,3 @@ where
 /// checkpoints. 1: absolute paths; 2: paths relative to the base directory,
 /// with the output directory's identity.
 const FORMAT_VERSION: u32 = 2;
-
-/// Runs blocking file work off the async workers.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, SinkError> + Send + 'static,
-) -> Result<T, SinkError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| SinkError::msg(format!("a blocking file task ended abnormally: {e}")))?
-}

@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, Clock, Lineage, SinkError, SinkWriter};
 
+use crate::blocking::blocking;
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
 use crate::config::FileSinkConfig;
 use crate::encoder::Encoder;
@@ -112,46 +113,48 @@ where
         })
     }
 
-    fn new_part(&mut self, bucket: &str, now_ms: u64) -> Result<InProgressPart, SinkError> {
-        let (path, target) = part_paths(
-            std::path::Path::new(bucket),
-            &self.config.part_prefix,
-            &self.writer_id,
-            self.next_counter,
-            &self.config.part_suffix,
-            &self.lineage,
-        );
-        self.next_counter += 1;
-        InProgressPart::create(
-            &self.config.base_path,
-            path,
-            target,
-            now_ms,
-            &self.config.syncs,
-        )
-    }
-
-    /// Closes the parts `roll` picks; they become pending.
-    fn roll_where(&mut self, roll: impl Fn(&InProgressPart) -> bool) -> Result<(), SinkError> {
+    /// Closes the parts `roll` picks, off the async workers; they become
+    /// pending.
+    async fn roll_where(
+        &mut self,
+        roll: impl Fn(&InProgressPart) -> bool,
+    ) -> Result<(), SinkError> {
         let due: Vec<String> = self
             .parts
             .iter()
             .filter(|(_, part)| roll(part))
             .map(|(bucket, _)| bucket.clone())
             .collect();
-        for bucket in due {
-            if let Some(part) = self.parts.remove(&bucket) {
-                self.pending.push(part.close_for_commit(&self.output)?);
-            }
+        if due.is_empty() {
+            return Ok(());
         }
+        let parts: Vec<InProgressPart> = due.iter().filter_map(|b| self.parts.remove(b)).collect();
+        let output = self.output.clone();
+        let closed = blocking(move || {
+            parts
+                .into_iter()
+                .map(|part| part.close_for_commit(&output))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await?;
+        self.pending.extend(closed);
         Ok(())
     }
 
-    fn write_one(&mut self, record: &T, now_ms: u64) -> Result<(), SinkError> {
+    /// Encodes `record` into the buffer; returns its bucket.
+    fn encode(&mut self, record: &T, now_ms: u64) -> Result<String, SinkError> {
         let context = BucketContext { now_ms };
         let bucket = self.config.bucket_assigner.bucket_id(record, &context);
         self.buffer.clear();
         self.config.encoder.encode(record, &mut self.buffer)?;
+        Ok(bucket)
+    }
+
+    /// Writes the encoded record in the buffer into `bucket`'s part.
+    /// Opening a part (and closing the one it replaces, when the policy
+    /// rolls it before this record) runs off the async workers; appending
+    /// is buffered.
+    async fn write_encoded(&mut self, bucket: String, now_ms: u64) -> Result<(), SinkError> {
         let next_bytes = self.buffer.len() as u64;
         // The common case, in one lookup: the bucket has a part with room.
         let rolling = self.config.rolling;
@@ -162,13 +165,31 @@ where
             Some(_) => true,
             None => false,
         };
-        if roll {
-            if let Some(part) = self.parts.remove(&bucket) {
-                self.pending.push(part.close_for_commit(&self.output)?);
-            }
-        }
+        let replaced = match roll {
+            true => self.parts.remove(&bucket),
+            false => None,
+        };
         check_bucket_id(&bucket)?;
-        let mut part = self.new_part(&bucket, now_ms)?;
+        let (path, target) = part_paths(
+            std::path::Path::new(&bucket),
+            &self.config.part_prefix,
+            &self.writer_id,
+            self.next_counter,
+            &self.config.part_suffix,
+            &self.lineage,
+        );
+        self.next_counter += 1;
+        let (config, output) = (self.config.clone(), self.output.clone());
+        let (closed, mut part) = blocking(move || {
+            let closed = replaced
+                .map(|part| part.close_for_commit(&output))
+                .transpose()?;
+            let part =
+                InProgressPart::create(&config.base_path, path, target, now_ms, &config.syncs)?;
+            Ok((closed, part))
+        })
+        .await?;
+        self.pending.extend(closed);
         part.write_record(&self.buffer, now_ms)?;
         self.parts.insert(bucket, part);
         Ok(())
@@ -194,9 +215,12 @@ where
     async fn write_batch(&mut self, records: Vec<T>) -> Result<(), SinkError> {
         let now_ms = self.clock.now_ms();
         let rolling = self.config.rolling;
-        self.roll_where(|part| rolling.should_roll_on_time(&part.info, now_ms))?;
-        for record in &records {
-            self.write_one(record, now_ms)?;
+        self.roll_where(|part| rolling.should_roll_on_time(&part.info, now_ms))
+            .await?;
+        for record in records {
+            let bucket = self.encode(&record, now_ms)?;
+            drop(record);
+            self.write_encoded(bucket, now_ms).await?;
         }
         Ok(())
     }
@@ -205,7 +229,7 @@ where
     /// that the end-of-input `prepare_commit` commits everything.
     async fn flush(&mut self, end_of_input: bool) -> Result<(), SinkError> {
         if end_of_input {
-            return self.roll_where(|_| true);
+            return self.roll_where(|_| true).await;
         }
         for part in self.parts.values_mut() {
             part.flush()?;
@@ -219,23 +243,31 @@ where
     ) -> Result<Vec<FileCommittable>, SinkError> {
         let now_ms = self.clock.now_ms();
         let rolling = self.config.rolling;
-        self.roll_where(|part| rolling.should_roll_on_checkpoint(&part.info, now_ms))?;
+        self.roll_where(|part| rolling.should_roll_on_checkpoint(&part.info, now_ms))
+            .await?;
         Ok(std::mem::take(&mut self.pending))
     }
 
+    /// Persists every in-progress part (flush and fsync), off the async
+    /// workers.
     async fn snapshot_state(
         &mut self,
         _checkpoint_id: CheckpointId,
     ) -> Result<Vec<FileWriterState>, SinkError> {
-        let in_progress = self
-            .parts
-            .values_mut()
-            .map(InProgressPart::persist)
-            .collect::<Result<_, _>>()?;
+        let mut parts = std::mem::take(&mut self.parts);
+        let (parts, in_progress) = blocking(move || {
+            let states = parts
+                .values_mut()
+                .map(InProgressPart::persist)
+                .collect::<Result<Vec<_>, _>>();
+            Ok((parts, states))
+        })
+        .await?;
+        self.parts = parts;
         Ok(vec![FileWriterState {
             output_id: self.output.id.clone(),
             output_dir: self.output.dir.clone(),
-            in_progress,
+            in_progress: in_progress?,
         }])
     }
 
