@@ -216,16 +216,14 @@ where
         self
     }
 
-    /// Replaces the source given to [`Job::builder`]. For pipelines, whose
-    /// channels are made when they start.
-    pub(crate) fn with_source(mut self, source: Src) -> Self {
-        self.spec.source = source;
-        self
-    }
-
-    /// Lets the next start on the same storage resume after this run
-    /// finished (see [`JobSpec::mark_finished`]). For pipelines.
-    pub(crate) fn resumable_after_finish(mut self) -> Self {
+    /// Keeps the checkpoint storage resumable after the job finished: a
+    /// finished run does not mark the storage finished, so the next start on
+    /// it restores the final checkpoint (committing again what it held) and
+    /// goes on, instead of doing nothing. For jobs whose input goes on
+    /// after a clean shutdown, such as an embedding service's channels
+    /// ([`Pipeline`](crate::Pipeline) sets it); a bounded batch job should
+    /// not, or it would run again.
+    pub fn resumable_after_finish(mut self) -> Self {
         self.spec.mark_finished = false;
         self
     }
@@ -313,8 +311,10 @@ impl JobHandle {
         self.cancel.send_replace(true);
     }
 
-    /// The job's live counters, shared.
-    pub(crate) fn shared_metrics(&self) -> Arc<Metrics> {
+    /// The job's live counters, readable after the handle was given away
+    /// (to a task that [`join`](Self::join)s it, say): for services that
+    /// export them while the job runs.
+    pub fn live_metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
     }
 

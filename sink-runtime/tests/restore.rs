@@ -275,6 +275,35 @@ async fn a_finished_job_is_not_run_again() {
     assert_exactly_once("committed", &store.committed(), 100);
 }
 
+/// A job built `resumable_after_finish` (what a pipeline does) does not
+/// mark its storage finished: the next start restores the final
+/// checkpoint, commits again what it held (a replay), reads nothing more,
+/// and finishes; nothing is written twice.
+#[tokio::test(start_paused = true)]
+async fn a_job_resumable_after_finish_restores_its_final_checkpoint() {
+    let store = MemoryStore::<u64>::new();
+    let storage = MemoryCheckpointStorage::new(3);
+    let run = || {
+        Job::builder(
+            "again",
+            SequenceSource::bounded(100),
+            MemorySink::new(store.clone()),
+        )
+        .checkpoint_storage(storage.clone())
+        .resumable_after_finish()
+        .build()
+        .unwrap()
+        .run()
+    };
+    assert_eq!(run().await.unwrap().status, JobStatus::Finished);
+    let again = run().await.unwrap();
+    assert_eq!(again.status, JobStatus::Finished);
+    assert_eq!(again.metrics.records_written, 0);
+    assert_eq!(store.stats().writers_created, 2, "the second start ran");
+    assert_exactly_once("committed", &store.committed(), 100);
+    assert_no_violations(&store);
+}
+
 /// Runs a job briefly and returns its newest checkpoint.
 async fn a_checkpoint(store: &MemoryStore<u64>) -> sink_runtime::storage::CompletedCheckpoint {
     let storage = MemoryCheckpointStorage::new(3);

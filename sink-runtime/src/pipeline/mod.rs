@@ -62,14 +62,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::info;
 
-use crate::core::checkpoints::CheckpointConfig;
-use crate::core::restart::RestartStrategy;
-use crate::core::retry::RetryPolicy;
-use crate::error::{BuildError, JobError};
-use crate::job::{Job, JobBuilder};
-use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::report::{JobReport, JobStatus};
-use crate::storage::CheckpointStorage;
+// Only the runtime's public API: the pipeline is a client of the job
+// builder like any embedding would be, and could live in a crate of its own.
+use crate::{
+    BuildError, CheckpointConfig, CheckpointStorage, Job, JobBuilder, JobError, JobReport,
+    JobStatus, Metrics, MetricsSnapshot, RestartStrategy, RetryPolicy,
+};
 use channel::{ChannelSource, Envelope, Shared};
 
 pub use keys::{Fingerprint, IdempotencyKey, KeyPartition, KeyRetention};
@@ -141,10 +139,22 @@ pub enum PipelineError {
     },
 }
 
+/// One setting of the job, applied to its builder when the pipeline
+/// starts (the channels, and so the source, exist only then).
+type JobSetting<S> = Box<
+    dyn FnOnce(JobBuilder<ChannelSource<InputOf<S>>, S>) -> JobBuilder<ChannelSource<InputOf<S>>, S>
+        + Send,
+>;
+
 /// Builds a pipeline. Made by [`Pipeline::builder`].
+///
+/// It builds its job through the job builder's public methods only, when
+/// it starts: a pipeline is a client of the runtime like any other.
 pub struct PipelineBuilder<S: Sink> {
     name: String,
-    job: JobBuilder<ChannelSource<InputOf<S>>, S>,
+    sink: S,
+    /// The job's settings, in the order given.
+    settings: Vec<JobSetting<S>>,
     parallelism: usize,
     capacity: usize,
     partitions: u32,
@@ -216,17 +226,10 @@ impl<R: Send + 'static> Pipeline<R> {
         name: impl Into<String>,
         sink: S,
     ) -> PipelineBuilder<S> {
-        let name = name.into();
-        let (shared, _) = Shared::new(0, 1);
-        let source = ChannelSource {
-            shared,
-            partitions: 64,
-            retention: KeyRetention::default(),
-            max_in_flight: 1,
-        };
         PipelineBuilder {
-            job: Job::builder(name.clone(), source, sink).resumable_after_finish(),
-            name,
+            name: name.into(),
+            sink,
+            settings: Vec::new(),
             parallelism: 1,
             capacity: 1024,
             partitions: 64,
@@ -238,10 +241,21 @@ impl<R: Send + 'static> Pipeline<R> {
 }
 
 impl<S: Sink> PipelineBuilder<S> {
+    fn with_job(
+        mut self,
+        setting: impl FnOnce(
+                JobBuilder<ChannelSource<InputOf<S>>, S>,
+            ) -> JobBuilder<ChannelSource<InputOf<S>>, S>
+            + Send
+            + 'static,
+    ) -> Self {
+        self.settings.push(Box::new(setting));
+        self
+    }
+
     /// How many subtasks read, write and commit. Default 1.
     pub fn parallelism(mut self, parallelism: usize) -> Self {
         self.parallelism = parallelism;
-        self.job = self.job.parallelism(parallelism);
         self
     }
 
@@ -249,8 +263,7 @@ impl<S: Sink> PipelineBuilder<S> {
     /// half an interval plus the checkpoint and the commit. Required.
     pub fn checkpointing(mut self, config: CheckpointConfig) -> Self {
         self.checkpointing = true;
-        self.job = self.job.checkpointing(config);
-        self
+        self.with_job(move |job| job.checkpointing(config))
     }
 
     /// Where checkpoints are kept. A pipeline that must survive a crash of
@@ -258,22 +271,19 @@ impl<S: Sink> PipelineBuilder<S> {
     /// such as [`crate::LocalCheckpointStorage`]. A pipeline started again on
     /// the same storage resumes from its last checkpoint, also after a clean
     /// shutdown.
-    pub fn checkpoint_storage(mut self, storage: impl CheckpointStorage) -> Self {
-        self.job = self.job.checkpoint_storage(storage);
-        self
+    pub fn checkpoint_storage(self, storage: impl CheckpointStorage) -> Self {
+        self.with_job(move |job| job.checkpoint_storage(storage))
     }
 
     /// What to do when a task fails; see [`JobBuilder::restart_strategy`].
     /// Tickets of records not yet committed fail at each restart.
-    pub fn restart_strategy(mut self, strategy: RestartStrategy) -> Self {
-        self.job = self.job.restart_strategy(strategy);
-        self
+    pub fn restart_strategy(self, strategy: RestartStrategy) -> Self {
+        self.with_job(move |job| job.restart_strategy(strategy))
     }
 
     /// How commits that ask to be retried are retried.
-    pub fn commit_retry(mut self, retry: RetryPolicy) -> Self {
-        self.job = self.job.commit_retry(retry);
-        self
+    pub fn commit_retry(self, retry: RetryPolicy) -> Self {
+        self.with_job(move |job| job.commit_retry(retry))
     }
 
     /// How many sends may wait in each subtask's channel before
@@ -343,9 +353,16 @@ impl<S: Sink> PipelineBuilder<S> {
             retention: self.retention,
             max_in_flight: self.max_in_flight,
         };
-        let job = self.job.with_source(source).build()?;
-        let handle = job.start();
-        let metrics = handle.shared_metrics();
+        // A pipeline's input goes on after a clean shutdown: its storage is
+        // not marked finished, so the next start resumes from it.
+        let mut job = Job::builder(self.name.clone(), source, self.sink)
+            .parallelism(parallelism)
+            .resumable_after_finish();
+        for setting in self.settings {
+            job = setting(job);
+        }
+        let handle = job.build()?.start();
+        let metrics = handle.live_metrics();
         let watcher_shared = shared.clone();
         let ended = tokio::spawn(async move {
             let result = handle.join().await;
