@@ -77,6 +77,17 @@ impl SinkMetrics {
         counters.insert(clean(name), (help.to_string(), counter.clone()));
     }
 
+    /// Registers each `(name, help, counter)` as [`register`](Self::register)
+    /// does: for a sink registering its set of counters at each start.
+    pub fn register_all<'a>(
+        &self,
+        counters: impl IntoIterator<Item = (&'a str, &'a str, &'a Counter)>,
+    ) {
+        for (name, help, counter) in counters {
+            self.register(name, help, counter);
+        }
+    }
+
     /// Every registered counter, by name.
     pub fn read(&self) -> Vec<CounterValue> {
         let counters = self.0.lock().unwrap_or_else(|p| p.into_inner());

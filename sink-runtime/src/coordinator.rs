@@ -385,6 +385,7 @@ where
         controls.push(control_tx);
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = watch::channel(false);
         let committer_task = CommitterTask {
             index,
             name: format!("{name} committer"),
@@ -394,6 +395,7 @@ where
             metrics: Arc::clone(metrics),
             retry: spec.retry,
             cancel: cancel_rx.clone(),
+            stop: stop_rx,
         }
         .spawn();
         let task = SubtaskTask::<S, Src> {
@@ -404,6 +406,7 @@ where
             ledger,
             commits: Some(jobs_tx),
             committed: done_rx,
+            stop: stop_tx,
             committer_task: Some(committer_task),
             in_flight: VecDeque::new(),
             lifecycle: SubtaskLifecycle::new(restored, spec.defer_end_of_stream),

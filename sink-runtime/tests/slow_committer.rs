@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use common::*;
 use sink_api::{async_trait, CommitRequest, Committer, InitContext, Sink, SinkError};
-use sink_runtime::{CheckpointConfig, Job, JobStatus};
+use sink_runtime::{CheckpointConfig, Job, JobStatus, MemoryCheckpointStorage, RestartStrategy};
 use sinks_memory::{
-    MemoryCommittable, MemoryCommitter, MemorySink, MemoryStore, MemoryWriter, MemoryWriterState,
+    MemoryCommittable, MemoryCommitter, MemoryGlobalCommitter, MemorySink, MemoryStore,
+    MemoryWriter, MemoryWriterState,
 };
 
 /// How long each commit call of the slow committer takes.
@@ -61,6 +62,10 @@ impl Committer for SlowCommitter {
     ) -> Result<(), SinkError> {
         tokio::time::sleep(self.delay).await;
         self.inner.commit(requests).await
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.inner.close().await
     }
 }
 
@@ -128,4 +133,79 @@ async fn a_slow_committer_still_commits_everything_once_before_the_job_ends() {
     assert_eq!(report.metrics.records_committed, 5_000);
     assert_exactly_once("committed", &store.committed(), 5_000);
     assert_no_violations(&store);
+}
+
+/// Stopped while checkpoints wait for (or are in) a slow commit, with a
+/// global committer: the subtasks' snapshots keep what was not reported
+/// committed, the global committer's keep what was forwarded, and a restore
+/// (with another parallelism, so parts change hands) delivers every part
+/// to the global committer exactly once.
+#[tokio::test(start_paused = true)]
+async fn commits_in_flight_at_a_stop_reach_the_global_committer_once_after_the_restore() {
+    let store = MemoryStore::<u64>::new();
+    let storage = MemoryCheckpointStorage::new(3);
+    let job = |source: ThrottledSource, parallelism: usize, delay: Duration| {
+        let sink = SlowCommits {
+            inner: MemorySink::new(store.clone()),
+            delay,
+        };
+        Job::builder("slow", source, sink)
+            .parallelism(parallelism)
+            .checkpointing(CheckpointConfig::every(ms(100)))
+            .checkpoint_storage(storage.clone())
+            .global_committer({
+                let store = store.clone();
+                move || MemoryGlobalCommitter::new(store.clone())
+            })
+            .build()
+            .unwrap()
+    };
+    let first = job(ThrottledSource::unbounded(5_000, 10, ms(10)), 2, ms(250)).start();
+    tokio::time::sleep(ms(1_230)).await;
+    first.cancel();
+    first.join().await.unwrap();
+    let stopped = storage.checkpoints().last().unwrap().clone();
+    let waiting: usize = stopped.subtasks.iter().map(|s| s.pending.len()).sum();
+    assert!(
+        waiting > 2,
+        "checkpoints waited for the slow committer: {waiting}"
+    );
+    assert!(store.global_records().len() < 5_000);
+
+    let report = job(
+        ThrottledSource::bounded(5_000, 10, ms(10)),
+        3,
+        Duration::ZERO,
+    )
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_exactly_once("committed", &store.committed(), 5_000);
+    assert_exactly_once("global committer", &store.global_records(), 5_000);
+    assert_no_violations(&store);
+}
+
+/// A subtask that fails still closes its committer (after the commit under
+/// way, starting no other), as the contract promises.
+#[tokio::test(start_paused = true)]
+async fn a_failed_subtask_closes_its_committer() {
+    let store = MemoryStore::<u64>::new();
+    let sink = SlowCommits {
+        inner: MemorySink::new(store.clone()),
+        delay: ms(300),
+    };
+    let handle = Job::builder("slow", ThrottledSource::unbounded(5_000, 10, ms(10)), sink)
+        .parallelism(2)
+        .checkpointing(CheckpointConfig::every(ms(100)))
+        .restart_strategy(RestartStrategy::Never)
+        .build()
+        .unwrap()
+        .start();
+    tokio::time::sleep(ms(450)).await;
+    store.fail_next_prepare_commits(1);
+    handle.join().await.expect_err("a prepare_commit failed");
+    let stats = store.stats();
+    assert_eq!(stats.committers_created, 2);
+    assert_eq!(stats.committer_closes, 2, "{stats:?}");
 }

@@ -14,7 +14,8 @@ use std::cell::Cell;
 use sink_api::SinkError;
 
 thread_local! {
-    /// True while this thread runs work handed to [`blocking`].
+    /// True while this thread runs work handed to [`blocking`]. Read only by
+    /// the debug assertion.
     static IN_BLOCKING_WORK: Cell<bool> = const { Cell::new(false) };
 }
 

@@ -90,9 +90,7 @@ impl FileSinkStats {
                 &self.orphans_removed,
             ),
         ];
-        for (name, help, counter) in counters {
-            metrics.register(name, help, counter);
-        }
+        metrics.register_all(counters);
     }
 
     /// The counters now.

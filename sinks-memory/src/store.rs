@@ -171,9 +171,7 @@ impl StoreCounters {
                 &self.replays,
             ),
         ];
-        for (name, help, counter) in counters {
-            metrics.register(name, help, counter);
-        }
+        metrics.register_all(counters);
     }
 }
 

@@ -67,8 +67,6 @@ impl Stats {
             ("postgres_sink_commit_retries", "Commits retried after a lost connection.", &self.commit_retries),
             ("postgres_sink_rolled_back_at_start", "Lingering prepared transactions rolled back at starts.", &self.rolled_back_at_start),
         ];
-        for (name, help, counter) in counters {
-            metrics.register(name, help, counter);
-        }
+        metrics.register_all(counters);
     }
 }

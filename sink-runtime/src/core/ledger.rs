@@ -1,7 +1,8 @@
 //! The commit ledger: which committables wait for which checkpoint, and which
 //! checkpoint may be committed next.
 //!
-//! Both the committer of a subtask and the global committer keep one. It is
+//! Both a subtask (for its committer task) and the global committer keep
+//! one. It is
 //! fed two kinds of events and answers one question:
 //!
 //! ```text
@@ -151,9 +152,9 @@ pub struct Held {
 
 /// Pending committables per checkpoint, and the commit decisions on them.
 ///
-/// Owned by one runtime task (a subtask's committer, or the global
-/// committer), which feeds it and commits what [`take_ready`](Self::take_ready)
-/// hands out, in that order.
+/// Owned by one runtime task (a subtask, which hands what
+/// [`take_ready`](Self::take_ready) returns to its committer task in that
+/// order, or the global committer, which commits it), which feeds it.
 #[derive(Debug)]
 pub struct CommitLedger<C> {
     expected: BTreeSet<SubtaskIndex>,

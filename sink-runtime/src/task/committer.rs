@@ -60,11 +60,15 @@ pub(crate) struct CommitterTask<K: Committer> {
     pub name: String,
     pub committer: K,
     pub jobs: mpsc::UnboundedReceiver<CommitJob<K::Committable>>,
-    pub done: mpsc::UnboundedSender<CommitDone<K::Committable>>,
+    /// Every job's report, in order; a failure is reported here too, before
+    /// the committer is closed.
+    pub done: mpsc::UnboundedSender<Result<CommitDone<K::Committable>, JobError>>,
     pub metrics: Arc<Metrics>,
     pub retry: RetryPolicy,
     /// Set when the job is cancelled or failed: no more commits.
     pub cancel: watch::Receiver<bool>,
+    /// Set by the subtask when it fails: no more commits either.
+    pub stop: watch::Receiver<bool>,
 }
 
 /// The committer task's handle, aborting the task when dropped: a subtask
@@ -92,27 +96,27 @@ impl<K: Committer> CommitterTask<K> {
     }
 
     /// Commits every job until the subtask drops its sender, then closes
-    /// the committer (also after a failure, whose error is returned).
+    /// the committer. A failure goes to the subtask at once, as the last
+    /// report (so the job fails whatever closing takes), and the committer
+    /// is closed after it; the task's own result is that of closing.
     async fn run(mut self) -> Result<(), JobError> {
-        let result = self.commit_all().await;
-        let closed = self
-            .committer
+        if let Err(error) = self.commit_all().await {
+            // Unless the subtask is gone (the job is being torn down), it
+            // fails the job with this error.
+            if let Err(unsent) = self.done.send(Err(error)) {
+                if let Err(error) = unsent.0 {
+                    debug!(subtask = self.index, %error, "a commit failed while the job was torn down");
+                }
+            }
+        }
+        self.committer
             .close()
             .await
             .map_err(|source| JobError::Sink {
                 task: self.name.clone(),
                 action: "close the committer",
                 source,
-            });
-        match result {
-            Ok(()) => closed,
-            Err(error) => {
-                if let Err(close_error) = closed {
-                    warn!(subtask = self.index, %close_error, "closing the committer after a failure failed too");
-                }
-                Err(error)
-            }
-        }
+            })
     }
 
     async fn commit_all(&mut self) -> Result<(), JobError> {
@@ -133,7 +137,7 @@ impl<K: Committer> CommitterTask<K> {
                 committed,
                 outcome,
             };
-            if self.done.send(done).is_err() {
+            if self.done.send(Ok(done)).is_err() {
                 // The subtask is gone: the job is being torn down.
                 return Ok(());
             }
@@ -169,9 +173,10 @@ impl<K: Committer> CommitterTask<K> {
         records_lost
     }
 
-    /// Fails with [`JobError::Cancelled`] once the job was cancelled.
+    /// Fails with [`JobError::Cancelled`] once the job was cancelled or the
+    /// subtask failed.
     fn check_cancelled(&self) -> Result<(), JobError> {
-        match *self.cancel.borrow() {
+        match *self.cancel.borrow() || *self.stop.borrow() {
             true => Err(JobError::Cancelled),
             false => Ok(()),
         }
@@ -222,10 +227,11 @@ impl<K: Committer> CommitterTask<K> {
                     metrics::add(&self.metrics.commits_retried, requests);
                     let delay = self.retry.backoff(retry, fastrand::f64());
                     warn!(subtask = self.index, checkpoint = %checkpoint_id, retry, ?delay, "commit asked to be retried");
-                    let mut cancel = self.cancel.clone();
+                    let (mut cancel, mut stop) = (self.cancel.clone(), self.stop.clone());
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         _ = cancel.wait_for(|&cancelled| cancelled) => return Err(JobError::Cancelled),
+                        _ = stop.wait_for(|&stopped| stopped) => return Err(JobError::Cancelled),
                     }
                 }
             }

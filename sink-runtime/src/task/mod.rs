@@ -16,7 +16,12 @@
 //! few messages per checkpoint, bounded by the number of checkpoints in
 //! flight, and a bounded channel between two tasks that wait on each other
 //! could deadlock. The channel to the global committer carries data and is
-//! bounded, so a slow global committer slows the committers down.
+//! bounded: the subtasks forward their committed committables through it,
+//! so a slow global committer slows the subtasks down (reading and barriers
+//! too, as it must: the global committer's snapshots follow the barriers).
+//! The channels between a subtask and its committer task carry one message
+//! per checkpoint each way and are unbounded; the subtask stops reading
+//! past a backlog (see `subtask::MAX_COMMIT_BACKLOG`).
 
 pub(crate) mod committer;
 pub(crate) mod global;
@@ -67,7 +72,8 @@ pub(crate) enum TaskEvent {
     EndOfInput { subtask: SubtaskIndex },
 }
 
-/// From a subtask's committer to the global committer, in order.
+/// From a subtask to the global committer, in order: what its committer
+/// task reported committed, and the barriers it passed.
 #[derive(Debug)]
 pub(crate) enum GlobalMessage<C> {
     /// What the subtask committed for one checkpoint (possibly nothing).

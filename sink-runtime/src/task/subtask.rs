@@ -36,7 +36,7 @@ use sink_api::{
     SubtaskIndex, VersionedSerializer,
 };
 use sink_api::{CommittableOf, InputOf, WriterStateOf};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::committer::{CommitDone, CommitJob, CommitterHandle};
@@ -100,8 +100,11 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = InputOf<S>>> {
     /// Hands ready checkpoints to the committer task, oldest first; `None`
     /// once closed.
     pub commits: Option<mpsc::UnboundedSender<CommitJob<CommittableOf<S>>>>,
-    /// The committer task's reports, in the order the jobs were handed over.
-    pub committed: mpsc::UnboundedReceiver<CommitDone<CommittableOf<S>>>,
+    /// The committer task's reports, in the order the jobs were handed over;
+    /// a failure of the committer comes as its last report.
+    pub committed: mpsc::UnboundedReceiver<Result<CommitDone<CommittableOf<S>>, JobError>>,
+    /// Raised when this subtask fails: its committer starts no more commits.
+    pub stop: watch::Sender<bool>,
     /// The committer task; `None` once joined.
     pub committer_task: Option<CommitterHandle>,
     /// Checkpoints handed to the committer task and not reported done,
@@ -140,9 +143,9 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
     pub(crate) async fn run(mut self) -> Result<(), JobError> {
         let result = self.run_loop().await;
         if result.is_err() && !self.closed {
-            // The committer stops at once: what it was committing stays in
-            // the last checkpoint.
-            self.committer_task = None;
+            // The committer starts nothing more: what it was handed stays in
+            // the last checkpoint. It finishes a commit under way and closes.
+            self.stop.send_replace(true);
             // Abort whatever the writer holds; the error that stopped the job
             // matters more than one from closing.
             if let Err(error) = self.close().await {
@@ -489,10 +492,12 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
     /// barriers, tells the source, and drops the checkpoint from snapshots.
     async fn on_commit_report(
         &mut self,
-        done: Option<CommitDone<CommittableOf<S>>>,
+        done: Option<Result<CommitDone<CommittableOf<S>>, JobError>>,
     ) -> Result<(), JobError> {
-        let Some(done) = done else {
-            return Err(self.committer_gone().await);
+        let done = match done {
+            Some(Ok(done)) => done,
+            Some(Err(error)) => return Err(error),
+            None => return Err(self.committer_gone().await),
         };
         match self.in_flight.pop_front() {
             Some((checkpoint_id, _)) if checkpoint_id == done.checkpoint_id => {}
@@ -515,7 +520,8 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         Ok(())
     }
 
-    /// Why the committer task ended early: its error, or a broken promise.
+    /// Why the committer task ended without a report of failure: an error
+    /// closing it, a panic, or a broken promise.
     async fn committer_gone(&mut self) -> JobError {
         let Some(mut handle) = self.committer_task.take() else {
             return (self.invariant())(&"the committer task is gone");
@@ -575,6 +581,21 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             },
             None => Ok(()),
         };
+        // Commits the task finished after a cancel or a failure: their
+        // records are committed, so the source hears it (a pipeline's
+        // tickets resolve). The global committer does not: it is stopping,
+        // and these checkpoints are in the last snapshot, so a restore
+        // delivers them again as replays.
+        while let Ok(Ok(done)) = self.committed.try_recv() {
+            if self
+                .in_flight
+                .front()
+                .is_some_and(|(id, _)| *id == done.checkpoint_id)
+            {
+                self.in_flight.pop_front();
+                self.reader.on_commit(done.checkpoint_id, done.outcome);
+            }
+        }
         writer.and(committer)
     }
 
