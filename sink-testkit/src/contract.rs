@@ -1,26 +1,84 @@
 //! The sink's side of the contract, checked by driving its writer and
-//! committer by hand, as the runtime would.
+//! committer by hand, as the runtime would: in a job of its own (a job name
+//! and a lineage per check), with the start hook called before any writer,
+//! committers made with the context of the start they belong to (a replay
+//! after a restore is committed by a committer of the restored start), and
+//! every commit outcome honoured, retries included.
+
+use std::time::Duration;
 
 use sink_api::{
     deserialize_versioned, serialize_versioned, CheckpointId, CommitOutcome, CommitRequest,
-    Committer, Generation, InitContext, Sink, SinkWriter,
+    Committer, Generation, InitContext, JobStart, Lineage, Sink, SinkWriter,
 };
 use sink_api::{CommittableOf, InputOf};
 
-use crate::runner::exactly_once;
+use crate::runner::{exactly_once, new_job_name};
 use crate::Destination;
 use crate::RecordMaker;
 
 type Committable<D> = CommittableOf<<D as Destination>::Sink>;
 
-fn context(generation: u64) -> InitContext {
-    InitContext::new(
-        "sink-testkit",
-        sink_api::Lineage::new("test-lineage"),
-        Generation(generation),
-        0,
-        1,
-    )
+/// How often a hand-run commit retries a request that asked for it.
+const MAX_RETRIES: u32 = 10;
+
+/// One check's job: its name and lineage, as a fresh start of the runtime
+/// would make them.
+struct Job {
+    name: String,
+    lineage: Lineage,
+}
+
+impl Job {
+    fn new() -> Job {
+        let name = new_job_name();
+        // Unique per job name, as the runtime's random lineage is per job
+        // run: FNV-1a of the name, as 32 hexadecimal digits.
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let lineage = Lineage::new(format!("{hash:032x}"));
+        Job { name, lineage }
+    }
+
+    /// The context of subtask 0 of 1 in start `generation`, restored from
+    /// `restored`.
+    fn context(&self, generation: u64, restored: Option<CheckpointId>) -> InitContext {
+        InitContext::new(
+            self.name.clone(),
+            self.lineage.clone(),
+            Generation(generation),
+            0,
+            1,
+        )
+        .restored_from(restored)
+    }
+
+    /// The start hook of a fresh start (generation 1).
+    async fn start_fresh<S: Sink>(&self, sink: &S) -> Result<(), String> {
+        let start = JobStart::fresh(&self.name, &self.lineage, Generation(1), 1);
+        sink.on_start(&start).await.map_err(err("on_start"))
+    }
+
+    /// The start hook of start `generation`, restoring checkpoint 1 with
+    /// `committables` and `states`.
+    async fn start_restored<S: Sink>(
+        &self,
+        sink: &S,
+        generation: u64,
+        committables: &[CommittableOf<S>],
+        states: &[sink_api::WriterStateOf<S>],
+    ) -> Result<(), String> {
+        let start = JobStart::fresh(&self.name, &self.lineage, Generation(generation), 1).restored(
+            CheckpointId(1),
+            1,
+            committables.iter().collect(),
+            states.iter().collect(),
+        );
+        sink.on_start(&start)
+            .await
+            .map_err(err("on_start (restored)"))
+    }
 }
 
 fn err(what: &str) -> impl Fn(sink_api::SinkError) -> String + '_ {
@@ -47,12 +105,14 @@ fn through_checkpoint<D: Destination>(
 
 /// A fresh writer of `sink`, with the records `0..records` written to it.
 async fn fresh_writer_with<D: Destination>(
+    job: &Job,
     sink: &D::Sink,
     record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
 ) -> Result<<D::Sink as Sink>::Writer, String> {
+    job.start_fresh(sink).await?;
     let mut writer = sink
-        .create_writer(&context(1), Vec::new())
+        .create_writer(&job.context(1, None), Vec::new())
         .await
         .map_err(err("create_writer"))?;
     writer
@@ -73,79 +133,179 @@ async fn end_of_input<D: Destination>(
         .map_err(err("prepare_commit"))
 }
 
+/// Commits `committables` of checkpoint 1 through a committer made with
+/// `context`, as the runtime does: every request settled, retried (with
+/// its updated committable) while it asks to be, up to [`MAX_RETRIES`]
+/// times. Returns each committable's final outcome.
 async fn commit<D: Destination>(
     sink: &D::Sink,
+    context: &InitContext,
     committables: Vec<Committable<D>>,
 ) -> Result<Vec<CommitOutcome>, String> {
     let mut committer = sink
-        .create_committer(&context(1))
+        .create_committer(context)
         .await
         .map_err(err("create_committer"))?;
-    let mut requests: Vec<_> = committables
+    let mut outcomes: Vec<Option<CommitOutcome>> = vec![None; committables.len()];
+    let mut waiting: Vec<(usize, Committable<D>, u32)> = committables
         .into_iter()
-        .map(|c| CommitRequest::new(c, CheckpointId(1), 0))
+        .enumerate()
+        .map(|(i, c)| (i, c, 0))
         .collect();
-    committer
-        .commit(&mut requests)
-        .await
-        .map_err(err("commit"))?;
+    while !waiting.is_empty() {
+        let (positions, mut requests): (Vec<(usize, u32)>, Vec<_>) = waiting
+            .drain(..)
+            .map(|(i, c, retries)| {
+                (
+                    (i, retries),
+                    CommitRequest::new(c, CheckpointId(1), retries),
+                )
+            })
+            .unzip();
+        committer
+            .commit(&mut requests)
+            .await
+            .map_err(err("commit"))?;
+        for ((i, retries), request) in positions.into_iter().zip(requests) {
+            let (committable, outcome) = request.into_parts();
+            match outcome {
+                CommitOutcome::RetryLater | CommitOutcome::UpdatedAndRetryLater
+                    if retries < MAX_RETRIES =>
+                {
+                    waiting.push((i, committable, retries + 1));
+                }
+                CommitOutcome::RetryLater | CommitOutcome::UpdatedAndRetryLater => {
+                    return Err(format!(
+                        "a commit still asked to be retried after {MAX_RETRIES} retries"
+                    ))
+                }
+                CommitOutcome::Unsettled => {
+                    return Err(
+                        "the committer returned from commit without settling every request; call \
+                         request.signal_committed() once a committable is visible, or another \
+                         outcome: the runtime fails the job on an unsettled request"
+                            .into(),
+                    )
+                }
+                settled => outcomes[i] = Some(settled),
+            }
+        }
+        if !waiting.is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
     committer
         .close()
         .await
         .map_err(err("closing the committer"))?;
-    let outcomes: Vec<CommitOutcome> = requests.into_iter().map(|r| r.into_parts().1).collect();
-    if outcomes.contains(&CommitOutcome::Unsettled) {
-        return Err(format!(
-            "the committer returned from commit without settling every request (outcomes \
-             {outcomes:?}); call request.signal_committed() once a committable is visible, or \
-             another outcome: the runtime fails the job on an unsettled request"
-        ));
-    }
-    Ok(outcomes)
+    Ok(outcomes.into_iter().flatten().collect())
+}
+
+/// What the two-phase check saw, one verdict per property: `None` where a
+/// step could not be reached because an earlier one failed.
+pub(crate) struct TwoPhase {
+    /// Nothing was visible after `prepare_commit`, before the commit.
+    pub not_visible_early: Result<(), String>,
+    /// After the commit, every record once.
+    pub commit_makes_visible: Option<Result<(), String>>,
+    /// A replay of the same committables by a restored start's committer
+    /// was recognised and changed nothing.
+    pub replay_recognised: Option<Result<(), String>>,
 }
 
 /// Nothing is visible before its commit; after it, everything once; a
-/// replayed commit is recognised and changes nothing.
-pub(crate) async fn visibility_and_idempotence<D: Destination>(
+/// replayed commit (by the committer of a restored start, as after a crash
+/// between the commit and the checkpoint that would have recorded it) is
+/// recognised and changes nothing. An error: the check could not run.
+pub(crate) async fn two_phase<D: Destination>(
     destination: &D,
     record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
-) -> Result<Result<(), String>, String> {
-    let sink = destination.sink();
-    let mut writer = fresh_writer_with::<D>(&sink, record, records).await?;
+) -> Result<TwoPhase, String> {
+    let job = Job::new();
+    let sink = destination.sink().await;
+    let mut writer = fresh_writer_with::<D>(&job, &sink, record, records).await?;
     // At end of input everything written becomes committable.
     let committables = end_of_input::<D>(&mut writer).await?;
-    writer
+    let states = writer
         .snapshot_state(CheckpointId(1))
         .await
         .map_err(err("snapshot_state"))?;
-    let visible = destination.committed_ids().len();
-    if visible > 0 {
-        return Err(format!(
-            "{visible} records were visible after prepare_commit, before any commit: the writer or \
-             prepare_commit makes data visible (commits) before the checkpoint completes"
-        ));
-    }
-    let replay = through_checkpoint::<D>(&sink, &committables)?;
-    commit::<D>(&sink, through_checkpoint::<D>(&sink, &committables)?).await?;
-    exactly_once(destination.committed_ids(), records)
-        .map_err(|e| format!("after the commit: {e}"))?;
-    writer.close().await.map_err(err("close"))?;
-
-    // The same committables again, as after a crash between the commit and
-    // the checkpoint that would have recorded it.
-    let outcomes = commit::<D>(&sink, replay).await?;
-    let idempotent = match exactly_once(destination.committed_ids(), records) {
-        Err(problem) => Err(format!(
-            "committing the same committables a second time changed the output ({problem}): commit is not idempotent"
-        )),
-        Ok(()) if outcomes.iter().any(|o| *o != CommitOutcome::AlreadyCommitted) => Err(format!(
-            "a replayed commit was not recognised (outcomes {outcomes:?}); the committer must call \
-             signal_already_committed when a committable was committed before"
-        )),
-        Ok(()) => Ok(()),
+    let visible = destination.committed_ids().await.len();
+    let mut seen = TwoPhase {
+        not_visible_early: match visible {
+            0 => Ok(()),
+            n => Err(format!(
+                "{n} records were visible after prepare_commit, before any commit: the writer or \
+                 prepare_commit makes data visible before the checkpoint completes"
+            )),
+        },
+        commit_makes_visible: None,
+        replay_recognised: None,
     };
-    Ok(idempotent)
+    let replay = through_checkpoint::<D>(&sink, &committables)?;
+    let first = commit::<D>(
+        &sink,
+        &job.context(1, None),
+        through_checkpoint::<D>(&sink, &committables)?,
+    )
+    .await;
+    writer.close().await.map_err(err("close"))?;
+    let made_visible = match first {
+        Err(why) => Err(format!("the first commit failed: {why}")),
+        Ok(outcomes) => match exactly_once(destination.committed_ids().await, records) {
+            Err(problem) if seen.not_visible_early.is_ok() => Err(format!(
+                "after the first commit (outcomes {}): {problem}",
+                summary(&outcomes)
+            )),
+            // Records visible too early already explain what is seen.
+            Err(_) => Ok(()),
+            Ok(()) => Ok(()),
+        },
+    };
+    let first_ok = made_visible.is_ok();
+    seen.commit_makes_visible = Some(made_visible);
+    if !first_ok {
+        return Ok(seen);
+    }
+
+    // The same committables again, by the committer of a restored start.
+    job.start_restored(&sink, 2, &replay, &states).await?;
+    let outcomes = commit::<D>(&sink, &job.context(2, Some(CheckpointId(1))), replay).await;
+    seen.replay_recognised = Some(match outcomes {
+        Err(why) => Err(format!("the replayed commit failed: {why}")),
+        Ok(outcomes) => match exactly_once(destination.committed_ids().await, records) {
+            Err(problem) => Err(format!(
+                "committing the same committables a second time changed the output ({problem}): \
+                 commit is not idempotent"
+            )),
+            Ok(())
+                if outcomes
+                    .iter()
+                    .any(|o| *o != CommitOutcome::AlreadyCommitted) =>
+            {
+                Err(format!(
+                    "a replayed commit was not recognised (outcomes {}); the committer must call \
+                 signal_already_committed when a committable was committed before",
+                    summary(&outcomes)
+                ))
+            }
+            Ok(()) => Ok(()),
+        },
+    });
+    Ok(seen)
+}
+
+/// Outcomes counted by kind, for messages.
+fn summary(outcomes: &[CommitOutcome]) -> String {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for outcome in outcomes {
+        let kind = format!("{outcome:?}");
+        let kind = kind.split('(').next().unwrap_or_default().to_string();
+        *counts.entry(kind).or_default() += 1;
+    }
+    let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    parts.join(", ")
 }
 
 /// A writer restored from its state at a checkpoint loses nothing written
@@ -158,8 +318,9 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
     // An odd count, so that a writer sending records out in chunks keeps
     // some of them buffered at the checkpoint.
     let records = records + 7;
-    let sink = destination.sink();
-    let mut writer = fresh_writer_with::<D>(&sink, record, records).await?;
+    let job = Job::new();
+    let sink = destination.sink().await;
+    let mut writer = fresh_writer_with::<D>(&job, &sink, record, records).await?;
     writer.flush(false).await.map_err(err("flush"))?;
     let mut committables = writer
         .prepare_commit(sink_api::CheckpointId(1))
@@ -181,8 +342,9 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
                 .map_err(|e| format!("decoding a writer state: {e}"))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let mut context = context(2);
-    context.restored_checkpoint_id = Some(CheckpointId(1));
+    let pending = through_checkpoint::<D>(&sink, &committables)?;
+    job.start_restored(&sink, 2, &pending, &restored).await?;
+    let context = job.context(2, Some(CheckpointId(1)));
     let mut writer = sink
         .create_writer(&context, restored)
         .await
@@ -190,8 +352,8 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
     committables.extend(end_of_input::<D>(&mut writer).await?);
     writer.close().await.map_err(err("close"))?;
     let committables = through_checkpoint::<D>(&sink, &committables)?;
-    commit::<D>(&sink, committables).await?;
-    exactly_once(destination.committed_ids(), records).map_err(|e| {
+    commit::<D>(&sink, &context, committables).await?;
+    exactly_once(destination.committed_ids().await, records).map_err(|e| {
         format!(
             "a writer restored from the state it took at a checkpoint lost records written before it ({e}): \
              records kept by the writer past prepare_commit must be in snapshot_state"
@@ -205,11 +367,12 @@ pub(crate) async fn no_transaction_after_end_of_input<D: Destination>(
     record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
 ) -> Result<Option<()>, String> {
-    if destination.open_transactions().is_none() {
+    if destination.open_transactions().await.is_none() {
         return Ok(None);
     }
-    let sink = destination.sink();
-    let mut writer = fresh_writer_with::<D>(&sink, record, records).await?;
+    let job = Job::new();
+    let sink = destination.sink().await;
+    let mut writer = fresh_writer_with::<D>(&job, &sink, record, records).await?;
     let committables = end_of_input::<D>(&mut writer).await?;
     // Checkpoints after end of input only snapshot the writer.
     writer
@@ -220,8 +383,14 @@ pub(crate) async fn no_transaction_after_end_of_input<D: Destination>(
         .snapshot_state(CheckpointId(3))
         .await
         .map_err(err("snapshot_state"))?;
-    commit::<D>(&sink, through_checkpoint::<D>(&sink, &committables)?).await?;
-    let open = destination.open_transactions().unwrap_or(0);
+    let context = job.context(1, None);
+    commit::<D>(
+        &sink,
+        &context,
+        through_checkpoint::<D>(&sink, &committables)?,
+    )
+    .await?;
+    let open = destination.open_transactions().await.unwrap_or(0);
     writer.close().await.map_err(err("close"))?;
     if open > 0 {
         return Err(format!(

@@ -47,7 +47,7 @@ pub(crate) async fn crash_and_recover<D: Destination>(
         fail::remove("after-checkpoint-stored");
         match result {
             Ok(_) => {
-                exactly_once(destination.committed_ids(), shape.records)
+                exactly_once(destination.committed_ids().await, shape.records)
                     .map_err(|e| format!("after {crashes} crash(es) at {point}: {e}"))?;
                 return Ok(crashes);
             }
@@ -81,7 +81,9 @@ pub(crate) async fn rescale<D: Destination>(
         bounded: false,
         ..Shape::streaming(records, from)
     };
-    let handle = start(destination, record, &first, &storage).map_err(describe)?;
+    let handle = start(destination, record, &first, &storage)
+        .await
+        .map_err(describe)?;
     let started = std::time::Instant::now();
     while handle.metrics().checkpoints_completed < 3 && started.elapsed() < Duration::from_secs(10)
     {
@@ -89,15 +91,14 @@ pub(crate) async fn rescale<D: Destination>(
     }
     handle.cancel();
     handle.join().await.map_err(|e| describe(e.into()))?;
-    run(
-        destination,
-        record,
-        &Shape::streaming(records, to),
-        &storage,
-    )
-    .await
-    .map_err(describe)?;
-    exactly_once(destination.committed_ids(), records)
+    let second = Shape {
+        job: first.job.clone(),
+        ..Shape::streaming(records, to)
+    };
+    run(destination, record, &second, &storage)
+        .await
+        .map_err(describe)?;
+    exactly_once(destination.committed_ids().await, records)
         .map_err(|e| format!("stopped at parallelism {from}, finished at {to}: {e}"))
 }
 

@@ -59,7 +59,7 @@ pub(crate) async fn damaged_state<D: Destination>(
     if committables.is_empty() && states.is_empty() {
         return Ok(None);
     }
-    let sink = destination.sink();
+    let sink = destination.sink().await;
     let mut rng = Rng::new(0x5eed);
     let mut tried = try_damaged(
         "committable",

@@ -1,31 +1,40 @@
 //! What the kit needs to know about the system a sink writes to.
 
+use async_trait::async_trait;
 use sink_api::Sink;
 
 /// A place a sink under test writes to, and a way to read back what was
 /// committed there.
 ///
-/// The kit makes a fresh destination for every scenario (through the factory
-/// given to [`certify`](crate::certify)) and calls [`sink`](Self::sink) once
-/// per job run: several times in a scenario with crashes and restarts, all
-/// writing to the same destination, as a restarted process would.
+/// The kit makes a fresh destination for every scenario (through the
+/// factory given to [`certify`](crate::certify)) and calls
+/// [`sink`](Self::sink) once per job run: several times in a scenario with
+/// crashes and restarts, all writing to the same destination, as a
+/// restarted process would. Every scenario runs under a job name of its own
+/// (`sink-testkit-<n>`), so sinks with job-scoped locks and clean-ups (a
+/// database's advisory lock, lingering transactions) see each scenario as a
+/// job of its own. The methods are async: reading back may query a database
+/// or an object store.
+#[async_trait]
 pub trait Destination: Send + Sync + 'static {
     /// The sink under test.
     type Sink: Sink;
 
     /// A sink that writes to this destination.
-    fn sink(&self) -> Self::Sink;
+    async fn sink(&self) -> Self::Sink;
 
     /// The ids of every committed (visible) record, duplicates included, in
     /// any order. Each record the kit writes carries an id (see the record
-    /// maker given to [`certify`](crate::certify)); read it back here.
-    fn committed_ids(&self) -> Vec<u64>;
+    /// maker given to [`certify`](crate::certify)); read it back here. A
+    /// destination that cannot be read is a broken test set-up: panic with
+    /// the reason.
+    async fn committed_ids(&self) -> Vec<u64>;
 
     /// How many transactions (or files, or whatever needs a commit) are open
     /// now: neither committed nor aborted. `None` when the sink cannot tell;
     /// then the property `contract/no-transaction-after-end-of-input` is not
     /// checked.
-    fn open_transactions(&self) -> Option<usize> {
+    async fn open_transactions(&self) -> Option<usize> {
         None
     }
 }

@@ -19,7 +19,8 @@
 //! | `modes/batch` | batch mode: likewise |
 //! | `modes/unbounded-checkpoints` | an input that never ends is committed while the job runs |
 //! | `contract/nothing-visible-before-commit` | `prepare_commit` does not make data visible |
-//! | `contract/commit-is-idempotent` | a replayed commit is recognised (`already committed`) and duplicates nothing |
+//! | `contract/commit-makes-visible` | after the commit, every record is visible once |
+//! | `contract/commit-is-idempotent` | a replayed commit, by the committer of a restored start, is recognised (`already committed`) and duplicates nothing |
 //! | `contract/restore-keeps-written-records` | a writer restored from its checkpointed state loses nothing |
 //! | `contract/no-transaction-after-end-of-input` | nothing is opened after `flush(true)` (needs [`Destination::open_transactions`]) |
 //! | `contract/damaged-state-is-an-error` | stored committables and writer states, damaged (flipped, cut, inserted bytes, hostile length fields), decode to a value or an error, never a panic |
@@ -89,20 +90,22 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// `new_destination` is called for every scenario and must return a fresh,
 /// empty destination; `record` makes the record with a given id, which
 /// [`Destination::committed_ids`] must read back.
-pub async fn certify<D, F, R>(new_destination: F, record: R) -> Report
+pub async fn certify<D, F, Fut, R>(new_destination: F, record: R) -> Report
 where
     D: Destination,
-    F: Fn() -> D,
+    F: Fn() -> Fut,
+    Fut: Future<Output = D>,
     R: Fn(u64) -> InputOf<D::Sink> + Send + Sync + 'static,
 {
     certify_with(Knobs::default(), new_destination, record).await
 }
 
 /// [`certify`], with other knobs.
-pub async fn certify_with<D, F, R>(knobs: Knobs, new_destination: F, record: R) -> Report
+pub async fn certify_with<D, F, Fut, R>(knobs: Knobs, new_destination: F, record: R) -> Report
 where
     D: Destination,
-    F: Fn() -> D,
+    F: Fn() -> Fut,
+    Fut: Future<Output = D>,
     R: Fn(u64) -> InputOf<D::Sink> + Send + Sync + 'static,
 {
     let _alone = ONE_AT_A_TIME.lock().await;
@@ -119,7 +122,7 @@ where
         "modes/streaming-checkpoints",
         "bounded input with checkpoints: every record committed once",
         async {
-            modes::streaming_with_checkpoints(&new_destination(), &record, &knobs)
+            modes::streaming_with_checkpoints(&new_destination().await, &record, &knobs)
                 .await
                 .into()
         },
@@ -129,7 +132,7 @@ where
         "modes/streaming-no-checkpoints",
         "without checkpoints: everything committed once at end of input",
         async {
-            modes::at_end_of_input(&new_destination(), &record, &knobs, false)
+            modes::at_end_of_input(&new_destination().await, &record, &knobs, false)
                 .await
                 .into()
         },
@@ -139,7 +142,7 @@ where
         "modes/batch",
         "batch mode: everything committed once at end of input",
         async {
-            modes::at_end_of_input(&new_destination(), &record, &knobs, true)
+            modes::at_end_of_input(&new_destination().await, &record, &knobs, true)
                 .await
                 .into()
         },
@@ -149,24 +152,37 @@ where
         "modes/unbounded-checkpoints",
         "an endless input is committed while the job runs",
         async {
-            modes::unbounded_with_checkpoints(&new_destination(), &record, &knobs)
+            modes::unbounded_with_checkpoints(&new_destination().await, &record, &knobs)
                 .await
                 .into()
         },
     )
     .await;
 
-    let mut idempotence = None;
+    let mut two_phase = None;
     kit.check(
         "contract/nothing-visible-before-commit",
         "prepare_commit does not make data visible",
         async {
-            match contract::visibility_and_idempotence(&new_destination(), &record, records).await {
-                Ok(replay) => {
-                    idempotence = Some(replay);
-                    Verdict::Passed
+            match contract::two_phase(&new_destination().await, &record, records).await {
+                Ok(seen) => {
+                    let verdict = seen.not_visible_early.clone().into();
+                    two_phase = Some(seen);
+                    verdict
                 }
-                Err(why) => Verdict::Failed(why),
+                Err(why) => Verdict::Failed(format!("the check could not run: {why}")),
+            }
+        },
+    )
+    .await;
+    let two_phase = two_phase.as_ref();
+    kit.check(
+        "contract/commit-makes-visible",
+        "after the commit, every record is visible once",
+        async {
+            match two_phase.and_then(|seen| seen.commit_makes_visible.clone()) {
+                Some(result) => result.into(),
+                None => Verdict::NotChecked("the two-phase check could not run".into()),
             }
         },
     )
@@ -175,10 +191,11 @@ where
         "contract/commit-is-idempotent",
         "a replayed commit is recognised and duplicates nothing",
         async {
-            match idempotence {
-                Some(replay) => replay.into(),
+            match two_phase.and_then(|seen| seen.replay_recognised.clone()) {
+                Some(result) => result.into(),
                 None => Verdict::NotChecked(
-                    "the first commit did not succeed (see nothing-visible-before-commit)".into(),
+                    "the first commit did not make every record visible (see contract/commit-makes-visible)"
+                        .into(),
                 ),
             }
         },
@@ -188,7 +205,7 @@ where
         "contract/restore-keeps-written-records",
         "a writer restored from its checkpointed state loses nothing",
         async {
-            contract::restore_keeps_written_records(&new_destination(), &record, records)
+            contract::restore_keeps_written_records(&new_destination().await, &record, records)
                 .await
                 .into()
         },
@@ -198,7 +215,7 @@ where
         "contract/damaged-state-is-an-error",
         "damaged stored committables and writer states decode to an error, never a panic",
         async {
-            match decoders::damaged_state(&new_destination(), &record, records, p).await {
+            match decoders::damaged_state(&new_destination().await, &record, records, p).await {
                 Ok(Some(_)) => Verdict::Passed,
                 Ok(None) => Verdict::NotChecked(
                     "no checkpoint held a committable or a writer state to damage".into(),
@@ -212,8 +229,12 @@ where
         "contract/no-transaction-after-end-of-input",
         "the writer opens nothing after flush(end_of_input = true)",
         async {
-            match contract::no_transaction_after_end_of_input(&new_destination(), &record, records)
-                .await
+            match contract::no_transaction_after_end_of_input(
+                &new_destination().await,
+                &record,
+                records,
+            )
+            .await
             {
                 Ok(Some(())) => Verdict::Passed,
                 Ok(None) => {
@@ -233,7 +254,7 @@ where
             async {
                 let shape = runner::Shape::streaming(records, p);
                 let result = crashes::crash_and_recover(
-                    &new_destination(),
+                    &new_destination().await,
                     &record,
                     &shape,
                     point,
@@ -252,7 +273,7 @@ where
                         while n >= 8 {
                             let shape = runner::Shape::streaming(n, p);
                             match crashes::crash_and_recover(
-                                &new_destination(),
+                                &new_destination().await,
                                 &record,
                                 &shape,
                                 point,
@@ -280,7 +301,7 @@ where
             &format!("rescale/{from}-to-{to}"),
             "restarted with another parallelism: every record once",
             async {
-                crashes::rescale(&new_destination(), &record, records, from, to)
+                crashes::rescale(&new_destination().await, &record, records, from, to)
                     .await
                     .into()
             },
@@ -300,12 +321,12 @@ where
             };
             for seed in seeds {
                 if let Err(why) =
-                    crashes::simulate(&new_destination(), &record, seed, records).await
+                    crashes::simulate(&new_destination().await, &record, seed, records).await
                 {
                     let mut smallest = (records, why);
                     let mut n = records / 2;
                     while n >= 8 {
-                        match crashes::simulate(&new_destination(), &record, seed, n).await {
+                        match crashes::simulate(&new_destination().await, &record, seed, n).await {
                             Err(why) => smallest = (n, why),
                             Ok(()) => break,
                         }

@@ -17,7 +17,7 @@ pub(crate) async fn streaming_with_checkpoints<D: Destination>(
 ) -> Result<(), String> {
     let shape = Shape::streaming(knobs.records, knobs.parallelism);
     finish(destination, record, &shape).await?;
-    exactly_once(destination.committed_ids(), knobs.records)
+    exactly_once(destination.committed_ids().await, knobs.records)
 }
 
 /// Bounded input without checkpoints, or in batch mode: every record
@@ -34,7 +34,7 @@ pub(crate) async fn at_end_of_input<D: Destination>(
         ..Shape::streaming(knobs.records, knobs.parallelism)
     };
     let report = finish(destination, record, &shape).await?;
-    exactly_once(destination.committed_ids(), knobs.records)?;
+    exactly_once(destination.committed_ids().await, knobs.records)?;
     let calls = report.metrics.prepare_commit_calls;
     if calls != knobs.parallelism as u64 {
         return Err(format!(
@@ -61,9 +61,10 @@ pub(crate) async fn unbounded_with_checkpoints<D: Destination>(
         &shape,
         &MemoryCheckpointStorage::default(),
     )
+    .await
     .map_err(describe)?;
     let started = Instant::now();
-    while (destination.committed_ids().len() as u64) < knobs.records
+    while (destination.committed_ids().await.len() as u64) < knobs.records
         && started.elapsed() < Duration::from_secs(10)
     {
         if handle.is_finished() {
@@ -73,7 +74,7 @@ pub(crate) async fn unbounded_with_checkpoints<D: Destination>(
     }
     handle.cancel();
     handle.join().await.map_err(|e| describe(e.into()))?;
-    exactly_once(destination.committed_ids(), knobs.records)
+    exactly_once(destination.committed_ids().await, knobs.records)
 }
 
 async fn finish<D: Destination>(

@@ -1,5 +1,6 @@
 //! Running jobs against a destination, and checking what they committed.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ pub(crate) struct Shape {
     pub checkpoint_interval: Option<Duration>,
     pub batch: bool,
     pub bounded: bool,
+    /// The job's name: one per scenario (see [`new_job_name`]).
+    pub job: String,
 }
 
 impl Shape {
@@ -33,6 +36,7 @@ impl Shape {
             checkpoint_interval: Some(Duration::from_millis(10)),
             batch: false,
             bounded: true,
+            job: new_job_name(),
         }
     }
 }
@@ -55,9 +59,17 @@ impl From<JobError> for RunError {
     }
 }
 
+/// A job name no other job of this process had: each scenario is a job of
+/// its own, as a sink with job-scoped locks and clean-ups needs. Counted
+/// process-wide, like the crash points the kit drives.
+pub(crate) fn new_job_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("sink-testkit-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 /// Builds and starts a job of `shape` on `destination`, keeping its
 /// checkpoints in `storage`.
-pub(crate) fn start<D: Destination>(
+pub(crate) async fn start<D: Destination>(
     destination: &D,
     record: &RecordMaker<InputOf<D::Sink>>,
     shape: &Shape,
@@ -72,7 +84,7 @@ pub(crate) fn start<D: Destination>(
     let source = ids
         .paced((per_subtask * 10).max(100))
         .map(move |id| record(id));
-    let mut builder = Job::builder("sink-testkit", source, destination.sink())
+    let mut builder = Job::builder(shape.job.clone(), source, destination.sink().await)
         .parallelism(shape.parallelism)
         .batch_size(16)
         .checkpoint_storage(storage.clone());
@@ -95,7 +107,7 @@ pub(crate) async fn run<D: Destination>(
     shape: &Shape,
     storage: &MemoryCheckpointStorage,
 ) -> Result<JobReport, RunError> {
-    let handle = start(destination, record, shape, storage)?;
+    let handle = start(destination, record, shape, storage).await?;
     match tokio::time::timeout(Duration::from_secs(120), handle.join()).await {
         Ok(result) => Ok(result?),
         Err(_) => Err(RunError::Failed(

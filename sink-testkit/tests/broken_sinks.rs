@@ -224,18 +224,19 @@ impl Committer for Toy {
 
 struct ToyDestination(Toy);
 
+#[async_trait]
 impl Destination for ToyDestination {
     type Sink = Toy;
 
-    fn sink(&self) -> Toy {
+    async fn sink(&self) -> Toy {
         self.0.clone()
     }
 
-    fn committed_ids(&self) -> Vec<u64> {
+    async fn committed_ids(&self) -> Vec<u64> {
         self.0.table.lock().unwrap().committed.clone()
     }
 
-    fn open_transactions(&self) -> Option<usize> {
+    async fn open_transactions(&self) -> Option<usize> {
         Some(self.0.table.lock().unwrap().open)
     }
 }
@@ -248,7 +249,7 @@ async fn certify_toy(flaw: Flaw) -> Report {
     };
     certify_with(
         knobs,
-        move || {
+        move || async move {
             ToyDestination(Toy {
                 table: Arc::default(),
                 flaw,

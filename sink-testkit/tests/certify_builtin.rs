@@ -2,24 +2,26 @@
 
 use std::path::PathBuf;
 
+use sink_api::async_trait;
 use sink_testkit::{certify, Destination};
 use sinks_file::{FileSink, LineEncoder, RollingPolicy};
 use sinks_memory::{MemorySink, MemoryStore, TransactionState};
 
 struct Memory(MemoryStore<u64>);
 
+#[async_trait]
 impl Destination for Memory {
     type Sink = MemorySink<u64>;
 
-    fn sink(&self) -> MemorySink<u64> {
+    async fn sink(&self) -> MemorySink<u64> {
         MemorySink::new(self.0.clone()).roll_every(16)
     }
 
-    fn committed_ids(&self) -> Vec<u64> {
+    async fn committed_ids(&self) -> Vec<u64> {
         self.0.committed()
     }
 
-    fn open_transactions(&self) -> Option<usize> {
+    async fn open_transactions(&self) -> Option<usize> {
         Some(
             self.0
                 .transactions()
@@ -32,7 +34,7 @@ impl Destination for Memory {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_sink_is_certified() {
-    let report = certify(|| Memory(MemoryStore::new()), |id| id).await;
+    let report = certify(|| async { Memory(MemoryStore::new()) }, |id| id).await;
     println!("memory sink:\n{report}");
     report.assert_passed();
     assert!(report.properties.len() >= 18);
@@ -50,10 +52,11 @@ struct Files {
     out: PathBuf,
 }
 
+#[async_trait]
 impl Destination for Files {
     type Sink = FileSink<u64, LineEncoder>;
 
-    fn sink(&self) -> FileSink<u64, LineEncoder> {
+    async fn sink(&self) -> FileSink<u64, LineEncoder> {
         FileSink::builder(&self.out, LineEncoder)
             .rolling_policy(RollingPolicy {
                 // Small parts, rolled at every checkpoint: several
@@ -65,7 +68,7 @@ impl Destination for Files {
             .expect("a valid file sink")
     }
 
-    fn committed_ids(&self) -> Vec<u64> {
+    async fn committed_ids(&self) -> Vec<u64> {
         let mut ids = Vec::new();
         for path in sinks_file::finished_files(&self.out).unwrap_or_default() {
             let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -78,7 +81,7 @@ impl Destination for Files {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_file_sink_is_certified() {
     let report = certify(
-        || {
+        || async {
             let dir = tempfile::tempdir().expect("a temporary directory");
             let out = dir.path().join("out");
             Files { _dir: dir, out }
