@@ -32,7 +32,10 @@ async fn the_custom_sink_is_exactly_once() {
     )
     .await;
     println!("{report}");
-    report.assert_passed();
+    // The table has no transactions to count.
+    report
+        .allow_unchecked(["contract/no-transaction-after-end-of-input"])
+        .assert_passed();
 }
 
 /// The README's pattern run twice under the same job name against the same

@@ -76,6 +76,27 @@ impl Destination for Files {
         }
         ids
     }
+
+    /// Parts not committed yet: the hidden in-progress and pending files.
+    async fn open_transactions(&self) -> Option<usize> {
+        fn hidden_parts(dir: &std::path::Path) -> usize {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return 0;
+            };
+            entries
+                .flatten()
+                .map(|entry| {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    match entry.file_type().map(|t| t.is_dir()) {
+                        Ok(true) if !name.starts_with('.') => hidden_parts(&entry.path()),
+                        Ok(false) if name.starts_with('.') && name.contains(".inprogress.") => 1,
+                        _ => 0,
+                    }
+                })
+                .sum()
+        }
+        Some(hidden_parts(&self.out))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
