@@ -22,14 +22,21 @@ pub(crate) fn crash_points() -> Vec<&'static str> {
 
 /// Crashes the job at `point` (`crashes` times at most, after `skips[i]`
 /// hits each), restarting it on the same checkpoints and destination, until
-/// it finishes. Returns how many crashes happened.
+/// it finishes; the restarts run with `restart_parallelism` subtasks when
+/// given (a job that comes back with another parallelism). Returns how many
+/// crashes happened.
 pub(crate) async fn crash_and_recover<D: Destination>(
     destination: &D,
     record: &RecordMaker<InputOf<D::Sink>>,
     shape: &Shape,
     point: &'static str,
     skips: &[u32],
+    restart_parallelism: Option<usize>,
 ) -> Result<u32, String> {
+    let restarted = Shape {
+        parallelism: restart_parallelism.unwrap_or(shape.parallelism),
+        ..shape.clone()
+    };
     let storage = MemoryCheckpointStorage::default();
     let mut crashes = 0;
     for round in 0..(skips.len() + 8) {
@@ -42,7 +49,11 @@ pub(crate) async fn crash_and_recover<D: Destination>(
         } else if let Some(skip) = skips.get(round - usize::from(primed)) {
             let _ = fail::cfg(point, &format!("{skip}*off->1*return->off"));
         }
-        let result = run(destination, record, shape, &storage).await;
+        let this_round = match round {
+            0 => shape,
+            _ => &restarted,
+        };
+        let result = run(destination, record, this_round, &storage).await;
         fail::remove(point);
         fail::remove("after-checkpoint-stored");
         match result {
@@ -136,13 +147,24 @@ pub(crate) async fn simulate<D: Destination>(
         ..Shape::streaming(records, 1 + rng.below(3) as usize)
     };
     let skips: Vec<u32> = (0..rng.below(3) + 1).map(|_| rng.below(6) as u32).collect();
-    crash_and_recover(destination, record, &shape, point, &skips)
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "{e} (parallelism {}, checkpoints {:?})",
-                shape.parallelism, shape.checkpoint_interval
-            )
-        })
+    // One seed in two comes back from its crashes with another parallelism.
+    let restart_parallelism = (rng.below(2) == 0).then(|| 1 + rng.below(3) as usize);
+    crash_and_recover(
+        destination,
+        record,
+        &shape,
+        point,
+        &skips,
+        restart_parallelism,
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| {
+        format!(
+            "{e} (parallelism {}, restarted with {}, checkpoints {:?})",
+            shape.parallelism,
+            restart_parallelism.unwrap_or(shape.parallelism),
+            shape.checkpoint_interval
+        )
+    })
 }

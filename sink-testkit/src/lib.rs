@@ -18,6 +18,8 @@
 //! | `modes/streaming-no-checkpoints` | without checkpoints: everything committed once at end of input, one `prepare_commit` per subtask |
 //! | `modes/batch` | batch mode: likewise |
 //! | `modes/unbounded-checkpoints` | an input that never ends is committed while the job runs |
+//! | `modes/end-of-input-remainder` | records after the last barrier, handed over with the end of input, are committed once |
+//! | `rerun/fresh-checkpoint-storage` | the same job run twice on new checkpoint storage: every record once per run |
 //! | `contract/nothing-visible-before-commit` | `prepare_commit` does not make data visible |
 //! | `contract/commit-makes-visible` | after the commit, every record is visible once |
 //! | `contract/commit-is-idempotent` | a replayed commit, by the committer of a restored start, is recognised (`already committed`) and duplicates nothing |
@@ -26,7 +28,12 @@
 //! | `contract/damaged-state-is-an-error` | stored committables and writer states, damaged (flipped, cut, inserted bytes, hostile length fields), decode to a value or an error, never a panic |
 //! | `crash/<point>` | crashed at that point of the runtime up to three times and restarted: every record once |
 //! | `rescale/2-to-3`, `rescale/3-to-1` | stopped and restarted with another parallelism: every record once |
-//! | `simulation` | seeded scenarios: random parallelism, checkpoint interval, crash point and timing |
+//! | `rescale/2-to-1-to-2`, `rescale/1-to-3-to-2` | stopped and restored through several parallelisms: every record once |
+//! | `unknown-outcome/<where>` | a commit applied but its answer lost (first call, middle or last of a batch), or slow: after the restart, every record once |
+//! | `simulation` | seeded scenarios: random parallelism (changed at restarts in one seed of two), checkpoint interval, crash point and timing |
+//!
+//! A property the kit could not check fails [`Report::assert_passed`] unless
+//! allowed by name ([`Report::allow_unchecked`]).
 //!
 //! A failed property names the smallest failing scenario found and its seed;
 //! `TESTKIT_SEED=<seed>` runs that seed alone. The runtime's crash points are
@@ -36,11 +43,14 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod chains;
 mod contract;
 mod crashes;
 mod decoders;
 mod destination;
 mod modes;
+mod outcomes;
+mod remainder;
 mod report;
 mod runner;
 
@@ -69,6 +79,9 @@ pub struct Knobs {
     /// Once this much time is spent, the properties left are not run, and
     /// reported as failed. Default 5 minutes.
     pub time_budget: Duration,
+    /// Only the properties of these names are run (and reported); empty:
+    /// all. For running one failing property again.
+    pub only: Vec<String>,
 }
 
 impl Default for Knobs {
@@ -78,6 +91,7 @@ impl Default for Knobs {
             parallelism: 2,
             seeds: 16,
             time_budget: Duration::from_secs(300),
+            only: Vec::new(),
         }
     }
 }
@@ -153,6 +167,27 @@ where
         "an endless input is committed while the job runs",
         async {
             modes::unbounded_with_checkpoints(&new_destination().await, &record, &knobs)
+                .await
+                .into()
+        },
+    )
+    .await;
+
+    kit.check(
+        "modes/end-of-input-remainder",
+        "checkpoints, and records after the last barrier: the end-of-input remainder committed once",
+        async {
+            remainder::end_of_input_remainder(&new_destination().await, &record, records, p)
+                .await
+                .into()
+        },
+    )
+    .await;
+    kit.check(
+        "rerun/fresh-checkpoint-storage",
+        "the same job run twice on new checkpoint storage: every record of both runs, once per run",
+        async {
+            chains::run_again_on_fresh_storage(&new_destination().await, &record, records, p)
                 .await
                 .into()
         },
@@ -259,6 +294,7 @@ where
                     &shape,
                     point,
                     &[0, 3, 1],
+                    None,
                 )
                 .await;
                 match result {
@@ -278,6 +314,7 @@ where
                                 &shape,
                                 point,
                                 &[0, 3, 1],
+                                None,
                             )
                             .await
                             {
@@ -304,6 +341,46 @@ where
                 crashes::rescale(&new_destination().await, &record, records, from, to)
                     .await
                     .into()
+            },
+        )
+        .await;
+    }
+    for chain in [[2, 1, 2], [1, 3, 2]] {
+        let name = format!("rescale/{}-to-{}-to-{}", chain[0], chain[1], chain[2]);
+        kit.check(
+            &name,
+            "stopped and restored through several parallelisms: every record once",
+            async {
+                chains::rescale_chain(&new_destination().await, &record, records, &chain)
+                    .await
+                    .into()
+            },
+        )
+        .await;
+    }
+    for injection in outcomes::Injection::ALL {
+        let name = format!("unknown-outcome/{}", injection.name());
+        kit.check(
+            &name,
+            "a commit applied but its answer lost, then the job restarted: every record once",
+            async {
+                let result = outcomes::lose_one_outcome(
+                    &new_destination().await,
+                    &record,
+                    records,
+                    p,
+                    injection,
+                )
+                .await;
+                match result {
+                    Ok(true) => Verdict::Passed,
+                    Ok(false) => Verdict::NotChecked(
+                        "no commit call held two requests or more: this sink's batches cannot be \
+                         half-applied"
+                            .into(),
+                    ),
+                    Err(why) => Verdict::Failed(why),
+                }
             },
         )
         .await;
@@ -368,6 +445,9 @@ impl Kit {
         checks: &'static str,
         property: impl Future<Output = Verdict>,
     ) {
+        if !self.knobs.only.is_empty() && !self.knobs.only.iter().any(|n| n == name) {
+            return;
+        }
         let began = Instant::now();
         let verdict = if began.duration_since(self.started) > self.knobs.time_budget {
             Verdict::Failed(format!(

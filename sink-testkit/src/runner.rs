@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sink_api::InputOf;
-use sink_runtime::source::Source;
+use sink_api::Sink;
+use sink_api::SubtaskIndex;
+use sink_runtime::source::{Boundedness, Source, SourceError};
 use sink_runtime::{
-    CheckpointConfig, Job, JobError, JobHandle, JobReport, MemoryCheckpointStorage, RuntimeMode,
-    SequenceSource,
+    CheckpointConfig, Job, JobError, JobHandle, JobReport, MemoryCheckpointStorage,
+    RestartStrategy, RuntimeMode, SequenceSource,
 };
 
 use crate::Destination;
@@ -24,6 +26,9 @@ pub(crate) struct Shape {
     pub bounded: bool,
     /// The job's name: one per scenario (see [`new_job_name`]).
     pub job: String,
+    /// Whether a failed attempt restarts in the process (from the last
+    /// checkpoint), as with a restart strategy.
+    pub restarts: bool,
 }
 
 impl Shape {
@@ -37,6 +42,7 @@ impl Shape {
             batch: false,
             bounded: true,
             job: new_job_name(),
+            restarts: false,
         }
     }
 }
@@ -75,21 +81,36 @@ pub(crate) async fn start<D: Destination>(
     shape: &Shape,
     storage: &MemoryCheckpointStorage,
 ) -> Result<JobHandle, RunError> {
+    start_with_sink(destination.sink().await, record, shape, storage)
+}
+
+/// Builds and starts a job of `shape` into `sink` (the destination's, or
+/// one wrapped by a scenario), keeping its checkpoints in `storage`.
+pub(crate) fn start_with_sink<S: Sink>(
+    sink: S,
+    record: &RecordMaker<InputOf<S>>,
+    shape: &Shape,
+    storage: &MemoryCheckpointStorage,
+) -> Result<JobHandle, RunError> {
     let ids = match shape.bounded {
         true => SequenceSource::bounded(shape.records),
         false => SequenceSource::unbounded(shape.records),
     };
     let per_subtask = shape.records / shape.parallelism.max(1) as u64;
     let record = Arc::clone(record);
-    let source = ids
-        .paced((per_subtask * 10).max(100))
-        .map(move |id| record(id));
-    let mut builder = Job::builder(shape.job.clone(), source, destination.sink().await)
+    let source = SixSplits(ids.paced((per_subtask * 10).max(100))).map(move |id| record(id));
+    let mut builder = Job::builder(shape.job.clone(), source, sink)
         .parallelism(shape.parallelism)
         .batch_size(16)
         .checkpoint_storage(storage.clone());
     if shape.batch {
         builder = builder.mode(RuntimeMode::Batch);
+    }
+    if shape.restarts {
+        builder = builder.restart_strategy(RestartStrategy::FixedDelay {
+            attempts: 3,
+            delay: Duration::from_millis(5),
+        });
     }
     if let Some(interval) = shape.checkpoint_interval {
         builder = builder.checkpointing(CheckpointConfig::every(interval));
@@ -100,6 +121,34 @@ pub(crate) async fn start<D: Destination>(
     Ok(job.start())
 }
 
+/// A source cut into at least six splits whatever the parallelism, so that
+/// after any change of parallelism every subtask reads some of what is left
+/// (readers take their splits one after the other: with one split per
+/// subtask, what is left after a stop may all go to one subtask).
+struct SixSplits<S>(S);
+
+impl<S: Source> Source for SixSplits<S> {
+    type Record = S::Record;
+    type Split = S::Split;
+    type Reader = S::Reader;
+
+    fn boundedness(&self) -> Boundedness {
+        self.0.boundedness()
+    }
+
+    fn create_splits(&self, parallelism: usize) -> Vec<S::Split> {
+        self.0.create_splits(parallelism.max(6))
+    }
+
+    fn create_reader(
+        &self,
+        subtask: SubtaskIndex,
+        splits: Vec<S::Split>,
+    ) -> Result<S::Reader, SourceError> {
+        self.0.create_reader(subtask, splits)
+    }
+}
+
 /// Runs a job of `shape` to its end.
 pub(crate) async fn run<D: Destination>(
     destination: &D,
@@ -108,6 +157,11 @@ pub(crate) async fn run<D: Destination>(
     storage: &MemoryCheckpointStorage,
 ) -> Result<JobReport, RunError> {
     let handle = start(destination, record, shape, storage).await?;
+    join(handle).await
+}
+
+/// Waits for a started job to end, at most 120 s.
+pub(crate) async fn join(handle: JobHandle) -> Result<JobReport, RunError> {
     match tokio::time::timeout(Duration::from_secs(120), handle.join()).await {
         Ok(result) => Ok(result?),
         Err(_) => Err(RunError::Failed(
@@ -117,7 +171,46 @@ pub(crate) async fn run<D: Destination>(
 }
 
 /// What is wrong with `ids` as "each of `0..count` once", if anything.
-pub(crate) fn exactly_once(mut ids: Vec<u64>, count: u64) -> Result<(), String> {
+pub(crate) fn exactly_once(ids: Vec<u64>, count: u64) -> Result<(), String> {
+    exactly_times(ids, count, 1)
+}
+
+/// What is wrong with `ids` as "each of `0..count` exactly `times` times"
+/// (several runs into one destination), if anything.
+pub(crate) fn exactly_times(ids: Vec<u64>, count: u64, times: usize) -> Result<(), String> {
+    if times == 1 {
+        return exactly_once_sorted(ids, count);
+    }
+    let mut seen = std::collections::BTreeMap::<u64, usize>::new();
+    for id in ids {
+        *seen.entry(id).or_default() += 1;
+    }
+    let short: Vec<u64> = (0..count)
+        .filter(|id| seen.get(id).copied().unwrap_or(0) < times)
+        .collect();
+    if !short.is_empty() {
+        return Err(format!(
+            "{} of {count} records committed fewer than {times} times (once per run), e.g. ids {:?}",
+            short.len(),
+            &short[..short.len().min(10)]
+        ));
+    }
+    let over: Vec<u64> = seen
+        .iter()
+        .filter(|(_, n)| **n > times)
+        .map(|(id, _)| *id)
+        .collect();
+    if !over.is_empty() {
+        return Err(format!(
+            "{} records committed more than {times} times, e.g. ids {:?}",
+            over.len(),
+            &over[..over.len().min(10)]
+        ));
+    }
+    Ok(())
+}
+
+fn exactly_once_sorted(mut ids: Vec<u64>, count: u64) -> Result<(), String> {
     ids.sort_unstable();
     let duplicates: Vec<u64> = ids
         .windows(2)

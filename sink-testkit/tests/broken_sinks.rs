@@ -20,6 +20,22 @@ enum Flaw {
     /// Decodes its committables with a hand-written reader that trusts the
     /// length it reads.
     TrustingDecoder,
+    /// Names batches by subtask and a counter restored from its state: no
+    /// generation, no lineage.
+    SubtaskCounterIds,
+    /// Names batches by generation and subtask, without the lineage: the
+    /// names repeat when the job runs again on fresh checkpoint storage.
+    NoLineage,
+    /// Recognises replays with a set kept in the committer, which a restart
+    /// forgets; the destination keeps no trace of what was applied.
+    ForgetfulDedup,
+    /// Takes a call as one unit: when its first batch was applied, it
+    /// signals every batch of the call already committed, so a retry of a
+    /// half-applied call skips what was never applied.
+    NonAtomicBatch,
+    /// At end of input, hands out only full chunks of ten and drops the
+    /// remainder.
+    DropsRemainder,
 }
 
 #[derive(Default)]
@@ -33,6 +49,9 @@ struct Table {
 struct Toy {
     table: Arc<Mutex<Table>>,
     flaw: Flaw,
+    /// The committer's own memory of applied batches (`ForgetfulDedup`):
+    /// new with every committer.
+    seen: Arc<Mutex<HashSet<String>>>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -86,7 +105,11 @@ impl Sink for Toy {
     ) -> Result<ToyWriter, SinkError> {
         let mut writer = ToyWriter {
             toy: self.clone(),
-            prefix: format!("g{}-s{}", cx.generation, cx.subtask_index),
+            prefix: match self.flaw {
+                Flaw::SubtaskCounterIds => format!("s{}", cx.subtask_index),
+                Flaw::NoLineage => format!("g{}-s{}", cx.generation, cx.subtask_index),
+                _ => format!("{}-g{}-s{}", cx.lineage, cx.generation, cx.subtask_index),
+            },
             next: restored.iter().map(|s| s.next).max().unwrap_or(0),
             buffer: restored.into_iter().flat_map(|s| s.buffer).collect(),
             open: false,
@@ -99,7 +122,10 @@ impl Sink for Toy {
     }
 
     async fn create_committer(&self, _: &InitContext) -> Result<Toy, SinkError> {
-        Ok(self.clone())
+        Ok(Toy {
+            seen: Arc::default(),
+            ..self.clone()
+        })
     }
 
     fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<Batch>> {
@@ -153,12 +179,15 @@ impl SinkWriter for ToyWriter {
         &mut self,
         _checkpoint_id: sink_api::CheckpointId,
     ) -> Result<Vec<Batch>, SinkError> {
-        let cut = if self.ended {
+        let cut = if self.ended && self.toy.flaw != Flaw::DropsRemainder {
             self.buffer.len()
         } else {
             self.buffer.len() / 10 * 10
         };
         let ids: Vec<u64> = self.buffer.drain(..cut).collect();
+        if self.ended && self.toy.flaw == Flaw::DropsRemainder {
+            self.buffer.clear();
+        }
         if self.buffer.is_empty() {
             self.close_transaction();
         }
@@ -169,14 +198,18 @@ impl SinkWriter for ToyWriter {
             // Begins the next transaction eagerly, as some producers do.
             self.open_transaction();
         }
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.next += 1;
-        Ok(vec![Batch {
-            id: format!("{}-{}", self.prefix, self.next),
-            ids,
-        }])
+        // A batch per chunk of ten: a call commits several.
+        let batches = ids
+            .chunks(10)
+            .map(|chunk| {
+                self.next += 1;
+                Batch {
+                    id: format!("{}-{}", self.prefix, self.next),
+                    ids: chunk.to_vec(),
+                }
+            })
+            .collect();
+        Ok(batches)
     }
 
     async fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<ToyState>, SinkError> {
@@ -203,9 +236,33 @@ impl Committer for Toy {
 
     async fn commit(&mut self, requests: &mut [CommitRequest<Batch>]) -> Result<(), SinkError> {
         let mut table = self.table.lock().unwrap();
+        if self.flaw == Flaw::NonAtomicBatch {
+            let first_applied = requests
+                .first()
+                .is_some_and(|r| table.batches.contains(&r.committable().id));
+            for request in requests.iter_mut() {
+                match first_applied {
+                    true => request.signal_already_committed(),
+                    false => {
+                        let batch = request.committable();
+                        table.committed.extend(batch.ids.clone());
+                        let id = batch.id.clone();
+                        table.batches.insert(id);
+                        request.signal_committed();
+                    }
+                }
+            }
+            return Ok(());
+        }
         for request in requests.iter_mut() {
             let batch = request.committable();
-            let replay = table.batches.contains(&batch.id);
+            let replay = match self.flaw {
+                Flaw::ForgetfulDedup => self.seen.lock().unwrap().contains(&batch.id),
+                _ => table.batches.contains(&batch.id),
+            };
+            if self.flaw == Flaw::ForgetfulDedup {
+                self.seen.lock().unwrap().insert(batch.id.clone());
+            }
             if replay && self.flaw != Flaw::NonIdempotentCommit {
                 request.signal_already_committed();
                 continue;
@@ -253,6 +310,7 @@ async fn certify_toy(flaw: Flaw) -> Report {
             ToyDestination(Toy {
                 table: Arc::default(),
                 flaw,
+                seen: Arc::default(),
             })
         },
         |id| id,
@@ -346,4 +404,67 @@ async fn a_failed_report_reads_well_in_a_test_failure() {
         "{message}"
     );
     assert!(message.contains("failed"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_of_subtask_and_restored_counter_are_caught_by_a_rescale_chain() {
+    let report = certify_toy(Flaw::SubtaskCounterIds).await;
+    let why = failure(&report, "rescale/2-to-1-to-2");
+    assert!(
+        why.contains("through the parallelisms 2 -> 1 -> 2"),
+        "{why}"
+    );
+    assert!(why.contains("never committed"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_without_the_lineage_are_caught_by_a_run_on_fresh_storage() {
+    let report = certify_toy(Flaw::NoLineage).await;
+    let why = failure(&report, "rerun/fresh-checkpoint-storage");
+    assert!(why.contains("fewer than 2 times"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_deduplicating_from_memory_is_caught_by_a_lost_outcome() {
+    let report = certify_toy(Flaw::ForgetfulDedup).await;
+    let why = failure(&report, "unknown-outcome/first-call");
+    assert!(why.contains("committed twice"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_not_atomic_within_a_batch_is_caught_by_a_half_applied_call() {
+    let report = certify_toy(Flaw::NonAtomicBatch).await;
+    let why = failure(&report, "unknown-outcome/middle-of-batch");
+    assert!(why.contains("never committed"), "{why}");
+    assert_eq!(
+        report.verdict("unknown-outcome/first-call"),
+        Some(&Verdict::Passed)
+    );
+}
+
+/// Caught in every run, not one in five: 20 runs of the property alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_dropping_its_end_of_input_remainder_is_caught_every_time() {
+    for run in 0..20 {
+        let knobs = Knobs {
+            records: 200,
+            only: vec!["modes/end-of-input-remainder".into()],
+            ..Knobs::default()
+        };
+        let report = certify_with(
+            knobs,
+            || async {
+                ToyDestination(Toy {
+                    table: Arc::default(),
+                    flaw: Flaw::DropsRemainder,
+                    seen: Arc::default(),
+                })
+            },
+            |id| id,
+        )
+        .await;
+        assert_eq!(report.properties.len(), 1, "{report}");
+        let why = failure(&report, "modes/end-of-input-remainder");
+        assert!(why.contains("never committed"), "run {run}: {why}");
+    }
 }
