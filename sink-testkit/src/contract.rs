@@ -352,11 +352,29 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
     committables.extend(end_of_input::<D>(&mut writer).await?);
     writer.close().await.map_err(err("close"))?;
     let committables = through_checkpoint::<D>(&sink, &committables)?;
-    commit::<D>(&sink, &context, committables).await?;
-    exactly_once(destination.committed_ids().await, records).map_err(|e| {
+    let outcomes = commit::<D>(&sink, &context, committables).await?;
+    let Err(problem) = exactly_once(destination.committed_ids().await, records) else {
+        return Ok(());
+    };
+    // Blame what was observed: new committables taken for replays are a
+    // naming problem, doubled records a committer's, missing ones the
+    // writer state's.
+    let replays = outcomes
+        .iter()
+        .filter(|o| **o == CommitOutcome::AlreadyCommitted)
+        .count();
+    Err(if replays > 0 {
         format!(
-            "a writer restored from the state it took at a checkpoint lost records written before it ({e}): \
-             records kept by the writer past prepare_commit must be in snapshot_state"
+            "{problem}: {replays} committable(s) never committed before were signalled already \
+             committed; the restored writer named them as the first writer did (names must differ \
+             across starts: use the generation, or InitContext::unique_name)"
+        )
+    } else if problem.contains("twice") {
+        format!("{problem}: the commit of the restored writer's committables doubled records")
+    } else {
+        format!(
+            "a writer restored from the state it took at a checkpoint lost records written before it \
+             ({problem}): records kept by the writer past prepare_commit must be in snapshot_state"
         )
     })
 }

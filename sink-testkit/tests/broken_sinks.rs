@@ -36,6 +36,9 @@ enum Flaw {
     /// At end of input, hands out only full chunks of ten and drops the
     /// remainder.
     DropsRemainder,
+    /// Not a flaw: its destination fails the first request of every
+    /// committer half-way, and it asks for a retry, as a correct sink does.
+    AsksRetryOnce,
 }
 
 #[derive(Default)]
@@ -255,6 +258,12 @@ impl Committer for Toy {
             return Ok(());
         }
         for request in requests.iter_mut() {
+            if self.flaw == Flaw::AsksRetryOnce
+                && self.seen.lock().unwrap().insert("retried".into())
+            {
+                request.retry_later();
+                continue;
+            }
             let batch = request.committable();
             let replay = match self.flaw {
                 Flaw::ForgetfulDedup => self.seen.lock().unwrap().contains(&batch.id),
@@ -467,4 +476,13 @@ async fn a_sink_dropping_its_end_of_input_remainder_is_caught_every_time() {
         let why = failure(&report, "modes/end-of-input-remainder");
         assert!(why.contains("never committed"), "run {run}: {why}");
     }
+}
+
+/// A correct sink that asks for a retry (its destination failed a commit
+/// half-way) is not failed: the hand-run commits of the contract checks
+/// retry as the runtime does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_asking_to_retry_a_commit_passes() {
+    let report = certify_toy(Flaw::AsksRetryOnce).await;
+    report.assert_passed();
 }
