@@ -59,6 +59,12 @@ impl Report {
         self.failures().is_empty() && self.unchecked().is_empty()
     }
 
+    /// How long the properties took together: the certification's own time,
+    /// without waiting for another certification of the process.
+    pub fn duration(&self) -> Duration {
+        self.properties.iter().map(|p| p.took).sum()
+    }
+
     /// The properties not checked that the caller did not allow.
     pub fn unchecked(&self) -> Vec<&PropertyResult> {
         self.properties
