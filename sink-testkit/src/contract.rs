@@ -122,13 +122,16 @@ async fn fresh_writer_with<D: Destination>(
     Ok(writer)
 }
 
-/// End of input on `writer`: `flush(true)`, then the last `prepare_commit`.
+/// End of input on `writer`: `flush(true)`, then the last `prepare_commit`,
+/// tagged `tag` (the runtime's tag: past every checkpoint the writer's job
+/// took, the restored one included).
 async fn end_of_input<D: Destination>(
     writer: &mut <D::Sink as Sink>::Writer,
+    tag: CheckpointId,
 ) -> Result<Vec<Committable<D>>, String> {
     writer.flush(true).await.map_err(err("flush(true)"))?;
     writer
-        .prepare_commit(sink_api::CheckpointId(1))
+        .prepare_commit(tag)
         .await
         .map_err(err("prepare_commit"))
 }
@@ -226,7 +229,7 @@ pub(crate) async fn two_phase<D: Destination>(
     let sink = destination.sink().await;
     let mut writer = fresh_writer_with::<D>(&job, &sink, record, records).await?;
     // At end of input everything written becomes committable.
-    let committables = end_of_input::<D>(&mut writer).await?;
+    let committables = end_of_input::<D>(&mut writer, CheckpointId(1)).await?;
     let states = writer
         .snapshot_state(CheckpointId(1))
         .await
@@ -243,15 +246,25 @@ pub(crate) async fn two_phase<D: Destination>(
         commit_makes_visible: None,
         replay_recognised: None,
     };
-    let replay = through_checkpoint::<D>(&sink, &committables)?;
-    let first = commit::<D>(
-        &sink,
-        &job.context(1, None),
-        through_checkpoint::<D>(&sink, &committables)?,
-    )
-    .await;
-    writer.close().await.map_err(err("close"))?;
-    let made_visible = match first {
+    // From here on, a failing step is reported under the property whose
+    // step it is.
+    let first = match (
+        through_checkpoint::<D>(&sink, &committables),
+        through_checkpoint::<D>(&sink, &committables),
+    ) {
+        (Ok(replay), Ok(first)) => Ok((replay, first)),
+        (Err(why), _) | (_, Err(why)) => Err(why),
+    };
+    let (replay, first) = match first {
+        Ok(both) => both,
+        Err(why) => {
+            seen.commit_makes_visible = Some(Err(why));
+            return Ok(seen);
+        }
+    };
+    let first = commit::<D>(&sink, &job.context(1, None), first).await;
+    let closed = writer.close().await.map_err(err("close"));
+    let made_visible = match first.and_then(|outcomes| closed.map(|()| outcomes)) {
         Err(why) => Err(format!("the first commit failed: {why}")),
         Ok(outcomes) => match exactly_once(destination.committed_ids().await, records) {
             Err(problem) if seen.not_visible_early.is_ok() => Err(format!(
@@ -270,7 +283,10 @@ pub(crate) async fn two_phase<D: Destination>(
     }
 
     // The same committables again, by the committer of a restored start.
-    job.start_restored(&sink, 2, &replay, &states).await?;
+    if let Err(why) = job.start_restored(&sink, 2, &replay, &states).await {
+        seen.replay_recognised = Some(Err(why));
+        return Ok(seen);
+    }
     let outcomes = commit::<D>(&sink, &job.context(2, Some(CheckpointId(1))), replay).await;
     seen.replay_recognised = Some(match outcomes {
         Err(why) => Err(format!("the replayed commit failed: {why}")),
@@ -349,7 +365,9 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
         .create_writer(&context, restored)
         .await
         .map_err(err("create_writer (restored)"))?;
-    committables.extend(end_of_input::<D>(&mut writer).await?);
+    // Restored from checkpoint 1: the runtime tags this writer's end of
+    // input 2.
+    committables.extend(end_of_input::<D>(&mut writer, CheckpointId(2)).await?);
     writer.close().await.map_err(err("close"))?;
     let committables = through_checkpoint::<D>(&sink, &committables)?;
     let outcomes = commit::<D>(&sink, &context, committables).await?;
@@ -391,7 +409,7 @@ pub(crate) async fn no_transaction_after_end_of_input<D: Destination>(
     let job = Job::new();
     let sink = destination.sink().await;
     let mut writer = fresh_writer_with::<D>(&job, &sink, record, records).await?;
-    let committables = end_of_input::<D>(&mut writer).await?;
+    let committables = end_of_input::<D>(&mut writer, CheckpointId(1)).await?;
     // Checkpoints after end of input only snapshot the writer.
     writer
         .snapshot_state(CheckpointId(2))

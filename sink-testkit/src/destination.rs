@@ -8,9 +8,9 @@ use sink_api::Sink;
 ///
 /// The kit makes a fresh destination for every scenario (through the
 /// factory given to [`certify`](crate::certify)) and calls
-/// [`sink`](Self::sink) once per job run: several times in a scenario with
+/// [`sink`](Self::sink) once per job: several times in a scenario with
 /// crashes and restarts, all writing to the same destination, as a
-/// restarted process would. Every scenario runs under a job name of its own
+/// restarted process would (a restart inside the process keeps its sink). Every scenario runs under a job name of its own
 /// (`sink-testkit-<n>`), so sinks with job-scoped locks and clean-ups (a
 /// database's advisory lock, lingering transactions) see each scenario as a
 /// job of its own. The methods are async: reading back may query a database

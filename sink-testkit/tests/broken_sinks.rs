@@ -39,6 +39,10 @@ enum Flaw {
     /// Not a flaw: its destination fails the first request of every
     /// committer half-way, and it asks for a retry, as a correct sink does.
     AsksRetryOnce,
+    /// Not a flaw: names batches by lineage, subtask and checkpoint id (no
+    /// generation, no counter), unique since a restored writer's ids come
+    /// after the restored checkpoint.
+    CheckpointNamed,
 }
 
 #[derive(Default)]
@@ -111,6 +115,7 @@ impl Sink for Toy {
             prefix: match self.flaw {
                 Flaw::SubtaskCounterIds => format!("s{}", cx.subtask_index),
                 Flaw::NoLineage => format!("g{}-s{}", cx.generation, cx.subtask_index),
+                Flaw::CheckpointNamed => format!("{}-s{}", cx.lineage, cx.subtask_index),
                 _ => format!("{}-g{}-s{}", cx.lineage, cx.generation, cx.subtask_index),
             },
             next: restored.iter().map(|s| s.next).max().unwrap_or(0),
@@ -180,7 +185,7 @@ impl SinkWriter for ToyWriter {
 
     async fn prepare_commit(
         &mut self,
-        _checkpoint_id: sink_api::CheckpointId,
+        checkpoint_id: sink_api::CheckpointId,
     ) -> Result<Vec<Batch>, SinkError> {
         let cut = if self.ended && self.toy.flaw != Flaw::DropsRemainder {
             self.buffer.len()
@@ -204,10 +209,15 @@ impl SinkWriter for ToyWriter {
         // A batch per chunk of ten: a call commits several.
         let batches = ids
             .chunks(10)
-            .map(|chunk| {
+            .enumerate()
+            .map(|(k, chunk)| {
                 self.next += 1;
+                let id = match self.toy.flaw {
+                    Flaw::CheckpointNamed => format!("{}-c{checkpoint_id}-{k}", self.prefix),
+                    _ => format!("{}-{}", self.prefix, self.next),
+                };
                 Batch {
-                    id: format!("{}-{}", self.prefix, self.next),
+                    id,
                     ids: chunk.to_vec(),
                 }
             })
@@ -484,5 +494,14 @@ async fn a_sink_dropping_its_end_of_input_remainder_is_caught_every_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_asking_to_retry_a_commit_passes() {
     let report = certify_toy(Flaw::AsksRetryOnce).await;
+    report.assert_passed();
+}
+
+/// A correct sink naming batches by lineage, subtask and checkpoint id
+/// passes: the contract checks tag a restored writer's end of input after
+/// the restored checkpoint, as the runtime does, and do not blame its names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_naming_batches_by_checkpoint_passes() {
+    let report = certify_toy(Flaw::CheckpointNamed).await;
     report.assert_passed();
 }
