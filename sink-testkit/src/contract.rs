@@ -248,14 +248,11 @@ pub(crate) async fn two_phase<D: Destination>(
     };
     // From here on, a failing step is reported under the property whose
     // step it is.
-    let first = match (
-        through_checkpoint::<D>(&sink, &committables),
-        through_checkpoint::<D>(&sink, &committables),
-    ) {
-        (Ok(replay), Ok(first)) => Ok((replay, first)),
-        (Err(why), _) | (_, Err(why)) => Err(why),
-    };
-    let (replay, first) = match first {
+    // Two copies, as two checkpoints would hold them: one to commit, one
+    // to replay.
+    let copies = through_checkpoint::<D>(&sink, &committables)
+        .and_then(|replay| Ok((replay, through_checkpoint::<D>(&sink, &committables)?)));
+    let (replay, first) = match copies {
         Ok(both) => both,
         Err(why) => {
             seen.commit_makes_visible = Some(Err(why));

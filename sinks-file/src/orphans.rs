@@ -21,7 +21,7 @@
 //! they are abandoned. A fresh start has a new lineage, so it has nothing to
 //! remove and does not look.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,7 @@ use tracing::info;
 
 use crate::dir_sync::fsync_dir;
 use crate::io_error::io_error;
+use crate::output::files_in_visible_dirs;
 
 /// The end of hidden part names before the lineage.
 pub(crate) const IN_PROGRESS_MARK: &str = ".inprogress.";
@@ -52,57 +53,37 @@ fn is_hidden_part_of(name: &OsStr, lineage: &Lineage) -> bool {
 
 /// Removes, under the base directory `base`, every hidden part of lineage
 /// `lineage` whose path relative to `base` is not in `kept`, and makes the
-/// removals durable. Skips directories whose names start with a dot (no
-/// bucket does; a state directory may). Returns the paths removed, relative
-/// to `base`. Blocking: call it off the async workers.
+/// removals durable. Looks only in directories whose names do not start with
+/// a dot (no bucket does; a state directory may). Returns the paths
+/// removed, relative to `base`. Blocking: call it off the async workers.
 pub(crate) fn remove_orphans(
     base: &Path,
     lineage: &Lineage,
     kept: &HashSet<PathBuf>,
 ) -> Result<Vec<PathBuf>, SinkError> {
-    let mut removed = Vec::new();
-    let mut dirs = vec![PathBuf::new()];
-    while let Some(relative_dir) = dirs.pop() {
-        let dir = base.join(&relative_dir);
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            // Nothing was ever written: nothing to remove.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && relative_dir == Path::new("") => {
-                return Ok(removed);
-            }
-            Err(e) => return Err(io_error(format!("listing {}", dir.display()), e)),
-        };
-        let mut removed_here = false;
-        for entry in entries {
-            let entry = entry.map_err(|e| io_error(format!("listing {}", dir.display()), e))?;
-            let name = entry.file_name();
-            let kind = entry
-                .file_type()
-                .map_err(|e| io_error(format!("reading {}", entry.path().display()), e))?;
-            let relative = relative_dir.join(&name);
-            if kind.is_dir() {
-                if !name.to_string_lossy().starts_with('.') {
-                    dirs.push(relative);
-                }
-                continue;
-            }
-            if kind.is_file() && is_hidden_part_of(&name, lineage) && !kept.contains(&relative) {
-                std::fs::remove_file(entry.path()).map_err(|e| {
-                    io_error(
-                        format!("removing the orphaned part {}", entry.path().display()),
-                        e,
-                    )
-                })?;
-                info!(file = %relative.display(), "removed a hidden part an earlier start left and no checkpoint refers to");
-                removed.push(relative);
-                removed_here = true;
-            }
-        }
-        if removed_here {
-            fsync_dir(&dir)?;
-        }
+    let files = files_in_visible_dirs(base)
+        .map_err(|e| io_error(format!("listing {}", base.display()), e))?;
+    let orphans: Vec<PathBuf> = files
+        .into_iter()
+        .filter(|relative| {
+            relative
+                .file_name()
+                .is_some_and(|n| is_hidden_part_of(n, lineage))
+        })
+        .filter(|relative| !kept.contains(relative))
+        .collect();
+    let mut dirs = BTreeSet::new();
+    for relative in &orphans {
+        let path = base.join(relative);
+        std::fs::remove_file(&path)
+            .map_err(|e| io_error(format!("removing the orphaned part {}", path.display()), e))?;
+        info!(file = %relative.display(), "removed a hidden part an earlier start left and no checkpoint refers to");
+        dirs.extend(path.parent().map(Path::to_path_buf));
     }
-    Ok(removed)
+    for dir in dirs {
+        fsync_dir(&dir)?;
+    }
+    Ok(orphans)
 }
 
 #[cfg(test)]

@@ -15,26 +15,43 @@ use std::path::{Path, PathBuf};
 /// For readers of the output (and tests and demos that count what was
 /// committed); call it after a commit to see what that commit made visible.
 pub fn finished_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
-    match walk(dir, &mut found) {
-        Err(error) if error.kind() == io::ErrorKind::NotFound && found.is_empty() => {}
-        other => other?,
-    }
+    let mut found: Vec<PathBuf> = files_in_visible_dirs(dir)?
+        .into_iter()
+        .filter(|relative| !is_hidden(relative))
+        .map(|relative| dir.join(relative))
+        .collect();
     found.sort();
     Ok(found)
 }
 
-fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> io::Result<()> {
+/// Every regular file under `dir` (hidden or not), relative to `dir`, in
+/// every directory whose name does not start with a dot: where finished and
+/// hidden part files live, without a state directory kept beside them. A
+/// missing `dir` holds none. Blocking.
+pub(crate) fn files_in_visible_dirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    match walk(dir, Path::new(""), &mut found) {
+        Err(error) if error.kind() == io::ErrorKind::NotFound && found.is_empty() => {}
+        other => other?,
+    }
+    Ok(found)
+}
+
+/// Whether the file name of `path` starts with a dot.
+fn is_hidden(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with('.'))
+}
+
+fn walk(dir: &Path, relative: &Path, found: &mut Vec<PathBuf>) -> io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
+        let name = entry.file_name();
         let kind = entry.file_type()?;
-        if kind.is_dir() {
-            walk(&entry.path(), found)?;
+        if kind.is_dir() && !name.to_string_lossy().starts_with('.') {
+            walk(&entry.path(), &relative.join(&name), found)?;
         } else if kind.is_file() {
-            found.push(entry.path());
+            found.push(relative.join(&name));
         }
     }
     Ok(())
