@@ -500,12 +500,16 @@ where
         })
 }
 
-async fn wait_for_store(storing: &mut Option<StoreTask>) -> (CheckpointId, Result<(), String>) {
+async fn wait_for_store(
+    storing: &mut Option<StoreTask>,
+) -> (CheckpointId, Result<(), StorageError>) {
     match storing {
         Some((id, handle)) => {
             let result = match handle.await {
-                Ok(stored) => stored.map_err(|e| e.to_string()),
-                Err(join_error) => Err(format!("the store task ended abnormally: {join_error}")),
+                Ok(stored) => stored,
+                Err(join_error) => Err(StorageError::Message(format!(
+                    "the store task ended abnormally: {join_error}"
+                ))),
             };
             (*id, result)
         }
@@ -671,7 +675,7 @@ impl Coordinator {
     fn on_store_result(
         &mut self,
         id: CheckpointId,
-        stored: Result<(), String>,
+        stored: Result<(), StorageError>,
     ) -> Result<(), JobError> {
         let now = self.now();
         match stored {
@@ -711,6 +715,9 @@ impl Coordinator {
                     self.store_queue.retain(|c| c.checkpoint_id > id);
                 }
             }
+            // A newer instance took the storage over: this one must stop
+            // now, storing and committing nothing more (never restarted).
+            Err(fenced @ StorageError::Fenced { .. }) => return Err(JobError::Storage(fenced)),
             Err(reason) => self.on_checkpoint_failed(id, format!("storing it failed: {reason}"))?,
         }
         self.start_next_store();

@@ -150,13 +150,18 @@ pub enum JobError {
 impl JobError {
     /// Whether restarting from the last completed checkpoint may help: not
     /// for a sink's permanent error ([`SinkError::permanent`]), a checkpoint
-    /// that cannot be restored or a state directory in use, which need the
-    /// user.
+    /// that cannot be restored, a state directory in use, or an instance
+    /// fenced off its checkpoint storage by a newer one, which need the user
+    /// (or, for the fenced instance, nothing: its successor runs).
     pub fn is_restartable(&self) -> bool {
         !matches!(
             self,
             JobError::Restore { .. }
-                | JobError::Storage(StorageError::Corrupt { .. } | StorageError::Locked { .. })
+                | JobError::Storage(
+                    StorageError::Corrupt { .. }
+                        | StorageError::Locked { .. }
+                        | StorageError::Fenced { .. }
+                )
         ) && !matches!(self, JobError::Sink { source, .. } if source.is_permanent())
     }
 

@@ -11,13 +11,7 @@
 //!
 //! Every file but `LOCK` is written atomically (a temporary file, fsync,
 //! rename, fsync of the directory) and framed with a checksum and a format
-//! version:
-//!
-//! ```text
-//! +----------+------+----------+----------------+-------------------+---------------+---------+
-//! | "EOSINK" | kind | reserved | version: u32le | payload len: u64le | crc32c: u32le | payload |
-//! +----------+------+----------+----------------+-------------------+---------------+---------+
-//! ```
+//! version (the `frame` module).
 //!
 //! A newest checkpoint that is truncated, fails its checksum or has an unknown
 //! version is an error naming the file ([`StorageError::Corrupt`]); there is no
@@ -33,37 +27,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use sink_api::{BincodeSerializer, CheckpointId, Generation, SerializerError, VersionedSerializer};
+use serde::{de::DeserializeOwned, Serialize};
+use sink_api::{CheckpointId, Generation};
 
-use super::{
-    CheckpointStorage, CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, StorageError,
-    SubtaskSnapshot,
-};
-
-const MAGIC: &[u8; 6] = b"EOSINK";
-/// The version of the frame and of the payloads this build writes: 2 since
-/// checkpoints carry the job's lineage.
-const FORMAT_VERSION: u32 = 2;
-/// The oldest version this build reads (format 1: checkpoints without a
-/// lineage; `tests/data/checkpoints/v1` holds files of it).
-const OLDEST_READ_VERSION: u32 = 1;
-const HEADER_LEN: usize = 6 + 1 + 1 + 4 + 8 + 4;
+use super::frame::{self, Framed, Kind};
+use super::{CheckpointStorage, CompletedCheckpoint, FinishedMarker, StorageError};
 
 const LOCK_FILE: &str = "LOCK";
 const GENERATION_FILE: &str = "GENERATION";
 const FINISHED_FILE: &str = "FINISHED";
 const CHECKPOINT_PREFIX: &str = "checkpoint-";
 const CHECKPOINT_SUFFIX: &str = ".ckpt";
-
-/// What a framed file holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Kind {
-    Checkpoint = 1,
-    Generation = 2,
-    Finished = 3,
-}
 
 /// Durable checkpoint storage in a local directory, exclusively owned by one
 /// running job (see the module docs for the layout).
@@ -362,17 +336,9 @@ fn list_checkpoints(dir: &Path) -> Result<Vec<(CheckpointId, PathBuf)>, StorageE
 }
 
 fn read_checkpoint(path: &Path, id: CheckpointId) -> Result<CompletedCheckpoint, StorageError> {
-    let checkpoint: CompletedCheckpoint = read_framed(path, Kind::Checkpoint)?;
-    if checkpoint.checkpoint_id != id {
-        return Err(StorageError::Corrupt {
-            path: path.to_path_buf(),
-            problem: format!(
-                "its name says checkpoint {id}, its content checkpoint {}",
-                checkpoint.checkpoint_id
-            ),
-        });
-    }
-    Ok(checkpoint)
+    let bytes =
+        fs::read(path).map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
+    frame::decode_checkpoint(&bytes, id, &path.display().to_string())
 }
 
 fn read_optional<T: Framed>(path: &Path, kind: Kind) -> Result<Option<T>, StorageError> {
@@ -390,18 +356,7 @@ fn write_framed<T: Serialize + DeserializeOwned>(
     kind: Kind,
     value: &T,
 ) -> Result<(), StorageError> {
-    let payload = BincodeSerializer::<T>::new(FORMAT_VERSION)
-        .serialize(value)
-        .map_err(|e| StorageError::Message(format!("encoding {name}: {e}")))?;
-    let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
-    frame.extend_from_slice(MAGIC);
-    frame.push(kind as u8);
-    frame.push(0);
-    frame.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    frame.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    frame.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-    frame.extend_from_slice(&payload);
-    write_atomically(dir, name, &frame)
+    write_atomically(dir, name, &frame::encode(kind, value, name)?)
 }
 
 /// Writes `bytes` to `dir/name` so that a crash leaves either the old file or
@@ -436,105 +391,7 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageE
 fn read_framed<T: Framed>(path: &Path, kind: Kind) -> Result<T, StorageError> {
     let bytes =
         fs::read(path).map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
-    let corrupt = |problem: String| StorageError::Corrupt {
-        path: path.to_path_buf(),
-        problem,
-    };
-    if bytes.len() < HEADER_LEN {
-        return Err(corrupt(format!(
-            "it is truncated: {} bytes, shorter than the {HEADER_LEN}-byte header",
-            bytes.len()
-        )));
-    }
-    let (header, payload) = bytes.split_at(HEADER_LEN);
-    if &header[..6] != MAGIC {
-        return Err(corrupt(
-            "it does not start with the state file marker \"EOSINK\"".into(),
-        ));
-    }
-    if header[6] != kind as u8 {
-        return Err(corrupt(format!(
-            "it holds data of kind {}, expected {}",
-            header[6], kind as u8
-        )));
-    }
-    let le_u32 = |at: usize| {
-        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-    };
-    let version = le_u32(8);
-    if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
-        return Err(corrupt(format!(
-            "its format version {version} is unknown to this build, which reads versions \
-             {OLDEST_READ_VERSION} to {FORMAT_VERSION}; run the build that wrote it, or a newer one"
-        )));
-    }
-    let mut length = [0u8; 8];
-    length.copy_from_slice(&header[12..20]);
-    let length = u64::from_le_bytes(length);
-    if length != payload.len() as u64 {
-        return Err(corrupt(format!(
-            "it is truncated or padded: the header announces {length} bytes of payload, the file holds {}",
-            payload.len()
-        )));
-    }
-    let expected = le_u32(20);
-    let actual = crc32c::crc32c(payload);
-    if expected != actual {
-        return Err(corrupt(format!(
-            "its checksum does not match (stored {expected:#010x}, computed {actual:#010x})"
-        )));
-    }
-    T::decode(version, payload).map_err(|e| corrupt(format!("its payload does not decode: {e}")))
-}
-
-/// A value kept in a framed file, read in every format version this build
-/// knows. The default reads the same payload in every version.
-trait Framed: Serialize + DeserializeOwned {
-    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
-        BincodeSerializer::<Self>::new(version).deserialize(version, payload)
-    }
-}
-
-impl Framed for u64 {}
-
-impl Framed for FinishedMarker {}
-
-impl Framed for CompletedCheckpoint {
-    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
-        match version {
-            1 => BincodeSerializer::<CheckpointV1>::new(1)
-                .deserialize(1, payload)
-                .map(CompletedCheckpoint::from),
-            _ => BincodeSerializer::<Self>::new(version).deserialize(version, payload),
-        }
-    }
-}
-
-/// A checkpoint of format 1: without a lineage.
-#[derive(Serialize, Deserialize)]
-struct CheckpointV1 {
-    checkpoint_id: CheckpointId,
-    job_name: String,
-    generation: Generation,
-    parallelism: usize,
-    subtasks: Vec<SubtaskSnapshot>,
-    global_committer: Option<GlobalCommitterSnapshot>,
-    is_final: bool,
-}
-
-impl From<CheckpointV1> for CompletedCheckpoint {
-    fn from(old: CheckpointV1) -> CompletedCheckpoint {
-        CompletedCheckpoint {
-            checkpoint_id: old.checkpoint_id,
-            job_name: old.job_name,
-            generation: old.generation,
-            lineage: None,
-            parallelism: old.parallelism,
-            subtasks: old.subtasks,
-            global_committer: old.global_committer,
-            is_final: old.is_final,
-        }
-    }
+    frame::decode(&bytes, kind, &path.display().to_string())
 }
 
 #[cfg(test)]

@@ -10,8 +10,10 @@
 //! (see `sink_api::serialize_versioned`), so the checkpoint itself stays
 //! readable when a sink's own format changes.
 
+mod frame;
 mod local;
 mod memory;
+mod object;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -24,8 +26,9 @@ use crate::core::ledger::SubtaskPart;
 
 pub use crate::core::ledger::CommittableSummary;
 
-pub use local::LocalCheckpointStorage;
+pub use local::{CheckpointFile, LocalCheckpointStorage, StateDirectory};
 pub use memory::MemoryCheckpointStorage;
+pub use object::ObjectCheckpointStorage;
 
 /// Committables of one (checkpoint, subtask) that were not committed when the
 /// checkpoint was taken.
@@ -122,6 +125,35 @@ pub enum StorageError {
     Locked {
         /// The state directory.
         path: std::path::PathBuf,
+    },
+    /// A request to an object store failed (after the client's own
+    /// retries).
+    #[error("{context}: {source}{hint}")]
+    Remote {
+        /// What was being done, with the object's URL.
+        context: String,
+        /// The client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+        /// What the user can do, from the error (may be empty).
+        hint: &'static str,
+    },
+    /// A newer instance of the job started on the same checkpoint storage:
+    /// this one may no longer store checkpoints (nor, therefore, commit).
+    /// Never restarted: a restart would take the storage back.
+    #[error(
+        "this instance (generation {generation}) was fenced off the checkpoint storage {location}: a newer \
+         instance started there (generation {newer}), so this one stores no checkpoint and commits nothing \
+         more, and stops. Run one instance of a job at a time; the newer one resumes from the last \
+         checkpoint stored"
+    )]
+    Fenced {
+        /// The storage.
+        location: String,
+        /// This instance's generation.
+        generation: Generation,
+        /// The generation of the instance that took over.
+        newer: Generation,
     },
     /// Any other failure, in words that say what to do.
     #[error("{0}")]

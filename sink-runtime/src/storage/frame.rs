@@ -1,0 +1,193 @@
+//! The envelope every stored state file or object is framed in, whatever
+//! the storage: a marker, the kind of content, a format version, the
+//! payload's length and its checksum.
+//!
+//! ```text
+//! +----------+------+----------+----------------+-------------------+---------------+---------+
+//! | "EOSINK" | kind | reserved | version: u32le | payload len: u64le | crc32c: u32le | payload |
+//! +----------+------+----------+----------------+-------------------+---------------+---------+
+//! ```
+//!
+//! A frame that is truncated, padded, of another kind, of an unknown version
+//! or whose checksum does not match is refused with
+//! [`StorageError::Corrupt`] naming where it was read from; the storages
+//! never fall back to an older state when the newest cannot be read.
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use sink_api::{BincodeSerializer, CheckpointId, Generation, SerializerError, VersionedSerializer};
+
+use super::{
+    CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot,
+};
+
+const MAGIC: &[u8; 6] = b"EOSINK";
+/// The version of the frame and of the payloads this build writes: 2 since
+/// checkpoints carry the job's lineage.
+pub(super) const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads (format 1: checkpoints without a
+/// lineage; `tests/data/checkpoints/v1` holds files of it).
+const OLDEST_READ_VERSION: u32 = 1;
+const HEADER_LEN: usize = 6 + 1 + 1 + 4 + 8 + 4;
+
+/// What a frame holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum Kind {
+    /// A [`CompletedCheckpoint`].
+    Checkpoint = 1,
+    /// The last generation started (a local state directory's `GENERATION`).
+    Generation = 2,
+    /// A [`FinishedMarker`] (a local state directory's `FINISHED`).
+    Finished = 3,
+    /// The head object of checkpoint storage on an object store: the
+    /// claimed generation, the newest checkpoint's key, the finished marker.
+    Head = 4,
+}
+
+/// Encodes `value` into a frame of kind `kind`, in this build's format.
+pub(super) fn encode<T: Serialize + DeserializeOwned>(
+    kind: Kind,
+    value: &T,
+    what: &str,
+) -> Result<Vec<u8>, StorageError> {
+    let payload = BincodeSerializer::<T>::new(FORMAT_VERSION)
+        .serialize(value)
+        .map_err(|e| StorageError::Message(format!("encoding {what}: {e}")))?;
+    let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
+    frame.extend_from_slice(MAGIC);
+    frame.push(kind as u8);
+    frame.push(0);
+    frame.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    frame.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    frame.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    frame.extend_from_slice(&payload);
+    Ok(frame)
+}
+
+/// Checks the frame `bytes`, read from `location` (named in errors), and
+/// decodes its payload.
+pub(super) fn decode<T: Framed>(
+    bytes: &[u8],
+    kind: Kind,
+    location: &str,
+) -> Result<T, StorageError> {
+    let corrupt = |problem: String| StorageError::Corrupt {
+        path: location.into(),
+        problem,
+    };
+    if bytes.len() < HEADER_LEN {
+        return Err(corrupt(format!(
+            "it is truncated: {} bytes, shorter than the {HEADER_LEN}-byte header",
+            bytes.len()
+        )));
+    }
+    let (header, payload) = bytes.split_at(HEADER_LEN);
+    if &header[..6] != MAGIC {
+        return Err(corrupt(
+            "it does not start with the state file marker \"EOSINK\"".into(),
+        ));
+    }
+    if header[6] != kind as u8 {
+        return Err(corrupt(format!(
+            "it holds data of kind {}, expected {}",
+            header[6], kind as u8
+        )));
+    }
+    let le_u32 = |at: usize| {
+        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let version = le_u32(8);
+    if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
+        return Err(corrupt(format!(
+            "its format version {version} is unknown to this build, which reads versions \
+             {OLDEST_READ_VERSION} to {FORMAT_VERSION}; run the build that wrote it, or a newer one"
+        )));
+    }
+    let mut length = [0u8; 8];
+    length.copy_from_slice(&header[12..20]);
+    let length = u64::from_le_bytes(length);
+    if length != payload.len() as u64 {
+        return Err(corrupt(format!(
+            "it is truncated or padded: the header announces {length} bytes of payload, the file holds {}",
+            payload.len()
+        )));
+    }
+    let expected = le_u32(20);
+    let actual = crc32c::crc32c(payload);
+    if expected != actual {
+        return Err(corrupt(format!(
+            "its checksum does not match (stored {expected:#010x}, computed {actual:#010x})"
+        )));
+    }
+    T::decode(version, payload).map_err(|e| corrupt(format!("its payload does not decode: {e}")))
+}
+
+/// Decodes a checkpoint frame read from `location` and checks that it is
+/// checkpoint `id`, as its name says.
+pub(super) fn decode_checkpoint(
+    bytes: &[u8],
+    id: CheckpointId,
+    location: &str,
+) -> Result<CompletedCheckpoint, StorageError> {
+    let checkpoint: CompletedCheckpoint = decode(bytes, Kind::Checkpoint, location)?;
+    if checkpoint.checkpoint_id != id {
+        return Err(StorageError::Corrupt {
+            path: location.into(),
+            problem: format!(
+                "its name says checkpoint {id}, its content checkpoint {}",
+                checkpoint.checkpoint_id
+            ),
+        });
+    }
+    Ok(checkpoint)
+}
+
+/// A value kept in a frame, read in every format version this build knows.
+/// The default reads the same payload in every version.
+pub(super) trait Framed: Serialize + DeserializeOwned {
+    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
+        BincodeSerializer::<Self>::new(version).deserialize(version, payload)
+    }
+}
+
+impl Framed for u64 {}
+
+impl Framed for FinishedMarker {}
+
+impl Framed for CompletedCheckpoint {
+    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
+        match version {
+            1 => BincodeSerializer::<CheckpointV1>::new(1)
+                .deserialize(1, payload)
+                .map(CompletedCheckpoint::from),
+            _ => BincodeSerializer::<Self>::new(version).deserialize(version, payload),
+        }
+    }
+}
+
+/// A checkpoint of format 1: without a lineage.
+#[derive(Serialize, Deserialize)]
+struct CheckpointV1 {
+    checkpoint_id: CheckpointId,
+    job_name: String,
+    generation: Generation,
+    parallelism: usize,
+    subtasks: Vec<SubtaskSnapshot>,
+    global_committer: Option<GlobalCommitterSnapshot>,
+    is_final: bool,
+}
+
+impl From<CheckpointV1> for CompletedCheckpoint {
+    fn from(old: CheckpointV1) -> CompletedCheckpoint {
+        CompletedCheckpoint {
+            checkpoint_id: old.checkpoint_id,
+            job_name: old.job_name,
+            generation: old.generation,
+            lineage: None,
+            parallelism: old.parallelism,
+            subtasks: old.subtasks,
+            global_committer: old.global_committer,
+            is_final: old.is_final,
+        }
+    }
+}
