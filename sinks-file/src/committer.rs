@@ -15,6 +15,9 @@
 //! | absent | absent | failed, known reason: the data is lost, its records counted (never a silent success) |
 //! | present | present | failed, unknown reason: the job stops rather than overwrite a file |
 //!
+//! On an object store output the commit completes the part's multipart
+//! upload instead, with the outcomes of the `upload_commit` module.
+//!
 //! "Records lost" is `CommitRequest::signal_records_lost`: the runtime
 //! counts them in the job's lost records. Only sizes are compared, from the
 //! files' metadata: nothing is read again at commit time, so a change that
@@ -27,6 +30,9 @@ use async_trait::async_trait;
 use sink_api::{CommitRequest, Committer, SinkError};
 
 use crate::blocking::{assert_blocking, blocking};
+use crate::config::Output;
+use crate::object_output::ObjectOutput;
+use crate::upload_commit::commit_upload;
 use crate::dir_sync::DirSyncs;
 use crate::identity::{self, OutputIdentity};
 use crate::part_file::FileCommittable;
@@ -38,15 +44,15 @@ pub struct FileCommitter {
     pub(crate) stats: Arc<FileSinkStats>,
     /// The sink's directory fsyncs.
     pub(crate) syncs: Arc<DirSyncs>,
-    /// The sink's base directory, against which committables are resolved.
-    pub(crate) base_path: PathBuf,
+    /// The sink's output: committables are resolved against it.
+    pub(crate) output_location: Output,
     /// The base directory's identity, read at the first commit.
     pub(crate) output: Option<OutputIdentity>,
 }
 
-/// What became of one committable, decided off the async workers and
-/// signalled on the request afterwards.
-enum Outcome {
+/// What became of one committable, decided (for a local output, off the
+/// async workers) and signalled on the request afterwards.
+pub(crate) enum Outcome {
     Committed,
     AlreadyCommitted,
     RecordsLost(u64, String),
@@ -187,6 +193,50 @@ impl Work {
     }
 }
 
+impl FileCommitter {
+    /// Completes the uploads of `committables`, in order, on the object
+    /// store output `object`, after checking they belong to it.
+    async fn commit_uploads(
+        &mut self,
+        object: &ObjectOutput,
+        committables: &[FileCommittable],
+    ) -> Result<Vec<Outcome>, SinkError> {
+        if self.output.is_none() {
+            self.output = identity::read_object(object).await?;
+        }
+        let location = Path::new(&object.location);
+        let last = committables.len().saturating_sub(1);
+        let mut outcomes = Vec::with_capacity(committables.len());
+        for (position, c) in committables.iter().enumerate() {
+            identity::check(
+                location,
+                self.output.as_ref(),
+                "a committable",
+                &c.output_id,
+                &c.output_dir,
+            )?;
+            let Some(upload) = &c.upload else {
+                return Err(SinkError::msg(format!(
+                    "the committable of {} names a local file, not an upload, for the object store \
+                     output {}: the stored state is corrupt",
+                    c.target.display(),
+                    object.location
+                ))
+                .permanent());
+            };
+            outcomes.push(commit_upload(object, &self.stats, c, upload).await?);
+            if position < last {
+                // A crash with part of the batch committed (crash tests only).
+                #[cfg(feature = "failpoints")]
+                fail::fail_point!("file-commit-mid-batch", |_| Err(SinkError::msg(
+                    "simulated crash at failpoint file-commit-mid-batch"
+                )));
+            }
+        }
+        Ok(outcomes)
+    }
+}
+
 /// The size of `path`, or `None` when it does not exist.
 fn size_of(path: &Path) -> Result<Option<u64>, std::io::Error> {
     match std::fs::metadata(path) {
@@ -200,26 +250,36 @@ fn size_of(path: &Path) -> Result<Option<u64>, std::io::Error> {
 impl Committer for FileCommitter {
     type Committable = FileCommittable;
 
-    /// Checks and renames the batch's files in order on a blocking thread,
-    /// then signals each request.
+    /// Checks and renames the batch's files in order on a blocking thread
+    /// (on an object store: completes their uploads in order), then signals
+    /// each request.
     async fn commit(
         &mut self,
         requests: &mut [CommitRequest<FileCommittable>],
     ) -> Result<(), SinkError> {
         let committables: Vec<FileCommittable> =
             requests.iter().map(|r| r.committable().clone()).collect();
-        let mut work = Work {
-            base_path: self.base_path.clone(),
-            output: self.output.clone(),
-            syncs: self.syncs.clone(),
-            stats: self.stats.clone(),
+        let outcomes = match &self.output_location {
+            Output::Local(base_path) => {
+                let mut work = Work {
+                    base_path: base_path.clone(),
+                    output: self.output.clone(),
+                    syncs: self.syncs.clone(),
+                    stats: self.stats.clone(),
+                };
+                let (outcomes, output) = blocking(move || {
+                    let outcomes = work.commit_all(&committables)?;
+                    Ok((outcomes, work.output))
+                })
+                .await?;
+                self.output = output;
+                outcomes
+            }
+            Output::Object(object) => {
+                let object = object.clone();
+                self.commit_uploads(&object, &committables).await?
+            }
         };
-        let (outcomes, output) = blocking(move || {
-            let outcomes = work.commit_all(&committables)?;
-            Ok((outcomes, work.output))
-        })
-        .await?;
-        self.output = output;
         for (request, outcome) in requests.iter_mut().zip(outcomes) {
             match outcome {
                 Outcome::Committed => request.signal_committed(),

@@ -5,11 +5,32 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::dir_sync::DirSyncs;
+use crate::object_output::ObjectOutput;
 use crate::rolling::RollingPolicy;
+
+/// Where a file sink writes.
+#[derive(Debug, Clone)]
+pub(crate) enum Output {
+    /// A local base directory: parts are hidden files, committed by rename.
+    Local(PathBuf),
+    /// A prefix of an object store: parts are multipart uploads, committed
+    /// by completing them.
+    Object(ObjectOutput),
+}
+
+impl Output {
+    /// How the output is named in messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Output::Local(base) => base.display().to_string(),
+            Output::Object(object) => object.location.clone(),
+        }
+    }
+}
 
 /// Everything a file writer needs, shared by the writers of a job.
 pub(crate) struct FileSinkConfig<E, B> {
-    pub base_path: PathBuf,
+    pub output: Output,
     pub encoder: E,
     pub bucket_assigner: B,
     pub rolling: RollingPolicy,
@@ -20,4 +41,9 @@ pub(crate) struct FileSinkConfig<E, B> {
     pub clock: Option<Arc<dyn Clock>>,
     /// The directory fsyncs of this sink's writers and committers.
     pub syncs: Arc<DirSyncs>,
+    /// On an object store: the size of each uploaded part but the last.
+    pub part_size: usize,
+    /// On an object store: how many parts of one upload may be on their
+    /// way at once.
+    pub parts_in_flight: usize,
 }

@@ -19,6 +19,9 @@
 //! copied directory carries its marker, so it is accepted; an emptied one, or
 //! another job's, is not. The marker is hidden (a leading dot), so readers of
 //! the output skip it.
+//!
+//! An object store output keeps the same marker as an object
+//! (`PREFIX/.file-sink-id`), created by a conditional put.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -28,6 +31,7 @@ use sink_api::SinkError;
 
 use crate::dir_sync::fsync_dir;
 use crate::io_error::io_error;
+use crate::object_output::ObjectOutput;
 
 /// The marker's file name, in the base directory.
 pub(crate) const MARKER_FILE: &str = ".file-sink-id";
@@ -128,23 +132,77 @@ pub(crate) fn read(base: &Path) -> Result<Option<OutputIdentity>, SinkError> {
             ))
         }
     };
-    let id = std::str::from_utf8(&text).unwrap_or("").trim();
+    Ok(Some(OutputIdentity {
+        id: parse_id(&text, &marker.display().to_string())?,
+        dir: fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf()),
+    }))
+}
+
+/// The id in a marker's content `text`, read from `marker` (named in the
+/// error when it holds no valid id).
+fn parse_id(text: &[u8], marker: &str) -> Result<String, SinkError> {
+    let id = std::str::from_utf8(text).unwrap_or("").trim();
     let valid = !id.is_empty()
         && id.len() <= MAX_ID_LEN
         && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
     if !valid {
         return Err(SinkError::msg(format!(
-            "the output directory's identity file {} is damaged (it must hold one id of letters, digits and \
-             '-'); restore it from a backup of the directory, or, if nothing of this directory is to be \
-             resumed, remove it together with the job's state directory and start afresh",
-            marker.display()
+            "the output's identity marker {marker} is damaged (it must hold one id of letters, digits and \
+             '-'); restore it from a backup of the output, or, if nothing of this output is to be \
+             resumed, remove it together with the job's checkpoint storage and start afresh"
         ))
         .permanent());
     }
+    Ok(id.to_string())
+}
+
+/// The identity of an object store output (its `.file-sink-id` object), or
+/// `None` when it has none. Reading it is also the sink's first request to
+/// the store at a start: a missing bucket or wrong credentials fail here,
+/// permanently, before any record is written.
+pub(crate) async fn read_object(output: &ObjectOutput) -> Result<Option<OutputIdentity>, SinkError> {
+    let text = match output.store.get(&output.path(MARKER_FILE)).await {
+        Ok(found) => found
+            .bytes()
+            .await
+            .map_err(|e| output.error("reading the output's identity marker", MARKER_FILE, e))?,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(output.error("reading the output's identity marker", MARKER_FILE, e)),
+    };
     Ok(Some(OutputIdentity {
-        id: id.to_string(),
-        dir: fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf()),
+        id: parse_id(&text, &output.url_of(MARKER_FILE))?,
+        dir: PathBuf::from(&output.location),
     }))
+}
+
+/// The identity of an object store output, creating its marker if there is
+/// none: by a conditional put (`If-None-Match`), so that of concurrent
+/// creators exactly one wins and the others read its id.
+pub(crate) async fn ensure_object(output: &ObjectOutput) -> Result<OutputIdentity, SinkError> {
+    if let Some(identity) = read_object(output).await? {
+        return Ok(identity);
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let create = object_store::PutOptions {
+        mode: object_store::PutMode::Create,
+        ..object_store::PutOptions::default()
+    };
+    let body = object_store::PutPayload::from(format!("{id}\n").into_bytes());
+    match output
+        .store
+        .put_opts(&output.path(MARKER_FILE), body, create)
+        .await
+    {
+        Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+        Err(e) => return Err(output.error("creating the output's identity marker", MARKER_FILE, e)),
+    }
+    read_object(output).await?.ok_or_else(|| {
+        SinkError::msg(format!(
+            "the identity marker {} vanished right after it was created; is something else removing \
+             objects under the output's prefix?",
+            output.url_of(MARKER_FILE)
+        ))
+    })
 }
 
 /// Checks that something restored (`what`: "a writer state", "a

@@ -48,14 +48,18 @@ mod committer;
 mod config;
 mod dir_sync;
 pub mod encoder;
+mod format;
 mod identity;
 mod io_error;
+mod object_output;
 mod orphans;
 mod output;
 mod part_file;
 pub mod rolling;
 mod sink;
 mod stats;
+mod upload;
+mod upload_commit;
 mod writer;
 
 pub use bucket::{
@@ -64,9 +68,11 @@ pub use bucket::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::FileCommitter;
 pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
+pub use object_output::{ObjectOutput, ObjectOutputStore, S3_MINIMUM_PART_SIZE};
 pub use output::finished_files;
 pub use part_file::{FileCommittable, InProgressState};
 pub use rolling::{PartInfo, RollingPolicy};
 pub use sink::{FileSink, FileSinkBuilder};
 pub use stats::{FileSinkStats, FileSinkStatsSnapshot};
+pub use upload::{Upload, UploadedPart};
 pub use writer::{FileWriter, FileWriterState};

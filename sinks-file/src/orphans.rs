@@ -20,17 +20,28 @@
 //! versions of this sink) are left alone: this start cannot know whether
 //! they are abandoned. A fresh start has a new lineage, so it has nothing to
 //! remove and does not look.
+//!
+//! On an object store output, the leftovers are multipart uploads, which
+//! readers never see but the bucket keeps (and bills) until they are
+//! aborted. Every upload has a marker, `.uploads/<lineage>/<writer id>-<n>`,
+//! naming its key and id; a start aborts the uploads of its lineage's
+//! markers that the restored checkpoint does not name, and removes those
+//! markers. An upload whose marker was never written (a crash right after
+//! the upload was created) is left to the bucket's lifecycle rule (see
+//! `docs/file-sink.md`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use sink_api::{Lineage, SinkError};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::dir_sync::fsync_dir;
 use crate::io_error::io_error;
+use crate::object_output::ObjectOutput;
 use crate::output::files_in_visible_dirs;
+use crate::upload::{markers_dir, Marker};
 
 /// The end of hidden part names before the lineage.
 pub(crate) const IN_PROGRESS_MARK: &str = ".inprogress.";
@@ -84,6 +95,74 @@ pub(crate) fn remove_orphans(
         fsync_dir(&dir)?;
     }
     Ok(orphans)
+}
+
+/// Aborts, under the object store output `object`, every upload of lineage
+/// `lineage` whose id is not in `kept`, and removes its marker; removes the
+/// markers of uploads already completed or aborted. Returns how many
+/// uploads were aborted.
+pub(crate) async fn abort_orphaned_uploads(
+    object: &ObjectOutput,
+    lineage: &Lineage,
+    kept: &HashSet<String>,
+) -> Result<u64, SinkError> {
+    use futures::TryStreamExt;
+    let dir = markers_dir(lineage);
+    let markers: Vec<object_store::ObjectMeta> = object
+        .store
+        .list(Some(&object.path(&dir)))
+        .try_collect()
+        .await
+        .map_err(|e| object.error("listing the upload markers under", &dir, e))?;
+    let mut aborted = 0;
+    for meta in markers {
+        let relative = meta
+            .location
+            .prefix_match(&object.prefix)
+            .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"))
+            .unwrap_or_else(|| meta.location.to_string());
+        let body = match object.store.get(&meta.location).await {
+            Ok(found) => found.bytes().await,
+            Err(e) => Err(e),
+        };
+        let body = match body {
+            Ok(body) => body,
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(object.error("reading the upload marker", &relative, e)),
+        };
+        let Ok(marker) = serde_json::from_slice::<Marker>(&body) else {
+            warn!(marker = %object.url_of(&relative), "an upload marker that cannot be read is left alone");
+            continue;
+        };
+        if kept.contains(&marker.upload_id) {
+            continue;
+        }
+        match object
+            .store
+            .abort_multipart(&object.path(&marker.target), &marker.upload_id)
+            .await
+        {
+            Ok(()) => {
+                aborted += 1;
+                info!(object = %object.url_of(&marker.target), upload = %marker.upload_id,
+                    "aborted a multipart upload an earlier start left and no checkpoint refers to");
+            }
+            // Completed (its marker outlived the commit) or aborted before.
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                return Err(object.error(
+                    &format!("aborting the orphaned upload {} of", marker.upload_id),
+                    &marker.target,
+                    e,
+                ))
+            }
+        }
+        match object.store.delete(&meta.location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(object.error("removing the upload marker", &relative, e)),
+        }
+    }
+    Ok(aborted)
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ use crate::identity::{resolve, OutputIdentity};
 use crate::io_error::io_error;
 use crate::orphans::hidden_name;
 use crate::rolling::PartInfo;
+use crate::upload::Upload;
 
 /// Size of each part file's write buffer.
 const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
@@ -63,6 +64,11 @@ pub struct FileCommittable {
     pub size_bytes: u64,
     /// The records in it.
     pub records: u64,
+    /// On an object store output: the multipart upload that holds the
+    /// data, completed by the commit (`pending` is then the upload's marker,
+    /// `target` the object's path under the prefix). `None` on a local
+    /// output.
+    pub upload: Option<Upload>,
 }
 
 /// An in-progress part as recorded in a checkpoint, in a
@@ -78,6 +84,14 @@ pub struct InProgressState {
     pub length: u64,
     /// The records in those bytes.
     pub records: u64,
+    /// On an object store output: the multipart upload so far (`path` is
+    /// then the upload's marker, `target` the object's path under the
+    /// prefix). `None` on a local output.
+    pub upload: Option<Upload>,
+    /// On an object store output: the bytes written after the last
+    /// uploaded part (less than a part), kept here rather than in a side
+    /// object. Empty on a local output.
+    pub tail: Vec<u8>,
 }
 
 /// Names of one part in the bucket directory `dir` (relative to the base
@@ -210,6 +224,8 @@ impl InProgressPart {
             target: self.target.clone(),
             length: self.info.size_bytes,
             records: self.records,
+            upload: None,
+            tail: Vec::new(),
         })
     }
 
@@ -227,6 +243,7 @@ impl InProgressPart {
             target: state.target,
             size_bytes: state.length,
             records: state.records,
+            upload: None,
         })
     }
 }
@@ -286,5 +303,6 @@ pub(crate) fn recover_for_commit(
         target: state.target.clone(),
         size_bytes: state.length,
         records: state.records,
+        upload: None,
     })
 }

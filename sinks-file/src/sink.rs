@@ -6,17 +6,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sink_api::{BincodeSerializer, InitContext, JobStart, Sink, SinkError, VersionedSerializer};
+use sink_api::{InitContext, JobStart, Sink, SinkError, VersionedSerializer};
 
 use crate::blocking::blocking;
 use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
 use crate::clock::Clock;
 use crate::committer::FileCommitter;
-use crate::config::FileSinkConfig;
+use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
 use crate::identity;
 use crate::io_error::io_error;
-use crate::orphans::remove_orphans;
+use crate::format::FileFormat;
+use crate::object_output::{ObjectOutput, S3_MINIMUM_PART_SIZE};
+use crate::orphans::{abort_orphaned_uploads, remove_orphans};
 use crate::part_file::FileCommittable;
 use crate::rolling::RollingPolicy;
 use crate::stats::FileSinkStats;
@@ -40,9 +42,18 @@ impl<T, E, B> FileSink<T, E, B> {
         self.stats.clone()
     }
 
-    /// The base directory.
-    pub fn base_path(&self) -> &Path {
-        &self.config.base_path
+    /// The local base directory; `None` for an object store output.
+    pub fn base_path(&self) -> Option<&Path> {
+        match &self.config.output {
+            Output::Local(base) => Some(base),
+            Output::Object(_) => None,
+        }
+    }
+
+    /// The output, as named in messages: a directory, or a URL such as
+    /// `s3://bucket/out`.
+    pub fn location(&self) -> String {
+        self.config.output.describe()
     }
 }
 
@@ -54,9 +65,26 @@ impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
         base_path: impl Into<PathBuf>,
         encoder: E,
     ) -> FileSinkBuilder<T, E, BasePathBucketAssigner> {
+        FileSink::builder_for(Output::Local(base_path.into()), encoder)
+    }
+
+    /// Starts a file sink writing objects under the prefix of `output` (an
+    /// object store) with `encoder`: parts are multipart uploads, made
+    /// visible by completing them (see `docs/file-sink.md`). Defaults as for
+    /// [`builder`](Self::builder), with parts of
+    /// [`S3_MINIMUM_PART_SIZE`](crate::S3_MINIMUM_PART_SIZE) and 2 of them
+    /// in flight per object.
+    pub fn object_store_builder(
+        output: ObjectOutput,
+        encoder: E,
+    ) -> FileSinkBuilder<T, E, BasePathBucketAssigner> {
+        FileSink::builder_for(Output::Object(output), encoder)
+    }
+
+    fn builder_for(output: Output, encoder: E) -> FileSinkBuilder<T, E, BasePathBucketAssigner> {
         FileSinkBuilder {
             config: FileSinkConfig {
-                base_path: base_path.into(),
+                output,
                 encoder,
                 bucket_assigner: BasePathBucketAssigner,
                 rolling: RollingPolicy::default(),
@@ -64,6 +92,8 @@ impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
                 part_suffix: String::new(),
                 clock: None,
                 syncs: Arc::default(),
+                part_size: S3_MINIMUM_PART_SIZE,
+                parts_in_flight: 2,
             },
             _record: PhantomData,
         }
@@ -85,7 +115,7 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
         let c = self.config;
         FileSinkBuilder {
             config: FileSinkConfig {
-                base_path: c.base_path,
+                output: c.output,
                 encoder: c.encoder,
                 bucket_assigner,
                 rolling: c.rolling,
@@ -93,6 +123,8 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
                 part_suffix: c.part_suffix,
                 clock: c.clock,
                 syncs: c.syncs,
+                part_size: c.part_size,
+                parts_in_flight: c.parts_in_flight,
             },
             _record: PhantomData,
         }
@@ -123,8 +155,36 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
         self
     }
 
-    /// Checks the names and returns the sink.
+    /// On an object store output: the size of each uploaded part but an
+    /// object's last (default 5 MiB). At least the store's minimum (checked
+    /// by [`build`](Self::build)); each object in progress holds up to
+    /// `(parts_in_flight + 1) × part_size` bytes in memory.
+    pub fn part_size(mut self, bytes: usize) -> Self {
+        self.config.part_size = bytes;
+        self
+    }
+
+    /// On an object store output: how many parts of one object may be on
+    /// their way to the store at once (default 2, at least 1); the writer
+    /// waits when that many are.
+    pub fn parts_in_flight(mut self, parts: usize) -> Self {
+        self.config.parts_in_flight = parts.max(1);
+        self
+    }
+
+    /// Checks the names (and, on an object store, the part size) and
+    /// returns the sink.
     pub fn build(self) -> Result<FileSink<T, E, B>, SinkError> {
+        if let Output::Object(object) = &self.config.output {
+            if self.config.part_size < object.minimum_part_size {
+                return Err(SinkError::msg(format!(
+                    "the part size {} is below the smallest part {} accepts ({} bytes): raise it with \
+                     FileSinkBuilder::part_size",
+                    self.config.part_size, object.location, object.minimum_part_size
+                ))
+                .permanent());
+            }
+        }
         let prefix = &self.config.part_prefix;
         if prefix.is_empty() || prefix.starts_with('.') || prefix.contains('/') {
             return Err(SinkError::msg(format!(
@@ -166,10 +226,16 @@ where
         start: &JobStart<'_, FileCommittable, FileWriterState>,
     ) -> Result<(), SinkError> {
         self.stats.register(&start.metrics);
+        if let Output::Object(object) = &self.config.output {
+            return self.on_object_store_start(object, start).await;
+        }
         if start.restored_checkpoint_id.is_none() {
             return Ok(());
         }
-        let base = self.config.base_path.clone();
+        let Output::Local(base) = &self.config.output else {
+            return Ok(());
+        };
+        let base = base.clone();
         let ids = start.restored_committables.iter().map(|c| &c.output_id);
         let ids: HashSet<&String> = ids
             .chain(start.restored_writer_states.iter().map(|s| &s.output_id))
@@ -218,8 +284,35 @@ where
             None => context.clock.clone(),
         };
         let config = self.config.clone();
+        let base = match &config.output {
+            Output::Local(base) => base.clone(),
+            Output::Object(object) => {
+                let output = match restored_states.first() {
+                    Some(state) => identity::read_object(object).await?.ok_or_else(|| {
+                        identity::mismatch(
+                            Path::new(&object.location),
+                            None,
+                            "a writer state",
+                            &state.output_id,
+                            &state.output_dir,
+                        )
+                    })?,
+                    None => identity::ensure_object(object).await?,
+                };
+                let object = object.clone();
+                return FileWriter::on_object_store(
+                    config,
+                    &object,
+                    output,
+                    lineage,
+                    clock,
+                    restored_states,
+                )
+                .await;
+            }
+        };
         blocking(move || {
-            let base = &config.base_path;
+            let base = &base;
             if let Some(state) = restored_states.first() {
                 let output = identity::read(base)?.ok_or_else(|| {
                     identity::mismatch(
@@ -230,7 +323,14 @@ where
                         &state.output_dir,
                     )
                 })?;
-                return FileWriter::new(config.clone(), output, lineage, clock, restored_states);
+                return FileWriter::new(
+                    config.clone(),
+                    base,
+                    output,
+                    lineage,
+                    clock,
+                    restored_states,
+                );
             }
             let created = !base.exists();
             std::fs::create_dir_all(base).map_err(|e| {
@@ -246,7 +346,7 @@ where
                 }
             }
             let output = identity::ensure(base)?;
-            FileWriter::new(config.clone(), output, lineage, clock, restored_states)
+            FileWriter::new(config.clone(), base, output, lineage, clock, restored_states)
         })
         .await
     }
@@ -257,25 +357,56 @@ where
         Ok(FileCommitter {
             stats: self.stats.clone(),
             syncs: self.config.syncs.clone(),
-            base_path: self.config.base_path.clone(),
+            output_location: self.config.output.clone(),
             output: None,
         })
     }
 
-    /// Format version 2: paths relative to the base directory, and the
-    /// output directory's identity. Blobs of version 1 (absolute paths) are
-    /// refused with [`sink_api::SerializerError::UnsupportedVersion`].
+    /// Format version 3 (the `format` module): paths relative to the
+    /// output, the output's identity, and on an object store the upload.
+    /// Version 2 blobs are read; version 1 (absolute paths) is refused with
+    /// [`sink_api::SerializerError::UnsupportedVersion`].
     fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<FileCommittable>> {
-        Arc::new(BincodeSerializer::<FileCommittable>::new(FORMAT_VERSION))
+        Arc::new(FileFormat::<FileCommittable>::new())
     }
 
-    /// Format version 2, as for committables.
+    /// Format version 3, as for committables.
     fn writer_state_serializer(&self) -> Arc<dyn VersionedSerializer<FileWriterState>> {
-        Arc::new(BincodeSerializer::<FileWriterState>::new(FORMAT_VERSION))
+        Arc::new(FileFormat::<FileWriterState>::new())
     }
 }
 
-/// The format version of the file sink's committables and writer states in
-/// checkpoints. 1: absolute paths; 2: paths relative to the base directory,
-/// with the output directory's identity.
-const FORMAT_VERSION: u32 = 2;
+impl<T, E, B> FileSink<T, E, B> {
+    /// The start hook on an object store output: checks the store is
+    /// reachable (a missing bucket or wrong credentials fail the job here,
+    /// before any record), then, when a checkpoint is restored into this
+    /// output, aborts the uploads of the lineage it does not name.
+    async fn on_object_store_start(
+        &self,
+        object: &ObjectOutput,
+        start: &JobStart<'_, FileCommittable, FileWriterState>,
+    ) -> Result<(), SinkError> {
+        let own = identity::read_object(object).await?;
+        if start.restored_checkpoint_id.is_none() {
+            return Ok(());
+        }
+        let ids = start.restored_committables.iter().map(|c| &c.output_id);
+        let mut ids = ids.chain(start.restored_writer_states.iter().map(|s| &s.output_id));
+        if !ids.all(|id| own.as_ref().is_some_and(|own| &own.id == id)) {
+            // Refused with both outputs named by the writers.
+            return Ok(());
+        }
+        let committables = start.restored_committables.iter().map(|c| &c.upload);
+        let kept: HashSet<String> = committables
+            .chain(
+                (start.restored_writer_states.iter())
+                    .flat_map(|state| state.in_progress.iter().map(|part| &part.upload)),
+            )
+            .flatten()
+            .map(|upload| upload.upload_id.clone())
+            .collect();
+        let aborted = abort_orphaned_uploads(object, &start.lineage, &kept).await?;
+        self.stats.orphans_removed(aborted);
+        Ok(())
+    }
+}

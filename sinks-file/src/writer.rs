@@ -13,9 +13,14 @@
 //! next checkpoint; new records go to new parts named with a new writer id.
 //! Its states must come from its own output directory (the identity in them
 //! is the base directory's), wherever that directory is now.
+//!
+//! On an object store output a part is a multipart upload (the `upload`
+//! module): the same steps, with parts uploaded as they fill, the tail in
+//! the state, and the restored tail uploaded as the upload's last part.
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -24,12 +29,15 @@ use sink_api::{CheckpointId, Clock, Lineage, SinkError, SinkWriter};
 
 use crate::blocking::blocking;
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
-use crate::config::FileSinkConfig;
+use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
 use crate::identity::{self, OutputIdentity};
+use crate::object_output::ObjectOutput;
 use crate::part_file::{
     part_paths, recover_for_commit, FileCommittable, InProgressPart, InProgressState,
 };
+use crate::rolling::PartInfo;
+use crate::upload::{self, UploadPart};
 
 /// What a file writer records at a checkpoint: returned by its
 /// `snapshot_state`, stored by the runtime, handed back to
@@ -63,10 +71,66 @@ pub struct FileWriter<T, E, B> {
     /// The time for rolling and date-time buckets.
     clock: Arc<dyn Clock>,
     next_counter: u64,
-    parts: BTreeMap<String, InProgressPart>,
+    parts: BTreeMap<String, Part>,
     pending: Vec<FileCommittable>,
     buffer: Vec<u8>,
     _record: PhantomData<fn(T)>,
+}
+
+/// A part in progress: a hidden local file, or a multipart upload.
+pub(crate) enum Part {
+    File(InProgressPart),
+    Upload(UploadPart),
+}
+
+impl Part {
+    fn info(&self) -> &PartInfo {
+        match self {
+            Part::File(part) => &part.info,
+            Part::Upload(part) => &part.info,
+        }
+    }
+
+    /// Appends one encoded record; an upload starts sending a part once it
+    /// holds one.
+    async fn write_record(&mut self, bytes: &[u8], now_ms: u64) -> Result<(), SinkError> {
+        match self {
+            Part::File(part) => part.write_record(bytes, now_ms),
+            Part::Upload(part) => match part.write_record(bytes, now_ms) {
+                true => part.upload_full_parts().await,
+                false => Ok(()),
+            },
+        }
+    }
+}
+
+/// Closes `parts` for good: local files on a blocking thread, uploads by
+/// sending their tails.
+async fn close_all(
+    parts: Vec<Part>,
+    output: &OutputIdentity,
+) -> Result<Vec<FileCommittable>, SinkError> {
+    let mut files = Vec::new();
+    let mut closed = Vec::new();
+    for part in parts {
+        match part {
+            Part::File(part) => files.push(part),
+            Part::Upload(part) => closed.push(part.close_for_commit(output).await?),
+        }
+    }
+    if !files.is_empty() {
+        let output = output.clone();
+        closed.extend(
+            blocking(move || {
+                files
+                    .into_iter()
+                    .map(|part| part.close_for_commit(&output))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await?,
+        );
+    }
+    Ok(closed)
 }
 
 impl<T, E, B> FileWriter<T, E, B>
@@ -74,32 +138,63 @@ where
     E: Encoder<T>,
     B: BucketAssigner<T>,
 {
-    /// A writer in the base directory whose identity is `output`, turning
-    /// the `restored` states' in-progress parts into pending files. Every
-    /// state must carry `output`'s id: checked before any file is touched.
+    /// A writer in the local base directory whose identity is `output`,
+    /// turning the `restored` states' in-progress parts into pending files.
+    /// Every state must carry `output`'s id: checked before any file is
+    /// touched. Blocking.
     pub(crate) fn new(
         config: Arc<FileSinkConfig<E, B>>,
+        base: &Path,
         output: OutputIdentity,
         lineage: Lineage,
         clock: Arc<dyn Clock>,
         restored: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
-        let base = &config.base_path;
-        for state in &restored {
-            identity::check(
-                base,
-                Some(&output),
-                "a writer state",
-                &state.output_id,
-                &state.output_dir,
-            )?;
-        }
+        check_states(base, &output, &restored)?;
         let pending = restored
             .iter()
             .flat_map(|state| &state.in_progress)
             .map(|state| recover_for_commit(base, &output, state))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(FileWriter {
+        Ok(FileWriter::with_pending(config, output, lineage, clock, pending))
+    }
+
+    /// A writer on the object store output `object`, whose identity is
+    /// `output`, turning the `restored` states' uploads in progress into
+    /// committables (their tails uploaded as last parts).
+    pub(crate) async fn on_object_store(
+        config: Arc<FileSinkConfig<E, B>>,
+        object: &ObjectOutput,
+        output: OutputIdentity,
+        lineage: Lineage,
+        clock: Arc<dyn Clock>,
+        restored: Vec<FileWriterState>,
+    ) -> Result<FileWriter<T, E, B>, SinkError> {
+        check_states(Path::new(&object.location), &output, &restored)?;
+        let mut pending = Vec::new();
+        for state in restored.iter().flat_map(|state| &state.in_progress) {
+            let Some(upload) = &state.upload else {
+                return Err(SinkError::msg(format!(
+                    "the checkpoint holds the local part {} for the object store output {}: the stored \
+                     state is corrupt",
+                    state.path.display(),
+                    object.location
+                ))
+                .permanent());
+            };
+            pending.push(upload::recover_for_commit(object, &output, state, upload).await?);
+        }
+        Ok(FileWriter::with_pending(config, output, lineage, clock, pending))
+    }
+
+    fn with_pending(
+        config: Arc<FileSinkConfig<E, B>>,
+        output: OutputIdentity,
+        lineage: Lineage,
+        clock: Arc<dyn Clock>,
+        pending: Vec<FileCommittable>,
+    ) -> FileWriter<T, E, B> {
+        FileWriter {
             config,
             output,
             writer_id: uuid::Uuid::new_v4().to_string(),
@@ -110,33 +205,26 @@ where
             pending,
             buffer: Vec::new(),
             _record: PhantomData,
-        })
+        }
     }
 
     /// Closes the parts `roll` picks, off the async workers; they become
     /// pending.
     async fn roll_where(
         &mut self,
-        roll: impl Fn(&InProgressPart) -> bool,
+        roll: impl Fn(&PartInfo) -> bool,
     ) -> Result<(), SinkError> {
         let due: Vec<String> = self
             .parts
             .iter()
-            .filter(|(_, part)| roll(part))
+            .filter(|(_, part)| roll(part.info()))
             .map(|(bucket, _)| bucket.clone())
             .collect();
         if due.is_empty() {
             return Ok(());
         }
-        let parts: Vec<InProgressPart> = due.iter().filter_map(|b| self.parts.remove(b)).collect();
-        let output = self.output.clone();
-        let closed = blocking(move || {
-            parts
-                .into_iter()
-                .map(|part| part.close_for_commit(&output))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await?;
+        let parts: Vec<Part> = due.iter().filter_map(|b| self.parts.remove(b)).collect();
+        let closed = close_all(parts, &self.output).await?;
         self.pending.extend(closed);
         Ok(())
     }
@@ -159,8 +247,8 @@ where
         // The common case, in one lookup: the bucket has a part with room.
         let rolling = self.config.rolling;
         let roll = match self.parts.get_mut(&bucket) {
-            Some(part) if !rolling.should_roll_before_write(&part.info, next_bytes) => {
-                return part.write_record(&self.buffer, now_ms);
+            Some(part) if !rolling.should_roll_before_write(part.info(), next_bytes) => {
+                return part.write_record(&self.buffer, now_ms).await;
             }
             Some(_) => true,
             None => false,
@@ -171,29 +259,74 @@ where
         };
         check_bucket_id(&bucket)?;
         let (path, target) = part_paths(
-            std::path::Path::new(&bucket),
+            Path::new(&bucket),
             &self.config.part_prefix,
             &self.writer_id,
             self.next_counter,
             &self.config.part_suffix,
             &self.lineage,
         );
+        let counter = self.next_counter;
         self.next_counter += 1;
-        let (config, output) = (self.config.clone(), self.output.clone());
-        let (closed, mut part) = blocking(move || {
-            let closed = replaced
-                .map(|part| part.close_for_commit(&output))
-                .transpose()?;
-            let part =
-                InProgressPart::create(&config.base_path, path, target, now_ms, &config.syncs)?;
-            Ok((closed, part))
-        })
-        .await?;
-        self.pending.extend(closed);
-        part.write_record(&self.buffer, now_ms)?;
+        let mut part = match &self.config.output {
+            Output::Local(base) => {
+                let (config, output, base) =
+                    (self.config.clone(), self.output.clone(), base.clone());
+                let (closed, part) = blocking(move || {
+                    let closed = match replaced {
+                        Some(Part::File(part)) => Some(part.close_for_commit(&output)?),
+                        _ => None,
+                    };
+                    let part = InProgressPart::create(&base, path, target, now_ms, &config.syncs)?;
+                    Ok((closed, part))
+                })
+                .await?;
+                self.pending.extend(closed);
+                Part::File(part)
+            }
+            Output::Object(object) => {
+                if let Some(replaced) = replaced {
+                    let closed = close_all(vec![replaced], &self.output).await?;
+                    self.pending.extend(closed);
+                }
+                let target = target.to_string_lossy().into_owned();
+                let marker = upload::marker_path(&self.lineage, &self.writer_id, counter);
+                Part::Upload(
+                    UploadPart::create(
+                        object,
+                        target,
+                        marker,
+                        self.config.part_size,
+                        self.config.parts_in_flight,
+                        now_ms,
+                    )
+                    .await?,
+                )
+            }
+        };
+        part.write_record(&self.buffer, now_ms).await?;
         self.parts.insert(bucket, part);
         Ok(())
     }
+}
+
+/// Checks that every restored state belongs to the output `base` (named
+/// in errors), whose identity is `output`.
+fn check_states(
+    base: &Path,
+    output: &OutputIdentity,
+    restored: &[FileWriterState],
+) -> Result<(), SinkError> {
+    for state in restored {
+        identity::check(
+            base,
+            Some(output),
+            "a writer state",
+            &state.output_id,
+            &state.output_dir,
+        )?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -215,7 +348,7 @@ where
     async fn write_batch(&mut self, records: Vec<T>) -> Result<(), SinkError> {
         let now_ms = self.clock.now_ms();
         let rolling = self.config.rolling;
-        self.roll_where(|part| rolling.should_roll_on_time(&part.info, now_ms))
+        self.roll_where(|part| rolling.should_roll_on_time(part, now_ms))
             .await?;
         for record in records {
             let bucket = self.encode(&record, now_ms)?;
@@ -232,7 +365,9 @@ where
             return self.roll_where(|_| true).await;
         }
         for part in self.parts.values_mut() {
-            part.flush()?;
+            if let Part::File(part) = part {
+                part.flush()?;
+            }
         }
         Ok(())
     }
@@ -243,7 +378,7 @@ where
     ) -> Result<Vec<FileCommittable>, SinkError> {
         let now_ms = self.clock.now_ms();
         let rolling = self.config.rolling;
-        self.roll_where(|part| rolling.should_roll_on_checkpoint(&part.info, now_ms))
+        self.roll_where(|part| rolling.should_roll_on_checkpoint(part, now_ms))
             .await?;
         Ok(std::mem::take(&mut self.pending))
     }
@@ -254,20 +389,37 @@ where
         &mut self,
         _checkpoint_id: CheckpointId,
     ) -> Result<Vec<FileWriterState>, SinkError> {
-        let mut parts = std::mem::take(&mut self.parts);
-        let (parts, in_progress) = blocking(move || {
-            let states = parts
-                .values_mut()
-                .map(InProgressPart::persist)
-                .collect::<Result<Vec<_>, _>>();
-            Ok((parts, states))
-        })
-        .await?;
-        self.parts = parts;
+        let in_progress = match self.config.output {
+            Output::Object(_) => {
+                let mut states = Vec::with_capacity(self.parts.len());
+                for part in self.parts.values_mut() {
+                    if let Part::Upload(part) = part {
+                        states.push(part.persist().await?);
+                    }
+                }
+                states
+            }
+            Output::Local(_) => {
+                let mut parts = std::mem::take(&mut self.parts);
+                let (parts, states) = blocking(move || {
+                    let states = parts
+                        .values_mut()
+                        .filter_map(|part| match part {
+                            Part::File(part) => Some(part.persist()),
+                            Part::Upload(_) => None,
+                        })
+                        .collect::<Result<Vec<_>, _>>();
+                    Ok((parts, states))
+                })
+                .await?;
+                self.parts = parts;
+                states?
+            }
+        };
         Ok(vec![FileWriterState {
             output_id: self.output.id.clone(),
             output_dir: self.output.dir.clone(),
-            in_progress: in_progress?,
+            in_progress,
         }])
     }
 
@@ -276,8 +428,11 @@ where
     async fn close(&mut self) -> Result<(), SinkError> {
         for part in self.parts.values_mut() {
             // Best effort: the data matters only if a checkpoint recorded it,
-            // and then it was already persisted.
-            let _ = part.flush();
+            // and then it was already persisted. Parts of uploads still in
+            // flight are abandoned (their tasks end with the part).
+            if let Part::File(part) = part {
+                let _ = part.flush();
+            }
         }
         self.parts.clear();
         Ok(())

@@ -1,0 +1,170 @@
+//! Where the file sink writes when its output is an object store: the
+//! store, the prefix under which objects go, and the store's rules for
+//! multipart uploads.
+//!
+//! The layout under the prefix mirrors a local output directory:
+//!
+//! ```text
+//! PREFIX/.file-sink-id                          the output's identity (created once, by a conditional put)
+//! PREFIX/.uploads/<lineage>/<writer id>-<n>     one marker per multipart upload in progress: its key and id
+//! PREFIX/<bucket>/part-<writer id>-<n><suffix>  finished objects, visible once their upload completes
+//! ```
+
+use std::sync::Arc;
+
+use object_store::path::Path;
+use object_store::multipart::MultipartStore;
+use object_store::ObjectStore;
+use sink_api::SinkError;
+
+/// What the file sink needs of an object store: plain objects and multipart
+/// uploads whose ids survive the process (to complete an upload after a
+/// restart). Implemented by every store that implements both traits of
+/// `object_store` (S3 and S3-compatible servers, GCS, Azure, in-memory).
+pub trait ObjectOutputStore: ObjectStore + MultipartStore {}
+
+impl<S: ObjectStore + MultipartStore> ObjectOutputStore for S {}
+
+/// The smallest part S3 accepts in a multipart upload (but the last).
+pub const S3_MINIMUM_PART_SIZE: usize = 5 * 1024 * 1024;
+
+/// An object store output of the file sink: given to
+/// [`FileSink::object_store_builder`](crate::FileSink::object_store_builder).
+#[derive(Clone)]
+pub struct ObjectOutput {
+    pub(crate) store: Arc<dyn ObjectOutputStore>,
+    pub(crate) prefix: Path,
+    /// How the output is named in messages and in checkpoints (for
+    /// messages only), such as `s3://bucket/out`.
+    pub(crate) location: String,
+    /// The smallest part the store accepts (but the last).
+    pub(crate) minimum_part_size: usize,
+}
+
+impl std::fmt::Debug for ObjectOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectOutput")
+            .field("location", &self.location)
+            .field("minimum_part_size", &self.minimum_part_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObjectOutput {
+    /// Objects under `prefix` of `store`, named `location` in messages
+    /// (such as `memory://out`). The store is taken to accept parts of any
+    /// size; say otherwise with [`minimum_part_size`](Self::minimum_part_size).
+    pub fn new(
+        store: Arc<dyn ObjectOutputStore>,
+        prefix: Path,
+        location: impl Into<String>,
+    ) -> ObjectOutput {
+        ObjectOutput {
+            store,
+            prefix,
+            location: location.into().trim_end_matches('/').to_string(),
+            minimum_part_size: 1,
+        }
+    }
+
+    /// The smallest part (but the last) the store accepts in a multipart
+    /// upload: the sink's part size may not be smaller.
+    pub fn minimum_part_size(mut self, bytes: usize) -> ObjectOutput {
+        self.minimum_part_size = bytes.max(1);
+        self
+    }
+
+    /// Objects under an `s3://bucket/prefix` URL, on AWS or an
+    /// S3-compatible server. Endpoint, region and credentials come from the
+    /// usual AWS environment variables (`AWS_ENDPOINT_URL`, `AWS_REGION`,
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`...),
+    /// then from `options` (keys of `object_store::aws::AmazonS3ConfigKey`,
+    /// such as `endpoint`), which win. Requests are retried for at most 30 s
+    /// before an error reaches the job (whose restart strategy applies).
+    /// Parts must be at least [`S3_MINIMUM_PART_SIZE`].
+    ///
+    /// Nothing is contacted here: a missing bucket or wrong credentials are
+    /// reported when the job starts, before any record is written.
+    #[cfg(feature = "s3")]
+    pub fn s3(url: &str, options: &[(String, String)]) -> Result<ObjectOutput, SinkError> {
+        use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+        let invalid = |problem: String| {
+            SinkError::msg(format!("the output URL {url} is not usable: {problem}")).permanent()
+        };
+        let parsed = url::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+        if parsed.scheme() != "s3" {
+            return Err(invalid("it must start with s3://".into()));
+        }
+        let mut builder = AmazonS3Builder::from_env().with_url(url);
+        for (key, value) in options {
+            let key: AmazonS3ConfigKey = key
+                .parse()
+                .map_err(|e| invalid(format!("option {key}: {e}")))?;
+            builder = builder.with_config(key, value);
+        }
+        let retry = object_store::RetryConfig {
+            max_retries: 5,
+            retry_timeout: std::time::Duration::from_secs(30),
+            ..object_store::RetryConfig::default()
+        };
+        let store = builder
+            .with_retry(retry)
+            .build()
+            .map_err(|e| invalid(e.to_string()))?;
+        let prefix = Path::from_url_path(parsed.path()).map_err(|e| invalid(e.to_string()))?;
+        Ok(ObjectOutput::new(Arc::new(store), prefix, url).minimum_part_size(S3_MINIMUM_PART_SIZE))
+    }
+
+    /// The output's name in messages, such as `s3://bucket/out`.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The object path of `relative` (a `/`-separated path under the
+    /// prefix).
+    pub(crate) fn path(&self, relative: &str) -> Path {
+        relative
+            .split('/')
+            .filter(|part| !part.is_empty())
+            .fold(self.prefix.clone(), |path, part| path.child(part))
+    }
+
+    /// `relative` as a URL, for messages.
+    pub(crate) fn url_of(&self, relative: &str) -> String {
+        format!("{}/{relative}", self.location)
+    }
+
+    /// An error of the store while `doing` something to `relative`, with a
+    /// hint; permanent when no retry can help (credentials, a missing
+    /// bucket).
+    pub(crate) fn error(&self, doing: &str, relative: &str, error: object_store::Error) -> SinkError {
+        let text = error.to_string();
+        let (hint, permanent) = match &error {
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => (
+                " (the credentials are missing, wrong, or not allowed to write there: \
+                 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the output's options)",
+                true,
+            ),
+            _ if text.contains("NoSuchBucket") => (
+                " (the bucket does not exist: create it, or correct the output URL)",
+                true,
+            ),
+            _ if text.contains("InvalidAccessKeyId") || text.contains("SignatureDoesNotMatch") => (
+                " (the credentials are wrong: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+                 the output's options)",
+                true,
+            ),
+            _ => ("", false),
+        };
+        let error = SinkError::other(
+            format!("{doing} {}{hint}", self.url_of(relative)),
+            error,
+        );
+        if permanent {
+            error.permanent()
+        } else {
+            error
+        }
+    }
+}

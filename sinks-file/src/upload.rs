@@ -1,0 +1,327 @@
+//! The life of one part on an object store: a multipart upload.
+//!
+//! ```text
+//!  create      create the upload (its id), put its marker .uploads/<lineage>/<writer id>-<n>
+//!  write       append to the tail; each time the tail holds a part's worth, that part is
+//!              uploaded in the background (at most `parts_in_flight` at once)
+//!  checkpoint  wait for the parts in flight; the state records the upload id, every part's
+//!              id and size, and the tail (below the part size) itself
+//!  roll        wait for the parts in flight, upload the tail as the last part: the
+//!              committable holds key, upload id, part ids and sizes
+//!  commit      complete the upload (the `upload_commit` module): the object appears, whole
+//!  restore     upload the state's tail as the next part (replacing whatever a crashed
+//!              instance uploaded under that number) and commit with the next checkpoint
+//! ```
+//!
+//! Nothing is visible to readers of the prefix until the upload completes:
+//! an incomplete multipart upload is not an object. Memory held per part in
+//! progress: the tail (below one part size, plus one record) and the parts
+//! in flight, so at most `(parts_in_flight + 1) × part_size` plus a record.
+
+use object_store::multipart::PartId;
+use object_store::{MultipartId, PutPayload};
+use serde::{Deserialize, Serialize};
+use sink_api::{Lineage, SinkError};
+use tokio::task::JoinSet;
+
+use crate::identity::OutputIdentity;
+use crate::object_output::ObjectOutput;
+use crate::part_file::{FileCommittable, InProgressState};
+use crate::rolling::PartInfo;
+
+/// A multipart upload as recorded in committables and writer states: the
+/// upload's id and the parts uploaded, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upload {
+    /// The store's id of the multipart upload.
+    pub upload_id: String,
+    /// The parts uploaded so far, in order (part `i` was uploaded as index
+    /// `i`).
+    pub parts: Vec<UploadedPart>,
+}
+
+/// One uploaded part of a multipart upload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadedPart {
+    /// What the store answered for it (S3: its ETag); completing the upload
+    /// names every part by it.
+    pub content_id: String,
+    /// Its size in bytes.
+    pub size_bytes: u64,
+}
+
+/// What an upload's marker object holds.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Marker {
+    /// The object's path relative to the prefix.
+    pub target: String,
+    /// The upload's id.
+    pub upload_id: String,
+}
+
+/// The marker's path (relative to the prefix) of the upload of the part
+/// `<writer id>-<counter>` in lineage `lineage`.
+pub(crate) fn marker_path(lineage: &Lineage, writer_id: &str, counter: u64) -> String {
+    format!("{}/{writer_id}-{counter}", markers_dir(lineage))
+}
+
+/// Where the markers of lineage `lineage` are, relative to the prefix.
+pub(crate) fn markers_dir(lineage: &Lineage) -> String {
+    format!(".uploads/{lineage}")
+}
+
+/// A part being written into a multipart upload.
+pub(crate) struct UploadPart {
+    output: ObjectOutput,
+    /// The object's path relative to the prefix (its visible name).
+    target: String,
+    /// The marker's path relative to the prefix.
+    marker: String,
+    upload_id: MultipartId,
+    part_size: usize,
+    parts_in_flight: usize,
+    /// Parts uploaded, by index; `None` while in flight.
+    parts: Vec<Option<UploadedPart>>,
+    in_flight: JoinSet<(usize, u64, Result<PartId, object_store::Error>)>,
+    /// Bytes not yet in a part.
+    tail: Vec<u8>,
+    pub(crate) info: PartInfo,
+    records: u64,
+}
+
+impl UploadPart {
+    /// Starts the upload of the object `target` (relative to the prefix),
+    /// and records it in its marker `marker`.
+    pub(crate) async fn create(
+        output: &ObjectOutput,
+        target: String,
+        marker: String,
+        part_size: usize,
+        parts_in_flight: usize,
+        now_ms: u64,
+    ) -> Result<UploadPart, SinkError> {
+        let path = output.path(&target);
+        let upload_id = output
+            .store
+            .create_multipart(&path)
+            .await
+            .map_err(|e| output.error("starting a multipart upload of", &target, e))?;
+        let body = serde_json::to_vec(&Marker {
+            target: target.clone(),
+            upload_id: upload_id.clone(),
+        })
+        .map_err(|e| SinkError::msg(format!("encoding an upload marker: {e}")))?;
+        output
+            .store
+            .put(&output.path(&marker), PutPayload::from(body))
+            .await
+            .map_err(|e| output.error("writing the upload marker", &marker, e))?;
+        Ok(UploadPart {
+            output: output.clone(),
+            target,
+            marker,
+            upload_id,
+            part_size,
+            parts_in_flight: parts_in_flight.max(1),
+            parts: Vec::new(),
+            in_flight: JoinSet::new(),
+            tail: Vec::with_capacity(part_size),
+            info: PartInfo {
+                size_bytes: 0,
+                created_ms: now_ms,
+                last_write_ms: now_ms,
+            },
+            records: 0,
+        })
+    }
+
+    /// Appends one encoded record to the tail. Returns whether the tail
+    /// holds a part's worth: then [`upload_full_parts`](Self::upload_full_parts)
+    /// is due.
+    pub(crate) fn write_record(&mut self, bytes: &[u8], now_ms: u64) -> bool {
+        self.tail.extend_from_slice(bytes);
+        self.info.size_bytes += bytes.len() as u64;
+        self.info.last_write_ms = now_ms;
+        self.records += 1;
+        self.tail.len() >= self.part_size
+    }
+
+    /// Uploads every whole part in the tail, in the background; waits only
+    /// when `parts_in_flight` parts are already on their way.
+    pub(crate) async fn upload_full_parts(&mut self) -> Result<(), SinkError> {
+        while self.tail.len() >= self.part_size {
+            let rest = self.tail.split_off(self.part_size);
+            let part = std::mem::replace(&mut self.tail, rest);
+            self.tail.reserve(self.part_size.saturating_sub(self.tail.len()));
+            self.start_part(part).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts uploading `data` as the next part.
+    async fn start_part(&mut self, data: Vec<u8>) -> Result<(), SinkError> {
+        while self.in_flight.len() >= self.parts_in_flight {
+            self.finish_one().await?;
+        }
+        let index = self.parts.len();
+        self.parts.push(None);
+        let store = self.output.store.clone();
+        let path = self.output.path(&self.target);
+        let upload_id = self.upload_id.clone();
+        let size = data.len() as u64;
+        self.in_flight.spawn(async move {
+            let result = store
+                .put_part(&path, &upload_id, index, PutPayload::from(data))
+                .await;
+            (index, size, result)
+        });
+        Ok(())
+    }
+
+    /// Waits for one part in flight and records it.
+    async fn finish_one(&mut self) -> Result<(), SinkError> {
+        let Some(joined) = self.in_flight.join_next().await else {
+            return Ok(());
+        };
+        let (index, size_bytes, result) = joined
+            .map_err(|e| SinkError::msg(format!("a part upload task ended abnormally: {e}")))?;
+        let part = result.map_err(|e| {
+            self.output.error(
+                &format!("uploading part {index} of {}", self.upload_id),
+                &self.target,
+                e,
+            )
+        })?;
+        self.parts[index] = Some(UploadedPart {
+            content_id: part.content_id,
+            size_bytes,
+        });
+        Ok(())
+    }
+
+    /// Waits for every part in flight.
+    async fn finish_all(&mut self) -> Result<(), SinkError> {
+        while !self.in_flight.is_empty() {
+            self.finish_one().await?;
+        }
+        Ok(())
+    }
+
+    /// The upload as far as it is done: every part uploaded (call after
+    /// [`finish_all`](Self::finish_all)).
+    fn upload(&self) -> Upload {
+        Upload {
+            upload_id: self.upload_id.clone(),
+            parts: self.parts.iter().flatten().cloned().collect(),
+        }
+    }
+
+    /// Waits for the parts in flight and describes the upload for a
+    /// checkpoint, tail included; writing goes on afterwards.
+    pub(crate) async fn persist(&mut self) -> Result<InProgressState, SinkError> {
+        self.upload_full_parts().await?;
+        self.finish_all().await?;
+        Ok(InProgressState {
+            path: self.marker.clone().into(),
+            target: self.target.clone().into(),
+            length: self.info.size_bytes,
+            records: self.records,
+            upload: Some(self.upload()),
+            tail: self.tail.clone(),
+        })
+    }
+
+    /// Closes the part for good: the tail becomes the last part, and the
+    /// committable names every part, ready to be completed in the output
+    /// `output`.
+    pub(crate) async fn close_for_commit(
+        mut self,
+        output: &OutputIdentity,
+    ) -> Result<FileCommittable, SinkError> {
+        self.upload_full_parts().await?;
+        if !self.tail.is_empty() || self.parts.is_empty() {
+            let tail = std::mem::take(&mut self.tail);
+            self.start_part(tail).await?;
+        }
+        self.finish_all().await?;
+        Ok(FileCommittable {
+            output_id: output.id.clone(),
+            output_dir: output.dir.clone(),
+            pending: self.marker.clone().into(),
+            target: self.target.clone().into(),
+            size_bytes: self.info.size_bytes,
+            records: self.records,
+            upload: Some(self.upload()),
+        })
+    }
+}
+
+/// Turns an upload in progress recorded in a checkpoint into a committable:
+/// uploads the recorded tail as the part after the recorded ones (replacing
+/// any part a crashed instance uploaded under that number after the
+/// checkpoint; completing names only the recorded parts and this one, so
+/// later ones are dropped). An upload that no longer exists (aborted by
+/// hand or by a bucket lifecycle rule) is a permanent error: its records
+/// cannot be recovered.
+pub(crate) async fn recover_for_commit(
+    object: &ObjectOutput,
+    output: &OutputIdentity,
+    state: &InProgressState,
+    upload: &Upload,
+) -> Result<FileCommittable, SinkError> {
+    let target = state.target.to_string_lossy().into_owned();
+    let mut parts = upload.parts.clone();
+    let recorded: u64 = parts.iter().map(|p| p.size_bytes).sum::<u64>() + state.tail.len() as u64;
+    if recorded != state.length {
+        return Err(SinkError::msg(format!(
+            "the writer state of {} records {} bytes but its parts and tail hold {recorded}: the stored \
+             state is corrupt",
+            object.url_of(&target),
+            state.length
+        ))
+        .permanent());
+    }
+    if !state.tail.is_empty() || parts.is_empty() {
+        let index = parts.len();
+        let uploaded = object
+            .store
+            .put_part(
+                &object.path(&target),
+                &upload.upload_id,
+                index,
+                PutPayload::from(state.tail.clone()),
+            )
+            .await
+            .map_err(|e| match e {
+                object_store::Error::NotFound { .. } => SinkError::other(
+                    format!(
+                        "the multipart upload {} of {} recorded in the checkpoint no longer exists (aborted \
+                         by hand, or by a lifecycle rule of the bucket?): its {} records cannot be recovered. \
+                         Start the job afresh, or let the rule's delay exceed the job's longest outage",
+                        upload.upload_id,
+                        object.url_of(&target),
+                        state.records
+                    ),
+                    e,
+                )
+                .permanent(),
+                other => object.error("uploading the recorded tail of", &target, other),
+            })?;
+        parts.push(UploadedPart {
+            content_id: uploaded.content_id,
+            size_bytes: state.tail.len() as u64,
+        });
+    }
+    Ok(FileCommittable {
+        output_id: output.id.clone(),
+        output_dir: output.dir.clone(),
+        pending: state.path.clone(),
+        target: state.target.clone(),
+        size_bytes: state.length,
+        records: state.records,
+        upload: Some(Upload {
+            upload_id: upload.upload_id.clone(),
+            parts,
+        }),
+    })
+}

@@ -1,0 +1,130 @@
+//! Committing a part on an object store: completing its multipart upload,
+//! recognising from the store, never from memory, an upload completed
+//! before (a replay after a restore, or a retry after an unknown outcome).
+//!
+//! | object at the key | completing the upload | outcome |
+//! |---|---|---|
+//! | absent | succeeds | committed |
+//! | of the recorded size | (not tried) | already committed |
+//! | of another size | (not tried) | failed, known reason, its records lost (counted) |
+//! | absent | the upload is gone (S3 answers 404 `NoSuchUpload`), and the object is then present with the recorded size | already committed (completed by an earlier attempt whose answer was lost) |
+//! | absent | the upload is gone, and still no object | failed, known reason: the data is lost (the upload was aborted, by hand or by a lifecycle rule), its records counted; never a silent success |
+//! | absent | any other error (the server unreachable, a timeout) | an error: the commit is retried, and the retry looks at the object first |
+//!
+//! Keys never repeat (they carry the writer's random id), so an object of
+//! the recorded size at the key can only be this committable's. After a
+//! commit the upload's marker is removed (best effort: a marker left behind
+//! is removed at the next start).
+
+use object_store::multipart::PartId;
+use sink_api::SinkError;
+
+use crate::committer::Outcome;
+use crate::object_output::ObjectOutput;
+use crate::part_file::FileCommittable;
+use crate::stats::FileSinkStats;
+use crate::upload::Upload;
+
+/// Commits `c`, a part of `output` uploaded as `upload` (see the module's
+/// table).
+pub(crate) async fn commit_upload(
+    output: &ObjectOutput,
+    stats: &FileSinkStats,
+    c: &FileCommittable,
+    upload: &Upload,
+) -> Result<Outcome, SinkError> {
+    let target = c.target.to_string_lossy().into_owned();
+    let path = output.path(&target);
+    if let Some(outcome) = look_at_object(output, stats, c, &target, false).await? {
+        return Ok(outcome);
+    }
+    let parts = upload
+        .parts
+        .iter()
+        .map(|part| PartId {
+            content_id: part.content_id.clone(),
+        })
+        .collect();
+    match output
+        .store
+        .complete_multipart(&path, &upload.upload_id, parts)
+        .await
+    {
+        Ok(_) => {
+            stats.committed(c);
+            remove_marker(output, c).await;
+            Ok(Outcome::Committed)
+        }
+        Err(object_store::Error::NotFound { .. }) => {
+            Ok(look_at_object(output, stats, c, &target, true)
+                .await?
+                .unwrap_or_else(|| {
+                    stats.failed();
+                    Outcome::RecordsLost(
+                        c.records,
+                        format!(
+                            "neither the multipart upload {} nor the object {} exists: the upload was aborted \
+                             (by hand, or by a lifecycle rule of the bucket shorter than the job's outage) and \
+                             its {} records are lost",
+                            upload.upload_id,
+                            output.url_of(&target),
+                            c.records
+                        ),
+                    )
+                }))
+        }
+        Err(error) => Err(output.error(
+            &format!("completing the multipart upload {} of", upload.upload_id),
+            &target,
+            error,
+        )),
+    }
+}
+
+/// What the object at `target` says about `c`: `None` when there is no
+/// object; already committed when it has the recorded size; records lost
+/// otherwise. `after_completion`: the upload was found gone.
+async fn look_at_object(
+    output: &ObjectOutput,
+    stats: &FileSinkStats,
+    c: &FileCommittable,
+    target: &str,
+    after_completion: bool,
+) -> Result<Option<Outcome>, SinkError> {
+    let meta = match output.store.head(&output.path(target)).await {
+        Ok(meta) => meta,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(error) => return Err(output.error("looking at", target, error)),
+    };
+    if meta.size == c.size_bytes {
+        stats.replayed();
+        remove_marker(output, c).await;
+        return Ok(Some(Outcome::AlreadyCommitted));
+    }
+    stats.failed();
+    let when = if after_completion {
+        "appeared while its upload was completed"
+    } else {
+        "exists before its upload was completed"
+    };
+    Ok(Some(Outcome::RecordsLost(
+        c.records,
+        format!(
+            "{} {when} but holds {} bytes instead of the {} recorded in the checkpoint: something else \
+             than this sink wrote it, so the upload is not completed and its {} records are lost",
+            output.url_of(target),
+            meta.size,
+            c.size_bytes,
+            c.records
+        ),
+    )))
+}
+
+/// Removes the marker of `c`'s upload, now completed. Best effort.
+async fn remove_marker(output: &ObjectOutput, c: &FileCommittable) {
+    let marker = c.pending.to_string_lossy();
+    if let Err(error) = output.store.delete(&output.path(&marker)).await {
+        tracing::warn!(marker = %output.url_of(&marker), %error,
+            "cannot remove the marker of a completed upload; it is removed at the next start");
+    }
+}
