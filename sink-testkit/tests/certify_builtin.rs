@@ -120,3 +120,70 @@ async fn the_file_sink_is_certified() {
     );
     report.assert_passed();
 }
+
+/// The file sink on an object store (in memory, with S3's multipart rules; the
+/// same certification against an S3-compatible server is in
+/// `sinks-file/tests/s3.rs`).
+struct Objects {
+    store: std::sync::Arc<sinks_file::MemoryObjectStore>,
+    output: sinks_file::ObjectOutput,
+}
+
+impl Objects {
+    fn new() -> Objects {
+        let store = std::sync::Arc::new(sinks_file::MemoryObjectStore::new());
+        let output = sinks_file::ObjectOutput::new(
+            store.clone(),
+            object_store::path::Path::from("out"),
+            "memory://out",
+        );
+        Objects { store, output }
+    }
+}
+
+#[async_trait]
+impl Destination for Objects {
+    type Sink = FileSink<u64, LineEncoder>;
+
+    async fn sink(&self) -> FileSink<u64, LineEncoder> {
+        FileSink::object_store_builder(self.output.clone(), LineEncoder)
+            .rolling_policy(RollingPolicy {
+                max_part_size_bytes: Some(64),
+                ..RollingPolicy::on_checkpoint()
+            })
+            // Parts of 16 bytes: objects of several parts and a tail.
+            .part_size(16)
+            .build()
+            .expect("a valid file sink")
+    }
+
+    async fn committed_ids(&self) -> Vec<u64> {
+        let mut ids = Vec::new();
+        let objects = sinks_file::finished_objects(&self.output)
+            .await
+            .expect("the in-memory store lists");
+        for object in objects {
+            let bytes = sinks_file::read_object(&self.output, &object)
+                .await
+                .expect("a listed object reads");
+            let text = String::from_utf8_lossy(&bytes);
+            ids.extend(text.lines().filter_map(|line| line.parse::<u64>().ok()));
+        }
+        ids
+    }
+
+    /// Multipart uploads neither completed nor aborted.
+    async fn open_transactions(&self) -> Option<usize> {
+        Some(self.store.uploads_in_progress())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_sink_on_an_object_store_is_certified() {
+    let report = certify(|| async { Objects::new() }, |id| id).await;
+    println!(
+        "file sink on an object store, certified in {:.1} s:\n{report}",
+        report.duration().as_secs_f64()
+    );
+    report.assert_passed();
+}

@@ -31,12 +31,12 @@ use sink_api::{CommitRequest, Committer, SinkError};
 
 use crate::blocking::{assert_blocking, blocking};
 use crate::config::Output;
-use crate::object_output::ObjectOutput;
-use crate::upload_commit::commit_upload;
 use crate::dir_sync::DirSyncs;
 use crate::identity::{self, OutputIdentity};
+use crate::object_output::ObjectOutput;
 use crate::part_file::FileCommittable;
 use crate::stats::FileSinkStats;
+use crate::upload_commit::commit_upload;
 
 /// Commits the file sink's committables. Made by
 /// [`FileSink`](crate::FileSink) for the runtime, once per subtask and start.

@@ -160,7 +160,9 @@ fn parse_id(text: &[u8], marker: &str) -> Result<String, SinkError> {
 /// `None` when it has none. Reading it is also the sink's first request to
 /// the store at a start: a missing bucket or wrong credentials fail here,
 /// permanently, before any record is written.
-pub(crate) async fn read_object(output: &ObjectOutput) -> Result<Option<OutputIdentity>, SinkError> {
+pub(crate) async fn read_object(
+    output: &ObjectOutput,
+) -> Result<Option<OutputIdentity>, SinkError> {
     let text = match output.store.get(&output.path(MARKER_FILE)).await {
         Ok(found) => found
             .bytes()
@@ -194,7 +196,9 @@ pub(crate) async fn ensure_object(output: &ObjectOutput) -> Result<OutputIdentit
         .await
     {
         Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
-        Err(e) => return Err(output.error("creating the output's identity marker", MARKER_FILE, e)),
+        Err(e) => {
+            return Err(output.error("creating the output's identity marker", MARKER_FILE, e))
+        }
     }
     read_object(output).await?.ok_or_else(|| {
         SinkError::msg(format!(

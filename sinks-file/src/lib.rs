@@ -51,6 +51,7 @@ pub mod encoder;
 mod format;
 mod identity;
 mod io_error;
+mod memory_store;
 mod object_output;
 mod orphans;
 mod output;
@@ -68,8 +69,9 @@ pub use bucket::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::FileCommitter;
 pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
+pub use memory_store::MemoryObjectStore;
 pub use object_output::{ObjectOutput, ObjectOutputStore, S3_MINIMUM_PART_SIZE};
-pub use output::finished_files;
+pub use output::{finished_files, finished_objects, read_object};
 pub use part_file::{FileCommittable, InProgressState};
 pub use rolling::{PartInfo, RollingPolicy};
 pub use sink::{FileSink, FileSinkBuilder};

@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use object_store::path::Path;
 use object_store::multipart::MultipartStore;
+use object_store::path::Path;
 use object_store::ObjectStore;
 use sink_api::SinkError;
 
@@ -137,7 +137,12 @@ impl ObjectOutput {
     /// An error of the store while `doing` something to `relative`, with a
     /// hint; permanent when no retry can help (credentials, a missing
     /// bucket).
-    pub(crate) fn error(&self, doing: &str, relative: &str, error: object_store::Error) -> SinkError {
+    pub(crate) fn error(
+        &self,
+        doing: &str,
+        relative: &str,
+        error: object_store::Error,
+    ) -> SinkError {
         let text = error.to_string();
         let (hint, permanent) = match &error {
             object_store::Error::PermissionDenied { .. }
@@ -157,10 +162,7 @@ impl ObjectOutput {
             ),
             _ => ("", false),
         };
-        let error = SinkError::other(
-            format!("{doing} {}{hint}", self.url_of(relative)),
-            error,
-        );
+        let error = SinkError::other(format!("{doing} {}{hint}", self.url_of(relative)), error);
         if permanent {
             error.permanent()
         } else {

@@ -119,7 +119,12 @@ pub(crate) async fn abort_orphaned_uploads(
         let relative = meta
             .location
             .prefix_match(&object.prefix)
-            .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"))
+            .map(|parts| {
+                parts
+                    .map(|p| p.as_ref().to_string())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
             .unwrap_or_else(|| meta.location.to_string());
         let body = match object.store.get(&meta.location).await {
             Ok(found) => found.bytes().await,

@@ -8,6 +8,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::object_output::ObjectOutput;
+
 /// Every finished file under `dir`, recursively, sorted by path: every
 /// regular file whose name, and every directory on the way to it, does not
 /// start with a dot. A missing `dir` holds no finished files.
@@ -22,6 +24,50 @@ pub fn finished_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
         .collect();
     found.sort();
     Ok(found)
+}
+
+/// Every finished object under the prefix of `output`, sorted by path
+/// (relative to the prefix): every object none of whose path segments
+/// starts with a dot. Incomplete uploads are not objects, so they are never
+/// listed.
+///
+/// For readers of an object store output (and tests and demos that count
+/// what was committed).
+pub async fn finished_objects(output: &ObjectOutput) -> object_store::Result<Vec<String>> {
+    use futures::TryStreamExt;
+    let listed: Vec<object_store::ObjectMeta> = output
+        .store
+        .list(Some(&output.prefix))
+        .try_collect()
+        .await?;
+    let mut found: Vec<String> = listed
+        .into_iter()
+        .filter_map(|meta| {
+            let parts: Vec<String> = meta
+                .location
+                .prefix_match(&output.prefix)?
+                .map(|part| part.as_ref().to_string())
+                .collect();
+            let visible = parts.iter().all(|part| !part.starts_with('.'));
+            visible.then(|| parts.join("/"))
+        })
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// The content of the object `relative` (a path under the prefix of
+/// `output`, as [`finished_objects`] lists them).
+pub async fn read_object(
+    output: &ObjectOutput,
+    relative: &str,
+) -> object_store::Result<bytes::Bytes> {
+    output
+        .store
+        .get(&output.path(relative))
+        .await?
+        .bytes()
+        .await
 }
 
 /// Every regular file under `dir` (hidden or not), relative to `dir`, in

@@ -14,9 +14,9 @@ use crate::clock::Clock;
 use crate::committer::FileCommitter;
 use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
+use crate::format::FileFormat;
 use crate::identity;
 use crate::io_error::io_error;
-use crate::format::FileFormat;
 use crate::object_output::{ObjectOutput, S3_MINIMUM_PART_SIZE};
 use crate::orphans::{abort_orphaned_uploads, remove_orphans};
 use crate::part_file::FileCommittable;
@@ -346,7 +346,14 @@ where
                 }
             }
             let output = identity::ensure(base)?;
-            FileWriter::new(config.clone(), base, output, lineage, clock, restored_states)
+            FileWriter::new(
+                config.clone(),
+                base,
+                output,
+                lineage,
+                clock,
+                restored_states,
+            )
         })
         .await
     }

@@ -152,7 +152,8 @@ impl UploadPart {
         while self.tail.len() >= self.part_size {
             let rest = self.tail.split_off(self.part_size);
             let part = std::mem::replace(&mut self.tail, rest);
-            self.tail.reserve(self.part_size.saturating_sub(self.tail.len()));
+            self.tail
+                .reserve(self.part_size.saturating_sub(self.tail.len()));
             self.start_part(part).await?;
         }
         Ok(())

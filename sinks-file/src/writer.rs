@@ -156,7 +156,9 @@ where
             .flat_map(|state| &state.in_progress)
             .map(|state| recover_for_commit(base, &output, state))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(FileWriter::with_pending(config, output, lineage, clock, pending))
+        Ok(FileWriter::with_pending(
+            config, output, lineage, clock, pending,
+        ))
     }
 
     /// A writer on the object store output `object`, whose identity is
@@ -184,7 +186,9 @@ where
             };
             pending.push(upload::recover_for_commit(object, &output, state, upload).await?);
         }
-        Ok(FileWriter::with_pending(config, output, lineage, clock, pending))
+        Ok(FileWriter::with_pending(
+            config, output, lineage, clock, pending,
+        ))
     }
 
     fn with_pending(
@@ -210,10 +214,7 @@ where
 
     /// Closes the parts `roll` picks, off the async workers; they become
     /// pending.
-    async fn roll_where(
-        &mut self,
-        roll: impl Fn(&PartInfo) -> bool,
-    ) -> Result<(), SinkError> {
+    async fn roll_where(&mut self, roll: impl Fn(&PartInfo) -> bool) -> Result<(), SinkError> {
         let due: Vec<String> = self
             .parts
             .iter()
