@@ -127,17 +127,24 @@ async fn the_file_sink_is_certified() {
 struct Objects {
     store: std::sync::Arc<sinks_file::MemoryObjectStore>,
     output: sinks_file::ObjectOutput,
+    /// Parts roll at every checkpoint (else by size only, so that uploads
+    /// in progress, with their tails, are in the writers' states).
+    roll_on_checkpoint: bool,
 }
 
 impl Objects {
-    fn new() -> Objects {
+    fn new(roll_on_checkpoint: bool) -> Objects {
         let store = std::sync::Arc::new(sinks_file::MemoryObjectStore::new());
         let output = sinks_file::ObjectOutput::new(
             store.clone(),
             object_store::path::Path::from("out"),
             "memory://out",
         );
-        Objects { store, output }
+        Objects {
+            store,
+            output,
+            roll_on_checkpoint,
+        }
     }
 }
 
@@ -148,7 +155,11 @@ impl Destination for Objects {
     async fn sink(&self) -> FileSink<u64, LineEncoder> {
         FileSink::object_store_builder(self.output.clone(), LineEncoder)
             .rolling_policy(RollingPolicy {
-                max_part_size_bytes: Some(64),
+                max_part_size_bytes: Some(if self.roll_on_checkpoint { 64 } else { 256 }),
+                roll_on_checkpoint: self.roll_on_checkpoint,
+                // Without rolls at checkpoints, an endless input's parts
+                // roll by age.
+                rollover_interval: Some(std::time::Duration::from_millis(200)),
                 ..RollingPolicy::on_checkpoint()
             })
             // Parts of 16 bytes: objects of several parts and a tail.
@@ -180,10 +191,13 @@ impl Destination for Objects {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_file_sink_on_an_object_store_is_certified() {
-    let report = certify(|| async { Objects::new() }, |id| id).await;
-    println!(
-        "file sink on an object store, certified in {:.1} s:\n{report}",
-        report.duration().as_secs_f64()
-    );
-    report.assert_passed();
+    for roll_on_checkpoint in [true, false] {
+        let report = certify(|| async move { Objects::new(roll_on_checkpoint) }, |id| id).await;
+        println!(
+            "file sink on an object store (parts rolled at checkpoints: {roll_on_checkpoint}), \
+             certified in {:.1} s:\n{report}",
+            report.duration().as_secs_f64()
+        );
+        report.assert_passed();
+    }
 }
