@@ -161,6 +161,10 @@ impl JobError {
                     StorageError::Corrupt { .. }
                         | StorageError::Locked { .. }
                         | StorageError::Fenced { .. }
+                        | StorageError::Remote {
+                            permanent: true,
+                            ..
+                        }
                 )
         ) && !matches!(self, JobError::Sink { source, .. } if source.is_permanent())
     }

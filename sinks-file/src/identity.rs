@@ -168,7 +168,7 @@ pub(crate) async fn read_object(
             .bytes()
             .await
             .map_err(|e| output.error("reading the output's identity marker", MARKER_FILE, e))?,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) if ObjectOutput::is_absent(&e) => return Ok(None),
         Err(e) => return Err(output.error("reading the output's identity marker", MARKER_FILE, e)),
     };
     Ok(Some(OutputIdentity {

@@ -129,6 +129,14 @@ impl ObjectOutput {
             .fold(self.prefix.clone(), |path, part| path.child(part))
     }
 
+    /// Whether `error` says the object (or upload) does not exist, as
+    /// opposed to its bucket: S3 answers 404 for both, with `NoSuchBucket`
+    /// in the body for the bucket.
+    pub(crate) fn is_absent(error: &object_store::Error) -> bool {
+        matches!(error, object_store::Error::NotFound { .. })
+            && !error.to_string().contains("NoSuchBucket")
+    }
+
     /// `relative` as a URL, for messages.
     pub(crate) fn url_of(&self, relative: &str) -> String {
         format!("{}/{relative}", self.location)

@@ -132,7 +132,7 @@ pub(crate) async fn abort_orphaned_uploads(
         };
         let body = match body {
             Ok(body) => body,
-            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) if ObjectOutput::is_absent(&e) => continue,
             Err(e) => return Err(object.error("reading the upload marker", &relative, e)),
         };
         let Ok(marker) = serde_json::from_slice::<Marker>(&body) else {
@@ -153,7 +153,7 @@ pub(crate) async fn abort_orphaned_uploads(
                     "aborted a multipart upload an earlier start left and no checkpoint refers to");
             }
             // Completed (its marker outlived the commit) or aborted before.
-            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) if ObjectOutput::is_absent(&e) => {}
             Err(e) => {
                 return Err(object.error(
                     &format!("aborting the orphaned upload {} of", marker.upload_id),
@@ -163,7 +163,8 @@ pub(crate) async fn abort_orphaned_uploads(
             }
         }
         match object.store.delete(&meta.location).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Ok(()) => {}
+            Err(e) if ObjectOutput::is_absent(&e) => {}
             Err(e) => return Err(object.error("removing the upload marker", &relative, e)),
         }
     }

@@ -294,7 +294,7 @@ pub(crate) async fn recover_for_commit(
             )
             .await
             .map_err(|e| match e {
-                object_store::Error::NotFound { .. } => SinkError::other(
+                e if ObjectOutput::is_absent(&e) => SinkError::other(
                     format!(
                         "the multipart upload {} of {} recorded in the checkpoint no longer exists (aborted \
                          by hand, or by a lifecycle rule of the bucket?): its {} records cannot be recovered. \

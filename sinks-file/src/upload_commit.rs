@@ -55,7 +55,7 @@ pub(crate) async fn commit_upload(
             remove_marker(output, c).await;
             Ok(Outcome::Committed)
         }
-        Err(object_store::Error::NotFound { .. }) => {
+        Err(e) if ObjectOutput::is_absent(&e) => {
             Ok(look_at_object(output, stats, c, &target, true)
                 .await?
                 .unwrap_or_else(|| {
@@ -93,7 +93,7 @@ async fn look_at_object(
 ) -> Result<Option<Outcome>, SinkError> {
     let meta = match output.store.head(&output.path(target)).await {
         Ok(meta) => meta,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) if ObjectOutput::is_absent(&e) => return Ok(None),
         Err(error) => return Err(output.error("looking at", target, error)),
     };
     if meta.size == c.size_bytes {

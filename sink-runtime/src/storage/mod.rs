@@ -137,6 +137,9 @@ pub enum StorageError {
         source: Box<dyn std::error::Error + Send + Sync>,
         /// What the user can do, from the error (may be empty).
         hint: &'static str,
+        /// Whether no retry can help (a missing bucket, refused
+        /// credentials): the job is then not restarted.
+        permanent: bool,
     },
     /// A newer instance of the job started on the same checkpoint storage:
     /// this one may no longer store checkpoints (nor, therefore, commit).

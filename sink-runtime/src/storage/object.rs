@@ -65,6 +65,16 @@ const CHECKPOINT_PREFIX: &str = "checkpoint-";
 const CHECKPOINT_SUFFIX: &str = ".ckpt";
 /// How often a start tries to claim `HEAD` when other starts keep winning.
 const CLAIM_ATTEMPTS: usize = 16;
+const CREDENTIALS_HINT: &str = "; the credentials are missing, wrong, or not allowed to use this \
+     bucket and prefix (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the storage's options)";
+
+/// Whether `error` says the object does not exist, as opposed to its
+/// bucket: S3 answers 404 for both, with `NoSuchBucket` in the body for the
+/// bucket.
+fn is_absent(error: &object_store::Error) -> bool {
+    matches!(error, object_store::Error::NotFound { .. })
+        && !error.to_string().contains("NoSuchBucket")
+}
 
 /// What `HEAD` holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,21 +269,24 @@ impl Inner {
     }
 
     fn remote(&self, doing: &str, path: &Path, error: object_store::Error) -> StorageError {
-        let hint = match &error {
+        let text = error.to_string();
+        let (hint, permanent) = match &error {
             object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. } => {
-                "; the credentials are missing, wrong, or not allowed to use this bucket and prefix \
-                 (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the storage's options)"
+            | object_store::Error::Unauthenticated { .. } => (CREDENTIALS_HINT, true),
+            _ if text.contains("InvalidAccessKeyId") || text.contains("SignatureDoesNotMatch") => {
+                (CREDENTIALS_HINT, true)
             }
-            _ if error.to_string().contains("NoSuchBucket") => {
-                "; the bucket does not exist: create it, or correct the URL"
-            }
-            _ => "",
+            _ if text.contains("NoSuchBucket") => (
+                "; the bucket does not exist: create it, or correct the URL",
+                true,
+            ),
+            _ => ("", false),
         };
         StorageError::Remote {
             context: format!("{doing} {}", self.url_of(path)),
             source: Box::new(error),
             hint,
+            permanent,
         }
     }
 
@@ -285,7 +298,7 @@ impl Inner {
                 .await
                 .map(Some)
                 .map_err(|e| self.remote("reading", path, e)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(error) if is_absent(&error) => Ok(None),
             Err(error) => Err(self.remote("reading", path, error)),
         }
     }
@@ -296,7 +309,7 @@ impl Inner {
         let path = self.head_path();
         let result = match self.store.get(&path).await {
             Ok(result) => result,
-            Err(object_store::Error::NotFound { .. }) => return Ok((None, None)),
+            Err(error) if is_absent(&error) => return Ok((None, None)),
             Err(error) => return Err(self.remote("reading", &path, error)),
         };
         let version = UpdateVersion {
