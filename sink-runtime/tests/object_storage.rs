@@ -15,14 +15,15 @@ use sink_runtime::{CheckpointConfig, Job, JobError, JobStatus, RestartStrategy};
 use sinks_memory::{MemorySink, MemoryStore};
 
 fn job(
-    objects: &Arc<InMemory>,
+    storage: &ObjectCheckpointStorage,
     store: &MemoryStore<u64>,
     source: ThrottledSource,
 ) -> Job<ThrottledSource, MemorySink<u64>> {
+    // A new instance on the same storage: a storage object of its own.
     let storage = ObjectCheckpointStorage::new(
-        objects.clone(),
-        Path::from("jobs/state"),
-        "memory://jobs/state",
+        storage.object_store(),
+        storage.prefix().clone(),
+        storage.location(),
     );
     Job::builder("object-state", source, MemorySink::new(store.clone()))
         .parallelism(2)
@@ -36,14 +37,82 @@ fn job(
         .expect("a valid job")
 }
 
-/// A job stopped on one instance resumes on another from the object store
-/// alone, and a finished job is not run again.
+fn in_memory() -> ObjectCheckpointStorage {
+    ObjectCheckpointStorage::new(
+        Arc::new(InMemory::new()),
+        Path::from("jobs/state"),
+        "memory://jobs/state",
+    )
+}
+
 #[tokio::test]
 async fn a_job_resumes_from_the_object_store_on_a_new_instance() {
-    let objects = Arc::new(InMemory::new());
+    resumes_on_a_new_instance(in_memory()).await;
+}
+
+#[tokio::test]
+async fn an_older_instance_still_running_is_fenced_and_stops() {
+    fences_the_older_instance(in_memory()).await;
+}
+
+/// The same against an S3-compatible server (`scripts/with-s3`), whose
+/// conditional writes do the fencing.
+#[cfg(feature = "s3")]
+mod s3 {
+    use super::*;
+
+    fn storage() -> Option<ObjectCheckpointStorage> {
+        let Ok(bucket) = std::env::var("S3_TEST_BUCKET") else {
+            println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
+            return None;
+        };
+        let url = format!("s3://{bucket}/{}/state", uuid::Uuid::new_v4().simple());
+        Some(ObjectCheckpointStorage::s3(&url, &[]).expect("a valid URL"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_resumes_from_s3_on_a_new_instance() {
+        if let Some(storage) = storage() {
+            resumes_on_a_new_instance(storage).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_older_instance_on_s3_is_fenced_and_stops() {
+        if let Some(storage) = storage() {
+            fences_the_older_instance(storage).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_missing_bucket_is_refused_at_start_and_not_restarted() {
+        if storage().is_none() {
+            return;
+        }
+        let storage = ObjectCheckpointStorage::s3("s3://no-such-bucket/state", &[]).unwrap();
+        let store = MemoryStore::<u64>::new();
+        let error = job(&storage, &store, ThrottledSource::bounded(100, 10, ms(1)))
+            .run()
+            .await
+            .unwrap_err();
+        assert!(!error.is_restartable(), "{error:?}");
+        let message = error.to_string();
+        assert!(message.contains("the bucket does not exist"), "{message}");
+        assert!(message.contains("s3://no-such-bucket/state"), "{message}");
+        assert_eq!(
+            store.stats().writers_created,
+            0,
+            "refused before any writer"
+        );
+    }
+}
+
+/// A job stopped on one instance resumes on another from the object store
+/// alone, and a finished job is not run again.
+async fn resumes_on_a_new_instance(storage: ObjectCheckpointStorage) {
     let store = MemoryStore::<u64>::new();
     let first = job(
-        &objects,
+        &storage,
         &store,
         ThrottledSource::unbounded(2_000, 10, ms(1)),
     )
@@ -53,14 +122,14 @@ async fn a_job_resumes_from_the_object_store_on_a_new_instance() {
     }
     first.cancel();
     first.join().await.unwrap();
-    let report = job(&objects, &store, ThrottledSource::bounded(2_000, 10, ms(1)))
+    let report = job(&storage, &store, ThrottledSource::bounded(2_000, 10, ms(1)))
         .run()
         .await
         .unwrap();
     assert_eq!(report.status, JobStatus::Finished);
     assert_exactly_once("committed", &store.committed(), 2_000);
     assert_no_violations(&store);
-    let again = job(&objects, &store, ThrottledSource::bounded(2_000, 10, ms(1)))
+    let again = job(&storage, &store, ThrottledSource::bounded(2_000, 10, ms(1)))
         .run()
         .await
         .unwrap();
@@ -71,12 +140,10 @@ async fn a_job_resumes_from_the_object_store_on_a_new_instance() {
 /// older (still running: a zombie) is refused its next checkpoint and stops,
 /// without a restart though it has a restart strategy; the newer finishes
 /// the job, and every record is committed exactly once.
-#[tokio::test]
-async fn an_older_instance_still_running_is_fenced_and_stops() {
-    let objects = Arc::new(InMemory::new());
+async fn fences_the_older_instance(storage: ObjectCheckpointStorage) {
     let store = MemoryStore::<u64>::new();
     let older = job(
-        &objects,
+        &storage,
         &store,
         ThrottledSource::unbounded(2_000, 10, ms(1)),
     )
@@ -84,7 +151,7 @@ async fn an_older_instance_still_running_is_fenced_and_stops() {
     while older.metrics().checkpoints_completed < 3 {
         tokio::time::sleep(ms(5)).await;
     }
-    let newer = job(&objects, &store, ThrottledSource::bounded(2_000, 10, ms(1))).start();
+    let newer = job(&storage, &store, ThrottledSource::bounded(2_000, 10, ms(1))).start();
     let error = older.join().await.unwrap_err();
     let JobError::Storage(StorageError::Fenced {
         generation,

@@ -412,7 +412,7 @@ impl<T, E, B> FileSink<T, E, B> {
             .flatten()
             .map(|upload| upload.upload_id.clone())
             .collect();
-        let aborted = abort_orphaned_uploads(object, &start.lineage, &kept).await?;
+        let aborted = abort_orphaned_uploads(object, start.lineage, &kept).await?;
         self.stats.orphans_removed(aborted);
         Ok(())
     }

@@ -14,12 +14,17 @@ use sink_runtime::{
     CheckpointConfig, Job, JobError, JobStatus, MemoryCheckpointStorage, SequenceSource,
 };
 use sink_testkit::{certify, Destination};
-use sinks_file::{Encoder, FileSink, LineEncoder, ObjectOutput, RollingPolicy, S3_MINIMUM_PART_SIZE};
+use sinks_file::{
+    Encoder, FileSink, LineEncoder, ObjectOutput, RollingPolicy, S3_MINIMUM_PART_SIZE,
+};
 
 /// The test server's endpoint and bucket, or `None` (with the reason
 /// printed) when the tests run without it.
 fn server() -> Option<(String, String)> {
-    match (std::env::var("S3_TEST_ENDPOINT"), std::env::var("S3_TEST_BUCKET")) {
+    match (
+        std::env::var("S3_TEST_ENDPOINT"),
+        std::env::var("S3_TEST_BUCKET"),
+    ) {
         (Ok(endpoint), Ok(bucket)) => Some((endpoint, bucket)),
         _ => {
             println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
@@ -51,7 +56,10 @@ async fn uploads_in_progress(endpoint: &str, bucket: &str, prefix: &str) -> usiz
 /// The ids in every finished object of `output`.
 async fn committed_ids(output: &ObjectOutput) -> Vec<u64> {
     let mut ids = Vec::new();
-    for object in sinks_file::finished_objects(output).await.expect("a listing") {
+    for object in sinks_file::finished_objects(output)
+        .await
+        .expect("a listing")
+    {
         let bytes = sinks_file::read_object(output, &object)
             .await
             .expect("a listed object reads");
@@ -174,8 +182,12 @@ async fn objects_of_several_parts_survive_a_stop_and_orphaned_uploads_are_aborte
     let prefix = prefix_of(&output);
     let storage = MemoryCheckpointStorage::new(2);
     const RECORDS: u64 = 300_000;
-    let first =
-        padded_job(&output, &storage, SequenceSource::unbounded(RECORDS).paced(100_000)).start();
+    let first = padded_job(
+        &output,
+        &storage,
+        SequenceSource::unbounded(RECORDS).paced(100_000),
+    )
+    .start();
     while first.metrics().checkpoints_completed < 3 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -194,7 +206,11 @@ async fn objects_of_several_parts_survive_a_stop_and_orphaned_uploads_are_aborte
     let mut ids = committed_ids(&output).await;
     ids.sort_unstable();
     let expected: Vec<u64> = (0..RECORDS).collect();
-    assert!(ids == expected, "{} ids, expected {RECORDS} once each", ids.len());
+    assert!(
+        ids == expected,
+        "{} ids, expected {RECORDS} once each",
+        ids.len()
+    );
     assert_eq!(uploads_in_progress(&endpoint, &bucket, &prefix).await, 0);
     let sizes = {
         use futures::TryStreamExt;
@@ -237,7 +253,13 @@ async fn a_missing_bucket_is_refused_at_start() {
         .expect_err("no bucket, no job");
     let message = error.to_string();
     assert!(
-        matches!(error, JobError::Sink { action: "on_start", .. }),
+        matches!(
+            error,
+            JobError::Sink {
+                action: "on_start",
+                ..
+            }
+        ),
         "refused in the start hook: {error:?}"
     );
     assert!(message.contains("the bucket does not exist"), "{message}");
@@ -249,8 +271,11 @@ async fn a_missing_bucket_is_refused_at_start() {
 #[test]
 fn a_bad_url_is_refused_when_the_output_is_made() {
     let error = ObjectOutput::s3("http://bucket/out", &[]).unwrap_err();
-    assert!(error.to_string().contains("must start with s3://"), "{error}");
-    let error = ObjectOutput::s3("s3://bucket/out", &[("no_such_option".into(), "x".into())])
-        .unwrap_err();
+    assert!(
+        error.to_string().contains("must start with s3://"),
+        "{error}"
+    );
+    let error =
+        ObjectOutput::s3("s3://bucket/out", &[("no_such_option".into(), "x".into())]).unwrap_err();
     assert!(error.to_string().contains("no_such_option"), "{error}");
 }

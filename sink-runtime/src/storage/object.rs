@@ -103,7 +103,7 @@ struct Claim {
 /// fencing).
 ///
 /// Made by the user with [`new`](Self::new) (any [`ObjectStore`]) or, with
-/// the `s3` feature, [`s3`](Self::s3), and given to
+/// the `s3` feature, `ObjectCheckpointStorage::s3`, and given to
 /// `JobBuilder::checkpoint_storage`. Clones share the claim of the instance.
 #[derive(Debug, Clone)]
 pub struct ObjectCheckpointStorage {
@@ -180,6 +180,16 @@ impl ObjectCheckpointStorage {
     /// Where the storage is, as named in messages.
     pub fn location(&self) -> &str {
         &self.inner.location
+    }
+
+    /// The object store it keeps its objects in.
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        self.inner.store.clone()
+    }
+
+    /// The prefix its objects are under.
+    pub fn prefix(&self) -> &Path {
+        &self.inner.prefix
     }
 
     /// Forgets the job's progress, so that the next job started on this
