@@ -85,6 +85,30 @@ mod s3 {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn refused_credentials_are_refused_at_start_and_not_restarted() {
+        let Ok(refusing) = std::env::var("S3_TEST_REFUSING_ENDPOINT") else {
+            println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
+            return;
+        };
+        let storage =
+            ObjectCheckpointStorage::s3("s3://eo-test/state", &[("endpoint".into(), refusing)])
+                .unwrap();
+        let store = MemoryStore::<u64>::new();
+        let error = job(&storage, &store, ThrottledSource::bounded(100, 10, ms(1)))
+            .run()
+            .await
+            .unwrap_err();
+        assert!(!error.is_restartable(), "{error:?}");
+        let message = error.to_string();
+        assert!(message.contains("the credentials are"), "{message}");
+        assert_eq!(
+            store.stats().writers_created,
+            0,
+            "refused before any writer"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_missing_bucket_is_refused_at_start_and_not_restarted() {
         if storage().is_none() {
             return;

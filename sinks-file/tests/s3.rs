@@ -267,6 +267,42 @@ async fn a_missing_bucket_is_refused_at_start() {
     assert!(!error.is_restartable());
 }
 
+/// Credentials the server refuses fail the job at its start, before any
+/// writer, with a message that names them; it is not restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_are_refused_at_start() {
+    let Ok(refusing) = std::env::var("S3_TEST_REFUSING_ENDPOINT") else {
+        println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
+        return;
+    };
+    let output = ObjectOutput::s3("s3://eo-test/out", &[("endpoint".into(), refusing)])
+        .expect("a valid URL");
+    let sink = FileSink::object_store_builder(output, LineEncoder)
+        .build()
+        .expect("a valid sink");
+    let error = Job::builder("refused", SequenceSource::bounded(10), sink)
+        .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
+        .build()
+        .expect("a valid job")
+        .run()
+        .await
+        .expect_err("refused credentials, no job");
+    let message = error.to_string();
+    assert!(
+        matches!(
+            error,
+            JobError::Sink {
+                action: "on_start",
+                ..
+            }
+        ),
+        "refused in the start hook: {error:?}"
+    );
+    assert!(message.contains("the credentials are"), "{message}");
+    assert!(message.contains("AWS_ACCESS_KEY_ID"), "{message}");
+    assert!(!error.is_restartable());
+}
+
 /// An `s3://` URL that is not one is refused when the output is made.
 #[test]
 fn a_bad_url_is_refused_when_the_output_is_made() {

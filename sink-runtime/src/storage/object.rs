@@ -427,9 +427,16 @@ impl Inner {
             }
         };
         for meta in listed {
-            let is_checkpoint = meta.location.filename().is_some_and(|name| {
-                name.starts_with(CHECKPOINT_PREFIX) && name.ends_with(CHECKPOINT_SUFFIX)
-            });
+            // Only the prefix's own checkpoint objects: nothing below it in
+            // a "directory" of its own is this storage's.
+            let own = meta
+                .location
+                .prefix_match(&self.prefix)
+                .is_some_and(|parts| parts.count() == 1);
+            let is_checkpoint = own
+                && meta.location.filename().is_some_and(|name| {
+                    name.starts_with(CHECKPOINT_PREFIX) && name.ends_with(CHECKPOINT_SUFFIX)
+                });
             if is_checkpoint && !named.contains(&meta.location) {
                 match self.store.delete(&meta.location).await {
                     Ok(()) => {
@@ -835,9 +842,17 @@ mod tests {
         // A crash between the checkpoint's put and HEAD's.
         let stray = Path::from("state/checkpoint-00000000000000000002-g00000000000000000001.ckpt");
         store.put(&stray, b"x".to_vec().into()).await.unwrap();
+        // Not this storage's: in a "directory" below its prefix.
+        let other =
+            Path::from("state/other/checkpoint-00000000000000000001-g00000000000000000001.ckpt");
+        store.put(&other, b"x".to_vec().into()).await.unwrap();
         let second = storage(&store);
         second.begin().await.unwrap();
-        assert_eq!(objects(&store).await.len(), 2, "HEAD and checkpoint 1");
+        assert_eq!(
+            objects(&store).await.len(),
+            3,
+            "HEAD, checkpoint 1 and the other directory's object"
+        );
         assert_eq!(second.latest().await.unwrap(), Some(checkpoint(1)));
     }
 }
