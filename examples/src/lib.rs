@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod demo_line;
 pub mod ingest;
+pub mod location;
 pub mod table_sink;
 pub mod timeline;
 

@@ -71,6 +71,7 @@ pub use committer::FileCommitter;
 pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
 pub use memory_store::MemoryObjectStore;
 pub use object_output::{ObjectOutput, ObjectOutputStore, S3_MINIMUM_PART_SIZE};
+pub use orphans::clear_object_output;
 pub use output::{finished_files, finished_objects, read_object};
 pub use part_file::{FileCommittable, InProgressState};
 pub use rolling::{PartInfo, RollingPolicy};

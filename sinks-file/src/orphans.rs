@@ -171,6 +171,62 @@ pub(crate) async fn abort_orphaned_uploads(
     Ok(aborted)
 }
 
+/// Starts an object store output over: aborts every upload that has a
+/// marker under it (of any lineage), then removes every object under its
+/// prefix but those under `keep` (a path relative to the prefix, such as a
+/// checkpoint storage kept there). Called by programs that start a job
+/// over (the file sink demo's `--fresh`) before the job is built, never
+/// while one writes there.
+pub async fn clear_object_output(
+    object: &ObjectOutput,
+    keep: Option<&str>,
+) -> Result<(), SinkError> {
+    use futures::TryStreamExt;
+    let listed: Vec<object_store::ObjectMeta> = object
+        .store
+        .list(Some(&object.prefix))
+        .try_collect()
+        .await
+        .map_err(|e| object.error("listing", "", e))?;
+    let keep = keep.map(|keep| object.path(keep));
+    for meta in listed {
+        if keep
+            .as_ref()
+            .is_some_and(|keep| meta.location.prefix_matches(keep))
+        {
+            continue;
+        }
+        let relative = meta
+            .location
+            .prefix_match(&object.prefix)
+            .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"))
+            .unwrap_or_else(|| meta.location.to_string());
+        if relative.starts_with(".uploads/") {
+            let body = match object.store.get(&meta.location).await {
+                Ok(found) => found.bytes().await.ok(),
+                Err(_) => None,
+            };
+            if let Some(marker) = body.and_then(|b| serde_json::from_slice::<Marker>(&b).ok()) {
+                match object
+                    .store
+                    .abort_multipart(&object.path(&marker.target), &marker.upload_id)
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(e) if ObjectOutput::is_absent(&e) => {}
+                    Err(e) => return Err(object.error("aborting an upload of", &marker.target, e)),
+                }
+            }
+        }
+        match object.store.delete(&meta.location).await {
+            Ok(()) => {}
+            Err(e) if ObjectOutput::is_absent(&e) => {}
+            Err(e) => return Err(object.error("removing", &relative, e)),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,16 +13,25 @@
 //!
 //! Each record is one line: its id as 20 zero-padded digits, a comma, filler
 //! up to `--record-size` bytes, a newline. Finished files are every
-//! non-hidden file under `--out`; the checkpoints live in `--out/.state`.
+//! non-hidden file under `--out`; the checkpoints live in `--out/.state`
+//! unless `--state` says where.
+//!
+//! On S3 or an S3-compatible server (credentials and region from the usual
+//! `AWS_*` variables):
+//!
+//! ```text
+//! file-sink-demo --out s3://bucket/demo --state s3://bucket/demo-state --endpoint http://127.0.0.1:9000 --records 100000
+//! ```
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
 use examples::cli::parse_duration;
 use examples::demo_line::DemoLine;
+use examples::location::{self, Location, Storage};
 use examples::timeline::{render, Sample};
 use indicatif::{ProgressBar, ProgressStyle};
 use sink_runtime::storage::StorageError;
@@ -30,7 +39,7 @@ use sink_runtime::{
     BuildError, CheckpointConfig, Job, JobReport, JobStatus, LocalCheckpointStorage, RuntimeMode,
     SequenceSource,
 };
-use sinks_file::{FileSink, FileSinkStats, RollingPolicy};
+use sinks_file::{FileSinkStats, RollingPolicy};
 
 /// The write-up's three rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -62,9 +71,18 @@ enum Mode {
     about = "Two-phase-commit file sink demo: the 'no checkpoint, never commits' experiment, with real files"
 )]
 struct Args {
-    /// Output directory: finished files, and the checkpoints in `.state`.
-    #[arg(long, default_value = "./demo-out")]
-    out: PathBuf,
+    /// Output: a directory, or an s3://bucket/prefix URL. Finished files,
+    /// and the checkpoints in `.state` unless --state is given.
+    #[arg(long, default_value = "./demo-out", value_parser = Location::parse)]
+    out: Location,
+    /// Where the checkpoints are kept: a directory, or an s3://bucket/prefix
+    /// URL. Default: `.state` inside --out.
+    #[arg(long, value_parser = Location::parse)]
+    state: Option<Location>,
+    /// The S3 endpoint, for S3-compatible servers (default: AWS_ENDPOINT_URL,
+    /// else AWS itself).
+    #[arg(long)]
+    endpoint: Option<String>,
     /// One of the write-up's rows (160 records, parallelism 2, 1 s checkpoints where on).
     #[arg(long, value_enum)]
     preset: Option<Preset>,
@@ -129,7 +147,10 @@ impl Args {
 /// One job to run.
 #[derive(Debug, Clone)]
 struct Config {
-    out: PathBuf,
+    out: Location,
+    state: Location,
+    /// The object store client's options (`--endpoint`).
+    options: Vec<(String, String)>,
     records: u64,
     parallelism: usize,
     source: SourceKind,
@@ -144,7 +165,7 @@ struct Config {
 }
 
 impl Config {
-    fn from_args(args: &Args, out: PathBuf) -> anyhow::Result<Config> {
+    fn from_args(args: &Args, out: Location, state: Location) -> anyhow::Result<Config> {
         let preset = args.preset;
         let checkpoint_interval = match args.checkpoint_interval.as_deref() {
             Some("off") => None,
@@ -158,6 +179,8 @@ impl Config {
         });
         Ok(Config {
             out,
+            state,
+            options: location::s3_options(args.endpoint.as_deref()),
             records: args.records.unwrap_or(160),
             parallelism: args.parallelism.unwrap_or(2) as usize,
             source,
@@ -171,6 +194,10 @@ impl Config {
         })
     }
 }
+
+/// The state directory's name inside the output, when `--state` is not
+/// given.
+const STATE_DIR: &str = ".state";
 
 /// What one run gives.
 struct Outcome {
@@ -195,12 +222,13 @@ fn progress_bar(enabled: bool) -> Option<ProgressBar> {
 }
 
 async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
-    let sink = FileSink::builder(
+    let sink = location::file_sink_builder(
         &config.out,
         DemoLine {
             record_size: config.record_size,
         },
-    )
+        &config.options,
+    )?
     // Every checkpoint commits everything written before it (parts also roll
     // at 128 MiB): committed output lags by one checkpoint at most.
     .rolling_policy(RollingPolicy {
@@ -215,7 +243,7 @@ async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
         SourceKind::Unbounded => SequenceSource::unbounded(config.records),
     }
     .paced(config.rate);
-    let storage = open_state(&config.out, config.fresh)?;
+    let storage = open_state(config).await?;
     let mut builder = Job::builder("file-sink-demo", source, sink)
         .parallelism(config.parallelism)
         .mode(match config.mode {
@@ -273,18 +301,68 @@ async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
     Ok(Outcome {
         samples,
         committed_records: stats.snapshot().committed_records,
-        finished_files: sinks_file::finished_files(&config.out)
-            .with_context(|| format!("reading {}", config.out.display()))?
-            .len(),
+        finished_files: location::finished_count(&config.out, &config.options).await?,
         wall: started.elapsed(),
         report,
     })
 }
 
-/// The state directory's name inside the output directory.
-const STATE_DIR: &str = ".state";
 
-/// Opens the job's state directory `out/.state`, taking its lock before
+/// Opens the job's checkpoint storage (`out/.state` unless `--state` says
+/// otherwise). With `fresh`, starts over: the output is cleared first, then
+/// the checkpoints (see [`start_over_local`] and [`start_over_object`]).
+async fn open_state(config: &Config) -> anyhow::Result<Storage> {
+    match (&config.out, &config.state) {
+        (Location::Local(out), Location::Local(state)) => {
+            let storage = open_local_state(out, state, config.fresh)?;
+            Ok(Storage::Local(storage))
+        }
+        (out, state) => {
+            let storage = Storage::open(state, &config.options)
+                .with_context(|| format!("opening the checkpoint storage {state}"))?;
+            if config.fresh {
+                start_over_object(out, state, &storage, &config.options).await?;
+            }
+            Ok(storage)
+        }
+    }
+}
+
+/// Starts over with an object store on either side: the output first (every
+/// finished object removed, every upload in progress aborted, outside the
+/// state's prefix), then the checkpoints, keeping the generation. There is
+/// no lock on an object store: an instance still running is fenced off by
+/// the start-over, and stops at its next checkpoint.
+async fn start_over_object(
+    out: &Location,
+    state: &Location,
+    storage: &Storage,
+    options: &[(String, String)],
+) -> anyhow::Result<()> {
+    match out {
+        Location::Local(dir) => {
+            if dir.exists() {
+                std::fs::remove_dir_all(dir)
+                    .with_context(|| format!("removing {} for --fresh", dir.display()))?;
+            }
+        }
+        Location::S3(url) => {
+            let keep = match state {
+                Location::S3(state) => state.strip_prefix(&format!("{url}/")).map(str::to_string),
+                Location::Local(_) => None,
+            };
+            sinks_file::clear_object_output(&location::object_output(url, options)?, keep.as_deref())
+                .await
+                .with_context(|| format!("clearing {url} for --fresh"))?;
+        }
+    }
+    storage
+        .start_over()
+        .await
+        .with_context(|| format!("starting over in {state} for --fresh"))
+}
+
+/// Opens the local state directory `state`, taking its lock before
 /// anything in `out` is touched. With `fresh`, and only once the lock is
 /// held, starts over: everything in `out` but the state directory is
 /// deleted (finished files, hidden parts, the file sink's identity marker),
@@ -297,27 +375,35 @@ const STATE_DIR: &str = ".state";
 /// checkpoints without their output, which a resume refuses (the output
 /// directory has no identity marker), never a fresh job writing again
 /// beside old output.
-fn open_state(out: &Path, fresh: bool) -> anyhow::Result<LocalCheckpointStorage> {
-    let state = out.join(STATE_DIR);
-    let storage = match LocalCheckpointStorage::open(&state) {
+fn open_local_state(
+    out: &std::path::Path,
+    state: &std::path::Path,
+    fresh: bool,
+) -> anyhow::Result<LocalCheckpointStorage> {
+    let storage = match LocalCheckpointStorage::open(state) {
         Ok(storage) => storage,
         Err(error @ StorageError::Locked { .. }) if fresh => {
             bail!("--fresh refused, nothing was deleted: {error}")
         }
         Err(error) => {
             return Err(error)
-                .with_context(|| format!("opening the state directory in {}", out.display()))
+                .with_context(|| format!("opening the state directory {}", state.display()))
         }
     };
     if fresh {
-        let entries = std::fs::read_dir(out)
-            .with_context(|| format!("listing {} for --fresh", out.display()))?;
+        let entries = match std::fs::read_dir(out) {
+            Ok(entries) => entries.collect::<Vec<_>>(),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => {
+                return Err(error).with_context(|| format!("listing {} for --fresh", out.display()))
+            }
+        };
         for entry in entries {
             let entry = entry.with_context(|| format!("listing {} for --fresh", out.display()))?;
-            if entry.file_name() == STATE_DIR {
+            let path = entry.path();
+            if path == state {
                 continue;
             }
-            let path = entry.path();
             let removed = match entry.file_type() {
                 Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path),
                 _ => std::fs::remove_file(&path),
@@ -340,7 +426,9 @@ async fn table(args: &Args) -> anyhow::Result<()> {
     for label in ["unbounded", "unbounded-nockpt", "nockpt"] {
         let preset_args = Args::parse_from(["file-sink-demo", "--preset", label]);
         let out = args.out.join(label);
-        let mut config = Config::from_args(&preset_args, out.clone())?;
+        let state = out.join(STATE_DIR);
+        let mut config = Config::from_args(&preset_args, out, state)?;
+        config.options = location::s3_options(args.endpoint.as_deref());
         config.run_for = Duration::from_secs(3);
         config.fresh = true;
         let source = match config.source {
@@ -375,7 +463,7 @@ async fn table(args: &Args) -> anyhow::Result<()> {
     }
     println!(
         "\nFinished files are under {}; hidden files (a leading dot) are not committed.",
-        args.out.display()
+        args.out
     );
     Ok(())
 }
@@ -404,7 +492,11 @@ async fn main() -> anyhow::Result<()> {
         Some(Preset::Nockpt) => "nockpt",
         None => "custom",
     };
-    let config = Config::from_args(&args, args.out.clone())?;
+    let state = args
+        .state
+        .clone()
+        .unwrap_or_else(|| args.out.join(STATE_DIR));
+    let config = Config::from_args(&args, args.out.clone(), state)?;
     let outcome = match run(&config, !args.json).await {
         Ok(outcome) => outcome,
         Err(error) => {
@@ -430,7 +522,7 @@ async fn main() -> anyhow::Result<()> {
     if outcome.report.status == JobStatus::AlreadyFinished {
         eprintln!(
             "the job in {} has finished already; nothing was written (pass --fresh to start over)",
-            config.out.display()
+            config.out
         );
     }
     let wall_s = outcome.wall.as_secs_f64();

@@ -3,23 +3,32 @@
 //! still pending in it per checkpoint and subtask.
 //!
 //! `cargo run -p examples --bin sink-inspect -- STATE_DIR [--json]`
+//! `cargo run -p examples --bin sink-inspect -- s3://bucket/state [--endpoint URL] [--json]`
 //!
-//! It reads without taking the directory's lock, so it can look at the state
-//! of a running job; an unreadable checkpoint is reported, not fatal.
+//! It reads without taking the directory's lock (nor claiming an object
+//! store's), so it can look at the state of a running job; an unreadable
+//! checkpoint is reported, not fatal.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+use examples::location::{self, Location};
 use serde_json::{json, Value};
-use sink_runtime::storage::{CompletedCheckpoint, LocalCheckpointStorage, PendingCommittables};
+use sink_runtime::storage::{
+    CompletedCheckpoint, LocalCheckpointStorage, ObjectCheckpointStorage, PendingCommittables,
+};
 
 #[derive(Debug, Parser)]
 #[command(about = "Inspects the checkpoints in a job's state directory")]
 struct Args {
-    /// The state directory.
-    state_dir: PathBuf,
+    /// The state directory, or the checkpoint storage's s3://bucket/prefix URL.
+    #[arg(value_parser = Location::parse)]
+    state_dir: Location,
+    /// The S3 endpoint, for S3-compatible servers (default: AWS_ENDPOINT_URL,
+    /// else AWS itself).
+    #[arg(long)]
+    endpoint: Option<String>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -81,10 +90,20 @@ fn pending_list(parts: &Value) -> Vec<String> {
         .collect()
 }
 
-fn main() -> anyhow::Result<()> {
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let state = LocalCheckpointStorage::inspect(&args.state_dir)
-        .with_context(|| format!("cannot inspect {}", args.state_dir.display()))?;
+    let state = match &args.state_dir {
+        Location::Local(dir) => LocalCheckpointStorage::inspect(dir),
+        Location::S3(url) => {
+            let options = location::s3_options(args.endpoint.as_deref());
+            match ObjectCheckpointStorage::s3(url, &options) {
+                Ok(storage) => storage.inspect().await,
+                Err(error) => Err(error),
+            }
+        }
+    }
+    .with_context(|| format!("cannot inspect {}", args.state_dir))?;
     let checkpoints: Vec<Value> = state
         .checkpoints
         .iter()
@@ -101,7 +120,7 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let report = json!({
-        "state_dir": args.state_dir.display().to_string(),
+        "state_dir": args.state_dir.to_string(),
         "generation": state.generation.map(|g| g.0),
         "finished": state.finished.map(|f| json!({
             "generation": f.generation.0,
@@ -114,7 +133,7 @@ fn main() -> anyhow::Result<()> {
         println!("{report}");
         return Ok(());
     }
-    println!("state directory  {}", args.state_dir.display());
+    println!("state directory  {}", args.state_dir);
     println!(
         "generation       {}",
         state.generation.map_or("none".into(), |g| g.to_string())
