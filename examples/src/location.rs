@@ -37,9 +37,7 @@ impl Location {
             return Ok(Location::S3(format!("s3://{rest}")));
         }
         if text.contains("://") {
-            return Err(format!(
-                "'{text}' is neither a local path nor an s3:// URL"
-            ));
+            return Err(format!("'{text}' is neither a local path nor an s3:// URL"));
         }
         Ok(Location::Local(PathBuf::from(text)))
     }
@@ -128,7 +126,10 @@ impl Storage {
     /// created and locked (refused while another instance holds it); an
     /// object store prefix is only configured here, and claimed when the
     /// job starts.
-    pub fn open(location: &Location, options: &[(String, String)]) -> Result<Storage, StorageError> {
+    pub fn open(
+        location: &Location,
+        options: &[(String, String)],
+    ) -> Result<Storage, StorageError> {
         Ok(match location {
             Location::Local(dir) => Storage::Local(LocalCheckpointStorage::open(dir)?),
             Location::S3(url) => Storage::Object(ObjectCheckpointStorage::s3(url, options)?),

@@ -199,7 +199,12 @@ pub async fn clear_object_output(
         let relative = meta
             .location
             .prefix_match(&object.prefix)
-            .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"))
+            .map(|parts| {
+                parts
+                    .map(|p| p.as_ref().to_string())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
             .unwrap_or_else(|| meta.location.to_string());
         if relative.starts_with(".uploads/") {
             let body = match object.store.get(&meta.location).await {

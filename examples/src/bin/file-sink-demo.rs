@@ -307,7 +307,6 @@ async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
     })
 }
 
-
 /// Opens the job's checkpoint storage (`out/.state` unless `--state` says
 /// otherwise). With `fresh`, starts over: the output is cleared first, then
 /// the checkpoints (see [`start_over_local`] and [`start_over_object`]).
@@ -351,9 +350,12 @@ async fn start_over_object(
                 Location::S3(state) => state.strip_prefix(&format!("{url}/")).map(str::to_string),
                 Location::Local(_) => None,
             };
-            sinks_file::clear_object_output(&location::object_output(url, options)?, keep.as_deref())
-                .await
-                .with_context(|| format!("clearing {url} for --fresh"))?;
+            sinks_file::clear_object_output(
+                &location::object_output(url, options)?,
+                keep.as_deref(),
+            )
+            .await
+            .with_context(|| format!("clearing {url} for --fresh"))?;
         }
     }
     storage

@@ -22,6 +22,7 @@ use anyhow::Context;
 use clap::Parser;
 use examples::cli::parse_positive_duration;
 use examples::ingest::{Config, IngestService};
+use examples::location::{self, Location};
 use sink_runtime::pipeline::KeyRetention;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -41,6 +42,19 @@ struct Args {
     /// again on the same DIR to resume.
     #[arg(long, value_name = "DIR", default_value = "ingest-output")]
     output_dir: PathBuf,
+    /// Finished files go here instead of DIR/data: a directory or an
+    /// s3://bucket/prefix URL (credentials and region from the AWS_*
+    /// variables).
+    #[arg(long, value_parser = Location::parse)]
+    out: Option<Location>,
+    /// Checkpoints are kept here instead of DIR/checkpoints: a directory or
+    /// an s3://bucket/prefix URL.
+    #[arg(long, value_parser = Location::parse)]
+    state: Option<Location>,
+    /// The S3 endpoint, for S3-compatible servers (default:
+    /// AWS_ENDPOINT_URL, else AWS itself).
+    #[arg(long)]
+    endpoint: Option<String>,
     /// Time between checkpoints (commits), such as 1s or 200ms.
     #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
     checkpoint_interval: Duration,
@@ -91,6 +105,9 @@ impl Args {
                 .ack_timeout
                 .unwrap_or(Duration::from_secs(30).max(self.checkpoint_interval * 3)),
             max_body_bytes: size(self.max_body_bytes, "--max-body-bytes")?,
+            data: self.out.clone(),
+            state: self.state.clone(),
+            s3_options: location::s3_options(self.endpoint.as_deref()),
         })
     }
 }

@@ -86,8 +86,10 @@ use serde_json::Value;
 use sink_runtime::pipeline::{
     IdempotencyKey, KeyRetention, Pipeline, PipelineState, Refusal, SendError, TicketError,
 };
-use sink_runtime::{CheckpointConfig, LocalCheckpointStorage, RestartStrategy, RetryPolicy};
-use sinks_file::{FileSink, JsonLinesEncoder, RollingPolicy};
+use sink_runtime::{CheckpointConfig, RestartStrategy, RetryPolicy};
+use sinks_file::{JsonLinesEncoder, RollingPolicy};
+
+use crate::location::{self, Location, Storage};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
@@ -131,6 +133,14 @@ pub struct Config {
     pub ack_timeout: Duration,
     /// The largest request body. Default 2 MiB.
     pub max_body_bytes: usize,
+    /// Where the finished data files go instead of `<output_dir>/data`: a
+    /// directory or an `s3://bucket/prefix` URL.
+    pub data: Option<Location>,
+    /// Where the checkpoints are kept instead of `<output_dir>/checkpoints`:
+    /// a directory or an `s3://bucket/prefix` URL.
+    pub state: Option<Location>,
+    /// The object store client's options (`--endpoint`).
+    pub s3_options: Vec<(String, String)>,
 }
 
 impl Config {
@@ -145,7 +155,26 @@ impl Config {
             key_retention: KeyRetention::default(),
             ack_timeout: Duration::from_secs(30),
             max_body_bytes: 2 * 1024 * 1024,
+            data: None,
+            state: None,
+            s3_options: Vec::new(),
         }
+    }
+
+    /// Where the finished data goes: [`data`](Self::data), else
+    /// `<output_dir>/data`.
+    pub fn data_location(&self) -> Location {
+        self.data
+            .clone()
+            .unwrap_or_else(|| Location::Local(self.data_dir()))
+    }
+
+    /// Where the checkpoints are: [`state`](Self::state), else
+    /// `<output_dir>/checkpoints`.
+    pub fn state_location(&self) -> Location {
+        self.state
+            .clone()
+            .unwrap_or_else(|| Location::Local(self.checkpoint_dir()))
     }
 
     /// Where the finished data files are: `<output_dir>/data`.
@@ -228,23 +257,21 @@ impl IngestService {
             config.ack_timeout,
             config.checkpoint_interval
         );
-        let data_dir = config.data_dir();
-        // Created here, not by the first writer, so a bad directory is
-        // reported at once instead of failing (and restarting) the job.
-        std::fs::create_dir_all(&data_dir).with_context(|| {
-            format!(
-                "creating the data directory {}; pass an --output-dir you can write to",
-                data_dir.display()
-            )
-        })?;
-        let checkpoint_dir = config.checkpoint_dir();
-        let storage = LocalCheckpointStorage::open(&checkpoint_dir).with_context(|| {
-            format!(
-                "opening the checkpoint directory {}",
-                checkpoint_dir.display()
-            )
-        })?;
-        let sink = FileSink::builder(&data_dir, JsonLinesEncoder)
+        let data = config.data_location();
+        if let Location::Local(data_dir) = &data {
+            // Created here, not by the first writer, so a bad directory is
+            // reported at once instead of failing (and restarting) the job.
+            std::fs::create_dir_all(data_dir).with_context(|| {
+                format!(
+                    "creating the data directory {}; pass an --output-dir you can write to",
+                    data_dir.display()
+                )
+            })?;
+        }
+        let state = config.state_location();
+        let storage = Storage::open(&state, &config.s3_options)
+            .with_context(|| format!("opening the checkpoint storage {state}"))?;
+        let sink = location::file_sink_builder(&data, JsonLinesEncoder, &config.s3_options)?
             .rolling_policy(RollingPolicy::on_checkpoint())
             .part_suffix(".jsonl")
             .build()
@@ -265,7 +292,7 @@ impl IngestService {
             }))
             .start()
             .await
-            .with_context(|| format!("starting the pipeline on {}", config.output_dir.display()))?;
+            .with_context(|| format!("starting the pipeline on {data}"))?;
         let responses = Family::<StatusLabel, Counter>::default();
         let mut registry = Registry::default();
         registry.register(
