@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use sink_api::{async_trait, SinkError};
 use sink_runtime::{
     CheckpointConfig, Job, JobError, JobStatus, MemoryCheckpointStorage, SequenceSource,
@@ -301,6 +303,156 @@ async fn refused_credentials_are_refused_at_start() {
     assert!(message.contains("the credentials are"), "{message}");
     assert!(message.contains("AWS_ACCESS_KEY_ID"), "{message}");
     assert!(!error.is_restartable());
+}
+
+/// A server of this test's own (`MOTO_SERVER` from `scripts/with-s3`), so
+/// that it can be paused: stopped with SIGSTOP it accepts connections and
+/// answers nothing, as a server that hangs or a network that drops
+/// everything; SIGCONT brings it back with everything it held.
+struct OwnServer {
+    process: std::process::Child,
+    endpoint: String,
+}
+
+impl OwnServer {
+    async fn start() -> Option<OwnServer> {
+        let executable = std::env::var("MOTO_SERVER").ok()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let process = std::process::Command::new(executable)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("moto_server starts");
+        let endpoint = format!("http://127.0.0.1:{port}");
+        for _ in 0..100 {
+            if reqwest::Client::new()
+                .put(format!("{endpoint}/paused"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return Some(OwnServer { process, endpoint });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("moto_server did not answer on {endpoint}");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.process.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal}");
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// The server stops answering mid-run: requests time out and are retried,
+/// the job restarts under its strategy and fails past it, with the cause.
+/// Once the server is back, the job run again on the same checkpoints
+/// commits every record exactly once: nothing was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_fails_the_job_and_nothing_is_lost() {
+    if server().is_none() {
+        return;
+    }
+    let Some(own) = OwnServer::start().await else {
+        println!("skipped: MOTO_SERVER is not set (run under scripts/with-s3)");
+        return;
+    };
+    // Short timeouts and retries, so that the test is short; the defaults
+    // are 30 s of retries.
+    let store = object_store::aws::AmazonS3Builder::from_env()
+        .with_url("s3://paused")
+        .with_endpoint(&own.endpoint)
+        .with_client_options(
+            object_store::ClientOptions::new()
+                .with_allow_http(true)
+                .with_timeout(Duration::from_millis(500))
+                .with_connect_timeout(Duration::from_millis(500)),
+        )
+        .with_retry(object_store::RetryConfig {
+            max_retries: 2,
+            retry_timeout: Duration::from_secs(2),
+            backoff: object_store::BackoffConfig {
+                init_backoff: Duration::from_millis(50),
+                max_backoff: Duration::from_millis(200),
+                base: 2.0,
+            },
+        })
+        .build()
+        .expect("a valid store");
+    let output = ObjectOutput::new(
+        Arc::new(store),
+        object_store::path::Path::from("out"),
+        "s3://paused/out",
+    )
+    .minimum_part_size(S3_MINIMUM_PART_SIZE);
+    let storage = MemoryCheckpointStorage::new(2);
+    const RECORDS: u64 = 40_000;
+    let job = |source: SequenceSource| {
+        let sink = FileSink::object_store_builder(output.clone(), LineEncoder)
+            .rolling_policy(RollingPolicy::on_checkpoint())
+            .build()
+            .expect("a valid sink");
+        Job::builder("paused", source, sink)
+            .parallelism(2)
+            .checkpointing(CheckpointConfig::every(Duration::from_millis(100)))
+            .checkpoint_storage(storage.clone())
+            .restart_strategy(sink_runtime::RestartStrategy::FixedDelay {
+                attempts: 2,
+                delay: Duration::from_millis(100),
+            })
+            .build()
+            .expect("a valid job")
+    };
+    let first = job(SequenceSource::unbounded(RECORDS).paced(10_000)).start();
+    while first.metrics().checkpoints_completed < 3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    own.signal("-STOP");
+    let paused_at = std::time::Instant::now();
+    while !first.is_finished() && paused_at.elapsed() < Duration::from_secs(90) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let restarts = first.metrics().restarts;
+    let error = first
+        .join()
+        .await
+        .expect_err("the job fails while the server does not answer");
+    own.signal("-CONT");
+    println!(
+        "server paused: the job failed after {:.1} s and {restarts} restarts: {error}",
+        paused_at.elapsed().as_secs_f64()
+    );
+    assert_eq!(restarts, 2, "restarted under its strategy, then failed");
+    let message = format!("{error:#}");
+    assert!(message.contains("s3://paused/out"), "{message}");
+
+    let report = job(SequenceSource::bounded(RECORDS))
+        .run()
+        .await
+        .expect("the job finishes once the server answers again");
+    assert_eq!(report.status, JobStatus::Finished);
+    let mut ids = committed_ids(&output).await;
+    ids.sort_unstable();
+    assert!(
+        ids == (0..RECORDS).collect::<Vec<_>>(),
+        "{} ids, expected {RECORDS} once each",
+        ids.len()
+    );
 }
 
 /// An `s3://` URL that is not one is refused when the output is made.
