@@ -55,6 +55,19 @@ pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// Peak resident set size of this process, in bytes (Linux; 0 elsewhere).
+/// Read by the benchmarks at the end of a measurement.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(0)
+}
+
 /// Sends `tracing` output to stderr, filtered by `RUST_LOG` (warnings and
 /// errors by default: a lost commit must never go unsaid), so that stdout
 /// stays for the programs' results.

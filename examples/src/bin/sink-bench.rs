@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use examples::cli::peak_rss_bytes;
 use examples::demo_line::DemoLine;
 use serde_json::{json, Value};
 use sink_api::{
@@ -141,18 +142,6 @@ impl sinks_file::Encoder<u64> for TimedLine {
 }
 
 const LINE: DemoLine = DemoLine { record_size: 100 };
-
-/// Peak resident set size of this process, in bytes (Linux).
-fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        })
-        .unwrap_or(0)
-}
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
