@@ -5,10 +5,13 @@
 //! and no uncommitted data may ever be visible.
 //!
 //! `cargo test -p sinks-file --features failpoints,sink-runtime/failpoints --test crash`
+//!
+//! With the `s3` features, under `scripts/with-s3`, the same matrix runs on
+//! an S3-compatible server: output and checkpoints both there.
 
 mod common;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
@@ -16,13 +19,65 @@ use sink_runtime::failpoints::FAILPOINTS;
 use sink_runtime::{
     CheckpointConfig, Job, JobError, JobReport, JobStatus, LocalCheckpointStorage, SequenceSource,
 };
-use sinks_file::{FileSink, LineEncoder, RollingPolicy};
+use sinks_file::{FileSink, FileSinkBuilder, LineEncoder, RollingPolicy};
 
 const RECORDS: u64 = 3_000;
 const FILE_MID_BATCH: &str = "file-commit-mid-batch";
 
-async fn run_once(out: &Path, checkpoints: bool) -> Result<JobReport, JobError> {
-    let sink = FileSink::builder(out, LineEncoder)
+/// Where a scenario's job writes its output and checkpoints.
+enum Target {
+    /// A local output directory, checkpoints in its `.state`.
+    Local(PathBuf),
+    /// An `s3://bucket/prefix` output, checkpoints under `<prefix>-state`.
+    #[cfg(feature = "s3")]
+    S3(String),
+}
+
+impl Target {
+    fn sink_builder(
+        &self,
+    ) -> FileSinkBuilder<u64, LineEncoder, sinks_file::BasePathBucketAssigner> {
+        match self {
+            Target::Local(out) => FileSink::builder(out, LineEncoder),
+            #[cfg(feature = "s3")]
+            Target::S3(url) => FileSink::object_store_builder(
+                sinks_file::ObjectOutput::s3(url, &[]).expect("a valid URL"),
+                LineEncoder,
+            ),
+        }
+    }
+
+    /// The numbers readers see in the finished files or objects, sorted.
+    async fn visible_numbers(&self) -> Vec<u64> {
+        match self {
+            Target::Local(out) => visible_numbers(out),
+            #[cfg(feature = "s3")]
+            Target::S3(url) => {
+                let output = sinks_file::ObjectOutput::s3(url, &[]).expect("a valid URL");
+                let mut numbers = Vec::new();
+                for object in sinks_file::finished_objects(&output)
+                    .await
+                    .expect("a listing")
+                {
+                    let bytes = sinks_file::read_object(&output, &object)
+                        .await
+                        .expect("a read");
+                    numbers.extend(
+                        String::from_utf8_lossy(&bytes)
+                            .lines()
+                            .map(|line| line.parse::<u64>().unwrap_or(u64::MAX)),
+                    );
+                }
+                numbers.sort_unstable();
+                numbers
+            }
+        }
+    }
+}
+
+async fn run_once(target: &Target, checkpoints: bool) -> Result<JobReport, JobError> {
+    let sink = target
+        .sink_builder()
         .rolling_policy(RollingPolicy {
             max_part_size_bytes: Some(1024),
             ..RollingPolicy::default()
@@ -35,8 +90,16 @@ async fn run_once(out: &Path, checkpoints: bool) -> Result<JobReport, JobError> 
         sink,
     )
     .parallelism(2)
-    .batch_size(64)
-    .checkpoint_storage(LocalCheckpointStorage::open(out.join(".state"))?);
+    .batch_size(64);
+    let builder = match target {
+        Target::Local(out) => {
+            builder.checkpoint_storage(LocalCheckpointStorage::open(out.join(".state"))?)
+        }
+        #[cfg(feature = "s3")]
+        Target::S3(url) => builder.checkpoint_storage(
+            sink_runtime::storage::ObjectCheckpointStorage::s3(&format!("{url}-state"), &[])?,
+        ),
+    };
     let builder = match checkpoints {
         true => builder.checkpointing(CheckpointConfig::every(Duration::from_millis(10))),
         false => builder,
@@ -55,9 +118,7 @@ fn crash_point(error: &JobError) -> Option<&'static str> {
     }
 }
 
-async fn scenario(point: &'static str, checkpoints: bool) -> u32 {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let out = dir.path().join("out");
+async fn scenario(target: &Target, point: &'static str, checkpoints: bool) -> u32 {
     let mut crashes = 0;
     for round in 0.. {
         assert!(round < 12, "{point}: the job did not finish");
@@ -70,12 +131,12 @@ async fn scenario(point: &'static str, checkpoints: bool) -> u32 {
         } else if let Some(skip) = [0u32, 2, 1].get(round - usize::from(primed)) {
             fail::cfg(point, &format!("{skip}*off->1*return->off")).expect("a valid failpoint");
         }
-        let result = run_once(&out, checkpoints).await;
+        let result = run_once(target, checkpoints).await;
         fail::remove(point);
         fail::remove("after-checkpoint-stored");
         // Whatever happened, readers only ever see complete records, each once
         // at most.
-        let seen = visible_numbers(&out);
+        let seen = target.visible_numbers().await;
         assert!(
             seen.windows(2).all(|w| w[0] < w[1]) && seen.iter().all(|&n| n < RECORDS),
             "{point}: a reader saw duplicated or broken records after round {round}"
@@ -94,7 +155,7 @@ async fn scenario(point: &'static str, checkpoints: bool) -> u32 {
             }
         }
     }
-    let problem = exactly_once_problem(&visible_numbers(&out), RECORDS);
+    let problem = exactly_once_problem(&target.visible_numbers().await, RECORDS);
     assert_eq!(
         problem, None,
         "{point} (checkpoints: {checkpoints}) after {crashes} crashes"
@@ -106,8 +167,12 @@ async fn scenario(point: &'static str, checkpoints: bool) -> u32 {
     crashes
 }
 
-#[test]
-fn every_crash_point_leaves_every_record_once_in_finished_files() {
+/// Every crash point, with and without checkpoints, on targets made by
+/// `target`; returns (scenarios, crashes).
+fn matrix(target: impl Fn() -> (Target, Option<tempfile::TempDir>)) -> (u32, u32) {
+    // Failpoints are process-wide: the matrices of this file take turns.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -120,9 +185,35 @@ fn every_crash_point_leaves_every_record_once_in_finished_files() {
             if point == "after-global-commit" {
                 continue; // the file sink has no global committer
             }
-            total_crashes += runtime.block_on(scenario(point, checkpoints));
+            let (target, _dir) = target();
+            total_crashes += runtime.block_on(scenario(&target, point, checkpoints));
             scenarios += 1;
         }
     }
-    println!("file sink crash tests: {scenarios} scenarios, {total_crashes} crashes, 0 violations");
+    (scenarios, total_crashes)
+}
+
+#[test]
+fn every_crash_point_leaves_every_record_once_in_finished_files() {
+    let (scenarios, crashes) = matrix(|| {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        (Target::Local(dir.path().join("out")), Some(dir))
+    });
+    println!("file sink crash tests: {scenarios} scenarios, {crashes} crashes, 0 violations");
+}
+
+/// The same on an S3-compatible server (`scripts/with-s3`): the output's
+/// parts are multipart uploads, the checkpoints are on the server too.
+#[cfg(feature = "s3")]
+#[test]
+fn on_s3_every_crash_point_leaves_every_record_once_in_finished_objects() {
+    let Ok(bucket) = std::env::var("S3_TEST_BUCKET") else {
+        println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
+        return;
+    };
+    let (scenarios, crashes) = matrix(|| {
+        let url = format!("s3://{bucket}/crash-{}", uuid::Uuid::new_v4().simple());
+        (Target::S3(url), None)
+    });
+    println!("file sink crash tests on S3: {scenarios} scenarios, {crashes} crashes, 0 violations");
 }
