@@ -327,19 +327,23 @@ impl OwnServer {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("moto_server starts");
-        let endpoint = format!("http://127.0.0.1:{port}");
+        // Owned at once: dropped (killed and waited for) on every path.
+        let server = OwnServer {
+            process,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
         for _ in 0..100 {
             if reqwest::Client::new()
-                .put(format!("{endpoint}/paused"))
+                .put(format!("{}/paused", server.endpoint))
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success())
             {
-                return Some(OwnServer { process, endpoint });
+                return Some(server);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("moto_server did not answer on {endpoint}");
+        panic!("moto_server did not answer on {}", server.endpoint);
     }
 
     fn signal(&self, signal: &str) {
