@@ -15,8 +15,10 @@
 //!
 //! Nothing is visible to readers of the prefix until the upload completes:
 //! an incomplete multipart upload is not an object. Memory held per part in
-//! progress: the tail (below one part size, plus one record) and the parts
-//! in flight, so at most `(parts_in_flight + 1) × part_size` plus a record.
+//! progress: the tail (below one part size) and the parts in flight, so at
+//! most `(parts_in_flight + 1) × part_size`, plus one record's worth of
+//! parts cut and not yet started. A checkpoint copies the tail into the
+//! writer state, which the runtime then encodes and stores.
 
 use object_store::multipart::PartId;
 use object_store::{MultipartId, PutPayload};
@@ -83,8 +85,11 @@ pub(crate) struct UploadPart {
     /// Parts uploaded, by index; `None` while in flight.
     parts: Vec<Option<UploadedPart>>,
     in_flight: JoinSet<(usize, u64, Result<PartId, object_store::Error>)>,
-    /// Bytes not yet in a part.
+    /// Bytes not yet in a part (less than a part).
     tail: Vec<u8>,
+    /// Full parts cut from the tail, not yet started (at most one per
+    /// record written since the last upload).
+    full: Vec<Vec<u8>>,
     pub(crate) info: PartInfo,
     records: u64,
 }
@@ -126,6 +131,7 @@ impl UploadPart {
             parts: Vec::new(),
             in_flight: JoinSet::new(),
             tail: Vec::with_capacity(part_size),
+            full: Vec::new(),
             info: PartInfo {
                 size_bytes: 0,
                 created_ms: now_ms,
@@ -135,25 +141,33 @@ impl UploadPart {
         })
     }
 
-    /// Appends one encoded record to the tail. Returns whether the tail
-    /// holds a part's worth: then [`upload_full_parts`](Self::upload_full_parts)
-    /// is due.
+    /// Appends one encoded record to the tail; each time the tail reaches
+    /// the part size, it is cut there (a record may straddle two parts) and
+    /// queued as a full part. Returns whether full parts are queued: then
+    /// [`upload_full_parts`](Self::upload_full_parts) is due.
+    ///
+    /// Every part buffer is allocated at exactly the part size and filled
+    /// to it, so it is handed to the store without a copy.
     pub(crate) fn write_record(&mut self, bytes: &[u8], now_ms: u64) -> bool {
-        self.tail.extend_from_slice(bytes);
+        let mut rest = bytes;
+        while self.tail.len() + rest.len() >= self.part_size {
+            let (head, after) = rest.split_at(self.part_size - self.tail.len());
+            self.tail.extend_from_slice(head);
+            let fresh = Vec::with_capacity(self.part_size);
+            self.full.push(std::mem::replace(&mut self.tail, fresh));
+            rest = after;
+        }
+        self.tail.extend_from_slice(rest);
         self.info.size_bytes += bytes.len() as u64;
         self.info.last_write_ms = now_ms;
         self.records += 1;
-        self.tail.len() >= self.part_size
+        !self.full.is_empty()
     }
 
-    /// Uploads every whole part in the tail, in the background; waits only
-    /// when `parts_in_flight` parts are already on their way.
+    /// Uploads the queued full parts, in the background; waits only when
+    /// `parts_in_flight` parts are already on their way.
     pub(crate) async fn upload_full_parts(&mut self) -> Result<(), SinkError> {
-        while self.tail.len() >= self.part_size {
-            let rest = self.tail.split_off(self.part_size);
-            let part = std::mem::replace(&mut self.tail, rest);
-            self.tail
-                .reserve(self.part_size.saturating_sub(self.tail.len()));
+        for part in std::mem::take(&mut self.full) {
             self.start_part(part).await?;
         }
         Ok(())
