@@ -237,23 +237,19 @@ async fn objects_of_several_parts_survive_a_stop_and_orphaned_uploads_are_aborte
 
 /// A bucket that does not exist fails the job at its start, before any
 /// writer, with a message that says so; it is not restarted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_bucket_is_refused_at_start() {
-    if server().is_none() {
-        return;
-    }
-    let output = ObjectOutput::s3("s3://no-such-bucket/out", &[]).expect("a valid URL");
+/// Runs a job on `output` and returns the message of the error it must
+/// fail with in the sink's start hook, permanently.
+async fn refused_at_start(output: ObjectOutput) -> String {
     let sink = FileSink::object_store_builder(output, LineEncoder)
         .build()
         .expect("a valid sink");
-    let error = Job::builder("missing-bucket", SequenceSource::bounded(10), sink)
+    let error = Job::builder("refused", SequenceSource::bounded(10), sink)
         .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
         .build()
         .expect("a valid job")
         .run()
         .await
-        .expect_err("no bucket, no job");
-    let message = error.to_string();
+        .expect_err("refused at start");
     assert!(
         matches!(
             error,
@@ -264,9 +260,19 @@ async fn a_missing_bucket_is_refused_at_start() {
         ),
         "refused in the start hook: {error:?}"
     );
+    assert!(!error.is_restartable(), "{error}");
+    error.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bucket_is_refused_at_start() {
+    if server().is_none() {
+        return;
+    }
+    let output = ObjectOutput::s3("s3://no-such-bucket/out", &[]).expect("a valid URL");
+    let message = refused_at_start(output).await;
     assert!(message.contains("the bucket does not exist"), "{message}");
     assert!(message.contains("s3://no-such-bucket/out"), "{message}");
-    assert!(!error.is_restartable());
 }
 
 /// Credentials the server refuses fail the job at its start, before any
@@ -279,30 +285,9 @@ async fn refused_credentials_are_refused_at_start() {
     };
     let output = ObjectOutput::s3("s3://eo-test/out", &[("endpoint".into(), refusing)])
         .expect("a valid URL");
-    let sink = FileSink::object_store_builder(output, LineEncoder)
-        .build()
-        .expect("a valid sink");
-    let error = Job::builder("refused", SequenceSource::bounded(10), sink)
-        .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
-        .build()
-        .expect("a valid job")
-        .run()
-        .await
-        .expect_err("refused credentials, no job");
-    let message = error.to_string();
-    assert!(
-        matches!(
-            error,
-            JobError::Sink {
-                action: "on_start",
-                ..
-            }
-        ),
-        "refused in the start hook: {error:?}"
-    );
+    let message = refused_at_start(output).await;
     assert!(message.contains("the credentials are"), "{message}");
     assert!(message.contains("AWS_ACCESS_KEY_ID"), "{message}");
-    assert!(!error.is_restartable());
 }
 
 /// A server of this test's own (`MOTO_SERVER` from `scripts/with-s3`), so
