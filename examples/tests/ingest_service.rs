@@ -32,10 +32,24 @@ impl Service {
     /// Starts the binary on `dir` with a 100 ms checkpoint interval (unless
     /// `extra` sets one) and waits for its `listening on` line.
     fn start(dir: &Path, extra: &[&str]) -> Service {
+        Service::start_on(&Output::Dir(dir.to_path_buf()), extra)
+    }
+
+    /// [`start`](Self::start) on `output`, a directory or S3.
+    fn start_on(output: &Output, extra: &[&str]) -> Service {
         let mut command = Command::new(env!("CARGO_BIN_EXE_ingest-service"));
-        command
-            .args(["--listen", "127.0.0.1:0", "--output-dir"])
-            .arg(dir);
+        command.args(["--listen", "127.0.0.1:0"]);
+        match output {
+            Output::Dir(dir) => {
+                command.arg("--output-dir").arg(dir);
+            }
+            Output::S3 { url, endpoint } => {
+                command
+                    .args(["--out", &format!("{url}/data")])
+                    .args(["--state", &format!("{url}/state")])
+                    .args(["--endpoint", endpoint]);
+            }
+        }
         if !extra.contains(&"--checkpoint-interval") {
             command.args(["--checkpoint-interval", "100ms"]);
         }
@@ -180,16 +194,48 @@ fn output_ids(dir: &Path) -> BTreeMap<String, usize> {
     let data = dir.join("data");
     for path in sinks_file::finished_files(&data).expect("the output can be read") {
         let text = std::fs::read_to_string(&path).expect("a finished file");
-        for line in text.lines() {
-            let event: Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{}: a broken line ({e}): {line}", path.display()));
-            let id = event["id"]
-                .as_str()
-                .unwrap_or_else(|| panic!("an event without an id: {line}"));
-            *ids.entry(id.to_string()).or_default() += 1;
-        }
+        count_ids(&path.display().to_string(), &text, &mut ids);
     }
     ids
+}
+
+/// Counts the ids of the events in `text`, read from `from`.
+fn count_ids(from: &str, text: &str, ids: &mut BTreeMap<String, usize>) {
+    for line in text.lines() {
+        let event: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("{from}: a broken line ({e}): {line}"));
+        let id = event["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("an event without an id: {line}"));
+        *ids.entry(id.to_string()).or_default() += 1;
+    }
+}
+
+/// Where a service writes: a directory (data in `<dir>/data`), or S3 (data
+/// in `<url>/data`, checkpoints in `<url>/state`).
+enum Output {
+    Dir(PathBuf),
+    S3 { url: String, endpoint: String },
+}
+
+impl Output {
+    /// Every id in the finished output, with how often it is there.
+    async fn ids(&self) -> BTreeMap<String, usize> {
+        match self {
+            Output::Dir(dir) => output_ids(dir),
+            Output::S3 { url, endpoint } => {
+                let options = examples::location::s3_options(Some(endpoint));
+                let data = format!("{url}/data");
+                let output = examples::location::object_output(&data, &options).unwrap();
+                let mut ids = BTreeMap::new();
+                for object in sinks_file::finished_objects(&output).await.unwrap() {
+                    let bytes = sinks_file::read_object(&output, &object).await.unwrap();
+                    count_ids(&object, &String::from_utf8_lossy(&bytes), &mut ids);
+                }
+                ids
+            }
+        }
+    }
 }
 
 fn assert_no_duplicates(ids: &BTreeMap<String, usize>) {
@@ -767,7 +813,16 @@ async fn load_then(url: String, prefix: &'static str, stop: impl FnOnce()) -> Ve
 /// The output, after checking that no id is in it twice and that every
 /// acknowledged id is in it.
 fn assert_acked_once(dir: &Path, sent: &[Sent], when: &str) -> BTreeMap<String, usize> {
-    let output = output_ids(dir);
+    check_acked_once(output_ids(dir), sent, when)
+}
+
+/// `output`, after checking that no id is in it twice and that every
+/// acknowledged id is in it.
+fn check_acked_once(
+    output: BTreeMap<String, usize>,
+    sent: &[Sent],
+    when: &str,
+) -> BTreeMap<String, usize> {
     assert_no_duplicates(&output);
     for id in sent
         .iter()
@@ -810,15 +865,37 @@ async fn sigterm_under_load_drains_and_loses_no_acknowledged_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_then_retries_with_the_same_keys_store_everything_once() {
     let dir = tempfile::tempdir().unwrap();
-    let service = Service::start(dir.path(), &["--parallelism", "2"]);
-    let sent = load_then(service.url("/events"), "e", move || service.kill()).await;
+    sigkill_then_retries(Output::Dir(dir.path().to_path_buf()), "e").await;
+}
+
+/// The same with the output and the checkpoints on an S3-compatible server
+/// (`scripts/with-s3`; skipped without it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_sigkill_under_load_then_retries_with_the_same_keys_store_everything_once() {
+    let (Ok(endpoint), Ok(bucket)) = (
+        std::env::var("S3_TEST_ENDPOINT"),
+        std::env::var("S3_TEST_BUCKET"),
+    ) else {
+        println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
+        return;
+    };
+    let url = format!("s3://{bucket}/ingest-{}", fastrand::u64(..));
+    sigkill_then_retries(Output::S3 { url, endpoint }, "s").await;
+}
+
+/// Killed under load, started again on the same output: acknowledged
+/// requests are there once and answered as duplicates; every request that
+/// got no 200, retried with its key, is stored once.
+async fn sigkill_then_retries(out: Output, prefix: &'static str) {
+    let service = Service::start_on(&out, &["--parallelism", "2"]);
+    let sent = load_then(service.url("/events"), prefix, move || service.kill()).await;
     let unacked: Vec<&Sent> = sent.iter().filter(|s| s.acked.is_none()).collect();
     assert!(!unacked.is_empty(), "no request was in flight at the kill");
 
-    assert_acked_once(dir.path(), &sent, "after SIGKILL");
+    check_acked_once(out.ids().await, &sent, "after SIGKILL");
 
-    let service = Service::start(dir.path(), &["--parallelism", "2"]);
-    assert_acked_once(dir.path(), &sent, "after the restart");
+    let service = Service::start_on(&out, &["--parallelism", "2"]);
+    check_acked_once(out.ids().await, &sent, "after the restart");
     let client = client();
     let url = service.url("/events");
 
@@ -852,7 +929,7 @@ async fn sigkill_under_load_then_retries_with_the_same_keys_store_everything_onc
     }
 
     service.stop();
-    let output = output_ids(dir.path());
+    let output = out.ids().await;
     assert_no_duplicates(&output);
     let expected: Vec<&String> = sent.iter().flat_map(|s| &s.ids).collect();
     for id in &expected {
