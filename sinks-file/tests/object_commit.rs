@@ -187,3 +187,33 @@ async fn a_restored_tail_replaces_what_was_uploaded_after_the_checkpoint() {
     let expected: String = (0..7).map(|i| format!("{i}\n")).collect();
     assert_eq!(content(&store, &target(&committables[0])).await, expected);
 }
+
+/// Buckets are prefixes of objects, as they are directories of files.
+#[tokio::test]
+async fn buckets_are_prefixes_of_the_objects() {
+    let store = Arc::new(MemoryObjectStore::new());
+    let output = ObjectOutput::new(store.clone(), Path::from("out"), "memory://out");
+    let sink = FileSink::object_store_builder(output.clone(), LineEncoder)
+        .bucket_assigner(sinks_file::FnBucketAssigner(|n: &u64| {
+            if n % 2 == 0 { "even/day-1" } else { "odd" }.to_string()
+        }))
+        .rolling_policy(RollingPolicy::on_checkpoint())
+        .part_size(8)
+        .build()
+        .unwrap();
+    let mut writer = sink.create_writer(&context(), Vec::new()).await.unwrap();
+    writer.write_batch((0..10).collect()).await.unwrap();
+    let committables = writer.prepare_commit(CheckpointId(1)).await.unwrap();
+    let mut committer = sink.create_committer(&context()).await.unwrap();
+    let mut requests: Vec<_> = committables
+        .into_iter()
+        .map(|c| CommitRequest::new(c, CheckpointId(1), 0))
+        .collect();
+    committer.commit(&mut requests).await.unwrap();
+    let objects = sinks_file::finished_objects(&output).await.unwrap();
+    assert_eq!(objects.len(), 2, "{objects:?}");
+    assert!(objects[0].starts_with("even/day-1/part-"), "{objects:?}");
+    assert!(objects[1].starts_with("odd/part-"), "{objects:?}");
+    let even = sinks_file::read_object(&output, &objects[0]).await.unwrap();
+    assert_eq!(&even[..], b"0\n2\n4\n6\n8\n");
+}
