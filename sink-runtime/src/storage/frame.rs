@@ -40,7 +40,7 @@ pub(super) enum Kind {
     /// A [`FinishedMarker`] (a local state directory's `FINISHED`).
     Finished = 3,
     /// The head object of checkpoint storage on an object store: the
-    /// claimed generation, the newest checkpoint's key, the finished marker.
+    /// claimed generation, the retained checkpoints, the finished marker.
     Head = 4,
 }
 

@@ -104,7 +104,8 @@ struct Claim {
 ///
 /// Made by the user with [`new`](Self::new) (any [`ObjectStore`]) or, with
 /// the `s3` feature, `ObjectCheckpointStorage::s3`, and given to
-/// `JobBuilder::checkpoint_storage`. Clones share the claim of the instance.
+/// `JobBuilder::checkpoint_storage`. Clones share the claim: they are one
+/// instance, so give each job a storage value of its own.
 #[derive(Debug, Clone)]
 pub struct ObjectCheckpointStorage {
     inner: Arc<Inner>,
@@ -161,6 +162,8 @@ impl ObjectCheckpointStorage {
     }
 
     /// Keeps the newest `retained` (at least 1) checkpoints instead of 3.
+    /// A builder step: call it before the storage is given to a job (a
+    /// storage made by it holds no claim).
     pub fn retaining(self, retained: usize) -> ObjectCheckpointStorage {
         let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
             store: shared.store.clone(),
@@ -193,14 +196,18 @@ impl ObjectCheckpointStorage {
     }
 
     /// Forgets the job's progress, so that the next job started on this
-    /// storage starts from the beginning: `HEAD` keeps its generation (names
-    /// derived from generations never repeat) and loses its checkpoints and
-    /// finished marker, by a conditional write; then the checkpoint objects
-    /// go.
+    /// storage starts from the beginning: `HEAD` loses its checkpoints and
+    /// finished marker and takes the next generation (so that names derived
+    /// from generations never repeat, and an instance still running is
+    /// fenced), by a conditional write; then the checkpoint objects go.
     ///
     /// Called by a program that starts a job over (the file sink demo's
     /// `--fresh`) before the job is built. A job still running on this
     /// storage is fenced by it, as by a start.
+    ///
+    /// [`fence`](Self::fence) first, when the output is cleared too: a crash
+    /// between clearing the output and this call then leaves checkpoints a
+    /// resume refuses, never an empty storage beside old output.
     pub async fn start_over(&self) -> Result<(), StorageError> {
         let inner = &self.inner;
         for _ in 0..CLAIM_ATTEMPTS {
@@ -209,7 +216,7 @@ impl ObjectCheckpointStorage {
                 return inner.remove_unnamed(&Head::default()).await;
             };
             let cleared = Head {
-                generation: head.generation,
+                generation: head.generation.saturating_add(1),
                 checkpoints: Vec::new(),
                 finished: None,
             };
@@ -219,6 +226,19 @@ impl ObjectCheckpointStorage {
             }
         }
         Err(inner.contended())
+    }
+
+    /// Claims the next generation, as a start does, without running a job:
+    /// every instance still running on this storage is fenced from now on.
+    /// Checkpoints are kept. For programs that clear a job's output before
+    /// [`start_over`](Self::start_over).
+    pub async fn fence(&self) -> Result<Generation, StorageError> {
+        let claim = ObjectCheckpointStorage::new(
+            self.inner.store.clone(),
+            self.inner.prefix.clone(),
+            self.inner.location.clone(),
+        );
+        claim.begin().await
     }
 
     /// Reads everything under the storage's prefix without claiming
@@ -382,31 +402,71 @@ impl Inner {
 
     /// Replaces `HEAD` by `next` if this instance still holds it; otherwise
     /// the instance is fenced.
+    ///
+    /// A write whose answer was lost may have landed: the client's retry
+    /// then meets its own write (412), or the next write meets a version
+    /// this instance never saw. So after any failed write `HEAD` is read
+    /// again: a newer generation fences this instance; this instance's own
+    /// generation means `HEAD` is still its own (only a start or a start
+    /// over raises the generation), and its content says whether the write
+    /// landed (done) or not (written once more, against the version read).
     async fn update_claimed(&self, claim: &mut Claim, next: Head) -> Result<(), StorageError> {
-        match self.put_head(&next, Some(claim.version.clone())).await? {
-            Some(version) => {
-                *claim = Claim {
-                    head: next,
-                    version,
-                };
-                Ok(())
+        let ours = claim.head.generation;
+        let mut version = claim.version.clone();
+        for _ in 0..2 {
+            let failure = match self.put_head(&next, Some(version)).await {
+                Ok(Some(written)) => {
+                    *claim = Claim {
+                        head: next,
+                        version: written,
+                    };
+                    return Ok(());
+                }
+                Ok(None) => None,
+                Err(error) => Some(error),
+            };
+            let (head, read) = match self.read_head().await {
+                Ok(read) => read,
+                Err(read_error) => return Err(failure.unwrap_or(read_error)),
+            };
+            match (head, read) {
+                (Some(head), _) if head.generation > ours => {
+                    return Err(StorageError::Fenced {
+                        location: self.location.clone(),
+                        generation: Generation(ours),
+                        newer: Generation(head.generation),
+                    })
+                }
+                (Some(head), Some(read)) if head.generation == ours => {
+                    if head == next {
+                        *claim = Claim { head, version: read };
+                        return Ok(());
+                    }
+                    version = read;
+                }
+                (head, _) => {
+                    return Err(StorageError::Message(format!(
+                        "{} went back to generation {} below this instance's {ours}: it was replaced by \
+                         something else than a start of the job; stop every instance and check the \
+                         storage",
+                        self.url_of(&self.head_path()),
+                        head.map_or(0, |h| h.generation)
+                    )))
+                }
             }
-            None => {
-                let (head, _) = self.read_head().await?;
-                let newer = head.map(|h| h.generation).unwrap_or(0);
-                Err(StorageError::Fenced {
-                    location: self.location.clone(),
-                    generation: Generation(claim.head.generation),
-                    newer: Generation(newer),
-                })
+            if let Some(error) = failure {
+                return Err(error);
             }
         }
+        Err(self.contended())
     }
 
-    /// Removes every checkpoint object `head` does not name: those of stores
-    /// that lost their race, and those left by a crash between the two puts
-    /// of a store. Best effort: what cannot be removed now is removed at a
-    /// later start.
+    /// Removes every checkpoint object `head` does not name that an older
+    /// generation than `head`'s stored: those of stores that lost their
+    /// race, and those left by a crash between the two puts of a store.
+    /// Objects of `head`'s generation or newer are left alone: a newer
+    /// instance may be storing one now. Best effort: what cannot be removed
+    /// now is removed at a later start.
     async fn remove_unnamed(&self, head: &Head) -> Result<(), StorageError> {
         use futures::TryStreamExt;
         let named: Vec<Path> = head
@@ -433,10 +493,12 @@ impl Inner {
                 .location
                 .prefix_match(&self.prefix)
                 .is_some_and(|parts| parts.count() == 1);
-            let is_checkpoint = own
-                && meta.location.filename().is_some_and(|name| {
-                    name.starts_with(CHECKPOINT_PREFIX) && name.ends_with(CHECKPOINT_SUFFIX)
-                });
+            let older = meta
+                .location
+                .filename()
+                .and_then(stored_by)
+                .is_some_and(|generation| generation < head.generation);
+            let is_checkpoint = own && older;
             if is_checkpoint && !named.contains(&meta.location) {
                 match self.store.delete(&meta.location).await {
                     Ok(()) => {
@@ -449,6 +511,40 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Refuses a store that ignores conditional writes: without them there
+    /// is no fencing. Writes `HEAD` with a version that cannot match, which
+    /// must be refused (412, or 404 when there is no `HEAD` yet); the
+    /// content written is `next`, so a store that accepts it is left as
+    /// the claim would have left it.
+    async fn check_conditional_writes(&self, next: &Head) -> Result<(), StorageError> {
+        let bogus = UpdateVersion {
+            e_tag: Some("\"eo-sink-no-such-version\"".to_string()),
+            version: None,
+        };
+        match self.put_head(next, Some(bogus)).await {
+            Ok(None) => Ok(()),
+            Err(StorageError::Remote { ref source, .. })
+                if source
+                    .downcast_ref::<object_store::Error>()
+                    .is_some_and(is_absent) =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(error),
+            Ok(Some(_)) => Err(StorageError::Remote {
+                context: format!(
+                    "{} accepted a write conditional on a version it does not hold",
+                    self.url_of(&self.head_path())
+                ),
+                source: "conditional writes (If-Match) are ignored".into(),
+                hint: "; this store cannot fence an older instance of the job: use one that \
+                       honours If-Match and If-None-Match (S3 does; for other servers, check \
+                       their conditional-write support)",
+                permanent: true,
+            }),
+        }
     }
 
     fn missing_checkpoint(&self, id: CheckpointId, location: &str) -> StorageError {
@@ -472,6 +568,17 @@ impl Inner {
     }
 }
 
+/// The generation that stored the checkpoint object named `name`, if it is
+/// one (`checkpoint-<id>-g<generation>.ckpt`).
+fn stored_by(name: &str) -> Option<u64> {
+    name.strip_prefix(CHECKPOINT_PREFIX)?
+        .strip_suffix(CHECKPOINT_SUFFIX)?
+        .split_once("-g")?
+        .1
+        .parse()
+        .ok()
+}
+
 #[async_trait]
 impl CheckpointStorage for ObjectCheckpointStorage {
     /// Claims the next generation by a conditional write of `HEAD` (see the
@@ -483,6 +590,17 @@ impl CheckpointStorage for ObjectCheckpointStorage {
         for _ in 0..CLAIM_ATTEMPTS {
             let (head, version) = inner.read_head().await?;
             let head = head.unwrap_or_default();
+            // A restart of this instance (the runtime's restart strategy)
+            // after a newer instance started must not take the storage back.
+            if let Some(held) = claim.as_ref() {
+                if head.generation > held.head.generation {
+                    return Err(StorageError::Fenced {
+                        location: inner.location.clone(),
+                        generation: Generation(held.head.generation),
+                        newer: Generation(head.generation),
+                    });
+                }
+            }
             let generation = head.generation.checked_add(1).ok_or_else(|| {
                 StorageError::Message(format!(
                     "{} holds generation {}, the largest there is: no start can get a new one; \
@@ -492,6 +610,9 @@ impl CheckpointStorage for ObjectCheckpointStorage {
                 ))
             })?;
             let next = Head { generation, ..head };
+            if claim.is_none() {
+                inner.check_conditional_writes(&next).await?;
+            }
             if let Some(version) = inner.put_head(&next, version).await? {
                 inner.remove_unnamed(&next).await?;
                 *claim = Some(Claim {
@@ -529,7 +650,15 @@ impl CheckpointStorage for ObjectCheckpointStorage {
         }
         let generation = Generation(claim.head.generation);
         let path = inner.checkpoint_path(id, generation);
-        let bytes = frame::encode(Kind::Checkpoint, checkpoint, &inner.url_of(&path))?;
+        let (owned, name) = (checkpoint.clone(), inner.url_of(&path));
+        // Checkpoints hold every writer state (file tails among them):
+        // encoded on a blocking thread, not on the async workers.
+        let bytes =
+            tokio::task::spawn_blocking(move || frame::encode(Kind::Checkpoint, &owned, &name))
+                .await
+                .map_err(|e| {
+                    StorageError::Message(format!("encoding checkpoint {id} ended abnormally: {e}"))
+                })??;
         let create = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -555,11 +684,10 @@ impl CheckpointStorage for ObjectCheckpointStorage {
             let excess = next.checkpoints.len().saturating_sub(inner.retained);
             next.checkpoints.drain(..excess).collect()
         };
-        if let Err(error) = inner.update_claimed(claim, next).await {
-            // Not named by HEAD: never read; removed now or at a later start.
-            let _ = inner.store.delete(&path).await;
-            return Err(error);
-        }
+        // On failure the object stays: a write of HEAD whose answer was
+        // lost may still name it. One HEAD does not name is removed by the
+        // next start.
+        inner.update_claimed(claim, next).await?;
         // Older checkpoints go only now that HEAD names a newer one.
         for (old, old_generation) in dropped {
             let old_path = inner.checkpoint_path(old, old_generation);
@@ -652,6 +780,7 @@ mod tests {
     use super::*;
     use crate::storage::SubtaskSnapshot;
     use object_store::memory::InMemory;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     fn checkpoint(id: u64) -> CompletedCheckpoint {
         CompletedCheckpoint {
@@ -755,11 +884,143 @@ mod tests {
         );
         assert_eq!(
             objects(&store).await.len(),
-            2,
-            "HEAD and checkpoint 1: the fenced instance's object is gone"
+            3,
+            "HEAD, checkpoint 1 and the fenced instance's object, named by no HEAD"
         );
         newer.store(&checkpoint(2)).await.unwrap();
         assert_eq!(newer.latest().await.unwrap(), Some(checkpoint(2)));
+        // A restart of the fenced instance does not take the storage back.
+        assert!(matches!(
+            older.begin().await,
+            Err(StorageError::Fenced {
+                generation: Generation(1),
+                newer: Generation(2),
+                ..
+            })
+        ));
+        // The next start removes the fenced instance's object.
+        storage(&store).begin().await.unwrap();
+        assert_eq!(objects(&store).await.len(), 3, "HEAD, checkpoints 1 and 2");
+    }
+
+    #[tokio::test]
+    async fn a_head_write_whose_answer_was_lost_is_recognised_not_fenced() {
+        let store = Arc::new(Flaky::default());
+        let storage =
+            ObjectCheckpointStorage::new(store.clone(), Path::from("state"), "memory://state");
+        storage.begin().await.unwrap();
+        storage.store(&checkpoint(1)).await.unwrap();
+        store.lose_next_answer.store(true, Ordering::SeqCst);
+        storage.store(&checkpoint(2)).await.unwrap();
+        assert!(
+            !store.lose_next_answer.load(Ordering::SeqCst),
+            "the answer was lost"
+        );
+        assert_eq!(storage.latest().await.unwrap(), Some(checkpoint(2)));
+        storage.store(&checkpoint(3)).await.unwrap();
+        assert_eq!(storage.latest().await.unwrap(), Some(checkpoint(3)));
+    }
+
+    #[tokio::test]
+    async fn a_store_that_ignores_conditional_writes_is_refused_at_begin() {
+        let store = Arc::new(Flaky::default());
+        store.ignore_conditions.store(true, Ordering::SeqCst);
+        let storage =
+            ObjectCheckpointStorage::new(store.clone(), Path::from("state"), "memory://state");
+        let error = storage.begin().await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                StorageError::Remote {
+                    permanent: true,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("cannot fence"), "{error}");
+    }
+
+    /// An in-memory store that can lose the answer of its next write (the
+    /// write is applied, an error returned) or ignore conditional writes.
+    #[derive(Debug, Default)]
+    struct Flaky {
+        inner: InMemory,
+        lose_next_answer: AtomicBool,
+        ignore_conditions: AtomicBool,
+    }
+
+    impl std::fmt::Display for Flaky {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Flaky")
+        }
+    }
+
+    #[async_trait]
+    impl ObjectStore for Flaky {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            mut opts: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            if self.ignore_conditions.load(Ordering::SeqCst) {
+                opts.mode = PutMode::Overwrite;
+            }
+            let result = self.inner.put_opts(location, payload, opts).await?;
+            if location.filename() == Some(HEAD_OBJECT)
+                && self.lose_next_answer.swap(false, Ordering::SeqCst)
+            {
+                return Err(object_store::Error::Generic {
+                    store: "Flaky",
+                    source: "the connection was reset before the answer".into(),
+                });
+            }
+            Ok(result)
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.inner.get_opts(location, options).await
+        }
+
+        async fn delete(&self, location: &Path) -> object_store::Result<()> {
+            self.inner.delete(location).await
+        }
+
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.inner.list(prefix)
+        }
+
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+
+        async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+            self.inner.copy(from, to).await
+        }
+
+        async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+            self.inner.copy_if_not_exists(from, to).await
+        }
     }
 
     #[tokio::test]
@@ -814,7 +1075,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn starting_over_keeps_the_generation_and_fences() {
+    async fn starting_over_raises_the_generation_and_fences() {
         let store = Arc::new(InMemory::new());
         let first = storage(&store);
         first.begin().await.unwrap();
@@ -825,11 +1086,15 @@ mod tests {
         assert_eq!(objects(&store).await, vec!["state/HEAD".to_string()]);
         assert!(matches!(
             first.store(&checkpoint(2)).await,
-            Err(StorageError::Fenced { .. })
+            Err(StorageError::Fenced {
+                generation: Generation(1),
+                newer: Generation(2),
+                ..
+            })
         ));
-        assert_eq!(other.begin().await.unwrap(), Generation(2));
+        assert_eq!(other.begin().await.unwrap(), Generation(3));
         let inspected = other.inspect().await.unwrap();
-        assert_eq!(inspected.generation, Some(Generation(2)));
+        assert_eq!(inspected.generation, Some(Generation(3)));
         assert!(inspected.checkpoints.is_empty());
     }
 
@@ -841,6 +1106,9 @@ mod tests {
         first.store(&checkpoint(1)).await.unwrap();
         // A crash between the checkpoint's put and HEAD's.
         let stray = Path::from("state/checkpoint-00000000000000000002-g00000000000000000001.ckpt");
+        // A newer generation's: left alone (it may be being stored).
+        let newer = Path::from("state/checkpoint-00000000000000000002-g00000000000000000009.ckpt");
+        store.put(&newer, b"x".to_vec().into()).await.unwrap();
         store.put(&stray, b"x".to_vec().into()).await.unwrap();
         // Not this storage's: in a "directory" below its prefix.
         let other =
@@ -850,8 +1118,8 @@ mod tests {
         second.begin().await.unwrap();
         assert_eq!(
             objects(&store).await.len(),
-            3,
-            "HEAD, checkpoint 1 and the other directory's object"
+            4,
+            "HEAD, checkpoint 1, the other directory's object and the newer generation's"
         );
         assert_eq!(second.latest().await.unwrap(), Some(checkpoint(1)));
     }
