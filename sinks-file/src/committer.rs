@@ -54,6 +54,7 @@ pub struct FileCommitter {
 /// async workers) and signalled on the request afterwards.
 pub(crate) enum Outcome {
     Committed,
+    RetryLater,
     AlreadyCommitted,
     RecordsLost(u64, String),
     Unknown(String),
@@ -200,6 +201,7 @@ impl FileCommitter {
         &mut self,
         object: &ObjectOutput,
         committables: &[FileCommittable],
+        retries: &[u32],
     ) -> Result<Vec<Outcome>, SinkError> {
         if self.output.is_none() {
             self.output = identity::read_object(object).await?;
@@ -224,7 +226,8 @@ impl FileCommitter {
                 ))
                 .permanent());
             };
-            outcomes.push(commit_upload(object, &self.stats, c, upload).await?);
+            let retry = retries.get(position).copied().unwrap_or(0);
+            outcomes.push(commit_upload(object, &self.stats, c, upload, retry).await?);
             if position < last {
                 // A crash with part of the batch committed (crash tests only).
                 #[cfg(feature = "failpoints")]
@@ -277,12 +280,15 @@ impl Committer for FileCommitter {
             }
             Output::Object(object) => {
                 let object = object.clone();
-                self.commit_uploads(&object, &committables).await?
+                let retries: Vec<u32> = requests.iter().map(|r| r.retry_count()).collect();
+                self.commit_uploads(&object, &committables, &retries)
+                    .await?
             }
         };
         for (request, outcome) in requests.iter_mut().zip(outcomes) {
             match outcome {
                 Outcome::Committed => request.signal_committed(),
+                Outcome::RetryLater => request.retry_later(),
                 Outcome::AlreadyCommitted => request.signal_already_committed(),
                 Outcome::RecordsLost(records, reason) => {
                     request.signal_records_lost(records, reason)

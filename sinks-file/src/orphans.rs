@@ -34,14 +34,14 @@ use std::collections::{BTreeSet, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use sink_api::{Lineage, SinkError};
+use sink_api::{Generation, Lineage, SinkError};
 use tracing::{info, warn};
 
 use crate::dir_sync::fsync_dir;
 use crate::io_error::io_error;
 use crate::object_output::ObjectOutput;
 use crate::output::files_in_visible_dirs;
-use crate::upload::{markers_dir, Marker};
+use crate::upload::{marker_generation, markers_dir, Marker};
 
 /// The end of hidden part names before the lineage.
 pub(crate) const IN_PROGRESS_MARK: &str = ".inprogress.";
@@ -97,13 +97,16 @@ pub(crate) fn remove_orphans(
     Ok(orphans)
 }
 
-/// Aborts, under the object store output `object`, every upload of lineage
-/// `lineage` whose id is not in `kept`, and removes its marker; removes the
-/// markers of uploads already completed or aborted. Returns how many
-/// uploads were aborted.
+/// Aborts, under the object store output `object`, every upload that an
+/// earlier generation than `generation` of lineage `lineage` started and
+/// whose id is not in `kept`, and removes its marker; removes the markers of
+/// uploads already completed or aborted. Uploads of `generation` or newer
+/// are left alone: a newer instance that started meanwhile may be writing
+/// them. Returns how many uploads were aborted.
 pub(crate) async fn abort_orphaned_uploads(
     object: &ObjectOutput,
     lineage: &Lineage,
+    generation: Generation,
     kept: &HashSet<String>,
 ) -> Result<u64, SinkError> {
     use futures::TryStreamExt;
@@ -126,6 +129,9 @@ pub(crate) async fn abort_orphaned_uploads(
                     .join("/")
             })
             .unwrap_or_else(|| meta.location.to_string());
+        if marker_generation(&relative).is_none_or(|written| written >= generation.0) {
+            continue;
+        }
         let body = match object.store.get(&meta.location).await {
             Ok(found) => found.bytes().await,
             Err(e) => Err(e),
@@ -211,7 +217,12 @@ pub async fn clear_object_output(
                 Ok(found) => found.bytes().await.ok(),
                 Err(_) => None,
             };
-            if let Some(marker) = body.and_then(|b| serde_json::from_slice::<Marker>(&b).ok()) {
+            let marker = body.and_then(|b| serde_json::from_slice::<Marker>(&b).ok());
+            if marker.is_none() {
+                warn!(marker = %object.url_of(&relative),
+                    "an upload marker that cannot be read: its upload, if any, is left to the bucket's lifecycle rule");
+            }
+            if let Some(marker) = marker {
                 match object
                     .store
                     .abort_multipart(&object.path(&marker.target), &marker.upload_id)

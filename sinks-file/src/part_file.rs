@@ -45,8 +45,9 @@ const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 ///
 /// Its paths are relative to the sink's base directory and resolved against
 /// the base directory of the committer that commits it, which must hold the
-/// identity `output_id` (format version 2 of the sink's committable
-/// serializer; version 1 held absolute paths and is refused).
+/// identity `output_id` (format version 3 of the sink's committable
+/// serializer; version 2 is read, version 1 held absolute paths and is
+/// refused).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileCommittable {
     /// The identity (the `.file-sink-id` marker) of the output directory the
@@ -91,6 +92,7 @@ pub struct InProgressState {
     /// On an object store output: the bytes written after the last
     /// uploaded part (less than a part), kept here rather than in a side
     /// object. Empty on a local output.
+    #[serde(with = "serde_bytes")]
     pub tail: Vec<u8>,
 }
 

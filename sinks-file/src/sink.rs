@@ -279,6 +279,7 @@ where
         restored_states: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
         let lineage = context.lineage.clone();
+        let generation = context.generation;
         let clock = match &self.config.clock {
             Some(clock) => clock.clone(),
             None => context.clock.clone(),
@@ -304,7 +305,7 @@ where
                     config,
                     &object,
                     output,
-                    lineage,
+                    (lineage, generation),
                     clock,
                     restored_states,
                 )
@@ -327,7 +328,7 @@ where
                     config.clone(),
                     base,
                     output,
-                    lineage,
+                    (lineage, generation),
                     clock,
                     restored_states,
                 );
@@ -350,7 +351,7 @@ where
                 config.clone(),
                 base,
                 output,
-                lineage,
+                (lineage, generation),
                 clock,
                 restored_states,
             )
@@ -412,7 +413,8 @@ impl<T, E, B> FileSink<T, E, B> {
             .flatten()
             .map(|upload| upload.upload_id.clone())
             .collect();
-        let aborted = abort_orphaned_uploads(object, start.lineage, &kept).await?;
+        let aborted =
+            abort_orphaned_uploads(object, start.lineage, start.generation, &kept).await?;
         self.stats.orphans_removed(aborted);
         Ok(())
     }

@@ -23,7 +23,7 @@
 use object_store::multipart::PartId;
 use object_store::{MultipartId, PutPayload};
 use serde::{Deserialize, Serialize};
-use sink_api::{Lineage, SinkError};
+use sink_api::{Generation, Lineage, SinkError};
 use tokio::task::JoinSet;
 
 use crate::identity::OutputIdentity;
@@ -34,16 +34,25 @@ use crate::rolling::PartInfo;
 /// A multipart upload as recorded in committables and writer states: the
 /// upload's id and the parts uploaded, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Upload {
     /// The store's id of the multipart upload.
     pub upload_id: String,
     /// The parts uploaded so far, in order (part `i` was uploaded as index
     /// `i`).
     pub parts: Vec<UploadedPart>,
+    /// For an upload resumed by a restored writer: the bytes of its last
+    /// part (the checkpoint's tail), kept so that the committer can upload
+    /// them again if that part was replaced meanwhile (by an older instance
+    /// still running, which uploads its next part under the same number).
+    /// Empty otherwise.
+    #[serde(with = "serde_bytes")]
+    pub last_part: Vec<u8>,
 }
 
 /// One uploaded part of a multipart upload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UploadedPart {
     /// What the store answered for it (S3: its ETag); completing the upload
     /// names every part by it.
@@ -62,14 +71,32 @@ pub(crate) struct Marker {
 }
 
 /// The marker's path (relative to the prefix) of the upload of the part
-/// `<writer id>-<counter>` in lineage `lineage`.
-pub(crate) fn marker_path(lineage: &Lineage, writer_id: &str, counter: u64) -> String {
-    format!("{}/{writer_id}-{counter}", markers_dir(lineage))
+/// `<writer id>-<counter>`, written by generation `generation` of lineage
+/// `lineage`: `.uploads/<lineage>/<generation>/<writer id>-<counter>`.
+pub(crate) fn marker_path(
+    lineage: &Lineage,
+    generation: Generation,
+    writer_id: &str,
+    counter: u64,
+) -> String {
+    format!(
+        "{}/{:020}/{writer_id}-{counter}",
+        markers_dir(lineage),
+        generation.0
+    )
 }
 
 /// Where the markers of lineage `lineage` are, relative to the prefix.
 pub(crate) fn markers_dir(lineage: &Lineage) -> String {
     format!(".uploads/{lineage}")
+}
+
+/// The generation a marker at `relative` (a path relative to the prefix,
+/// as [`marker_path`] makes them) was written by.
+pub(crate) fn marker_generation(relative: &str) -> Option<u64> {
+    let mut parts = relative.rsplit('/');
+    parts.next()?;
+    parts.next()?.parse().ok()
 }
 
 /// A part being written into a multipart upload.
@@ -166,18 +193,28 @@ impl UploadPart {
 
     /// Uploads the queued full parts, in the background; waits only when
     /// `parts_in_flight` parts are already on their way.
+    ///
+    /// Cancellation-safe: a part leaves the queue only when its upload
+    /// starts, and nothing is awaited between the two.
     pub(crate) async fn upload_full_parts(&mut self) -> Result<(), SinkError> {
-        for part in std::mem::take(&mut self.full) {
-            self.start_part(part).await?;
+        while !self.full.is_empty() {
+            self.wait_for_room().await?;
+            let part = self.full.remove(0);
+            self.spawn_part(part);
         }
         Ok(())
     }
 
-    /// Starts uploading `data` as the next part.
-    async fn start_part(&mut self, data: Vec<u8>) -> Result<(), SinkError> {
+    /// Waits until fewer than `parts_in_flight` parts are on their way.
+    async fn wait_for_room(&mut self) -> Result<(), SinkError> {
         while self.in_flight.len() >= self.parts_in_flight {
             self.finish_one().await?;
         }
+        Ok(())
+    }
+
+    /// Starts uploading `data` as the next part, in the background.
+    fn spawn_part(&mut self, data: Vec<u8>) {
         let index = self.parts.len();
         self.parts.push(None);
         let store = self.output.store.clone();
@@ -190,7 +227,6 @@ impl UploadPart {
                 .await;
             (index, size, result)
         });
-        Ok(())
     }
 
     /// Waits for one part in flight and records it.
@@ -222,13 +258,25 @@ impl UploadPart {
         Ok(())
     }
 
-    /// The upload as far as it is done: every part uploaded (call after
-    /// [`finish_all`](Self::finish_all)).
-    fn upload(&self) -> Upload {
-        Upload {
+    /// The upload as far as it is done (call after
+    /// [`finish_all`](Self::finish_all)): every part uploaded. A part that
+    /// failed earlier leaves a hole, and the upload is unusable: completing
+    /// it would name parts out of place.
+    fn upload(&self) -> Result<Upload, SinkError> {
+        let parts: Option<Vec<UploadedPart>> = self.parts.iter().cloned().collect();
+        let parts = parts.ok_or_else(|| {
+            SinkError::msg(format!(
+                "the multipart upload {} of {} lost a part to an earlier error; the job restarts \
+                 from its last checkpoint",
+                self.upload_id,
+                self.output.url_of(&self.target)
+            ))
+        })?;
+        Ok(Upload {
             upload_id: self.upload_id.clone(),
-            parts: self.parts.iter().flatten().cloned().collect(),
-        }
+            parts,
+            last_part: Vec::new(),
+        })
     }
 
     /// Waits for the parts in flight and describes the upload for a
@@ -241,7 +289,7 @@ impl UploadPart {
             target: self.target.clone().into(),
             length: self.info.size_bytes,
             records: self.records,
-            upload: Some(self.upload()),
+            upload: Some(self.upload()?),
             tail: self.tail.clone(),
         })
     }
@@ -255,8 +303,9 @@ impl UploadPart {
     ) -> Result<FileCommittable, SinkError> {
         self.upload_full_parts().await?;
         if !self.tail.is_empty() || self.parts.is_empty() {
+            self.wait_for_room().await?;
             let tail = std::mem::take(&mut self.tail);
-            self.start_part(tail).await?;
+            self.spawn_part(tail);
         }
         self.finish_all().await?;
         Ok(FileCommittable {
@@ -266,7 +315,7 @@ impl UploadPart {
             target: self.target.clone().into(),
             size_bytes: self.info.size_bytes,
             records: self.records,
-            upload: Some(self.upload()),
+            upload: Some(self.upload()?),
         })
     }
 }
@@ -327,6 +376,10 @@ pub(crate) async fn recover_for_commit(
             size_bytes: state.tail.len() as u64,
         });
     }
+    let last_part = match state.tail.is_empty() && !upload.parts.is_empty() {
+        true => Vec::new(),
+        false => state.tail.clone(),
+    };
     Ok(FileCommittable {
         output_id: output.id.clone(),
         output_dir: output.dir.clone(),
@@ -337,6 +390,7 @@ pub(crate) async fn recover_for_commit(
         upload: Some(Upload {
             upload_id: upload.upload_id.clone(),
             parts,
+            last_part,
         }),
     })
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, Clock, Lineage, SinkError, SinkWriter};
+use sink_api::{CheckpointId, Clock, Generation, Lineage, SinkError, SinkWriter};
 
 use crate::blocking::blocking;
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
@@ -42,8 +42,8 @@ use crate::upload::{self, UploadPart};
 /// What a file writer records at a checkpoint: returned by its
 /// `snapshot_state`, stored by the runtime, handed back to
 /// [`FileSink::create_writer`](crate::FileSink) on a restore (format version
-/// 2 of the sink's writer-state serializer; version 1 held absolute paths
-/// and is refused).
+/// 3 of the sink's writer-state serializer; version 2 is read, version 1
+/// held absolute paths and is refused).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileWriterState {
     /// The identity (the `.file-sink-id` marker) of the output directory the
@@ -68,6 +68,8 @@ pub struct FileWriter<T, E, B> {
     writer_id: String,
     /// The job's lineage, at the end of hidden part names.
     lineage: Lineage,
+    /// This start's generation, in the names of upload markers.
+    generation: Generation,
     /// The time for rolling and date-time buckets.
     clock: Arc<dyn Clock>,
     next_counter: u64,
@@ -146,7 +148,7 @@ where
         config: Arc<FileSinkConfig<E, B>>,
         base: &Path,
         output: OutputIdentity,
-        lineage: Lineage,
+        start: (Lineage, Generation),
         clock: Arc<dyn Clock>,
         restored: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
@@ -157,7 +159,7 @@ where
             .map(|state| recover_for_commit(base, &output, state))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(FileWriter::with_pending(
-            config, output, lineage, clock, pending,
+            config, output, start, clock, pending,
         ))
     }
 
@@ -168,7 +170,7 @@ where
         config: Arc<FileSinkConfig<E, B>>,
         object: &ObjectOutput,
         output: OutputIdentity,
-        lineage: Lineage,
+        start: (Lineage, Generation),
         clock: Arc<dyn Clock>,
         restored: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
@@ -187,14 +189,14 @@ where
             pending.push(upload::recover_for_commit(object, &output, state, upload).await?);
         }
         Ok(FileWriter::with_pending(
-            config, output, lineage, clock, pending,
+            config, output, start, clock, pending,
         ))
     }
 
     fn with_pending(
         config: Arc<FileSinkConfig<E, B>>,
         output: OutputIdentity,
-        lineage: Lineage,
+        (lineage, generation): (Lineage, Generation),
         clock: Arc<dyn Clock>,
         pending: Vec<FileCommittable>,
     ) -> FileWriter<T, E, B> {
@@ -203,6 +205,7 @@ where
             output,
             writer_id: uuid::Uuid::new_v4().to_string(),
             lineage,
+            generation,
             clock,
             next_counter: 0,
             parts: BTreeMap::new(),
@@ -291,7 +294,8 @@ where
                     self.pending.extend(closed);
                 }
                 let target = target.to_string_lossy().into_owned();
-                let marker = upload::marker_path(&self.lineage, &self.writer_id, counter);
+                let marker =
+                    upload::marker_path(&self.lineage, self.generation, &self.writer_id, counter);
                 Part::Upload(
                     UploadPart::create(
                         object,

@@ -56,8 +56,21 @@ async fn commit_one(
     sink: &FileSink<u64, LineEncoder>,
     committable: &FileCommittable,
 ) -> (CommitOutcome, Option<u64>) {
+    commit_retry(sink, committable, 0).await
+}
+
+/// Commits one committable on its `retry`-th retry.
+async fn commit_retry(
+    sink: &FileSink<u64, LineEncoder>,
+    committable: &FileCommittable,
+    retry: u32,
+) -> (CommitOutcome, Option<u64>) {
     let mut committer = sink.create_committer(&context()).await.unwrap();
-    let mut requests = vec![CommitRequest::new(committable.clone(), CheckpointId(1), 0)];
+    let mut requests = vec![CommitRequest::new(
+        committable.clone(),
+        CheckpointId(1),
+        retry,
+    )];
     committer.commit(&mut requests).await.unwrap();
     let request = requests.remove(0);
     let lost = request.records_lost();
@@ -115,7 +128,13 @@ async fn an_upload_and_object_both_gone_is_a_known_loss_never_a_success() {
         .abort_multipart(&target(&c), &upload.upload_id)
         .await
         .unwrap();
-    let (outcome, lost) = commit_one(&sink, &c).await;
+    // An earlier completion may still be assembling the object: retried
+    // three times before the data is declared lost.
+    for retry in 0..3 {
+        let (outcome, lost) = commit_retry(&sink, &c, retry).await;
+        assert_eq!((outcome, lost), (CommitOutcome::RetryLater, None));
+    }
+    let (outcome, lost) = commit_retry(&sink, &c, 3).await;
     let CommitOutcome::FailedWithKnownReason(reason) = outcome else {
         panic!("an aborted upload must not pass as committed: {outcome:?}");
     };
@@ -186,6 +205,37 @@ async fn a_restored_tail_replaces_what_was_uploaded_after_the_checkpoint() {
     );
     let expected: String = (0..7).map(|i| format!("{i}\n")).collect();
     assert_eq!(content(&store, &target(&committables[0])).await, expected);
+}
+
+/// An older instance still running uploads its next part under the number
+/// the restored writer gave the checkpoint's tail: the completion is
+/// refused (`InvalidPart`), the committer uploads the tail again from the
+/// committable and completes with it.
+#[tokio::test]
+async fn a_restored_tail_replaced_by_an_older_instance_is_uploaded_again() {
+    let store = Arc::new(MemoryObjectStore::new());
+    let output = ObjectOutput::new(store.clone(), Path::from("out"), "memory://out");
+    let sink = FileSink::object_store_builder(output, LineEncoder)
+        .rolling_policy(RollingPolicy {
+            roll_on_checkpoint: false,
+            ..RollingPolicy::on_checkpoint()
+        })
+        .part_size(8)
+        .build()
+        .unwrap();
+    let mut older = sink.create_writer(&context(), Vec::new()).await.unwrap();
+    older.write_batch((0..7).collect()).await.unwrap(); // a part of 8, a tail of 6
+    let states = older.snapshot_state(CheckpointId(1)).await.unwrap();
+    let mut newer = sink.create_writer(&context(), states).await.unwrap();
+    let committables = newer.prepare_commit(CheckpointId(2)).await.unwrap();
+    // The older instance goes on: its next part lands under number 1 too.
+    older.write_batch((7..20).collect()).await.unwrap();
+    older.snapshot_state(CheckpointId(2)).await.unwrap(); // its parts landed
+    let c = &committables[0];
+    assert_eq!(c.upload.as_ref().unwrap().last_part.len(), 6);
+    assert_eq!(commit_one(&sink, c).await.0, CommitOutcome::Committed);
+    let expected: String = (0..7).map(|i| format!("{i}\n")).collect();
+    assert_eq!(content(&store, &target(c)).await, expected);
 }
 
 /// Buckets are prefixes of objects, as they are directories of files.
