@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! PREFIX/.file-sink-id                          the output's identity (created once, by a conditional put)
-//! PREFIX/.uploads/<lineage>/<writer id>-<n>     one marker per multipart upload in progress: its key and id
+//! PREFIX/.uploads/<lineage>/<generation>/<writer id>-<n>   one marker per multipart upload in progress: its key and id
 //! PREFIX/<bucket>/part-<writer id>-<n><suffix>  finished objects, visible once their upload completes
 //! ```
 
@@ -53,7 +53,8 @@ impl std::fmt::Debug for ObjectOutput {
 impl ObjectOutput {
     /// Objects under `prefix` of `store`, named `location` in messages
     /// (such as `memory://out`). The store is taken to accept parts of any
-    /// size; say otherwise with [`minimum_part_size`](Self::minimum_part_size).
+    /// size; say otherwise with [`minimum_part_size`](Self::minimum_part_size)
+    /// (for an S3 store built by hand: [`S3_MINIMUM_PART_SIZE`]).
     pub fn new(
         store: Arc<dyn ObjectOutputStore>,
         prefix: Path,

@@ -23,10 +23,11 @@
 //!
 //! On an object store output, the leftovers are multipart uploads, which
 //! readers never see but the bucket keeps (and bills) until they are
-//! aborted. Every upload has a marker, `.uploads/<lineage>/<writer id>-<n>`,
-//! naming its key and id; a start aborts the uploads of its lineage's
-//! markers that the restored checkpoint does not name, and removes those
-//! markers. An upload whose marker was never written (a crash right after
+//! aborted. Every upload has a marker,
+//! `.uploads/<lineage>/<generation>/<writer id>-<n>`, naming its key and id;
+//! a start aborts the uploads of its lineage's markers, of earlier
+//! generations, that the restored checkpoint does not name, and removes
+//! those markers (a newer instance started meanwhile keeps its own). An upload whose marker was never written (a crash right after
 //! the upload was created) is left to the bucket's lifecycle rule (see
 //! `docs/file-sink.md`).
 

@@ -176,6 +176,22 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
     /// returns the sink.
     pub fn build(self) -> Result<FileSink<T, E, B>, SinkError> {
         if let Output::Object(object) = &self.config.output {
+            // S3 and its peers take at most 10 000 parts an upload.
+            let largest = self.config.part_size as u64 * MAX_PARTS;
+            if self
+                .config
+                .rolling
+                .max_part_size_bytes
+                .is_none_or(|size| size > largest)
+            {
+                return Err(SinkError::msg(format!(
+                    "on an object store an object may hold at most {MAX_PARTS} parts of {} bytes: the \
+                     rolling policy must roll parts at {largest} bytes or less \
+                     (RollingPolicy::max_part_size_bytes), or the part size must be larger",
+                    self.config.part_size
+                ))
+                .permanent());
+            }
             if self.config.part_size < object.minimum_part_size {
                 return Err(SinkError::msg(format!(
                     "the part size {} is below the smallest part {} accepts ({} bytes): raise it with \
@@ -383,6 +399,10 @@ where
         Arc::new(FileFormat::<FileWriterState>::new())
     }
 }
+
+/// The most parts one multipart upload may have (S3's limit, shared by the
+/// S3-compatible servers).
+const MAX_PARTS: u64 = 10_000;
 
 impl<T, E, B> FileSink<T, E, B> {
     /// The start hook on an object store output: checks the store is

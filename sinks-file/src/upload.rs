@@ -1,7 +1,7 @@
 //! The life of one part on an object store: a multipart upload.
 //!
 //! ```text
-//!  create      create the upload (its id), put its marker .uploads/<lineage>/<writer id>-<n>
+//!  create      create the upload (its id), put its marker .uploads/<lineage>/<generation>/<writer id>-<n>
 //!  write       append to the tail; each time the tail holds a part's worth, that part is
 //!              uploaded in the background (at most `parts_in_flight` at once)
 //!  checkpoint  wait for the parts in flight; the state records the upload id, every part's

@@ -146,7 +146,12 @@ async fn a_stopped_job_resumes_and_its_files_hold_every_record_once() {
     .build()
     .unwrap()
     .start();
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    // Stopped once something is committed, whatever the machine's speed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while visible_numbers(&out).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
     first.cancel();
     first.join().await.unwrap();
     let partial = visible_numbers(&out).len();

@@ -327,17 +327,25 @@ async fn open_state(config: &Config) -> anyhow::Result<Storage> {
     }
 }
 
-/// Starts over with an object store on either side: the output first (every
-/// finished object removed, every upload in progress aborted, outside the
-/// state's prefix), then the checkpoints, keeping the generation. There is
-/// no lock on an object store: an instance still running is fenced off by
-/// the start-over, and stops at its next checkpoint.
+/// Starts over with an object store on either side. There is no lock on an
+/// object store: an instance still running is first fenced (a new
+/// generation claimed, the checkpoints kept), so that it can neither store
+/// a checkpoint nor commit; then the output is cleared (every finished
+/// object removed, every upload aborted, outside the state's prefix); then
+/// the checkpoints go. A crash part-way leaves checkpoints whose output is
+/// gone, which a resume refuses, never old output beside a fresh job.
 async fn start_over_object(
     out: &Location,
     state: &Location,
     storage: &Storage,
     options: &[(String, String)],
 ) -> anyhow::Result<()> {
+    if let Storage::Object(storage) = storage {
+        storage
+            .fence()
+            .await
+            .with_context(|| format!("fencing {state} for --fresh"))?;
+    }
     match out {
         Location::Local(dir) => {
             if dir.exists() {
