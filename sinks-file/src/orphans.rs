@@ -248,6 +248,60 @@ pub async fn clear_object_output(
 mod tests {
     use super::*;
     use crate::blocking::on_this_thread;
+    use crate::memory_store::MemoryObjectStore;
+    use crate::upload::marker_path;
+    use object_store::multipart::MultipartStore;
+    use object_store::path::Path as ObjectPath;
+    use object_store::ObjectStore;
+    use std::sync::Arc;
+
+    /// Starts an upload of `target` and writes its marker, as a writer of
+    /// `generation` does; returns the upload's id.
+    async fn upload(
+        store: &Arc<MemoryObjectStore>,
+        object: &ObjectOutput,
+        lineage: &Lineage,
+        generation: u64,
+        target: &str,
+    ) -> String {
+        let id = store.create_multipart(&object.path(target)).await.unwrap();
+        let marker = marker_path(lineage, Generation(generation), target, 0);
+        let body = serde_json::to_vec(&Marker {
+            target: target.into(),
+            upload_id: id.clone(),
+        })
+        .unwrap();
+        store.put(&object.path(&marker), body.into()).await.unwrap();
+        id
+    }
+
+    #[tokio::test]
+    async fn only_unnamed_uploads_of_earlier_generations_of_the_lineage_are_aborted() {
+        let store = Arc::new(MemoryObjectStore::new());
+        let object = ObjectOutput::new(store.clone(), ObjectPath::from("out"), "memory://out");
+        let (ours, theirs) = (Lineage::new("0123abcd"), Lineage::new("9999ffff"));
+        let orphan = upload(&store, &object, &ours, 1, "part-a").await;
+        let named = upload(&store, &object, &ours, 1, "part-b").await;
+        let newer = upload(&store, &object, &ours, 3, "part-c").await;
+        let foreign = upload(&store, &object, &theirs, 1, "part-d").await;
+        let kept = HashSet::from([named.clone()]);
+        let aborted = abort_orphaned_uploads(&object, &ours, Generation(3), &kept)
+            .await
+            .unwrap();
+        assert_eq!(aborted, 1);
+        for (id, alive) in [
+            (orphan, false),
+            (named, true),
+            (newer, true),
+            (foreign, true),
+        ] {
+            let part = store
+                .put_part(&ObjectPath::from("out/x"), &id, 0, b"x".to_vec().into())
+                .await;
+            assert_eq!(part.is_ok(), alive, "upload {id}");
+        }
+        assert_eq!(store.uploads_in_progress(), 3);
+    }
 
     #[test]
     fn only_unreferenced_hidden_parts_of_the_lineage_are_removed() {
