@@ -245,7 +245,12 @@ async fn buckets_are_prefixes_of_the_objects() {
     let output = ObjectOutput::new(store.clone(), Path::from("out"), "memory://out");
     let sink = FileSink::object_store_builder(output.clone(), LineEncoder)
         .bucket_assigner(sinks_file::FnBucketAssigner(|n: &u64| {
-            if n % 2 == 0 { "even/day-1" } else { "odd" }.to_string()
+            if n.is_multiple_of(2) {
+                "even/day-1"
+            } else {
+                "odd"
+            }
+            .to_string()
         }))
         .rolling_policy(RollingPolicy::on_checkpoint())
         .part_size(8)
