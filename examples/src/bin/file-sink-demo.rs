@@ -309,7 +309,7 @@ async fn run(config: &Config, show_progress: bool) -> anyhow::Result<Outcome> {
 
 /// Opens the job's checkpoint storage (`out/.state` unless `--state` says
 /// otherwise). With `fresh`, starts over: the output is cleared first, then
-/// the checkpoints (see [`start_over_local`] and [`start_over_object`]).
+/// the checkpoints (see [`open_local_state`] and [`start_over_object`]).
 async fn open_state(config: &Config) -> anyhow::Result<Storage> {
     match (&config.out, &config.state) {
         (Location::Local(out), Location::Local(state)) => {
