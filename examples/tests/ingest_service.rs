@@ -1088,7 +1088,8 @@ fn bad_flags_exit_2_and_an_unusable_directory_exits_1() {
     let (code, stderr, _) = run(&["--listen", "127.0.0.1:0", "--output-dir", &shared_arg]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("opening the checkpoint directory"),
+        stderr.contains("opening the checkpoint storage")
+            && stderr.contains("in use by another running instance"),
         "{stderr}"
     );
     first.stop();
