@@ -173,25 +173,20 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
     }
 
     /// Checks the names (and, on an object store, the part size) and
-    /// returns the sink.
-    pub fn build(self) -> Result<FileSink<T, E, B>, SinkError> {
+    /// returns the sink. On an object store, parts roll at the latest when
+    /// they reach 10 000 uploaded parts (S3's limit), whatever the rolling
+    /// policy says.
+    pub fn build(mut self) -> Result<FileSink<T, E, B>, SinkError> {
         if let Output::Object(object) = &self.config.output {
-            // S3 and its peers take at most 10 000 parts an upload.
+            // S3 and its peers take at most 10 000 parts an upload: parts
+            // roll before they would need more.
             let largest = self.config.part_size as u64 * MAX_PARTS;
-            if self
-                .config
-                .rolling
-                .max_part_size_bytes
-                .is_none_or(|size| size > largest)
-            {
-                return Err(SinkError::msg(format!(
-                    "on an object store an object may hold at most {MAX_PARTS} parts of {} bytes: the \
-                     rolling policy must roll parts at {largest} bytes or less \
-                     (RollingPolicy::max_part_size_bytes), or the part size must be larger",
-                    self.config.part_size
-                ))
-                .permanent());
-            }
+            let rolling = &mut self.config.rolling;
+            rolling.max_part_size_bytes = Some(
+                rolling
+                    .max_part_size_bytes
+                    .map_or(largest, |size| size.min(largest)),
+            );
             if self.config.part_size < object.minimum_part_size {
                 return Err(SinkError::msg(format!(
                     "the part size {} is below the smallest part {} accepts ({} bytes): raise it with \

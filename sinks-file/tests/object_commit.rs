@@ -272,3 +272,25 @@ async fn buckets_are_prefixes_of_the_objects() {
     let even = sinks_file::read_object(&output, &objects[0]).await.unwrap();
     assert_eq!(&even[..], b"0\n2\n4\n6\n8\n");
 }
+
+/// S3 takes at most 10 000 parts an upload: without a size limit in the
+/// rolling policy, a part rolls when it reaches 10 000 uploaded parts.
+#[tokio::test]
+async fn a_part_rolls_at_ten_thousand_uploaded_parts() {
+    let store = Arc::new(MemoryObjectStore::new());
+    let output = ObjectOutput::new(store.clone(), Path::from("out"), "memory://out");
+    let sink = FileSink::object_store_builder(output, LineEncoder)
+        .rolling_policy(RollingPolicy::on_checkpoint())
+        .part_size(2)
+        .build()
+        .unwrap();
+    let mut writer = sink.create_writer(&context(), Vec::new()).await.unwrap();
+    // "1\n": one part a record.
+    writer.write_batch(vec![1; 10_001]).await.unwrap();
+    let committables = writer.prepare_commit(CheckpointId(1)).await.unwrap();
+    let parts: Vec<usize> = committables
+        .iter()
+        .map(|c| c.upload.as_ref().unwrap().parts.len())
+        .collect();
+    assert_eq!(parts, vec![10_000, 1]);
+}
