@@ -715,9 +715,10 @@ impl Coordinator {
                     self.store_queue.retain(|c| c.checkpoint_id > id);
                 }
             }
-            // A newer instance took the storage over: this one must stop
-            // now, storing and committing nothing more (never restarted).
-            Err(fenced @ StorageError::Fenced { .. }) => return Err(JobError::Storage(fenced)),
+            // A newer instance took the storage over (fenced), or the storage
+            // refuses this instance for good (credentials, a missing bucket):
+            // stop now, storing and committing nothing more, never restarted.
+            Err(error) if error.is_permanent() => return Err(JobError::Storage(error)),
             Err(reason) => self.on_checkpoint_failed(id, format!("storing it failed: {reason}"))?,
         }
         self.start_next_store();

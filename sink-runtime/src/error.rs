@@ -154,19 +154,9 @@ impl JobError {
     /// fenced off its checkpoint storage by a newer one, which need the user
     /// (or, for the fenced instance, nothing: its successor runs).
     pub fn is_restartable(&self) -> bool {
-        !matches!(
-            self,
-            JobError::Restore { .. }
-                | JobError::Storage(
-                    StorageError::Corrupt { .. }
-                        | StorageError::Locked { .. }
-                        | StorageError::Fenced { .. }
-                        | StorageError::Remote {
-                            permanent: true,
-                            ..
-                        }
-                )
-        ) && !matches!(self, JobError::Sink { source, .. } if source.is_permanent())
+        !matches!(self, JobError::Restore { .. })
+            && !matches!(self, JobError::Storage(error) if error.is_permanent())
+            && !matches!(self, JobError::Sink { source, .. } if source.is_permanent())
     }
 
     pub(crate) fn invariant(task: impl Into<String>, message: impl std::fmt::Display) -> JobError {

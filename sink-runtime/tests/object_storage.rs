@@ -131,6 +131,52 @@ mod s3 {
     }
 }
 
+/// A checkpoint store refused for good (credentials revoked while the job
+/// runs, say) stops the job at once: no tolerated failures, no restarts,
+/// nothing of that checkpoint committed.
+#[tokio::test]
+async fn a_permanent_storage_error_at_a_store_stops_the_job_without_restarts() {
+    let storage = ScriptedStorage::new(|id| match id.0 {
+        1..=2 => StoreScript::Succeed,
+        _ => StoreScript::Refuse,
+    });
+    let store = MemoryStore::<u64>::new();
+    let handle = Job::builder(
+        "refused-store",
+        ThrottledSource::unbounded(2_000, 10, ms(1)),
+        MemorySink::new(store.clone()),
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(ms(20)))
+    .checkpoint_storage(storage.clone())
+    .restart_strategy(RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: ms(10),
+    })
+    .build()
+    .unwrap()
+    .start();
+    let error = handle.join().await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            JobError::Storage(StorageError::Remote {
+                permanent: true,
+                ..
+            })
+        ),
+        "{error:?}"
+    );
+    assert!(!error.is_restartable());
+    assert_eq!(
+        storage.store_calls().len(),
+        3,
+        "stopped at the first refused store: {:?}",
+        storage.store_calls()
+    );
+    assert_no_violations(&store);
+}
+
 /// A job stopped on one instance resumes on another from the object store
 /// alone, and a finished job is not run again.
 async fn resumes_on_a_new_instance(storage: ObjectCheckpointStorage) {

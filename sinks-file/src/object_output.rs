@@ -116,6 +116,17 @@ impl ObjectOutput {
         Ok(ObjectOutput::new(Arc::new(store), prefix, url).minimum_part_size(S3_MINIMUM_PART_SIZE))
     }
 
+    /// The store the output writes to, for readers and tools that need it
+    /// directly.
+    pub fn store(&self) -> Arc<dyn ObjectOutputStore> {
+        self.store.clone()
+    }
+
+    /// The prefix the output's objects are under.
+    pub fn prefix(&self) -> &Path {
+        &self.prefix
+    }
+
     /// The output's name in messages, such as `s3://bucket/out`.
     pub fn location(&self) -> &str {
         &self.location

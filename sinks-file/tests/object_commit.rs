@@ -52,6 +52,20 @@ async fn one_upload(sink: &FileSink<u64, LineEncoder>) -> FileCommittable {
     committable
 }
 
+/// A sink whose parts are kept across checkpoints (parts of 8 bytes), so
+/// that writer states carry uploads in progress with their tails.
+fn kept_across_checkpoints(store: &Arc<MemoryObjectStore>) -> FileSink<u64, LineEncoder> {
+    let output = ObjectOutput::new(store.clone(), Path::from("out"), "memory://out");
+    FileSink::object_store_builder(output, LineEncoder)
+        .rolling_policy(RollingPolicy {
+            roll_on_checkpoint: false,
+            ..RollingPolicy::on_checkpoint()
+        })
+        .part_size(8)
+        .build()
+        .unwrap()
+}
+
 async fn commit_one(
     sink: &FileSink<u64, LineEncoder>,
     committable: &FileCommittable,
@@ -171,15 +185,7 @@ async fn an_object_of_another_size_at_the_key_is_not_overwritten() {
 #[tokio::test]
 async fn a_restored_tail_replaces_what_was_uploaded_after_the_checkpoint() {
     let store = Arc::new(MemoryObjectStore::new());
-    let output = ObjectOutput::new(store.clone(), Path::from("out"), "memory://out");
-    let sink = FileSink::object_store_builder(output, LineEncoder)
-        .rolling_policy(RollingPolicy {
-            roll_on_checkpoint: false,
-            ..RollingPolicy::on_checkpoint()
-        })
-        .part_size(8)
-        .build()
-        .unwrap();
+    let sink = kept_across_checkpoints(&store);
     let mut writer = sink.create_writer(&context(), Vec::new()).await.unwrap();
     writer.write_batch((0..7).collect()).await.unwrap(); // 14 bytes: a part and a tail of 6
     assert!(writer
@@ -214,15 +220,7 @@ async fn a_restored_tail_replaces_what_was_uploaded_after_the_checkpoint() {
 #[tokio::test]
 async fn a_restored_tail_replaced_by_an_older_instance_is_uploaded_again() {
     let store = Arc::new(MemoryObjectStore::new());
-    let output = ObjectOutput::new(store.clone(), Path::from("out"), "memory://out");
-    let sink = FileSink::object_store_builder(output, LineEncoder)
-        .rolling_policy(RollingPolicy {
-            roll_on_checkpoint: false,
-            ..RollingPolicy::on_checkpoint()
-        })
-        .part_size(8)
-        .build()
-        .unwrap();
+    let sink = kept_across_checkpoints(&store);
     let mut older = sink.create_writer(&context(), Vec::new()).await.unwrap();
     older.write_batch((0..7).collect()).await.unwrap(); // a part of 8, a tail of 6
     let states = older.snapshot_state(CheckpointId(1)).await.unwrap();

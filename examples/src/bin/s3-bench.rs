@@ -25,13 +25,12 @@ use examples::cli::peak_rss_bytes;
 use examples::demo_line::DemoLine;
 use examples::location::{object_output, s3_options};
 use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
-use object_store::{ObjectStore, WriteMultipart};
+use object_store::WriteMultipart;
 use serde_json::{json, Value};
 use sink_runtime::storage::ObjectCheckpointStorage;
 use sink_runtime::{CheckpointConfig, Job, SequenceSource};
-use sinks_file::{FileSink, RollingPolicy};
+use sinks_file::{FileSink, ObjectOutputStore, RollingPolicy};
 
 #[derive(Debug, Parser)]
 #[command(about = "Benchmarks the file sink on S3 against a plain multipart upload")]
@@ -74,17 +73,12 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// The store and prefix of `url`, configured as the sink's.
-fn store(url: &str, options: &[(String, String)]) -> anyhow::Result<(Arc<dyn ObjectStore>, Path)> {
-    let mut builder = AmazonS3Builder::from_env().with_url(url);
-    for (key, value) in options {
-        builder = builder.with_config(key.parse()?, value);
-    }
-    let prefix = url
-        .strip_prefix("s3://")
-        .and_then(|rest| rest.split_once('/'))
-        .map(|(_, prefix)| prefix)
-        .unwrap_or_default();
-    Ok((Arc::new(builder.build()?), Path::from(prefix)))
+fn store(
+    url: &str,
+    options: &[(String, String)],
+) -> anyhow::Result<(Arc<dyn ObjectOutputStore>, Path)> {
+    let output = object_output(url, options)?;
+    Ok((output.store(), output.prefix().clone()))
 }
 
 /// Removes everything under `url`.

@@ -397,26 +397,7 @@ fn read_framed<T: Framed>(path: &Path, kind: Kind) -> Result<T, StorageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::SubtaskSnapshot;
-
-    fn checkpoint(id: u64) -> CompletedCheckpoint {
-        CompletedCheckpoint {
-            checkpoint_id: CheckpointId(id),
-            job_name: "job".into(),
-            generation: Generation(1),
-            lineage: Some(sink_api::Lineage::new("lineage")),
-            parallelism: 1,
-            subtasks: vec![SubtaskSnapshot {
-                subtask: 0,
-                source_splits: vec![1, 2, 3],
-                writer_states: vec![vec![4]],
-                pending: Vec::new(),
-                end_of_input: false,
-            }],
-            global_committer: None,
-            is_final: false,
-        }
-    }
+    use crate::storage::tests::sample_checkpoint as checkpoint;
 
     #[tokio::test]
     async fn stores_reads_and_retains_the_newest() {

@@ -164,6 +164,24 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// Whether no retry or restart can help: a corrupt checkpoint, a state
+    /// directory held by another instance, an instance fenced by a newer
+    /// one, a missing bucket or refused credentials. The runtime stops the
+    /// job on such an error, at once and without restarts, also when a
+    /// checkpoint's store meets it.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Corrupt { .. }
+                | StorageError::Locked { .. }
+                | StorageError::Fenced { .. }
+                | StorageError::Remote {
+                    permanent: true,
+                    ..
+                }
+        )
+    }
+
     /// An I/O failure while doing `context`, with a hint chosen from the
     /// error's kind (a full disk, a read-only or missing directory).
     pub fn io(context: impl Into<String>, source: std::io::Error) -> StorageError {
@@ -272,4 +290,29 @@ pub(crate) fn decode_pending<C>(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A small checkpoint of one subtask, for the storages' tests.
+    pub(crate) fn sample_checkpoint(id: u64) -> CompletedCheckpoint {
+        CompletedCheckpoint {
+            checkpoint_id: CheckpointId(id),
+            job_name: "job".into(),
+            generation: Generation(1),
+            lineage: Some(sink_api::Lineage::new("lineage")),
+            parallelism: 1,
+            subtasks: vec![SubtaskSnapshot {
+                subtask: 0,
+                source_splits: vec![1, 2, 3],
+                writer_states: vec![vec![4]],
+                pending: Vec::new(),
+                end_of_input: false,
+            }],
+            global_committer: None,
+            is_final: false,
+        }
+    }
 }

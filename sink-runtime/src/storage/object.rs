@@ -778,28 +778,9 @@ fn s3_store(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::SubtaskSnapshot;
+    use crate::storage::tests::sample_checkpoint as checkpoint;
     use object_store::memory::InMemory;
     use std::sync::atomic::{AtomicBool, Ordering};
-
-    fn checkpoint(id: u64) -> CompletedCheckpoint {
-        CompletedCheckpoint {
-            checkpoint_id: CheckpointId(id),
-            job_name: "job".into(),
-            generation: Generation(1),
-            lineage: Some(sink_api::Lineage::new("lineage")),
-            parallelism: 1,
-            subtasks: vec![SubtaskSnapshot {
-                subtask: 0,
-                source_splits: vec![1, 2, 3],
-                writer_states: vec![vec![4]],
-                pending: Vec::new(),
-                end_of_input: false,
-            }],
-            global_committer: None,
-            is_final: false,
-        }
-    }
 
     fn storage(store: &Arc<InMemory>) -> ObjectCheckpointStorage {
         ObjectCheckpointStorage::new(store.clone(), Path::from("state"), "memory://state")

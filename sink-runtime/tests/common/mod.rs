@@ -109,6 +109,8 @@ pub enum StoreScript {
     Succeed,
     SucceedAfter(Duration),
     FailAfter(Duration),
+    /// Fails at once with an error no retry can help (credentials refused).
+    Refuse,
     Hang,
 }
 
@@ -149,6 +151,14 @@ impl CheckpointStorage for ScriptedStorage {
                     "scripted failure of checkpoint {}",
                     checkpoint.checkpoint_id
                 )));
+            }
+            StoreScript::Refuse => {
+                return Err(StorageError::Remote {
+                    context: format!("writing checkpoint {}", checkpoint.checkpoint_id),
+                    source: "403 InvalidAccessKeyId (scripted)".into(),
+                    hint: "; the credentials are refused",
+                    permanent: true,
+                })
             }
             StoreScript::Hang => std::future::pending::<()>().await,
         }
