@@ -180,18 +180,23 @@ fn killed_and_resumed_on_s3_it_writes_every_record_exactly_once() {
     // the restarts. A kill before the first checkpoint leaves a lineage no
     // later start restores (the next start is a fresh one, with a lineage of
     // its own): its uploads are left, with their markers, for the bucket's
-    // lifecycle rule (docs/file-sink.md). So every upload still in progress
-    // must have a marker, and none of the final lineage.
+    // lifecycle rule (docs/file-sink.md). A kill between creating an upload
+    // and writing its marker leaves an upload without a marker, also the
+    // rule's: at most one per subtask and kill. So no marker of the final
+    // lineage is left, and every upload in progress beyond those windows
+    // has a marker of an abandoned lineage.
     let lineage = final_lineage(&state, &endpoint);
     let markers = list_keys(&endpoint, &bucket, &format!("{prefix}/.uploads/"));
     assert!(
         markers.iter().all(|key| !key.contains(&lineage)),
         "seed {seed}: markers of the final lineage {lineage} left: {markers:?}"
     );
-    assert_eq!(
-        uploads_in_progress(&endpoint, &bucket, &prefix),
-        markers.len(),
-        "seed {seed}: uploads in progress without a marker of an abandoned lineage ({markers:?})"
+    let in_progress = uploads_in_progress(&endpoint, &bucket, &prefix);
+    assert!(
+        in_progress >= markers.len() && in_progress <= markers.len() + 2 * kills,
+        "seed {seed}: {in_progress} uploads in progress, {} markers of abandoned lineages \
+         ({markers:?}), {kills} kills of 2 subtasks",
+        markers.len()
     );
     println!("demo on S3: {kills} kills, 300000 ids once each (seed {seed})");
 
