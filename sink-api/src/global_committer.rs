@@ -2,12 +2,14 @@
 
 use async_trait::async_trait;
 
-use crate::{CheckpointId, SinkError};
+use crate::{CheckpointId, InitContext, SinkError};
 
 /// Acts once per checkpoint on what every subtask's committer committed (for
 /// example: one table snapshot or one manifest per checkpoint).
 ///
-/// Runs with parallelism 1. Given to the job builder by the user.
+/// Runs with parallelism 1. Brought by the sink
+/// ([`Sink::global_committer`](crate::Sink::global_committer)), as a table
+/// sink does, or given to the job builder by the user.
 ///
 /// # When it is called
 ///
@@ -43,3 +45,12 @@ pub trait GlobalCommitter: Send + 'static {
         Ok(())
     }
 }
+
+/// Makes a global committer, once per start of the job (the first and every
+/// restart), given the start's context: the job's name, lineage and
+/// generation, clock and metrics (its subtask index is 0: a global
+/// committer runs once per job). Returned by
+/// [`Sink::global_committer`](crate::Sink::global_committer); called by the
+/// runtime.
+pub type GlobalCommitterFactory<C> =
+    Box<dyn Fn(&InitContext) -> Box<dyn GlobalCommitter<Committable = C>> + Send + Sync>;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::{
-    BincodeSerializer, Committer, InitContext, JobStart, SinkError, SinkWriter, VersionedSerializer,
+    BincodeSerializer, Committer, GlobalCommitterFactory, InitContext, JobStart, SinkError,
+    SinkWriter, VersionedSerializer,
 };
 
 /// A two-phase-commit sink: the factory of its writers and committers.
@@ -26,6 +27,10 @@ use crate::{
 ///   [`writer_state_serializer`](Self::writer_state_serializer): once per
 ///   start, to put committables and writer states into checkpoints and read
 ///   them back. Both default to [`BincodeSerializer`] at format version 1.
+/// - [`global_committer`](Self::global_committer): once, when the job is
+///   built. A sink whose data becomes visible only in a job-wide step (a
+///   table format's one commit per checkpoint) returns its global committer
+///   there, so no job can run it without one.
 ///
 /// # Example
 ///
@@ -128,6 +133,20 @@ pub trait Sink: Send + Sync + 'static {
     /// The serializer for committables in checkpoints.
     fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<CommittableOf<Self>>> {
         Arc::new(BincodeSerializer::<CommittableOf<Self>>::default())
+    }
+
+    /// The global committer this sink needs, or `None` (the default) for a
+    /// sink whose committers alone make data visible.
+    ///
+    /// Called by the job builder once; the factory it returns is called once
+    /// per start of the job. A sink that returns one cannot be given another
+    /// through the job builder (the build is refused). Return one when
+    /// committed data is not visible until a job-wide step acts on every
+    /// subtask's committables (the Delta sink's one table transaction per
+    /// checkpoint): a job that left it out would commit files no reader
+    /// ever sees.
+    fn global_committer(&self) -> Option<GlobalCommitterFactory<CommittableOf<Self>>> {
+        None
     }
 
     /// The serializer for writer states in checkpoints.

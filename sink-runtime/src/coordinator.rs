@@ -428,7 +428,17 @@ where
     drop(global_tx);
 
     if let (Some(factory), Some(input)) = (&spec.global_committer, global_rx) {
-        let committer = factory();
+        let context = InitContext::new(
+            spec.name.clone(),
+            plan.lineage.clone(),
+            plan.generation,
+            0,
+            spec.parallelism,
+        )
+        .restored_from(plan.restored)
+        .with_clock(spec.clock.clone())
+        .with_metrics(metrics.sink.clone());
+        let committer = factory(&context);
         let mut ledger = CommitLedger::new(0..spec.parallelism);
         if let Some(restored) = plan.restored {
             ledger.expect_until(restored, 0..plan.restored_parallelism);

@@ -65,6 +65,8 @@ pub struct JobBuilder<Src, S: Sink> {
     spec: JobSpec<Src, S>,
     mode: RuntimeMode,
     allow_uncommitted: bool,
+    /// A global committer was given although the sink brings its own.
+    second_global_committer: bool,
 }
 
 impl<Src, S> Job<Src, S>
@@ -73,10 +75,11 @@ where
     S: Sink,
 {
     /// Starts building a job named `name` that reads `source` and writes to
-    /// `sink`. Defaults: parallelism 1, streaming, checkpointing off, no
-    /// global committer, checkpoints kept in memory, commit retries per
-    /// [`RetryPolicy::default`].
+    /// `sink`. Defaults: parallelism 1, streaming, checkpointing off, the
+    /// sink's own global committer ([`Sink::global_committer`]) or none,
+    /// checkpoints kept in memory, commit retries per [`RetryPolicy::default`].
     pub fn builder(name: impl Into<String>, source: Src, sink: S) -> JobBuilder<Src, S> {
+        let global_committer = sink.global_committer();
         JobBuilder {
             spec: JobSpec {
                 name: name.into(),
@@ -84,7 +87,7 @@ where
                 sink,
                 parallelism: 1,
                 checkpointing: None,
-                global_committer: None,
+                global_committer,
                 restart: RestartStrategy::Never,
                 storage: Arc::new(MemoryCheckpointStorage::default()),
                 retry: RetryPolicy::default(),
@@ -97,6 +100,7 @@ where
             },
             mode: RuntimeMode::Streaming,
             allow_uncommitted: false,
+            second_global_committer: false,
         }
     }
 
@@ -150,12 +154,14 @@ where
 
     /// Adds a global committer, which acts once per checkpoint on what every
     /// subtask committed. `factory` makes it, once per start of the job (the
-    /// first and every restart).
+    /// first and every restart). Refused by [`build`](Self::build) when the
+    /// sink brings its own ([`Sink::global_committer`]).
     pub fn global_committer<G>(mut self, factory: impl Fn() -> G + Send + Sync + 'static) -> Self
     where
         G: GlobalCommitter<Committable = CommittableOf<S>>,
     {
-        self.spec.global_committer = Some(Box::new(move || Box::new(factory())));
+        self.second_global_committer |= self.spec.sink.global_committer().is_some();
+        self.spec.global_committer = Some(Box::new(move |_| Box::new(factory())));
         self
     }
 
@@ -249,6 +255,12 @@ where
         }
         if self.spec.batch_size == 0 {
             return Err(invalid("batch size must be at least 1"));
+        }
+        if self.second_global_committer {
+            return Err(invalid(
+                "the sink brings its own global committer (Sink::global_committer); \
+                 remove the call of JobBuilder::global_committer",
+            ));
         }
         let unbounded = self.spec.source.boundedness() == Boundedness::Unbounded;
         match self.mode {

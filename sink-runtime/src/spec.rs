@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sink_api::CommittableOf;
-use sink_api::{CheckpointId, Clock, GlobalCommitter, Sink, SubtaskIndex};
+use sink_api::{CheckpointId, Clock, GlobalCommitterFactory, Sink, SubtaskIndex};
 
 use crate::core::checkpoints::CheckpointConfig;
 use crate::core::restart::RestartStrategy;
@@ -24,10 +24,6 @@ pub enum RuntimeMode {
     /// everything is committed once at end of input.
     Batch,
 }
-
-/// Makes the job's global committer, once per start of the job.
-pub(crate) type GlobalCommitterFactory<C> =
-    Box<dyn Fn() -> Box<dyn GlobalCommitter<Committable = C>> + Send + Sync>;
 
 /// Everything the coordinator needs to run a job. Made by [`JobBuilder::build`].
 pub(crate) struct JobSpec<Src, S: Sink> {

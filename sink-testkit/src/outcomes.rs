@@ -13,6 +13,7 @@
 //! | `middle-of-batch` | the first half of the first call with two requests or more |
 //! | `last-of-batch` | all but the last request of that call |
 //! | `slow-commit` | nothing fails: the first call takes five checkpoint intervals |
+//! | `global-commit` | the first checkpoint acted on by the sink's global committer (only for sinks that bring one) |
 //!
 //! The job restarts in the process (a restart strategy) from its last
 //! checkpoint; the sink must recognise what it applied from the
@@ -24,8 +25,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sink_api::{
-    CommitRequest, CommittableOf, Committer, InitContext, InputOf, JobStart, Sink, SinkError,
-    VersionedSerializer, WriterStateOf,
+    CheckpointId, CommitRequest, CommittableOf, Committer, GlobalCommitter, GlobalCommitterFactory,
+    InitContext, InputOf, JobStart, Sink, SinkError, VersionedSerializer, WriterStateOf,
 };
 use sink_runtime::MemoryCheckpointStorage;
 
@@ -41,20 +42,23 @@ pub(crate) enum Injection {
     MiddleOfBatch,
     LastOfBatch,
     SlowCommit,
+    GlobalCommit,
 }
 
 impl Injection {
-    pub(crate) const ALL: [Injection; 4] = [
+    pub(crate) const ALL: [Injection; 5] = [
         Injection::FirstCall,
         Injection::MiddleOfBatch,
         Injection::LastOfBatch,
         Injection::SlowCommit,
+        Injection::GlobalCommit,
     ];
 
     /// Why the scenario checked nothing when the injection never fired.
     pub(crate) fn not_fired(self) -> &'static str {
         match self {
             Injection::FirstCall | Injection::SlowCommit => "no commit call was made",
+            Injection::GlobalCommit => "the global committer acted on no checkpoint",
             Injection::MiddleOfBatch | Injection::LastOfBatch => {
                 "no commit call held two requests or more in this run: the sink makes one \
                  committable per checkpoint and subtask (its calls cannot be half-applied), or too \
@@ -69,6 +73,7 @@ impl Injection {
             Injection::MiddleOfBatch => "middle-of-batch",
             Injection::LastOfBatch => "last-of-batch",
             Injection::SlowCommit => "slow-commit",
+            Injection::GlobalCommit => "global-commit",
         }
     }
 }
@@ -83,6 +88,13 @@ struct Plan {
 /// The sink under test, with a committer that loses one outcome.
 pub(crate) struct Chaos<S> {
     inner: S,
+    plan: Arc<Plan>,
+}
+
+/// The sink's global committer, losing the outcome of its first checkpoint
+/// when so planned.
+pub(crate) struct ChaosGlobal<C> {
+    inner: Box<dyn GlobalCommitter<Committable = C>>,
     plan: Arc<Plan>,
 }
 
@@ -125,6 +137,17 @@ impl<S: Sink> Sink for Chaos<S> {
         })
     }
 
+    fn global_committer(&self) -> Option<GlobalCommitterFactory<CommittableOf<Self>>> {
+        let factory = self.inner.global_committer()?;
+        let plan = self.plan.clone();
+        Some(Box::new(move |context: &InitContext| {
+            Box::new(ChaosGlobal {
+                inner: factory(context),
+                plan: plan.clone(),
+            })
+        }))
+    }
+
     fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<CommittableOf<Self>>> {
         self.inner.committable_serializer()
     }
@@ -146,6 +169,7 @@ impl<K: Committer> Committer for ChaosCommitter<K> {
         let due = match self.plan.injection {
             Injection::FirstCall | Injection::SlowCommit => n >= 1,
             Injection::MiddleOfBatch | Injection::LastOfBatch => n >= 2,
+            Injection::GlobalCommit => false,
         };
         if !due || self.plan.fired.swap(true, Ordering::SeqCst) {
             return self.inner.commit(requests).await;
@@ -172,11 +196,41 @@ impl<K: Committer> Committer for ChaosCommitter<K> {
                     "all but the last of {n} requests of a commit call"
                 )))
             }
+            Injection::GlobalCommit => self.inner.commit(requests).await,
         }
     }
 
     async fn close(&mut self) -> Result<(), SinkError> {
         self.inner.close().await
+    }
+}
+
+#[async_trait]
+impl<C: Send + 'static> GlobalCommitter for ChaosGlobal<C> {
+    type Committable = C;
+
+    async fn commit_checkpoint(
+        &mut self,
+        checkpoint_id: CheckpointId,
+        committables: Vec<C>,
+    ) -> Result<(), SinkError> {
+        let due = self.plan.injection == Injection::GlobalCommit && !committables.is_empty();
+        if !due || self.plan.fired.swap(true, Ordering::SeqCst) {
+            return self
+                .inner
+                .commit_checkpoint(checkpoint_id, committables)
+                .await;
+        }
+        self.inner
+            .commit_checkpoint(checkpoint_id, committables)
+            .await?;
+        Err(lost(&format!(
+            "the global commit of checkpoint {checkpoint_id}"
+        )))
+    }
+
+    async fn end_of_input(&mut self) -> Result<(), SinkError> {
+        self.inner.end_of_input().await
     }
 }
 

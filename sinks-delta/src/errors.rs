@@ -1,0 +1,73 @@
+//! delta-rs' and object_store's errors, classed for the runtime: what a
+//! restart may cure (an unreachable server, a lost commit race) is
+//! transient; what needs a person (credentials, a missing bucket, a table
+//! of another schema, records the schema cannot hold) is permanent.
+
+use deltalake_core::kernel::transaction::TransactionError;
+use deltalake_core::DeltaTableError;
+use sink_api::SinkError;
+
+/// `error`, met while `doing`, as a [`SinkError`] of the right class, with
+/// the cause chain kept.
+pub(crate) fn delta_error(doing: impl Into<String>, error: DeltaTableError) -> SinkError {
+    let permanent = is_permanent(&error);
+    let error = SinkError::other(doing, error);
+    if permanent {
+        error.permanent()
+    } else {
+        error
+    }
+}
+
+/// An object store's `error`, met while `doing`, classed likewise.
+pub(crate) fn store_error(doing: impl Into<String>, error: object_store::Error) -> SinkError {
+    let permanent = is_permanent_store(&error);
+    let error = SinkError::other(doing, error);
+    if permanent {
+        error.permanent()
+    } else {
+        error
+    }
+}
+
+fn is_permanent(error: &DeltaTableError) -> bool {
+    match error {
+        DeltaTableError::ObjectStore { source } => is_permanent_store(source),
+        DeltaTableError::Transaction { source } => match source {
+            TransactionError::ObjectStore { source } => is_permanent_store(source),
+            TransactionError::DeltaTableAppendOnly
+            | TransactionError::UnsupportedTableFeatures(_)
+            | TransactionError::TableFeaturesRequired(_) => true,
+            _ => false,
+        },
+        DeltaTableError::NotATable(_)
+        | DeltaTableError::NoSchema
+        | DeltaTableError::SchemaMismatch { .. }
+        | DeltaTableError::PartitionError { .. }
+        | DeltaTableError::InvalidTableLocation(_)
+        | DeltaTableError::MissingFeature { .. }
+        | DeltaTableError::Arrow { .. }
+        | DeltaTableError::InvalidJsonLog { .. } => true,
+        _ => false,
+    }
+}
+
+/// Refusals that repeat until someone acts: credentials, permissions, a
+/// missing bucket, a configuration the store does not support.
+fn is_permanent_store(error: &object_store::Error) -> bool {
+    match error {
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. }
+        | object_store::Error::NotSupported { .. }
+        | object_store::Error::NotImplemented
+        | object_store::Error::UnknownConfigurationKey { .. } => true,
+        // S3 answers 404 for a missing bucket as for a missing object, and
+        // 403 for bad keys: the code is in the body.
+        other => {
+            let text = other.to_string();
+            text.contains("NoSuchBucket")
+                || text.contains("InvalidAccessKeyId")
+                || text.contains("SignatureDoesNotMatch")
+        }
+    }
+}

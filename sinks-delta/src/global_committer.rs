@@ -1,0 +1,281 @@
+//! The global committer: one Delta transaction per checkpoint, holding
+//! every subtask's data files of that checkpoint, recognised on replay by
+//! reading the table.
+//!
+//! ```text
+//! commit_checkpoint(n, files)
+//!   ├─ read the log: txn(app id) >= n ─▶ already in the table: nothing written (a replay)
+//!   └─ commit { add(file)…, txn(app id, version n) }   (conditional create of the next log entry)
+//!        ├─ done ─▶ log entry made durable (local tables) ─▶ compaction, if asked for
+//!        ├─ another writer took the version ─▶ delta-rs rebases and retries (blind appends do not conflict)
+//!        └─ failed or unknown outcome ─▶ read the log again: the txn decides whether it landed
+//! ```
+//!
+//! At end of input it records that the job's output is complete: a
+//! transaction with no files and the `txn` `<app id>/end-of-input`, whose
+//! version is the last checkpoint committed. Nothing may come after it: a
+//! checkpoint delivered later (the end of stream overtaking the final
+//! committables, Flink's FLINK-38614) fails the job instead of appearing
+//! after the table said the output was complete.
+//!
+//! The application id is the job's name and lineage: a job's checkpoint
+//! ids only grow in its lineage, and a run on fresh checkpoint storage gets
+//! a new lineage, so `txn` versions are never compared across runs.
+//! Delta keeps each application's newest `txn` in its log checkpoints, so
+//! the mark survives log clean-up (unless the table sets
+//! `delta.setTransactionRetentionDuration` shorter than the longest outage).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake_core::kernel::{Action, Transaction};
+use deltalake_core::protocol::{DeltaOperation, OutputMode};
+use deltalake_core::DeltaTable;
+use sink_api::{CheckpointId, GlobalCommitter, SinkError};
+use tracing::{info, warn};
+
+use crate::committable::DataFile;
+use crate::compaction::Compaction;
+use crate::errors::delta_error;
+use crate::location::TableLocation;
+
+/// Attempts at one checkpoint's transaction before the job is failed (and
+/// restarted, when its strategy allows: the replay is then recognised).
+const COMMIT_ATTEMPTS: u32 = 3;
+
+/// Commits each checkpoint's data files to the Delta table in one
+/// transaction.
+///
+/// Brought by [`DeltaSink`](crate::DeltaSink) through
+/// `Sink::global_committer`; made once per start of the job and called by
+/// the runtime as [`GlobalCommitter`] describes.
+pub struct DeltaGlobalCommitter {
+    location: TableLocation,
+    table: Option<DeltaTable>,
+    compaction: Option<Compaction>,
+    /// `<job>/<lineage>`: the Delta application id of this job's commits.
+    app_id: String,
+    /// The newest checkpoint committed (or found committed) by this start.
+    last_checkpoint: Option<i64>,
+    /// Whether the end of input was recorded.
+    ended: bool,
+}
+
+impl DeltaGlobalCommitter {
+    pub(crate) fn new(
+        location: TableLocation,
+        compaction: Option<Compaction>,
+        app_id: String,
+    ) -> Self {
+        DeltaGlobalCommitter {
+            location,
+            table: None,
+            compaction,
+            app_id,
+            last_checkpoint: None,
+            ended: false,
+        }
+    }
+
+    /// The `txn` application id that marks the end of input of `app_id`.
+    pub fn end_of_input_app_id(app_id: &str) -> String {
+        format!("{app_id}/end-of-input")
+    }
+
+    /// The table at its newest version.
+    async fn newest(&mut self) -> Result<&mut DeltaTable, SinkError> {
+        let url = self.location.url().clone();
+        let reading = || format!("reading the Delta table {url}");
+        match &mut self.table {
+            Some(table) => table
+                .update_incremental(None)
+                .await
+                .map_err(|e| delta_error(reading(), e))?,
+            None => {
+                let table = self
+                    .location
+                    .open()
+                    .await
+                    .map_err(|e| delta_error(reading(), e))?;
+                self.table = Some(table.ok_or_else(|| {
+                    SinkError::msg(format!(
+                        "there is no Delta table at {url}: it was deleted while the job ran"
+                    ))
+                    .permanent()
+                })?);
+            }
+        }
+        Ok(self.table.as_mut().expect("set above"))
+    }
+
+    /// One attempt: `Ok(true)` if this attempt wrote the transaction,
+    /// `Ok(false)` if the log already held it.
+    async fn try_commit(
+        &mut self,
+        app_id: &str,
+        version: i64,
+        files: &[DataFile],
+    ) -> Result<bool, SinkError> {
+        let query_id = app_id.to_string();
+        let url = self.location.url().clone();
+        let table = self.newest().await?;
+        let snapshot = table
+            .snapshot()
+            .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
+        let done = snapshot
+            .transaction_version(table.log_store().as_ref(), app_id)
+            .await
+            .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
+        if done.is_some_and(|done| done >= version) {
+            return Ok(false);
+        }
+        let actions = files.iter().map(|f| Action::Add(f.to_add())).collect();
+        let properties = CommitProperties::default()
+            .with_application_transaction(Transaction::new(app_id, version));
+        let committed = CommitBuilder::from(properties)
+            .with_actions(actions)
+            .build(
+                Some(snapshot),
+                table.log_store(),
+                DeltaOperation::StreamingUpdate {
+                    output_mode: OutputMode::Append,
+                    query_id,
+                    epoch_id: version,
+                },
+            )
+            .await
+            .map_err(|e| delta_error(format!("committing checkpoint {version} to {url}"), e))?;
+        let log_entry = format!("_delta_log/{:020}.json", committed.version());
+        self.location
+            .make_durable(vec![log_entry])
+            .await
+            .map_err(|e| SinkError::io("making the Delta log entry durable", e))?;
+        info!(
+            checkpoint = version,
+            table_version = committed.version(),
+            files = files.len(),
+            "committed to the Delta table"
+        );
+        Ok(true)
+    }
+
+    /// Commits `files` under the application `app_id` at `version`, unless
+    /// the log holds it: a few attempts, each reading the log first, since
+    /// a failed attempt may have landed. `Ok(false)` for a replay.
+    async fn commit_once(
+        &mut self,
+        app_id: &str,
+        version: i64,
+        files: &[DataFile],
+    ) -> Result<bool, SinkError> {
+        let mut attempt = 1;
+        loop {
+            match self.try_commit(app_id, version, files).await {
+                Ok(wrote) => return Ok(wrote),
+                Err(e) if e.is_permanent() || attempt >= COMMIT_ATTEMPTS => return Err(e),
+                Err(e) => {
+                    warn!(version, attempt, error = %e, "commit to the Delta table failed; reading the table again");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The newest checkpoint the application `app_id` committed to the table at
+/// `location`, or `None`. Read by the committers for a missing data file.
+pub(crate) async fn committed_version(
+    location: &TableLocation,
+    app_id: &str,
+) -> Result<Option<u64>, SinkError> {
+    let reading = || format!("reading the Delta table {}", location.url());
+    let Some(table) = location
+        .open()
+        .await
+        .map_err(|e| delta_error(reading(), e))?
+    else {
+        return Ok(None);
+    };
+    let version = table
+        .snapshot()
+        .map_err(|e| delta_error(reading(), e))?
+        .transaction_version(table.log_store().as_ref(), app_id)
+        .await
+        .map_err(|e| delta_error(reading(), e))?;
+    Ok(version.and_then(|v| u64::try_from(v).ok()))
+}
+
+#[async_trait]
+impl GlobalCommitter for DeltaGlobalCommitter {
+    type Committable = DataFile;
+
+    /// Adds every file of checkpoint `checkpoint_id` to the table in one
+    /// transaction, unless the table's log already holds it.
+    async fn commit_checkpoint(
+        &mut self,
+        checkpoint_id: CheckpointId,
+        files: Vec<DataFile>,
+    ) -> Result<(), SinkError> {
+        if self.ended {
+            return Err(SinkError::msg(format!(
+                "checkpoint {checkpoint_id} reached the Delta global committer after the end of \
+                 input was recorded in the table: the runtime did not hold the end of stream back \
+                 until the final commit"
+            ))
+            .permanent());
+        }
+        if let Some(other) = files.iter().find(|f| f.app_id != self.app_id) {
+            return Err(SinkError::msg(format!(
+                "checkpoint {checkpoint_id} holds the data file {} of the job {}, this job is {}: \
+                 committables were mixed up",
+                other.path, other.app_id, self.app_id
+            ))
+            .permanent());
+        }
+        if files.is_empty() {
+            return Ok(());
+        }
+        let version = i64::try_from(checkpoint_id.0).map_err(|_| {
+            SinkError::msg(format!(
+                "checkpoint id {checkpoint_id} exceeds Delta's versions"
+            ))
+            .permanent()
+        })?;
+        let app_id = self.app_id.clone();
+        let wrote = self.commit_once(&app_id, version, &files).await?;
+        self.last_checkpoint = Some(version);
+        if !wrote {
+            info!(
+                checkpoint = version,
+                app_id, "checkpoint already in the Delta table (a replay)"
+            );
+            return Ok(());
+        }
+        if let Some(compaction) = self.compaction.clone() {
+            let partitions: BTreeSet<_> =
+                files.iter().map(|f| f.partition_values.clone()).collect();
+            let location = self.location.clone();
+            let table = self.newest().await?;
+            // Compaction is an optimisation: the data is committed whatever
+            // becomes of it.
+            if let Err(e) = compaction.run(table, &location, partitions).await {
+                warn!(error = %e, "compaction after checkpoint {version} failed; the files stay as they are");
+            }
+        }
+        Ok(())
+    }
+
+    /// Records in the table that this job's output is complete: a
+    /// transaction with no files and the `txn` `<app id>/end-of-input` at the
+    /// last committed checkpoint (0 if none). Idempotent.
+    async fn end_of_input(&mut self) -> Result<(), SinkError> {
+        let marker = Self::end_of_input_app_id(&self.app_id);
+        let last = self.last_checkpoint.unwrap_or(0);
+        self.commit_once(&marker, last, &[]).await?;
+        self.ended = true;
+        Ok(())
+    }
+}

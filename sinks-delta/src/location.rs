@@ -1,0 +1,244 @@
+//! Where a table lives: a local directory or a prefix of an object store,
+//! and how the sink opens, creates and checks it.
+//!
+//! ```text
+//! TableLocation::local("/data/events")         file:///data/events   the file system's root store
+//! TableLocation::object_store(s3, "s3://b/t")  s3://b/t              the bucket's root store
+//!            │
+//!            ▼  log store (delta-rs' default: commits by conditional create)
+//!      _delta_log/00000000000000000000.json, …     data files beside it
+//! ```
+//!
+//! The log store is built here from the caller's object store, not from
+//! delta-rs' process-wide registry of URL schemes: the sink keeps no global
+//! state, and any `ObjectStore` (S3, an S3-compatible server, in memory)
+//! works as long as it supports conditional creates (`PutMode::Create`),
+//! which is how every Delta commit is made atomic.
+
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
+use deltalake_core::kernel::StructType;
+use deltalake_core::logstore::{default_logstore, LogStoreRef, StorageConfig};
+use deltalake_core::operations::create::CreateBuilder;
+use deltalake_core::protocol::SaveMode;
+use deltalake_core::{DeltaTable, DeltaTableConfig, DeltaTableError};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::prefix::PrefixStore;
+use object_store::ObjectStore;
+use sink_api::SinkError;
+use url::Url;
+
+use crate::errors::delta_error;
+
+/// Where the sink's Delta table lives. Given to
+/// [`DeltaSink::builder`](crate::DeltaSink::builder) by the user; cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub struct TableLocation {
+    /// The store with `/` at its root (the file system's root, a bucket).
+    root: Arc<dyn ObjectStore>,
+    /// The table's URL: `file:///…` or `s3://bucket/prefix`.
+    url: Url,
+    /// The table's directory, for a local table.
+    local_dir: Option<PathBuf>,
+}
+
+impl TableLocation {
+    /// A table in the local directory `dir`, created if missing. Data files
+    /// and log entries are made durable with `fsync` (object_store's local
+    /// file system does not sync by itself).
+    ///
+    /// # Errors
+    /// A permanent error if the directory cannot be created or its path is
+    /// not absolute after canonicalisation.
+    pub fn local(dir: impl AsRef<FsPath>) -> Result<TableLocation, SinkError> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir)
+            .and_then(|()| dir.canonicalize())
+            .map_err(|e| {
+                SinkError::io(
+                    format!("cannot create the table directory {}", dir.display()),
+                    e,
+                )
+                .permanent()
+            })
+            .and_then(|dir| {
+                let url = Url::from_directory_path(&dir).map_err(|()| {
+                    SinkError::msg(format!(
+                        "the table directory {} is not an absolute path",
+                        dir.display()
+                    ))
+                    .permanent()
+                })?;
+                Ok(TableLocation {
+                    root: Arc::new(LocalFileSystem::new()),
+                    url,
+                    local_dir: Some(dir),
+                })
+            })
+    }
+
+    /// A table at `url` (such as `s3://bucket/tables/events`) in `root`, a
+    /// store whose `/` is the root the URL's path starts from (for S3: the
+    /// bucket). The store must support conditional creates.
+    pub fn object_store(root: Arc<dyn ObjectStore>, url: Url) -> TableLocation {
+        TableLocation {
+            root,
+            url,
+            local_dir: None,
+        }
+    }
+
+    /// The table's URL, as readers name it.
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
+    /// The table's directory, for a local table.
+    pub fn local_dir(&self) -> Option<&FsPath> {
+        self.local_dir.as_deref()
+    }
+
+    /// The table's files: a store whose root is the table's root.
+    pub(crate) fn table_store(&self) -> Arc<dyn ObjectStore> {
+        Arc::new(PrefixStore::new(self.root.clone(), self.prefix()))
+    }
+
+    fn prefix(&self) -> Path {
+        // The URL path is percent-encoded; object_store's paths are not.
+        Path::from_url_path(self.url.path()).unwrap_or_else(|_| Path::from(self.url.path()))
+    }
+
+    /// A log store on this location, through delta-rs' default log store
+    /// (commits by conditional create).
+    pub(crate) fn log_store(&self) -> LogStoreRef {
+        default_logstore(
+            self.table_store(),
+            self.root.clone(),
+            &self.url,
+            &StorageConfig::default(),
+        )
+    }
+
+    /// The table, loaded at its newest version, or `None` if there is no
+    /// table here yet.
+    pub(crate) async fn open(&self) -> Result<Option<DeltaTable>, DeltaTableError> {
+        let mut table = DeltaTable::new(self.log_store(), DeltaTableConfig::default());
+        match table.load().await {
+            Ok(()) => Ok(Some(table)),
+            Err(DeltaTableError::NotATable(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The table, created with `schema` and `partition_by` if there is none.
+    /// An existing table must have the same columns (names, types,
+    /// nullability) and partition columns, or this is a permanent error that
+    /// names both. Two jobs creating the same table at once are resolved by
+    /// the log's conditional create: the loser opens the winner's table.
+    pub(crate) async fn open_or_create(
+        &self,
+        schema: &arrow_schema::Schema,
+        partition_by: &[String],
+    ) -> Result<DeltaTable, SinkError> {
+        let wanted = StructType::try_from_arrow(schema).map_err(|e| {
+            SinkError::other("the sink's Arrow schema has no Delta equivalent", e).permanent()
+        })?;
+        let opening = || format!("opening the Delta table {}", self.url);
+        if let Some(table) = self.open().await.map_err(|e| delta_error(opening(), e))? {
+            self.check(&table, &wanted, partition_by)?;
+            return Ok(table);
+        }
+        let created = CreateBuilder::new()
+            .with_log_store(self.log_store())
+            .with_columns(wanted.fields().cloned())
+            .with_partition_columns(partition_by.to_vec())
+            .with_save_mode(SaveMode::ErrorIfExists)
+            .await;
+        match created {
+            Ok(table) => Ok(table),
+            Err(e) => match self.open().await.map_err(|e| delta_error(opening(), e))? {
+                // Another job created it meanwhile (the log's first entry
+                // is a conditional create): open theirs and check it.
+                Some(table) => {
+                    self.check(&table, &wanted, partition_by)?;
+                    Ok(table)
+                }
+                None => Err(delta_error(
+                    format!("creating the Delta table {}", self.url),
+                    e,
+                )),
+            },
+        }
+    }
+
+    fn check(
+        &self,
+        table: &DeltaTable,
+        wanted: &StructType,
+        partition_by: &[String],
+    ) -> Result<(), SinkError> {
+        let metadata = table
+            .snapshot()
+            .map_err(|e| delta_error(format!("reading the Delta table {}", self.url), e))?
+            .metadata();
+        let found = metadata.parse_schema().map_err(|e| {
+            SinkError::other(format!("the schema of the Delta table {}", self.url), e).permanent()
+        })?;
+        if &found != wanted {
+            return Err(SinkError::msg(format!(
+                "the Delta table {} has the schema {found:?}, the sink writes {wanted:?}; \
+                 write to another table or change the sink's schema",
+                self.url
+            ))
+            .permanent());
+        }
+        if metadata.partition_columns() != partition_by {
+            return Err(SinkError::msg(format!(
+                "the Delta table {} is partitioned by {:?}, the sink by {partition_by:?}; \
+                 write to another table or change the sink's partition columns",
+                self.url,
+                metadata.partition_columns()
+            ))
+            .permanent());
+        }
+        Ok(())
+    }
+
+    /// Makes the table-relative `paths` and their directories durable, on a
+    /// blocking thread. Does nothing for object stores (a completed write
+    /// is durable there). A missing file is an error of kind `NotFound`.
+    pub(crate) async fn make_durable(&self, paths: Vec<String>) -> std::io::Result<()> {
+        let Some(dir) = self.local_dir.clone() else {
+            return Ok(());
+        };
+        tokio::task::spawn_blocking(move || sync_files(&dir, &paths))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+}
+
+/// `fsync` of each file under `root`, then of each directory from the
+/// file's up to `root`.
+fn sync_files(root: &FsPath, paths: &[String]) -> std::io::Result<()> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for path in paths {
+        let file = root.join(path);
+        std::fs::File::open(&file)?.sync_all()?;
+        let mut dir = file.parent();
+        while let Some(d) = dir {
+            if !d.starts_with(root) {
+                break;
+            }
+            dirs.insert(d.to_path_buf());
+            dir = d.parent();
+        }
+    }
+    for dir in dirs {
+        std::fs::File::open(&dir)?.sync_all()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! The sink and its builder: where the table is, its schema and partition
+//! columns, how large files grow, and whether small files are compacted.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use arrow_schema::{Schema, SchemaRef};
+use async_trait::async_trait;
+use deltalake_core::parquet::basic::Compression;
+use deltalake_core::parquet::file::properties::WriterProperties;
+use deltalake_core::writer::RecordBatchWriter;
+use serde::Serialize;
+use sink_api::{GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, SinkMetrics};
+
+use crate::committable::DataFile;
+use crate::committer::DeltaFileCommitter;
+use crate::compaction::Compaction;
+use crate::errors::delta_error;
+use crate::global_committer::DeltaGlobalCommitter;
+use crate::location::TableLocation;
+use crate::writer::{DeltaSinkWriter, NoResume, WriterCounters};
+
+/// Rows per Parquet row group: bounds the memory of an open file's
+/// unencoded rows.
+const ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// The Delta Lake sink: records of type `T` (any `serde::Serialize` type
+/// whose fields match the table's columns by name) into Parquet files,
+/// committed to a Delta table one transaction per checkpoint.
+///
+/// Made with [`DeltaSink::builder`]; given to the job builder, which also
+/// takes its global committer from it (`Sink::global_committer`), so a job
+/// cannot run it without one.
+///
+/// ```text
+/// writers ─▶ Parquet files ─▶ committables ─▶ committers (durable) ─▶ global committer ─▶ Delta log
+/// ```
+pub struct DeltaSink<T> {
+    location: TableLocation,
+    schema: SchemaRef,
+    partition_by: Vec<String>,
+    target_file_size: usize,
+    compaction: Option<Compaction>,
+    counters: WriterCounters,
+    _records: PhantomData<fn(T)>,
+}
+
+/// Configures a [`DeltaSink`]. Made by [`DeltaSink::builder`].
+pub struct DeltaSinkBuilder<T> {
+    sink: DeltaSink<T>,
+}
+
+impl<T> DeltaSink<T> {
+    /// A sink writing to the table at `location`, whose columns are
+    /// `schema`'s. The table is created at the first start if it does not
+    /// exist; an existing one must have exactly these columns.
+    pub fn builder(location: TableLocation, schema: Schema) -> DeltaSinkBuilder<T> {
+        DeltaSinkBuilder {
+            sink: DeltaSink {
+                location,
+                schema: Arc::new(schema),
+                partition_by: Vec::new(),
+                target_file_size: 128 << 20,
+                compaction: None,
+                counters: WriterCounters::default(),
+                _records: PhantomData,
+            },
+        }
+    }
+
+    /// Where the table is.
+    pub fn location(&self) -> &TableLocation {
+        &self.location
+    }
+}
+
+impl<T> DeltaSinkBuilder<T> {
+    /// Partitions the table by these columns (Hive-style directories,
+    /// `day=2026-12-01/`). Their values come from each record.
+    pub fn partition_by<I, S>(mut self, columns: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.sink.partition_by = columns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// A writer's open Parquet files are closed at every checkpoint (a
+    /// Parquet file cannot be resumed), and earlier once their encoded size
+    /// reaches `bytes`. Default 128 MiB. A writer holds up to this much per
+    /// open file in memory.
+    pub fn roll_files_at_checkpoints_and_at_size(mut self, bytes: usize) -> Self {
+        self.sink.target_file_size = bytes;
+        self
+    }
+
+    /// Merges small files after the checkpoints that add to them (see
+    /// [`Compaction`]). Off by default.
+    pub fn compaction(mut self, compaction: Compaction) -> Self {
+        self.sink.compaction = Some(compaction);
+        self
+    }
+
+    /// Checks the configuration and returns the sink.
+    ///
+    /// # Errors
+    /// A permanent error naming the problem: a partition column missing
+    /// from the schema, every column a partition column, a target size of
+    /// zero, or compaction limits of zero.
+    pub fn build(self) -> Result<DeltaSink<T>, SinkError> {
+        let sink = self.sink;
+        let invalid = |what: String| SinkError::msg(what).permanent();
+        for column in &sink.partition_by {
+            if sink.schema.field_with_name(column).is_err() {
+                return Err(invalid(format!(
+                    "the partition column {column} is not in the schema"
+                )));
+            }
+        }
+        if sink.partition_by.len() >= sink.schema.fields().len() {
+            return Err(invalid(
+                "every column is a partition column: the data files would hold no column".into(),
+            ));
+        }
+        if sink.target_file_size == 0 {
+            return Err(invalid(
+                "the file size to roll at must be above zero".into(),
+            ));
+        }
+        if let Some(c) = &sink.compaction {
+            if c.min_files < 2 || c.small_file_size == 0 || c.target_size == 0 {
+                return Err(invalid(format!(
+                    "compaction needs at least 2 files and sizes above zero, got {c:?}"
+                )));
+            }
+        }
+        Ok(sink)
+    }
+}
+
+#[async_trait]
+impl<T> Sink for DeltaSink<T>
+where
+    T: Serialize + Send + Sync + 'static,
+{
+    type Writer = DeltaSinkWriter<T>;
+    type Committer = DeltaFileCommitter;
+
+    /// Creates the table if there is none, or checks that the one there has
+    /// the sink's columns and partition columns.
+    async fn on_start(&self, _: &JobStart<'_, DataFile, NoResume>) -> Result<(), SinkError> {
+        self.location
+            .open_or_create(&self.schema, &self.partition_by)
+            .await
+            .map(|_| ())
+    }
+
+    async fn create_writer(
+        &self,
+        context: &InitContext,
+        _restored: Vec<NoResume>,
+    ) -> Result<DeltaSinkWriter<T>, SinkError> {
+        register(&context.metrics, &self.counters);
+        let table = self
+            .location
+            .open()
+            .await
+            .map_err(|e| {
+                delta_error(
+                    format!("opening the Delta table {}", self.location.url()),
+                    e,
+                )
+            })?
+            .ok_or_else(|| {
+                SinkError::msg(format!(
+                    "there is no Delta table at {}",
+                    self.location.url()
+                ))
+            })?;
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_max_row_group_size(ROW_GROUP_ROWS)
+            .build();
+        let files = RecordBatchWriter::for_table(&table)
+            .map_err(|e| delta_error("preparing the Parquet writer", e))?
+            .with_writer_properties(properties);
+        let rows = arrow_json::ReaderBuilder::new(files.arrow_schema())
+            .build_decoder()
+            .map_err(|e| SinkError::other("preparing the record encoder", e).permanent())?;
+        Ok(DeltaSinkWriter::new(
+            files,
+            rows,
+            app_id(context),
+            self.target_file_size,
+            self.counters.clone(),
+        ))
+    }
+
+    async fn create_committer(&self, _: &InitContext) -> Result<DeltaFileCommitter, SinkError> {
+        Ok(DeltaFileCommitter::new(self.location.clone()))
+    }
+
+    /// The Delta global committer: one table transaction per checkpoint.
+    fn global_committer(&self) -> Option<GlobalCommitterFactory<DataFile>> {
+        let location = self.location.clone();
+        let compaction = self.compaction.clone();
+        Some(Box::new(move |context: &InitContext| {
+            Box::new(DeltaGlobalCommitter::new(
+                location.clone(),
+                compaction.clone(),
+                app_id(context),
+            ))
+        }))
+    }
+}
+
+/// The Delta application id of a job's commits: its name and lineage, which
+/// no other job, and no run on fresh checkpoint storage, shares.
+fn app_id(context: &InitContext) -> String {
+    format!("{}/{}", context.job_name, context.lineage)
+}
+
+fn register(metrics: &SinkMetrics, counters: &WriterCounters) {
+    metrics.register_all([
+        (
+            "delta_sink_files_written",
+            "Parquet data files written",
+            &counters.files,
+        ),
+        (
+            "delta_sink_rows_written",
+            "rows written into data files",
+            &counters.rows,
+        ),
+        (
+            "delta_sink_bytes_written",
+            "bytes of data files written",
+            &counters.bytes,
+        ),
+    ]);
+}

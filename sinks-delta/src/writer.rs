@@ -1,0 +1,145 @@
+//! The writer: records into Parquet data files, closed at every checkpoint.
+//!
+//! ```text
+//! write_batch(rows) ─▶ Arrow record batch (serde → arrow-json's decoder)
+//!                   ─▶ delta-rs' RecordBatchWriter: one Parquet file per partition, in memory
+//!                   ─▶ a file past the target size: written to the table's location now
+//! prepare_commit(n) ─▶ every open file written out ─▶ DataFile committables
+//! ```
+//!
+//! A Parquet file is finished by its footer and cannot be reopened, so a
+//! writer has nothing to resume after a restore: every checkpoint closes
+//! its files, and its state type [`NoResume`] has no values. Files written
+//! but never committed (a crash before their checkpoint completed) are
+//! named by no log entry: readers never see them, and Delta's `VACUUM`
+//! removes them.
+
+use std::marker::PhantomData;
+
+use arrow_json::reader::Decoder;
+use async_trait::async_trait;
+use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter};
+use serde::{Deserialize, Serialize};
+use sink_api::{CheckpointId, Counter, SinkError, SinkWriter};
+
+use crate::committable::DataFile;
+use crate::errors::delta_error;
+
+/// The state of a [`DeltaSinkWriter`]: none. A Parquet file cannot be
+/// resumed after a restart, so every checkpoint closes the writer's files
+/// and hands them out as committables; the writer keeps nothing between
+/// checkpoints. This type has no values: a restored writer is always given
+/// an empty list of states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NoResume {}
+
+/// Counters a writer adds to, registered in the job's metrics.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WriterCounters {
+    pub files: Counter,
+    pub rows: Counter,
+    pub bytes: Counter,
+}
+
+/// Writes one subtask's records into Parquet data files of the table.
+///
+/// Made by [`DeltaSink::create_writer`](crate::DeltaSink), one per subtask
+/// and start; driven by the runtime as [`SinkWriter`] describes.
+pub struct DeltaSinkWriter<T> {
+    files: RecordBatchWriter,
+    rows: Decoder,
+    app_id: String,
+    target_file_size: usize,
+    finished: Vec<DataFile>,
+    counters: WriterCounters,
+    _records: PhantomData<fn(T)>,
+}
+
+impl<T> DeltaSinkWriter<T> {
+    pub(crate) fn new(
+        files: RecordBatchWriter,
+        rows: Decoder,
+        app_id: String,
+        target_file_size: usize,
+        counters: WriterCounters,
+    ) -> DeltaSinkWriter<T> {
+        DeltaSinkWriter {
+            files,
+            rows,
+            app_id,
+            target_file_size,
+            finished: Vec::new(),
+            counters,
+            _records: PhantomData,
+        }
+    }
+
+    /// Writes every open file to the table's location and keeps their
+    /// descriptions for the next `prepare_commit`.
+    async fn close_files(&mut self) -> Result<(), SinkError> {
+        let adds = self
+            .files
+            .flush()
+            .await
+            .map_err(|e| delta_error("writing Parquet data files", e))?;
+        for add in adds {
+            let file = DataFile::from_add(&self.app_id, add)?;
+            self.counters.files.add(1);
+            self.counters.rows.add(file.rows);
+            self.counters.bytes.add(file.size);
+            self.finished.push(file);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<T> SinkWriter for DeltaSinkWriter<T>
+where
+    T: Serialize + Send + Sync + 'static,
+{
+    type Input = T;
+    type Committable = DataFile;
+    type State = NoResume;
+
+    async fn write(&mut self, record: T) -> Result<(), SinkError> {
+        self.write_batch(vec![record]).await
+    }
+
+    /// Encodes the batch into Arrow, adds it to the open files, and writes
+    /// the files out once they reach the target size. A record the table's
+    /// schema cannot hold is a permanent error that names the column.
+    async fn write_batch(&mut self, records: Vec<T>) -> Result<(), SinkError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let unfit = |e| SinkError::other("a record does not fit the table's schema", e).permanent();
+        self.rows.serialize(&records).map_err(unfit)?;
+        let Some(batch) = self.rows.flush().map_err(unfit)? else {
+            return Ok(());
+        };
+        self.files
+            .write(batch)
+            .await
+            .map_err(|e| delta_error("encoding records into Parquet", e))?;
+        if self.files.buffer_len() >= self.target_file_size {
+            self.close_files().await?;
+        }
+        Ok(())
+    }
+
+    /// Closes every open file (a Parquet file cannot be resumed) and hands
+    /// out every file finished since the last call.
+    async fn prepare_commit(&mut self, _: CheckpointId) -> Result<Vec<DataFile>, SinkError> {
+        self.close_files().await?;
+        Ok(std::mem::take(&mut self.finished))
+    }
+
+    /// Drops what was not handed out; files already written stay unnamed by
+    /// the log, invisible, until `VACUUM` removes them.
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.files.reset();
+        self.finished.clear();
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+//! What the Delta sink's tests share: the record, its schema, and a sink on
+//! a location.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use sinks_delta::arrow_schema::{DataType, Field, Schema};
+use sinks_delta::{DeltaSink, TableLocation};
+
+/// The tests' record: an id, the day it belongs to (the partition column
+/// when partitioned), and some text.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    pub id: i64,
+    pub day: String,
+    pub payload: String,
+}
+
+impl Event {
+    /// The event of id `id`: spread over three days.
+    pub fn new(id: u64) -> Event {
+        Event {
+            id: id as i64,
+            day: format!("2026-12-0{}", 1 + id % 3),
+            payload: format!("event number {id}"),
+        }
+    }
+}
+
+pub fn schema() -> Schema {
+    Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("day", DataType::Utf8, false),
+        Field::new("payload", DataType::Utf8, true),
+    ])
+}
+
+/// A sink of events on `location`, partitioned by day when asked.
+pub fn sink(location: &TableLocation, partitioned: bool) -> DeltaSink<Event> {
+    let builder = DeltaSink::builder(location.clone(), schema());
+    let builder = if partitioned {
+        builder.partition_by(["day"])
+    } else {
+        builder
+    };
+    builder.build().expect("a valid sink")
+}
+
+/// The ids in the table's version `version` (the newest if `None`).
+pub async fn ids(location: &TableLocation, version: Option<i64>) -> Vec<i64> {
+    sinks_delta::read::int64_column(location, "id", version)
+        .await
+        .expect("the table reads")
+}
+
+/// `Ok` if `ids` holds each of `0..n` exactly once, else what is wrong.
+pub fn exactly_once(ids: &[i64], n: u64) -> Result<(), String> {
+    let mut counts = BTreeMap::new();
+    for id in ids {
+        *counts.entry(*id).or_insert(0u32) += 1;
+    }
+    let missing = (0..n as i64).filter(|i| !counts.contains_key(i)).count();
+    let doubled = counts.values().filter(|&&c| c > 1).count();
+    let strange = counts.keys().filter(|&&i| i < 0 || i >= n as i64).count();
+    if missing + doubled + strange == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} ids read for {n} records: {missing} missing, {doubled} more than once, {strange} \
+             unexpected",
+            ids.len()
+        ))
+    }
+}
