@@ -48,8 +48,23 @@ fn is_permanent(error: &DeltaTableError) -> bool {
         | DeltaTableError::MissingFeature { .. }
         | DeltaTableError::Arrow { .. }
         | DeltaTableError::InvalidJsonLog { .. } => true,
-        _ => false,
+        // delta-kernel wraps the store's errors in its own, as text.
+        other => refused_by_store(&other.to_string()),
     }
+}
+
+/// Whether a store's answer, as text, is a refusal no retry can cure: S3
+/// answers 404 for a missing bucket as for a missing object, and 403 for
+/// bad keys: the code is in the body.
+fn refused_by_store(text: &str) -> bool {
+    [
+        "NoSuchBucket",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccessDenied",
+    ]
+    .iter()
+    .any(|code| text.contains(code))
 }
 
 /// Refusals that repeat until someone acts: credentials, permissions, a
@@ -61,13 +76,6 @@ fn is_permanent_store(error: &object_store::Error) -> bool {
         | object_store::Error::NotSupported { .. }
         | object_store::Error::NotImplemented
         | object_store::Error::UnknownConfigurationKey { .. } => true,
-        // S3 answers 404 for a missing bucket as for a missing object, and
-        // 403 for bad keys: the code is in the body.
-        other => {
-            let text = other.to_string();
-            text.contains("NoSuchBucket")
-                || text.contains("InvalidAccessKeyId")
-                || text.contains("SignatureDoesNotMatch")
-        }
+        other => refused_by_store(&other.to_string()),
     }
 }
