@@ -4,6 +4,7 @@
 //! code in the project's README as a test (`cargo test -p examples --doc`).
 
 pub mod cli;
+pub mod demo_job;
 pub mod demo_line;
 pub mod ingest;
 pub mod location;

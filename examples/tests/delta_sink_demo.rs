@@ -1,0 +1,195 @@
+//! The Delta sink demo, run as a user would run it: the write-up's table
+//! with Delta commits, and kill -9 and resume, the table read back by a
+//! reader no one here wrote (the `deltalake` Python package, through
+//! `scripts/with-delta-reader`, which the README's test command uses).
+//!
+//! Without the reader (`DELTA_READER` unset) the kill test reads the table
+//! with this project's reader and says the external one was skipped; the
+//! test command's stage fails on that word.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn demo(out: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_delta-sink-demo"))
+        .arg("--out")
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("the demo runs")
+}
+
+fn text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+}
+
+/// The JSON object on the last line of stdout.
+fn summary(output: &Output) -> serde_json::Value {
+    assert!(output.status.success(), "{}", text(output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().expect("a line of output");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {last}"))
+}
+
+/// The table read by the `deltalake` Python package, or `None` (with the
+/// reason printed) without it.
+fn external_read(table: &Path) -> Option<serde_json::Value> {
+    let Ok(reader) = std::env::var("DELTA_READER") else {
+        println!("skipped: no external Delta reader (run under scripts/with-delta-reader)");
+        return None;
+    };
+    let mut words = reader.split_whitespace();
+    let output = Command::new(words.next().expect("a reader command"))
+        .args(words)
+        .arg(table)
+        .output()
+        .expect("the reader runs");
+    Some(summary(&output))
+}
+
+#[test]
+fn the_three_presets_give_the_write_ups_table_with_delta_commits() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let unbounded = summary(&demo(
+        &dir.path().join("a"),
+        &["--preset", "unbounded", "--run-for", "3s", "--json"],
+    ));
+    assert_eq!(unbounded["written"], 160);
+    assert_eq!(unbounded["committed"], 160, "{unbounded}");
+    assert_eq!(unbounded["distinct_ids"], 160, "{unbounded}");
+    assert!(
+        unbounded["delta_commits"].as_u64().unwrap() >= 1,
+        "{unbounded}"
+    );
+
+    let refused = demo(
+        &dir.path().join("b"),
+        &["--preset", "unbounded-nockpt", "--run-for", "1s"],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("Enable checkpointing"),
+        "{}",
+        text(&refused)
+    );
+
+    let forced = summary(&demo(
+        &dir.path().join("c"),
+        &[
+            "--preset",
+            "unbounded-nockpt",
+            "--allow-uncommitted",
+            "--run-for",
+            "2s",
+            "--json",
+        ],
+    ));
+    assert_eq!(forced["written"], 160);
+    assert_eq!(forced["committed"], 0, "{forced}");
+    assert_eq!(forced["delta_commits"], 0, "{forced}");
+
+    let nockpt = summary(&demo(
+        &dir.path().join("d"),
+        &["--preset", "nockpt", "--json"],
+    ));
+    assert_eq!(nockpt["committed"], 160, "{nockpt}");
+    assert_eq!(nockpt["prepare_commit_calls"], 2, "{nockpt}");
+    assert_eq!(
+        nockpt["delta_commits"], 1,
+        "one transaction at end of input: {nockpt}"
+    );
+}
+
+#[test]
+fn with_no_flags_it_prints_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = demo(dir.path(), &[]);
+    let out = text(&output);
+    assert!(output.status.success(), "{out}");
+    assert!(out.contains("delta commits"), "{out}");
+    for row in [
+        "unbounded ",
+        "unbounded-nockpt ",
+        "unbounded-nockpt (forced)",
+        "nockpt ",
+    ] {
+        assert!(out.contains(row), "{row} missing: {out}");
+    }
+    assert!(out.contains("refused"), "{out}");
+}
+
+/// Kill -9 at random moments, then run to the end: every id once in the
+/// table, as the `deltalake` Python package reads it, and its history one
+/// streaming update per checkpoint, epochs increasing.
+#[test]
+fn killed_and_resumed_it_commits_every_row_once_as_an_external_reader_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("table");
+    let args = [
+        "--records",
+        "300000",
+        "--rate",
+        "60000",
+        "--checkpoint-interval",
+        "200ms",
+        "--json",
+    ];
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut kills = 0;
+    for attempt in 0..20 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_delta-sink-demo"))
+            .arg("--out")
+            .arg(&out)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the demo starts");
+        if attempt < 4 {
+            std::thread::sleep(Duration::from_millis(rng.u64(300..1_500)));
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                kills += 1;
+                continue;
+            }
+        }
+        let report = summary(&child.wait_with_output().unwrap());
+        let finished_before = kills > 0 && report["status"] == "AlreadyFinished";
+        assert!(
+            report["status"] == "Finished" || finished_before,
+            "seed {seed}: {report}"
+        );
+        assert_eq!(report["committed"], 300_000, "seed {seed}: {report}");
+        assert_eq!(report["distinct_ids"], 300_000, "seed {seed}: {report}");
+        break;
+    }
+    assert!(kills >= 1, "seed {seed}: the demo finished before any kill");
+
+    let Some(read) = external_read(&out) else {
+        return;
+    };
+    println!("the deltalake package read, after {kills} kills: {read}");
+    assert_eq!(read["rows"], 300_000, "seed {seed}: {read}");
+    assert_eq!(read["distinct_ids"], 300_000, "seed {seed}: {read}");
+    let history = read["history"].as_array().expect("a history");
+    let epochs: Vec<i64> = history
+        .iter()
+        .filter(|e| e["operation"] == "STREAMING UPDATE")
+        .filter(|e| {
+            !e["query"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("/end-of-input")
+        })
+        .map(|e| e["epoch"].as_i64().expect("an epoch"))
+        .collect();
+    assert!(epochs.len() >= 3, "several checkpoints: {read}");
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "one commit per checkpoint, in order, none repeated: {epochs:?}"
+    );
+}
