@@ -265,7 +265,7 @@ pub fn progress_bar(enabled: bool) -> Option<ProgressBar> {
 
 /// Opens the job's checkpoint storage (`out/.state` unless `--state` says
 /// otherwise). With `fresh`, starts over: the output is cleared first, then
-/// the checkpoints (see [`open_local_state`] and [`start_over_object`]).
+/// the checkpoints (see `open_local_state` and `start_over_object`).
 pub async fn open_state(config: &JobConfig) -> anyhow::Result<Storage> {
     match (&config.out, &config.state) {
         (Location::Local(out), Location::Local(state)) => {
