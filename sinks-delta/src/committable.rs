@@ -52,6 +52,7 @@ impl DataFile {
                     "the Parquet writer gave no row count for the data file {}",
                     add.path
                 ))
+                .permanent()
             })?;
         let mut partition_values: Vec<_> = add.partition_values.into_iter().collect();
         partition_values.sort();

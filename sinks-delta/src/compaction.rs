@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use arrow_array::{new_null_array, ArrayRef, RecordBatch, StringArray};
-use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake_core::kernel::transaction::CommitBuilder;
 use deltalake_core::kernel::Action;
 use deltalake_core::parquet::arrow::async_reader::{
     ParquetObjectReader, ParquetRecordBatchStreamBuilder,
@@ -30,6 +30,7 @@ use sink_api::SinkError;
 use tracing::info;
 
 use crate::errors::delta_error;
+use crate::global_committer::{maintain_log, without_hooks};
 use crate::location::TableLocation;
 
 /// Partition values as the committables carry them: sorted pairs.
@@ -94,7 +95,10 @@ impl Compaction {
             let mut values: Partition = add.partition_values.clone().into_iter().collect();
             values.sort();
             let size = u64::try_from(add.size).unwrap_or(u64::MAX);
-            if &values == partition && size < self.small_file_size {
+            // A file with a deletion vector has rows deleted that its
+            // Parquet still holds: merging it would bring them back.
+            if &values == partition && size < self.small_file_size && add.deletion_vector.is_none()
+            {
                 small.push((add, file.remove_action(false)));
             }
         }
@@ -141,6 +145,11 @@ impl Compaction {
             .await
             .map_err(|e| delta_error("writing a compacted data file", e))?;
         let merged = taken.len();
+        // The merged file is on disk before a log entry names it.
+        location
+            .make_durable(adds.iter().map(|add| add.path.clone()).collect())
+            .await
+            .map_err(|e| SinkError::io("making the compacted data file durable", e))?;
         let mut actions: Vec<Action> = adds
             .into_iter()
             .map(|mut add| {
@@ -150,7 +159,7 @@ impl Compaction {
             .collect();
         actions.extend(taken.into_iter().map(|(_, remove)| Action::Remove(remove)));
         let snapshot = table.snapshot().map_err(reading)?;
-        let committed = CommitBuilder::from(CommitProperties::default())
+        let committed = CommitBuilder::from(without_hooks())
             .with_actions(actions)
             .build(
                 Some(snapshot),
@@ -166,6 +175,7 @@ impl Compaction {
             .make_durable(vec![format!("_delta_log/{:020}.json", committed.version())])
             .await
             .map_err(|e| SinkError::io("making the Delta log entry durable", e))?;
+        maintain_log(table, location, committed.version()).await;
         info!(
             files = merged,
             bytes,

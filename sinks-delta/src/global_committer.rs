@@ -119,7 +119,8 @@ impl DeltaGlobalCommitter {
         files: &[DataFile],
     ) -> Result<bool, SinkError> {
         let query_id = app_id.to_string();
-        let url = self.location.url().clone();
+        let location = self.location.clone();
+        let url = location.url().clone();
         let table = self.newest().await?;
         let snapshot = table
             .snapshot()
@@ -129,11 +130,18 @@ impl DeltaGlobalCommitter {
             .await
             .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
         if done.is_some_and(|done| done >= version) {
+            // An earlier attempt (perhaps of a process that then crashed)
+            // wrote it: make sure it is on disk before a checkpoint says so.
+            let newest = snapshot.version();
+            location
+                .sync_log_entry_holding(app_id, version, newest)
+                .await
+                .map_err(|e| SinkError::io("making the Delta log entry durable", e))?;
             return Ok(false);
         }
         let actions = files.iter().map(|f| Action::Add(f.to_add())).collect();
-        let properties = CommitProperties::default()
-            .with_application_transaction(Transaction::new(app_id, version));
+        let properties =
+            without_hooks().with_application_transaction(Transaction::new(app_id, version));
         let committed = CommitBuilder::from(properties)
             .with_actions(actions)
             .build(
@@ -148,7 +156,7 @@ impl DeltaGlobalCommitter {
             .await
             .map_err(|e| delta_error(format!("committing checkpoint {version} to {url}"), e))?;
         let log_entry = format!("_delta_log/{:020}.json", committed.version());
-        self.location
+        location
             .make_durable(vec![log_entry])
             .await
             .map_err(|e| SinkError::io("making the Delta log entry durable", e))?;
@@ -158,6 +166,7 @@ impl DeltaGlobalCommitter {
             files = files.len(),
             "committed to the Delta table"
         );
+        maintain_log(table, &location, committed.version()).await;
         Ok(true)
     }
 
@@ -184,6 +193,46 @@ impl DeltaGlobalCommitter {
         }
     }
 }
+
+/// Commit properties without delta-rs' post-commit hooks: their failures
+/// (a log checkpoint that cannot be written, an old entry that cannot be
+/// deleted) would come back as the commit's although the entry landed.
+/// The log is maintained by [`maintain_log`] instead.
+pub(crate) fn without_hooks() -> CommitProperties {
+    CommitProperties::default()
+        .with_create_checkpoint(false)
+        .with_cleanup_expired_logs(Some(false))
+}
+
+/// Every [`LOG_CHECKPOINT_INTERVAL`] versions, writes a Delta log
+/// checkpoint (so that readers and this sink replay a bounded log), made
+/// durable on local tables. A failure is logged and changes nothing: the
+/// log stays readable without it. Old entries are not deleted: that is the
+/// table's maintenance (`delta.logRetentionDuration`).
+pub(crate) async fn maintain_log(table: &mut DeltaTable, location: &TableLocation, version: i64) {
+    if version == 0 || version % LOG_CHECKPOINT_INTERVAL != 0 {
+        return;
+    }
+    let written = async {
+        table.update_incremental(None).await?;
+        deltalake_core::checkpoints::create_checkpoint(table, None).await
+    }
+    .await;
+    if let Err(e) = written {
+        warn!(version, error = %e, "writing a Delta log checkpoint failed; the log stays readable without it");
+        return;
+    }
+    let files = vec![
+        format!("_delta_log/{version:020}.checkpoint.parquet"),
+        "_delta_log/_last_checkpoint".to_string(),
+    ];
+    if let Err(e) = location.make_durable(files).await {
+        warn!(version, error = %e, "syncing the Delta log checkpoint failed");
+    }
+}
+
+/// Versions between two Delta log checkpoints (Delta's default).
+const LOG_CHECKPOINT_INTERVAL: i64 = 100;
 
 /// The newest checkpoint the application `app_id` committed to the table at
 /// `location`, or `None`. Read by the committers for a missing data file.

@@ -208,6 +208,66 @@ impl TableLocation {
         Ok(())
     }
 
+    /// Makes the log entry that holds `txn(app_id, version)` durable: after
+    /// a restart, an earlier attempt may have written it without the sync.
+    /// For local tables; does nothing for object stores.
+    pub(crate) async fn sync_log_entry_holding(
+        &self,
+        app_id: &str,
+        version: i64,
+        newest: i64,
+    ) -> std::io::Result<()> {
+        let Some(dir) = self.local_dir.clone() else {
+            return Ok(());
+        };
+        let app_id = app_id.to_string();
+        tokio::task::spawn_blocking(move || sync_txn_entry(&dir, &app_id, version, newest))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+
+    /// Checks that the store refuses to create an object twice (S3's
+    /// `If-None-Match`): Delta's log depends on it, and a store that ignores
+    /// it would let two writers overwrite each other's version. Writes and
+    /// removes a probe under `_eo_sink_probe/` (underscore paths are not
+    /// the table's data).
+    pub(crate) async fn check_conditional_create(&self) -> Result<(), SinkError> {
+        use object_store::{PutMode, PutOptions, PutPayload};
+        if self.local_dir.is_some() {
+            return Ok(());
+        }
+        let store = self.table_store();
+        let probe = Path::from(format!(
+            "_eo_sink_probe/{:016x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        ));
+        let create = || PutOptions::from(PutMode::Create);
+        let probing = |e| {
+            crate::errors::store_error(format!("probing conditional writes at {}", self.url), e)
+        };
+        store
+            .put_opts(&probe, PutPayload::from_static(b"probe"), create())
+            .await
+            .map_err(probing)?;
+        let second = store
+            .put_opts(&probe, PutPayload::from_static(b"probe"), create())
+            .await;
+        let _ = store.delete(&probe).await;
+        match second {
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(probing(e)),
+            Ok(_) => Err(SinkError::msg(format!(
+                "the object store at {} accepted a second create of the same object: it ignores \
+                 conditional writes (If-None-Match), which Delta's log needs to keep two writers \
+                 from overwriting each other's version; use a store that supports them",
+                self.url
+            ))
+            .permanent()),
+        }
+    }
+
     /// Makes the table-relative `paths` and their directories durable, on a
     /// blocking thread. Does nothing for object stores (a completed write
     /// is durable there). A missing file is an error of kind `NotFound`.
@@ -219,6 +279,37 @@ impl TableLocation {
             .await
             .map_err(std::io::Error::other)?
     }
+}
+
+/// Versions looked through, newest first, for the entry holding a `txn`
+/// whose durability is not known (after a restart). Past it, the entry is
+/// long durable by the file system's own writeback.
+const TXN_SEARCH_DEPTH: i64 = 1000;
+
+/// The log entry holding `txn(app_id, version)` or later, found among the
+/// JSON entries from `newest` down, fsynced with the log directory. For
+/// local tables; does nothing for object stores.
+fn sync_txn_entry(root: &FsPath, app_id: &str, version: i64, newest: i64) -> std::io::Result<()> {
+    let log = root.join("_delta_log");
+    for v in (newest.saturating_sub(TXN_SEARCH_DEPTH).max(0)..=newest).rev() {
+        let path = log.join(format!("{v:020}.json"));
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let holds = text.lines().any(|line| {
+            serde_json::from_str::<serde_json::Value>(line).is_ok_and(|action| {
+                let txn = &action["txn"];
+                txn["appId"] == app_id && txn["version"].as_i64().is_some_and(|v| v >= version)
+            })
+        });
+        if holds {
+            std::fs::File::open(&path)?.sync_all()?;
+            return std::fs::File::open(&log)?.sync_all();
+        }
+    }
+    Ok(())
 }
 
 /// `fsync` of each file under `root`, then of each directory from the

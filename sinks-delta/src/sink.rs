@@ -87,9 +87,10 @@ impl<T> DeltaSinkBuilder<T> {
     }
 
     /// A writer's open Parquet files are closed at every checkpoint (a
-    /// Parquet file cannot be resumed), and earlier once their encoded size
-    /// reaches `bytes`. Default 128 MiB. A writer holds up to this much per
-    /// open file in memory.
+    /// Parquet file cannot be resumed), and earlier once their encoded
+    /// sizes, summed over the writer's open files (one per partition it
+    /// writes to), reach `bytes`. Default 128 MiB. A writer holds about
+    /// this much in memory.
     pub fn roll_files_at_checkpoints_and_at_size(mut self, bytes: usize) -> Self {
         self.sink.target_file_size = bytes;
         self
@@ -129,9 +130,10 @@ impl<T> DeltaSinkBuilder<T> {
             ));
         }
         if let Some(c) = &sink.compaction {
-            if c.min_files < 2 || c.small_file_size == 0 || c.target_size == 0 {
+            if c.min_files < 2 || c.small_file_size == 0 || c.small_file_size > c.target_size {
                 return Err(invalid(format!(
-                    "compaction needs at least 2 files and sizes above zero, got {c:?}"
+                    "compaction needs at least 2 files, and a small-file size above zero and at \
+                     most the target size, got {c:?}"
                 )));
             }
         }
@@ -147,13 +149,40 @@ where
     type Writer = DeltaSinkWriter<T>;
     type Committer = DeltaFileCommitter;
 
-    /// Creates the table if there is none, or checks that the one there has
-    /// the sink's columns and partition columns.
-    async fn on_start(&self, _: &JobStart<'_, DataFile, NoResume>) -> Result<(), SinkError> {
-        self.location
+    /// Checks that the store refuses a second create of an object (Delta's
+    /// log needs it), creates the table if there is none or checks that the
+    /// one there has the sink's columns and partition columns, and checks
+    /// that the table holds no checkpoint of this job beyond the restored
+    /// one: the job's ids would repeat, and its new checkpoints be taken for
+    /// replays and dropped.
+    async fn on_start(&self, start: &JobStart<'_, DataFile, NoResume>) -> Result<(), SinkError> {
+        self.location.check_conditional_create().await?;
+        let table = self
+            .location
             .open_or_create(&self.schema, &self.partition_by)
+            .await?;
+        let app_id = format!("{}/{}", start.job_name, start.lineage);
+        let url = self.location.url();
+        let committed = table
+            .snapshot()
+            .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?
+            .transaction_version(table.log_store().as_ref(), &app_id)
             .await
-            .map(|_| ())
+            .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
+        let restored = start.restored_checkpoint_id.map(|c| c.0);
+        match (committed, restored) {
+            (Some(done), restored) if restored.is_none_or(|r| done > 0 && done as u64 > r) => {
+                Err(SinkError::msg(format!(
+                    "the Delta table {url} holds checkpoint {done} of the job {app_id}, but this \
+                     start restores {}: its checkpoint storage is older than the table (a newer \
+                     checkpoint was deleted, or the storage was copied). Resume from the newest \
+                     checkpoint, or start the job on fresh checkpoint storage",
+                    restored.map_or("none".to_string(), |r| format!("checkpoint {r}"))
+                ))
+                .permanent())
+            }
+            _ => Ok(()),
+        }
     }
 
     async fn create_writer(
@@ -185,7 +214,10 @@ where
         let files = RecordBatchWriter::for_table(&table)
             .map_err(|e| delta_error("preparing the Parquet writer", e))?
             .with_writer_properties(properties);
+        // Strict: a field the table has no column for is an error, not
+        // silently dropped.
         let rows = arrow_json::ReaderBuilder::new(files.arrow_schema())
+            .with_strict_mode(true)
             .build_decoder()
             .map_err(|e| SinkError::other("preparing the record encoder", e).permanent())?;
         Ok(DeltaSinkWriter::new(

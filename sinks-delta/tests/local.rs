@@ -404,3 +404,79 @@ async fn a_job_cannot_add_a_second_global_committer() {
         "{error}"
     );
 }
+
+/// A start whose checkpoint storage is older than the table (a newer
+/// checkpoint deleted, or the storage copied) would take its new
+/// checkpoints for replays and drop them: refused, naming both.
+#[tokio::test]
+async fn a_start_behind_the_tables_checkpoints_is_refused() {
+    let (_dir, location) = local();
+    let sink = sink(&location, false);
+    let context = InitContext::new("behind", Lineage::new("l1"), Generation(1), 0, 1);
+    let files = prepare_and_commit(&sink, &context, 20).await;
+    let factory = sink.global_committer().unwrap();
+    factory(&context)
+        .commit_checkpoint(CheckpointId(3), files)
+        .await
+        .unwrap();
+
+    let fresh = sink_api::JobStart::fresh("behind", &context.lineage, Generation(2), 1);
+    let error = sink.on_start(&fresh).await.expect_err("refused");
+    assert!(error.is_permanent(), "{error}");
+    assert!(error.to_string().contains("holds checkpoint 3"), "{error}");
+
+    let no_states: Vec<&sinks_delta::NoResume> = Vec::new();
+    let behind = sink_api::JobStart::fresh("behind", &context.lineage, Generation(2), 1).restored(
+        CheckpointId(2),
+        1,
+        Vec::new(),
+        no_states.clone(),
+    );
+    let error = sink.on_start(&behind).await.expect_err("refused");
+    assert!(
+        error.to_string().contains("restores checkpoint 2"),
+        "{error}"
+    );
+
+    let level = sink_api::JobStart::fresh("behind", &context.lineage, Generation(2), 1).restored(
+        CheckpointId(3),
+        1,
+        Vec::new(),
+        no_states,
+    );
+    sink.on_start(&level)
+        .await
+        .expect("the newest checkpoint resumes");
+}
+
+/// A record with a field the table has no column for is refused, not
+/// written without it.
+#[tokio::test]
+async fn a_record_with_a_field_the_table_lacks_is_a_permanent_error() {
+    #[derive(serde::Serialize)]
+    struct Wider {
+        id: i64,
+        day: String,
+        payload: String,
+        extra: u8,
+    }
+    let (_dir, location) = local();
+    let sink = DeltaSink::<Wider>::builder(location.clone(), schema())
+        .build()
+        .unwrap();
+    let context = InitContext::new("wider", Lineage::new("l1"), Generation(1), 0, 1);
+    let start = sink_api::JobStart::fresh("wider", &context.lineage, Generation(1), 1);
+    sink.on_start(&start).await.unwrap();
+    let mut writer = sink.create_writer(&context, Vec::new()).await.unwrap();
+    let error = writer
+        .write(Wider {
+            id: 1,
+            day: "2026-12-01".into(),
+            payload: "p".into(),
+            extra: 7,
+        })
+        .await
+        .expect_err("refused");
+    assert!(error.is_permanent(), "{error}");
+    assert!(error.to_string().contains("does not fit"), "{error}");
+}
