@@ -143,6 +143,21 @@ pub async fn unreferenced_files(location: &TableLocation) -> Result<Vec<String>,
         .collect())
 }
 
+/// The data files of the table's newest version (paths relative to the
+/// table's root).
+pub async fn active_files(location: &TableLocation) -> Result<Vec<String>, SinkError> {
+    let reading = || format!("reading the Delta table {}", location.url());
+    let mut table = DeltaTable::new(location.log_store(), DeltaTableConfig::default());
+    table.load().await.map_err(|e| delta_error(reading(), e))?;
+    Ok(table
+        .get_files_by_partitions(&[])
+        .await
+        .map_err(|e| delta_error(reading(), e))?
+        .into_iter()
+        .map(|p| p.to_string())
+        .collect())
+}
+
 /// The values of the 64-bit integer column `column` in every file of the
 /// table's version `version` (the newest if `None`), in no given order.
 pub async fn int64_column(

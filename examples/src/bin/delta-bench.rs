@@ -2,7 +2,7 @@
 //! run, as a ratio.
 //!
 //! ```text
-//! cargo run --release -p examples --bin delta-bench -- --rows 10000000 --json
+//! cargo run --release -p examples --features delta --bin delta-bench -- --rows 10000000 --json
 //! ```
 //!
 //! | figure | job | baseline |

@@ -8,8 +8,8 @@
 //! completed checkpoint.
 //!
 //! ```text
-//! cargo run --release -p examples --bin delta-sink-demo
-//! cargo run --release -p examples --bin delta-sink-demo -- --out ./events --records 1000000 --json
+//! cargo run --release -p examples --features delta --bin delta-sink-demo
+//! cargo run --release -p examples --features delta --bin delta-sink-demo -- --out ./events --records 1000000 --json
 //! delta-sink-demo --out s3://bucket/events --state s3://bucket/events-state --endpoint http://127.0.0.1:9000
 //! ```
 //!
@@ -30,7 +30,7 @@ use sink_runtime::{
     BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode, SequenceSource,
 };
 use sinks_delta::arrow_schema::{DataType, Field, Schema};
-use sinks_delta::{DeltaSink, TableLocation};
+use sinks_delta::{Compaction, DeltaSink, TableLocation};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,6 +39,10 @@ use sinks_delta::{DeltaSink, TableLocation};
 struct Args {
     #[command(flatten)]
     job: JobArgs,
+    /// Merge small files after the checkpoints that add to them (files
+    /// under 16 MiB, once a partition holds 10).
+    #[arg(long)]
+    compaction: bool,
 }
 
 /// The table's location when --out is not given.
@@ -88,6 +92,8 @@ struct TableCount {
     /// Transactions that added files (one per checkpoint with data).
     delta_commits: usize,
     version: i64,
+    /// Data files in the newest version.
+    data_files: usize,
 }
 
 async fn count(table: &TableLocation) -> anyhow::Result<TableCount> {
@@ -98,6 +104,7 @@ async fn count(table: &TableLocation) -> anyhow::Result<TableCount> {
             distinct_ids: 0,
             delta_commits: 0,
             version: -1,
+            data_files: 0,
         });
     };
     let ids = sinks_delta::read::int64_column(table, "id", None).await?;
@@ -110,6 +117,7 @@ async fn count(table: &TableLocation) -> anyhow::Result<TableCount> {
             .filter(|e| e.operation == "STREAMING UPDATE" && e.added > 0)
             .count(),
         version: last.version,
+        data_files: sinks_delta::read::active_files(table).await?.len(),
     })
 }
 
@@ -120,10 +128,15 @@ struct Outcome {
     wall: Duration,
 }
 
-async fn run(config: &JobConfig, show_progress: bool) -> anyhow::Result<Outcome> {
+async fn run(config: &JobConfig, compaction: bool, show_progress: bool) -> anyhow::Result<Outcome> {
     let table = table_location(&config.out, &config.options)?;
     let storage = demo_job::open_state(config).await?;
-    let sink = DeltaSink::<DemoRow>::builder(table.clone(), schema()).build()?;
+    let builder = DeltaSink::<DemoRow>::builder(table.clone(), schema());
+    let sink = match compaction {
+        true => builder.compaction(Compaction::default()),
+        false => builder,
+    }
+    .build()?;
     let record_size = config.record_size;
     let source = match config.source {
         SourceKind::Bounded => SequenceSource::bounded(config.records),
@@ -201,7 +214,7 @@ async fn write_up_table(args: &Args) -> anyhow::Result<()> {
     for (label, preset) in Preset::ALL {
         let mut config = JobConfig::table_row(label, preset, &out, args.job.endpoint.as_deref())?;
         let (source, checkpoint) = (config.source_text(), config.checkpoint_text());
-        match run(&config, false).await {
+        match run(&config, false, false).await {
             Ok(outcome) => {
                 print_row(label, &source, &checkpoint, &outcome);
                 examples::cli::fail_if_output_lost(&outcome.report)?;
@@ -213,7 +226,7 @@ async fn write_up_table(args: &Args) -> anyhow::Result<()> {
                 );
                 notes.push(format!("{label}: refused at build time: {error}"));
                 config.allow_uncommitted = true;
-                let forced = run(&config, false).await?;
+                let forced = run(&config, false, false).await?;
                 print_row("unbounded-nockpt (forced)", &source, &checkpoint, &forced);
             }
             Err(error) => return Err(error),
@@ -240,12 +253,12 @@ fn print_row(label: &str, source: &str, checkpoint: &str, outcome: &Outcome) {
 async fn main() -> anyhow::Result<()> {
     examples::cli::init_tracing();
     let args = Args::parse();
-    if args.job.is_table() {
+    if args.job.is_table() && !args.compaction {
         return write_up_table(&args).await;
     }
     let label = args.job.label();
     let config = JobConfig::from_args(&args.job, DEFAULT_OUT)?;
-    let outcome = match run(&config, !args.job.json).await {
+    let outcome = match run(&config, args.compaction, !args.job.json).await {
         Ok(outcome) => outcome,
         Err(error) => {
             if let Some(build) = error.downcast_ref::<BuildError>() {
@@ -276,6 +289,7 @@ async fn main() -> anyhow::Result<()> {
             "checkpoints_completed": m.checkpoints_completed,
             "delta_commits": outcome.table.delta_commits,
             "table_version": outcome.table.version,
+            "data_files": outcome.table.data_files,
             "wall_s": wall_s,
             "records_per_s": if wall_s > 0.0 { m.records_written as f64 / wall_s } else { 0.0 },
             "losses": examples::cli::losses_json(&outcome.report),
@@ -284,7 +298,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         println!(
             "{label}: {:?}; written {}, {} rows in the table ({} distinct ids), {} prepare_commit \
-             calls, {} checkpoints, {} Delta commits, table version {}, {:.2} s",
+             calls, {} checkpoints, {} Delta commits, table version {}, {} data files, {:.2} s",
             outcome.report.status,
             m.records_written,
             outcome.table.rows,
@@ -293,6 +307,7 @@ async fn main() -> anyhow::Result<()> {
             m.checkpoints_completed,
             outcome.table.delta_commits,
             outcome.table.version,
+            outcome.table.data_files,
             wall_s
         );
     }
