@@ -193,3 +193,71 @@ fn killed_and_resumed_it_commits_every_row_once_as_an_external_reader_sees_it() 
         "one commit per checkpoint, in order, none repeated: {epochs:?}"
     );
 }
+
+/// The demo with its table and checkpoints on the S3-compatible test
+/// server (`scripts/with-s3`): killed once, resumed, every id once as the
+/// `deltalake` package reads the table on the server.
+#[test]
+fn on_s3_killed_and_resumed_it_commits_every_row_once() {
+    let (Ok(endpoint), Ok(bucket)) = (
+        std::env::var("S3_TEST_ENDPOINT"),
+        std::env::var("S3_TEST_BUCKET"),
+    ) else {
+        println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
+        return;
+    };
+    let prefix = format!("s3://{bucket}/delta-demo-{}", fastrand::u64(..));
+    let table = format!("{prefix}/table");
+    let args = [
+        "--out",
+        table.as_str(),
+        "--state",
+        &format!("{prefix}/state"),
+        "--endpoint",
+        endpoint.as_str(),
+        "--records",
+        "60000",
+        "--rate",
+        "20000",
+        "--checkpoint-interval",
+        "200ms",
+        "--json",
+    ];
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_delta-sink-demo"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the demo starts")
+    };
+    let mut child = run();
+    std::thread::sleep(Duration::from_millis(900));
+    let killed = child.try_wait().unwrap().is_none();
+    if killed {
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let report = summary(&run().wait_with_output().unwrap());
+    assert!(
+        report["status"] == "Finished" || report["status"] == "AlreadyFinished",
+        "{report}"
+    );
+    assert_eq!(report["committed"], 60_000, "{report}");
+    assert_eq!(report["distinct_ids"], 60_000, "{report}");
+    let Ok(reader) = std::env::var("DELTA_READER") else {
+        println!("skipped: no external Delta reader (run under scripts/with-delta-reader)");
+        return;
+    };
+    let mut words = reader.split_whitespace();
+    let read = summary(
+        &Command::new(words.next().expect("a reader command"))
+            .args(words)
+            .arg(&table)
+            .output()
+            .expect("the reader runs"),
+    );
+    println!("the deltalake package read the table on S3 (killed: {killed}): {read}");
+    assert_eq!(read["rows"], 60_000, "{read}");
+    assert_eq!(read["distinct_ids"], 60_000, "{read}");
+}
