@@ -140,6 +140,13 @@ pub fn init_tracing_or(default: &str) {
         .init();
 }
 
+/// The median of `values` (sorted in place; NaN when empty). Used by the
+/// benchmarks, which compare medians of alternating runs.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,13 +13,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{exactly_once, ids, schema, Event};
+use common::{compacted_sink, exactly_once, ids, Event, TableDestination};
 use object_store::aws::AmazonS3Builder;
-use sink_api::async_trait;
 use sink_runtime::{CheckpointConfig, Job, JobStatus, SequenceSource, Source};
-use sink_testkit::{certify, Destination};
+use sink_testkit::certify;
 use sinks_delta::read::log_entries;
-use sinks_delta::{Compaction, DeltaSink, TableLocation};
+use sinks_delta::{DeltaSink, TableLocation};
 use url::Url;
 
 /// The test server's bucket, or `None` (with the reason printed) when the
@@ -52,46 +51,6 @@ fn table(bucket: &str) -> TableLocation {
     TableLocation::object_store(Arc::new(root), url)
 }
 
-fn sink(location: &TableLocation) -> DeltaSink<Event> {
-    DeltaSink::builder(location.clone(), schema())
-        .partition_by(["day"])
-        .compaction(Compaction {
-            min_files: 2,
-            ..Compaction::default()
-        })
-        .build()
-        .expect("a valid sink")
-}
-
-struct S3Table {
-    location: TableLocation,
-}
-
-#[async_trait]
-impl Destination for S3Table {
-    type Sink = DeltaSink<Event>;
-
-    async fn sink(&self) -> DeltaSink<Event> {
-        sink(&self.location)
-    }
-
-    async fn committed_ids(&self) -> Vec<u64> {
-        match sinks_delta::read::int64_column(&self.location, "id", None).await {
-            Ok(ids) => ids.into_iter().map(|id| id as u64).collect(),
-            Err(e) if e.to_string().contains("Not a Delta table") => Vec::new(),
-            Err(e) => panic!("the table cannot be read: {e}"),
-        }
-    }
-
-    async fn open_transactions(&self) -> Option<usize> {
-        match sinks_delta::read::unreferenced_files(&self.location).await {
-            Ok(files) => Some(files.len()),
-            Err(e) if e.to_string().contains("Not a Delta table") => Some(0),
-            Err(e) => panic!("the table cannot be read: {e}"),
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_delta_sink_on_an_s3_compatible_server_is_certified() {
     let Some(bucket) = bucket() else {
@@ -100,7 +59,12 @@ async fn the_delta_sink_on_an_s3_compatible_server_is_certified() {
     let report = certify(
         || {
             let location = table(&bucket);
-            async move { S3Table { location } }
+            async move {
+                TableDestination {
+                    location,
+                    _dir: None,
+                }
+            }
         },
         Event::new,
     )
@@ -121,7 +85,7 @@ fn job(
     let source = SequenceSource::bounded(records)
         .paced(10_000)
         .map(move |id| Event::new(first_id + id));
-    Job::builder(name, source, sink(location))
+    Job::builder(name, source, compacted_sink(location))
         .parallelism(2)
         .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
         .build()
@@ -161,7 +125,7 @@ async fn a_missing_bucket_fails_the_job_at_once_naming_it() {
     }
     let location = table("no-such-bucket-here");
     let source = SequenceSource::bounded(10).map(Event::new);
-    let error = Job::builder("nobucket", source, sink(&location))
+    let error = Job::builder("nobucket", source, compacted_sink(&location))
         .build()
         .expect("a valid job")
         .run()
@@ -192,7 +156,7 @@ async fn refused_credentials_fail_the_job_at_once_with_the_cause() {
     let url = Url::parse(&format!("s3://{bucket}/tables/refused")).expect("a URL");
     let location = TableLocation::object_store(Arc::new(root), url);
     let source = SequenceSource::bounded(10).map(Event::new);
-    let error = Job::builder("refused", source, sink(&location))
+    let error = Job::builder("refused", source, compacted_sink(&location))
         .build()
         .expect("a valid job")
         .run()

@@ -29,7 +29,7 @@ use deltalake_core::operations::create::CreateBuilder;
 use deltalake_core::parquet::basic::Compression;
 use deltalake_core::parquet::file::properties::WriterProperties;
 use deltalake_core::writer::{DeltaWriter, RecordBatchWriter};
-use examples::cli::peak_rss_bytes;
+use examples::cli::{median, peak_rss_bytes};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sink_runtime::source::Source;
@@ -235,11 +235,6 @@ fn measure(args: &Args, dir: &std::path::Path, what: &str, run: usize) -> anyhow
     let stdout = String::from_utf8_lossy(&output.stdout);
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).with_context(|| format!("reading the {what} measurement: {last}"))
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() -> anyhow::Result<()> {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use examples::cli::peak_rss_bytes;
+use examples::cli::{median, peak_rss_bytes};
 use examples::demo_line::DemoLine;
 use examples::location::{object_output, s3_options};
 use futures::TryStreamExt;
@@ -205,11 +205,6 @@ fn measure(args: &Args, what: &str, run: usize) -> anyhow::Result<Value> {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).with_context(|| format!("reading the {what} measurement: {last}"))
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() -> anyhow::Result<()> {

@@ -74,3 +74,53 @@ pub fn exactly_once(ids: &[i64], n: u64) -> Result<(), String> {
         ))
     }
 }
+
+/// The sink the kit certifies: partitioned by day, with compaction after
+/// every checkpoint that leaves two small files in a partition. Compaction
+/// is what makes a replayed transaction dangerous in Delta: adding the
+/// same file twice is harmless, but adding it again after it was merged
+/// into another duplicates its rows.
+pub fn compacted_sink(location: &TableLocation) -> DeltaSink<Event> {
+    DeltaSink::builder(location.clone(), schema())
+        .partition_by(["day"])
+        .compaction(sinks_delta::Compaction {
+            min_files: 2,
+            ..sinks_delta::Compaction::default()
+        })
+        .build()
+        .expect("a valid sink")
+}
+
+/// A table of its own for one kit scenario (in a temporary directory kept
+/// alive with it, or on an object store), read back with the crate's reader.
+pub struct TableDestination {
+    pub location: TableLocation,
+    pub _dir: Option<tempfile::TempDir>,
+}
+
+#[sink_api::async_trait]
+impl sink_testkit::Destination for TableDestination {
+    type Sink = DeltaSink<Event>;
+
+    async fn sink(&self) -> DeltaSink<Event> {
+        compacted_sink(&self.location)
+    }
+
+    async fn committed_ids(&self) -> Vec<u64> {
+        match sinks_delta::read::int64_column(&self.location, "id", None).await {
+            Ok(ids) => ids.into_iter().map(|id| id as u64).collect(),
+            // No table yet: nothing committed.
+            Err(e) if e.to_string().contains("Not a Delta table") => Vec::new(),
+            Err(e) => panic!("the table cannot be read: {e}"),
+        }
+    }
+
+    /// Data files written but named by no version of the table.
+    async fn open_transactions(&self) -> Option<usize> {
+        match sinks_delta::read::unreferenced_files(&self.location).await {
+            Ok(files) => Some(files.len()),
+            Err(e) if e.to_string().contains("Not a Delta table") => Some(0),
+            Err(e) => panic!("the table cannot be read: {e}"),
+        }
+    }
+}
