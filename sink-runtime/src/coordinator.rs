@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::core::checkpoints::{
-    AckStep, CheckpointConfig, CheckpointTracker, FailureVerdict, TaskId,
+    AckStep, CheckpointConfig, CheckpointTracker, FailureVerdict, TaskId, TriggerMode,
 };
 use crate::core::ledger::CommitLedger;
 use crate::core::lifecycle::SubtaskLifecycle;
@@ -330,6 +330,9 @@ where
     let settings = SubtaskSettings {
         batch_size: spec.batch_size,
         idle_poll: spec.idle_poll,
+        report_writes: spec
+            .checkpointing
+            .is_some_and(|c| c.trigger == TriggerMode::OnDemand),
     };
 
     let (cancel_tx, cancel_rx) = watch::channel(false);
@@ -419,6 +422,7 @@ where
             restored: plan.restored,
             closed: false,
             records_since_barrier: 0,
+            last_barrier: restored,
         };
         tasks.spawn(
             async move { (TaskId::Subtask(index), task.run().await) }
@@ -613,6 +617,11 @@ impl Coordinator {
 
     fn on_event(&mut self, event: TaskEvent) {
         match event {
+            TaskEvent::RecordsWritten { since } => {
+                if let Some(tracker) = &mut self.tracker {
+                    tracker.on_records_written(since);
+                }
+            }
             TaskEvent::EndOfInput { subtask } => {
                 if let Some(tracker) = &mut self.tracker {
                     tracker.on_end_of_input(subtask);

@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::core::checkpoints::CheckpointConfig;
+use crate::core::checkpoints::{CheckpointConfig, TriggerMode};
 use crate::core::restart::RestartStrategy;
 use crate::core::retry::RetryPolicy;
 use crate::error::{BuildError, JobError};
@@ -279,6 +279,11 @@ where
             }
             if config.timeout.is_zero() {
                 return Err(invalid("the checkpoint timeout must be longer than zero"));
+            }
+            if config.trigger == TriggerMode::OnDemand && config.min_pause > config.interval {
+                return Err(invalid(
+                    "with on-demand checkpoints the minimum pause must not exceed the maximum interval",
+                ));
             }
             if config.max_concurrent == 0 {
                 return Err(invalid("at least one checkpoint must be allowed in flight"));

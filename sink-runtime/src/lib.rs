@@ -48,7 +48,7 @@ mod spec;
 pub mod storage;
 mod task;
 
-pub use crate::core::checkpoints::CheckpointConfig;
+pub use crate::core::checkpoints::{CheckpointConfig, TriggerMode};
 pub use crate::core::restart::RestartStrategy;
 pub use crate::core::retry::RetryPolicy;
 pub use error::{BuildError, JobError};

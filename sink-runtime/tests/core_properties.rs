@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use sink_api::{CheckpointId, SubtaskIndex};
-use sink_runtime::core::checkpoints::{AckStep, CheckpointConfig, CheckpointTracker, TaskId};
+use sink_runtime::core::checkpoints::{
+    AckStep, CheckpointConfig, CheckpointTracker, TaskId, TriggerMode,
+};
 use sink_runtime::core::ledger::{CommitLedger, CommittableSummary};
 use std::time::Duration;
 
@@ -208,6 +210,7 @@ proptest! {
         steps in prop::collection::vec((0u8..6, 0usize..4, 0u64..8), 0..200),
     ) {
         let policy = CheckpointConfig {
+            trigger: TriggerMode::Periodic,
             interval: Duration::from_millis(100),
             timeout: Duration::from_secs(3600),
             min_pause: Duration::ZERO,
@@ -267,6 +270,80 @@ proptest! {
         prop_assert_eq!(tracker.final_completed(), final_seen);
         if final_seen.is_some() {
             prop_assert_eq!(tracker.next_trigger_at(), None);
+        }
+    }
+
+    /// On demand, a checkpoint is triggered exactly when it may be: records
+    /// written after the last trigger wait no longer than the minimum pause
+    /// (when nothing is in flight), and without such records the only
+    /// triggers are those of the maximum interval.
+    #[test]
+    fn on_demand_triggers_exactly_when_written_records_are_uncovered(
+        steps in prop::collection::vec((0u8..5, 1u64..60, any::<bool>()), 0..300),
+        min_pause_ms in 0u64..40,
+    ) {
+        let interval = Duration::from_millis(200);
+        let min_pause = Duration::from_millis(min_pause_ms);
+        let mut tracker = CheckpointTracker::new(
+            CheckpointConfig::on_demand(min_pause, interval),
+            true,
+            2,
+            false,
+            CheckpointId::NONE,
+        );
+        let mut now = Duration::ZERO;
+        let mut last_triggered = CheckpointId::NONE;
+        let mut last_trigger_at = Duration::ZERO;
+        let mut last_end_at: Option<Duration> = None;
+        let mut uncovered = false;
+        for (kind, advance_ms, stale) in steps {
+            now += Duration::from_millis(advance_ms);
+            match kind {
+                0 | 1 => {
+                    // A subtask wrote records after the barrier it last saw:
+                    // the newest, or (stale) one before it, as when a trigger
+                    // crosses the message.
+                    let since = match stale {
+                        true if last_triggered > CheckpointId::NONE => CheckpointId(last_triggered.0 - 1),
+                        _ => last_triggered,
+                    };
+                    tracker.on_records_written(since);
+                    uncovered |= since == last_triggered;
+                }
+                2 => {
+                    if let Some(id) = tracker.in_flight().first().copied() {
+                        for task in 0..2 {
+                            tracker.on_ack(id, TaskId::Subtask(task));
+                        }
+                        tracker.on_stored(id, now);
+                        last_end_at = Some(now);
+                    }
+                }
+                3 => {
+                    if let Some(id) = tracker.in_flight().first().copied() {
+                        tracker.on_failed(id, now);
+                        last_end_at = Some(now);
+                    }
+                }
+                _ => {}
+            }
+            let paused = last_end_at.is_some_and(|end| now < end + min_pause);
+            let idle_due = now >= last_trigger_at + interval;
+            let free = tracker.in_flight().is_empty();
+            match tracker.try_trigger(now) {
+                Some(id) => {
+                    prop_assert!(free, "triggered {id} with one in flight");
+                    prop_assert!(!paused, "triggered {id} within the minimum pause");
+                    prop_assert!(uncovered || idle_due, "triggered {id} with nothing to cover before the interval");
+                    last_triggered = id;
+                    last_trigger_at = now;
+                    uncovered = false;
+                }
+                None => {
+                    prop_assert!(!free || paused || (!uncovered && !idle_due),
+                        "no trigger at {now:?} although one was due (uncovered {uncovered})");
+                }
+            }
         }
     }
 }

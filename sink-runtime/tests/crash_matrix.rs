@@ -1,5 +1,6 @@
 //! The crash matrix: for every named crash point, in streaming mode with
-//! checkpoints and in bounded mode without, with and without a global
+//! periodic checkpoints and with checkpoints on demand, and in bounded mode
+//! without checkpoints, with and without a global
 //! committer, a job of several thousand records is crashed at that point a
 //! few times, started again on the same state directory after each crash (as
 //! a new process would be), and let finish. Then every record must be
@@ -29,6 +30,8 @@ const SKIPS: [u32; 3] = [0, 3, 1];
 #[derive(Debug, Clone, Copy)]
 enum Mode {
     StreamingWithCheckpoints,
+    /// Checkpoints on demand: one as soon as the last ended, records permitting.
+    StreamingOnDemand,
     BoundedWithoutCheckpoints,
 }
 
@@ -51,6 +54,10 @@ async fn run_once(
         Mode::StreamingWithCheckpoints => {
             builder.checkpointing(CheckpointConfig::every(Duration::from_millis(15)))
         }
+        Mode::StreamingOnDemand => builder.checkpointing(CheckpointConfig::on_demand(
+            Duration::ZERO,
+            Duration::from_secs(1),
+        )),
         Mode::BoundedWithoutCheckpoints => builder,
     };
     let builder = if global {
@@ -145,6 +152,7 @@ fn every_crash_point_recovers_exactly_once() {
     let mut runs = 0;
     for mode in [
         Mode::StreamingWithCheckpoints,
+        Mode::StreamingOnDemand,
         Mode::BoundedWithoutCheckpoints,
     ] {
         for global in [false, true] {

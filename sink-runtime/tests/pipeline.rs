@@ -764,3 +764,90 @@ async fn stopped_returns_once_the_pipeline_failed_for_good() {
         .unwrap();
     assert_eq!(pipeline.state(), PipelineState::Stopped);
 }
+
+/// On demand, a send is committed by a checkpoint triggered for it, not one
+/// an interval later: on a paused clock with a maximum interval of an hour,
+/// every ticket resolves within a second of virtual time, and each send
+/// takes a checkpoint of its own.
+#[tokio::test(start_paused = true)]
+async fn on_demand_a_checkpoint_follows_a_send_without_waiting_for_the_interval() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("on-demand", MemorySink::new(store.clone()))
+        .parallelism(2)
+        .checkpointing(CheckpointConfig::on_demand(
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        ))
+        .start()
+        .await
+        .unwrap();
+    for round in 0..5u32 {
+        let started = tokio::time::Instant::now();
+        let ticket = pipeline
+            .send(vec![format!("r{round}")], None)
+            .await
+            .unwrap();
+        ticket.await.unwrap();
+        let waited = started.elapsed();
+        assert!(
+            waited < Duration::from_secs(1),
+            "send {round} was committed after {waited:?} of virtual time: it waited for the interval"
+        );
+    }
+    let triggered = pipeline.metrics().checkpoints_triggered;
+    assert!(
+        (5..=6).contains(&triggered),
+        "5 sends one after the other should take 5 checkpoints, took {triggered}"
+    );
+    pipeline.shutdown().await.unwrap();
+    assert_eq!(counts(&store.committed()).len(), 5);
+}
+
+/// On demand and idle, checkpoints come only on the maximum interval: 10
+/// minutes of virtual time at a maximum interval of one minute take 10 of
+/// them, not more; then a send is committed by a checkpoint of its own.
+#[tokio::test(start_paused = true)]
+async fn on_demand_no_checkpoint_while_idle_beyond_the_maximum_interval() {
+    let store = MemoryStore::<String>::new();
+    let pipeline = Pipeline::builder("on-demand-idle", MemorySink::new(store.clone()))
+        .parallelism(2)
+        .checkpointing(CheckpointConfig::on_demand(
+            Duration::from_millis(5),
+            Duration::from_secs(60),
+        ))
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(600) + Duration::from_millis(500)).await;
+    let idle = pipeline.metrics().checkpoints_triggered;
+    assert_eq!(idle, 10, "10 maximum intervals while idle");
+    pipeline
+        .send(vec!["late".into()], None)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(pipeline.metrics().checkpoints_triggered, idle + 1);
+    pipeline.shutdown().await.unwrap();
+    assert_eq!(store.committed(), vec!["late".to_string()]);
+}
+
+/// A minimum pause longer than the maximum interval cannot be kept: refused.
+#[tokio::test]
+async fn on_demand_with_a_pause_longer_than_the_interval_is_refused() {
+    let result = Pipeline::builder(
+        "on-demand-bad",
+        MemorySink::new(MemoryStore::<String>::new()),
+    )
+    .checkpointing(CheckpointConfig::on_demand(
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    ))
+    .start()
+    .await;
+    let Err(error) = result else {
+        panic!("a pause longer than the interval was accepted")
+    };
+    let error = error.to_string();
+    assert!(error.contains("minimum pause"), "{error}");
+}

@@ -65,6 +65,9 @@ struct Scenario {
     notice_seed: u64,
     /// Crashes to inject: (at ms, kind).
     crashes: Vec<(u64, u8)>,
+    /// Checkpoints on demand, with this minimum pause (ms); the interval is
+    /// then the maximum one.
+    on_demand_pause_ms: Option<u64>,
 }
 
 impl Scenario {
@@ -110,6 +113,8 @@ impl Scenario {
             stores,
             notice_seed: rng.next(),
             crashes,
+            // Drawn last, so that the other draws of a seed stay as they were.
+            on_demand_pause_ms: rng.chance(40).then(|| rng.range(0, 10)),
         }
     }
 }
@@ -152,8 +157,12 @@ async fn simulate(
         delay: ms(30),
     });
     if let Some(interval) = scenario.checkpoint_interval_ms {
+        let trigger = match scenario.on_demand_pause_ms {
+            Some(pause) => CheckpointConfig::on_demand(ms(pause), ms(interval)),
+            None => CheckpointConfig::every(ms(interval)),
+        };
         builder = builder.checkpointing(
-            CheckpointConfig::every(ms(interval))
+            trigger
                 .max_concurrent(scenario.max_concurrent)
                 .timeout(ms(500))
                 .tolerable_failures(1_000),
@@ -296,8 +305,15 @@ fn seeded_simulations_keep_exactly_once() {
             }
         }
     }
+    let on_demand = seeds
+        .iter()
+        .filter(|&&seed| {
+            let scenario = Scenario::from_seed(seed);
+            scenario.on_demand_pause_ms.is_some() && scenario.checkpoint_interval_ms.is_some()
+        })
+        .count();
     println!(
-        "simulation: {} seeds, {} violations",
+        "simulation: {} seeds ({on_demand} with checkpoints on demand), {} violations",
         seeds.len(),
         failures.len()
     );

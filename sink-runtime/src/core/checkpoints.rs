@@ -30,12 +30,35 @@ pub enum TaskId {
     GlobalCommitter,
 }
 
+/// What starts a checkpoint. Part of [`CheckpointConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TriggerMode {
+    /// A checkpoint every [`interval`](CheckpointConfig::interval), whether
+    /// records arrived or not. The default.
+    #[default]
+    Periodic,
+    /// A checkpoint as soon as some subtask wrote records that no checkpoint
+    /// covers yet, while fewer than
+    /// [`max_concurrent`](CheckpointConfig::max_concurrent) are in flight and
+    /// at least [`min_pause`](CheckpointConfig::min_pause) after the last one
+    /// ended; and, idle or not, at the latest
+    /// [`interval`](CheckpointConfig::interval) after the last trigger. Under
+    /// light load a record is committed about one checkpoint's duration after
+    /// it was written; under heavy load each checkpoint covers every record
+    /// written while the one before was in flight (group commit).
+    OnDemand,
+}
+
 /// When and how checkpoints are taken. Given to
 /// [`JobBuilder::checkpointing`](crate::JobBuilder::checkpointing); read by the
 /// coordinator's `CheckpointTracker`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointConfig {
-    /// Time between two checkpoint triggers.
+    /// What starts a checkpoint. Default [`TriggerMode::Periodic`].
+    pub trigger: TriggerMode,
+    /// Time between two checkpoint triggers; with [`TriggerMode::OnDemand`],
+    /// the longest time between two.
     pub interval: Duration,
     /// A checkpoint not completed this long after its trigger fails.
     /// Default 10 minutes.
@@ -57,12 +80,24 @@ impl CheckpointConfig {
     /// Checkpoints every `interval`, with the defaults for the rest.
     pub fn every(interval: Duration) -> CheckpointConfig {
         CheckpointConfig {
+            trigger: TriggerMode::Periodic,
             interval,
             timeout: Duration::from_secs(600),
             min_pause: Duration::ZERO,
             max_concurrent: 1,
             tolerable_failures: 10,
             warn_after_failures: 3,
+        }
+    }
+
+    /// Checkpoints on demand ([`TriggerMode::OnDemand`]): as soon as records
+    /// wait for one, no sooner than `min_pause` after the last one ended, and
+    /// at least every `max_interval`; the defaults for the rest.
+    pub fn on_demand(min_pause: Duration, max_interval: Duration) -> CheckpointConfig {
+        CheckpointConfig {
+            trigger: TriggerMode::OnDemand,
+            min_pause,
+            ..CheckpointConfig::every(max_interval)
         }
     }
 
@@ -167,6 +202,10 @@ pub struct CheckpointTracker {
     ended_input: BTreeSet<SubtaskIndex>,
     final_completed: Option<CheckpointId>,
     last_completed: CheckpointId,
+    /// The newest checkpoint triggered (or the restored one).
+    last_triggered: CheckpointId,
+    /// Some subtask wrote records that no triggered checkpoint covers.
+    uncovered: bool,
 }
 
 impl CheckpointTracker {
@@ -199,6 +238,8 @@ impl CheckpointTracker {
             ended_input: BTreeSet::new(),
             final_completed: None,
             last_completed: restored,
+            last_triggered: restored,
+            uncovered: false,
         }
     }
 
@@ -223,6 +264,7 @@ impl CheckpointTracker {
                 Duration::ZERO
             }
             _ if !self.periodic => return None,
+            _ if self.uncovered && self.policy.trigger == TriggerMode::OnDemand => Duration::ZERO,
             Some(last) => last.saturating_add(self.policy.interval),
             None => self.policy.interval,
         };
@@ -237,6 +279,8 @@ impl CheckpointTracker {
         let id = self.next_id;
         self.next_id = id.next();
         self.last_trigger_at = Some(now);
+        self.last_triggered = id;
+        self.uncovered = false;
         let after_all_ended = self.all_ended_input();
         self.in_flight.insert(
             id,
@@ -324,6 +368,16 @@ impl CheckpointTracker {
         }
     }
 
+    /// A subtask wrote records after its barrier of checkpoint `since` (or
+    /// since its start, when `since` is the restored checkpoint). They are
+    /// covered unless no checkpoint after `since` was triggered yet; then,
+    /// on demand, the next checkpoint is due.
+    pub fn on_records_written(&mut self, since: CheckpointId) {
+        if since >= self.last_triggered {
+            self.uncovered = true;
+        }
+    }
+
     /// Subtask `subtask` reached end of input.
     pub fn on_end_of_input(&mut self, subtask: SubtaskIndex) {
         self.ended_input.insert(subtask);
@@ -357,6 +411,7 @@ mod tests {
 
     fn policy() -> CheckpointConfig {
         CheckpointConfig {
+            trigger: TriggerMode::Periodic,
             interval: Duration::from_secs(1),
             timeout: Duration::from_secs(10),
             min_pause: Duration::ZERO,
@@ -399,6 +454,85 @@ mod tests {
         );
         tracker.on_stored(CheckpointId(1), secs(5)).unwrap();
         assert_eq!(tracker.try_trigger(secs(5)), Some(CheckpointId(2)));
+    }
+
+    fn on_demand(min_pause_ms: u64, max_interval: Duration) -> CheckpointTracker {
+        CheckpointTracker::new(
+            CheckpointConfig::on_demand(Duration::from_millis(min_pause_ms), max_interval),
+            true,
+            2,
+            false,
+            CheckpointId::NONE,
+        )
+    }
+
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn on_demand_triggers_when_records_are_written_not_on_the_interval() {
+        let mut tracker = on_demand(0, secs(10));
+        assert_eq!(
+            tracker.next_trigger_at(),
+            Some(secs(10)),
+            "idle: only the maximum interval"
+        );
+        assert_eq!(tracker.try_trigger(ms(5)), None);
+        tracker.on_records_written(CheckpointId::NONE);
+        assert_eq!(
+            tracker.try_trigger(ms(5)),
+            Some(CheckpointId(1)),
+            "at once, not 10 s later"
+        );
+        // Written before the subtask saw barrier 1: covered by it.
+        tracker.on_records_written(CheckpointId::NONE);
+        ack_all(&mut tracker, CheckpointId(1), 2);
+        tracker.on_stored(CheckpointId(1), ms(8)).unwrap();
+        assert_eq!(tracker.try_trigger(ms(8)), None, "nothing uncovered");
+        assert_eq!(tracker.next_trigger_at(), Some(ms(5) + secs(10)));
+        // Written after barrier 1: due, but not while checkpoint 2 is in flight.
+        tracker.on_records_written(CheckpointId(1));
+        assert_eq!(tracker.try_trigger(ms(9)), Some(CheckpointId(2)));
+        tracker.on_records_written(CheckpointId(2));
+        assert_eq!(tracker.try_trigger(ms(10)), None, "one in flight already");
+        ack_all(&mut tracker, CheckpointId(2), 2);
+        tracker.on_stored(CheckpointId(2), ms(12)).unwrap();
+        assert_eq!(
+            tracker.try_trigger(ms(12)),
+            Some(CheckpointId(3)),
+            "group commit: right after"
+        );
+    }
+
+    #[test]
+    fn on_demand_waits_for_the_minimum_pause() {
+        let mut tracker = on_demand(50, secs(10));
+        tracker.on_records_written(CheckpointId::NONE);
+        let id = tracker.try_trigger(ms(1)).unwrap();
+        ack_all(&mut tracker, id, 2);
+        tracker.on_stored(id, ms(3)).unwrap();
+        tracker.on_records_written(id);
+        assert_eq!(tracker.next_trigger_at(), Some(ms(53)));
+        assert_eq!(tracker.try_trigger(ms(52)), None);
+        assert_eq!(tracker.try_trigger(ms(53)), Some(id.next()));
+    }
+
+    #[test]
+    fn on_demand_while_idle_triggers_only_on_the_maximum_interval() {
+        let mut tracker = on_demand(0, secs(2));
+        let mut triggered = Vec::new();
+        let mut now = Duration::ZERO;
+        while now <= secs(20) {
+            if let Some(id) = tracker.try_trigger(now) {
+                triggered.push(now);
+                ack_all(&mut tracker, id, 2);
+                tracker.on_stored(id, now).unwrap();
+            }
+            now += ms(1);
+        }
+        let expected: Vec<Duration> = (1..=10).map(|i| secs(2 * i)).collect();
+        assert_eq!(triggered, expected);
     }
 
     #[test]

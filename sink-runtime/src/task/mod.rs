@@ -67,6 +67,9 @@ pub(crate) enum TaskEvent {
         checkpoint_id: CheckpointId,
         state: TaskState,
     },
+    /// A subtask wrote its first records after its barrier of checkpoint
+    /// `since` (sent only when checkpoints are on demand).
+    RecordsWritten { since: CheckpointId },
     /// The subtask's input ended; its end-of-input committables wait for the
     /// final checkpoint.
     EndOfInput { subtask: SubtaskIndex },

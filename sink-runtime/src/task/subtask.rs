@@ -64,6 +64,9 @@ pub(crate) const MAX_COMMIT_BACKLOG: usize = 1024;
 pub(crate) struct SubtaskSettings {
     pub batch_size: usize,
     pub idle_poll: Duration,
+    /// Checkpoints are on demand: tell the coordinator when records were
+    /// written after a barrier (once per barrier).
+    pub report_writes: bool,
 }
 
 /// What to do after a control message or end of input.
@@ -124,6 +127,8 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = InputOf<S>>> {
     /// Whether the writer and committer were closed.
     pub closed: bool,
     pub records_since_barrier: u64,
+    /// The last barrier passed (or the restored checkpoint).
+    pub last_barrier: CheckpointId,
 }
 
 impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
@@ -209,6 +214,13 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
                     .write_batch(records)
                     .await
                     .map_err(self.sink_error("write_batch"))?;
+                if self.records_since_barrier == 0 && self.settings.report_writes {
+                    // The coordinator may be gone while the job is torn down;
+                    // the barrier's acknowledgement would say so.
+                    let _ = self.events.send(TaskEvent::RecordsWritten {
+                        since: self.last_barrier,
+                    });
+                }
                 self.records_since_barrier += count;
                 metrics::add(&self.metrics.records_written, count);
                 failpoint!("after-write");
@@ -297,6 +309,7 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             committable_count: committables.len() as u64,
             record_count: std::mem::take(&mut self.records_since_barrier),
         };
+        self.last_barrier = checkpoint_id;
         metrics::add(
             &self.metrics.committables_pending,
             committables.len() as u64,
