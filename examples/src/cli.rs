@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use sink_runtime::JobReport;
+use sink_runtime::{CheckpointConfig, JobReport};
 
 /// The longest duration a flag takes: a year. Longer ones are refused where
 /// they are parsed, so that no deadline computed from a flag can overflow.
@@ -53,6 +53,72 @@ pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
+}
+
+/// What a program's `--checkpoint-interval` flag asked for: a checkpoint
+/// every so often, or checkpoints on demand (`on-demand`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpoints {
+    /// One every this long.
+    Every(Duration),
+    /// As soon as records wait for one (see
+    /// [`sink_runtime::TriggerMode::OnDemand`]).
+    OnDemand,
+}
+
+impl std::fmt::Display for Checkpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Checkpoints::Every(interval) => write!(f, "{}ms", interval.as_millis()),
+            Checkpoints::OnDemand => f.write_str("on-demand"),
+        }
+    }
+}
+
+/// The maximum interval of on-demand checkpoints when no flag sets it.
+pub const DEFAULT_MAX_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Parses `--checkpoint-interval`: `on-demand`, or a duration longer than
+/// zero as [`parse_duration`] reads it.
+pub fn parse_checkpoints(text: &str) -> Result<Checkpoints, String> {
+    if text == "on-demand" {
+        return Ok(Checkpoints::OnDemand);
+    }
+    parse_positive_duration(text)
+        .map(Checkpoints::Every)
+        .map_err(|error| format!("{error}; or write on-demand"))
+}
+
+impl Checkpoints {
+    /// The runtime's configuration for these checkpoints, with the
+    /// `--checkpoint-min-pause` and `--checkpoint-max-interval` flags (the
+    /// latter only with `on-demand`: a periodic interval is its own maximum).
+    pub fn config(
+        self,
+        min_pause: Option<Duration>,
+        max_interval: Option<Duration>,
+    ) -> Result<CheckpointConfig, String> {
+        let config = match (self, max_interval) {
+            (Checkpoints::Every(_), Some(_)) => {
+                return Err(
+                    "--checkpoint-max-interval goes with --checkpoint-interval on-demand only"
+                        .into(),
+                )
+            }
+            (Checkpoints::Every(interval), None) => CheckpointConfig::every(interval),
+            (Checkpoints::OnDemand, max) => {
+                CheckpointConfig::on_demand(Duration::ZERO, max.unwrap_or(DEFAULT_MAX_INTERVAL))
+            }
+        };
+        let config = config.min_pause(min_pause.unwrap_or(Duration::ZERO));
+        if self == Checkpoints::OnDemand && config.min_pause > config.interval {
+            return Err(format!(
+                "--checkpoint-min-pause ({:?}) is longer than the longest time between checkpoints ({:?})",
+                config.min_pause, config.interval
+            ));
+        }
+        Ok(config)
+    }
 }
 
 /// Peak resident set size of this process, in bytes (Linux; 0 elsewhere).
@@ -150,6 +216,36 @@ pub fn median(values: &mut [f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoint_flags_take_an_interval_or_on_demand_and_refuse_the_rest() {
+        assert_eq!(
+            parse_checkpoints("200ms"),
+            Ok(Checkpoints::Every(Duration::from_millis(200)))
+        );
+        assert_eq!(parse_checkpoints("on-demand"), Ok(Checkpoints::OnDemand));
+        for bad in ["0ms", "ondemand", "", "5x"] {
+            let error = parse_checkpoints(bad).unwrap_err();
+            assert!(error.contains("on-demand"), "{bad}: {error}");
+        }
+        let config = Checkpoints::OnDemand
+            .config(Some(Duration::from_millis(2)), None)
+            .unwrap();
+        assert_eq!(config.trigger, sink_runtime::TriggerMode::OnDemand);
+        assert_eq!(
+            (config.min_pause, config.interval),
+            (Duration::from_millis(2), DEFAULT_MAX_INTERVAL)
+        );
+        let every = Checkpoints::Every(Duration::from_secs(1));
+        assert!(every
+            .config(None, Some(Duration::from_secs(5)))
+            .unwrap_err()
+            .contains("on-demand only"));
+        assert!(Checkpoints::OnDemand
+            .config(Some(Duration::from_secs(2)), Some(Duration::from_secs(1)))
+            .unwrap_err()
+            .contains("longer than"));
+    }
 
     #[test]
     fn durations_need_a_number_and_a_unit() {

@@ -49,6 +49,12 @@ impl Service {
                     .args(["--state", &format!("{url}/state")])
                     .args(["--endpoint", endpoint]);
             }
+            Output::Postgres { url, table, dir } => {
+                command
+                    .arg("--output-dir")
+                    .arg(dir)
+                    .args(["--sink", "postgres", "--url", url, "--table", table]);
+            }
         }
         if !extra.contains(&"--checkpoint-interval") {
             command.args(["--checkpoint-interval", "100ms"]);
@@ -215,7 +221,16 @@ fn count_ids(from: &str, text: &str, ids: &mut BTreeMap<String, usize>) {
 /// in `<url>/data`, checkpoints in `<url>/state`).
 enum Output {
     Dir(PathBuf),
-    S3 { url: String, endpoint: String },
+    S3 {
+        url: String,
+        endpoint: String,
+    },
+    /// Events in a PostgreSQL table, checkpoints in `<dir>/checkpoints`.
+    Postgres {
+        url: String,
+        table: String,
+        dir: PathBuf,
+    },
 }
 
 impl Output {
@@ -232,6 +247,20 @@ impl Output {
                     let bytes = sinks_file::read_object(&output, &object).await.unwrap();
                     count_ids(&object, &String::from_utf8_lossy(&bytes), &mut ids);
                 }
+                ids
+            }
+            Output::Postgres { url, table, .. } => {
+                let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connecting to the test server");
+                tokio::spawn(connection);
+                let rows = client
+                    .query(&format!("SELECT event::text FROM {table}"), &[])
+                    .await
+                    .expect("reading the table");
+                let text: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+                let mut ids = BTreeMap::new();
+                count_ids(table, &text.join("\n"), &mut ids);
                 ids
             }
         }
@@ -887,14 +916,19 @@ async fn on_s3_sigkill_under_load_then_retries_with_the_same_keys_store_everythi
 /// requests are there once and answered as duplicates; every request that
 /// got no 200, retried with its key, is stored once.
 async fn sigkill_then_retries(out: Output, prefix: &'static str) {
-    let service = Service::start_on(&out, &["--parallelism", "2"]);
+    sigkill_then_retries_with(out, prefix, &["--parallelism", "2"]).await;
+}
+
+/// [`sigkill_then_retries`] with the service's flags.
+async fn sigkill_then_retries_with(out: Output, prefix: &'static str, flags: &[&str]) {
+    let service = Service::start_on(&out, flags);
     let sent = load_then(service.url("/events"), prefix, move || service.kill()).await;
     let unacked: Vec<&Sent> = sent.iter().filter(|s| s.acked.is_none()).collect();
     assert!(!unacked.is_empty(), "no request was in flight at the kill");
 
     check_acked_once(out.ids().await, &sent, "after SIGKILL");
 
-    let service = Service::start_on(&out, &["--parallelism", "2"]);
+    let service = Service::start_on(&out, flags);
     check_acked_once(out.ids().await, &sent, "after the restart");
     let client = client();
     let url = service.url("/events");
@@ -1100,7 +1134,7 @@ async fn the_service_runs_in_process_until_its_shutdown_future_completes() {
     use examples::ingest::{run, Config};
     let dir = tempfile::tempdir().unwrap();
     let config = Config {
-        checkpoint_interval: Duration::from_millis(50),
+        checkpointing: sink_runtime::CheckpointConfig::every(Duration::from_millis(50)),
         ..Config::new(dir.path())
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1120,4 +1154,117 @@ async fn the_service_runs_in_process_until_its_shutdown_future_completes() {
     let summary = service.await.unwrap().unwrap();
     assert_eq!(summary.records_committed, 2);
     assert!(summary.last_checkpoint >= answer.json()["checkpoint"].as_u64());
+}
+
+/// On demand, a request is answered by a checkpoint taken for it: with a
+/// maximum interval of an hour, every answer comes (within the client's
+/// 15 s timeout), and each of the requests sent one after the other took a
+/// checkpoint of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_demand_a_request_is_answered_without_waiting_for_the_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(
+        dir.path(),
+        &[
+            "--checkpoint-interval",
+            "on-demand",
+            "--checkpoint-max-interval",
+            "1h",
+        ],
+    );
+    let client = client();
+    let url = service.url("/events");
+    let sent: Vec<Vec<String>> = (0..5).map(|r| ids(&format!("od-{r}"), 3)).collect();
+    for ids in &sent {
+        let answer = post(&client, &url, body(ids, false), None)
+            .await
+            .expect("answered before the client's timeout, not an hour later");
+        assert_eq!(answer.status, 200, "{answer:?}");
+    }
+    let summary = service.stop();
+    let output = output_ids(dir.path());
+    assert_no_duplicates(&output);
+    assert_eq!(output.len(), 15, "{output:?}");
+    let checkpoints = summary["checkpoints"].as_u64().unwrap_or_default();
+    assert!(
+        (5..=7).contains(&checkpoints),
+        "5 requests one after the other, {checkpoints} checkpoints: {summary}"
+    );
+}
+
+/// Bad checkpoint and destination flags are refused with the fix.
+#[test]
+fn bad_checkpoint_and_sink_flags_are_refused_with_the_fix() {
+    for (args, expected) in [
+        (&["--checkpoint-interval", "soon"][..], "on-demand"),
+        (
+            &[
+                "--checkpoint-interval",
+                "1s",
+                "--checkpoint-max-interval",
+                "5s",
+            ][..],
+            "on-demand only",
+        ),
+        (
+            &[
+                "--checkpoint-interval",
+                "on-demand",
+                "--checkpoint-min-pause",
+                "2s",
+                "--checkpoint-max-interval",
+                "1s",
+            ][..],
+            "longer than",
+        ),
+        (&["--sink", "postgres"][..], "needs --url"),
+        (&["--url", "host=x"][..], "--sink postgres"),
+        (
+            &["--sink", "postgres", "--url", "host=x", "--table", "a;b"][..],
+            "not a plain table name",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_ingest-service"))
+            .args(["--listen", "127.0.0.1:0", "--output-dir"])
+            .arg(tempfile::tempdir().unwrap().path())
+            .args(args)
+            .output()
+            .expect("the service runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} accepted");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+/// The test server's connection string (`scripts/with-postgres`), or `None`
+/// after saying the test is skipped.
+fn postgres_url() -> Option<String> {
+    match std::env::var("PG_TEST_URL") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            println!("skipped: no PostgreSQL test server (run under scripts/with-postgres)");
+            None
+        }
+    }
+}
+
+/// Into PostgreSQL, with checkpoints on demand: killed under load, started
+/// again, the requests without a 200 retried with their keys: every event
+/// is in the table once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_on_demand_sigkill_under_load_then_retries_store_everything_once() {
+    let Some(url) = postgres_url() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let table = format!("ingest_test_{}", fastrand::u32(..));
+    let out = Output::Postgres {
+        url,
+        table,
+        dir: dir.path().to_path_buf(),
+    };
+    sigkill_then_retries_with(
+        out,
+        "p",
+        &["--parallelism", "2", "--checkpoint-interval", "on-demand"],
+    )
+    .await;
 }

@@ -1,5 +1,5 @@
 //! The ingest service: `POST /events` answers 200 only once the events are
-//! committed into finished files, exactly once, even across crashes (with
+//! committed into finished files (or a PostgreSQL table), exactly once, even across crashes (with
 //! `Idempotency-Key`). The service itself lives in `examples::ingest`; this
 //! is its command line.
 //!
@@ -18,10 +18,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
-use clap::Parser;
-use examples::cli::parse_positive_duration;
-use examples::ingest::{Config, IngestService};
+use anyhow::{bail, Context};
+use clap::{Parser, ValueEnum};
+use examples::cli::{parse_checkpoints, parse_duration, parse_positive_duration, Checkpoints};
+use examples::ingest::{parse_table_name, Config, Destination, IngestService};
 use examples::location::{self, Location};
 use sink_runtime::pipeline::KeyRetention;
 use tokio::net::TcpListener;
@@ -55,9 +55,32 @@ struct Args {
     /// AWS_ENDPOINT_URL, else AWS itself).
     #[arg(long)]
     endpoint: Option<String>,
-    /// Time between checkpoints (commits), such as 1s or 200ms.
-    #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
-    checkpoint_interval: Duration,
+    /// Where the events go: files (under --output-dir or --out), or a
+    /// PostgreSQL table (--url, --table).
+    #[arg(long, value_enum, default_value = "files")]
+    sink: SinkKind,
+    /// With --sink postgres: the server, as a libpq connection string or a
+    /// postgresql:// URL. It needs max_prepared_transactions of at least
+    /// twice the parallelism.
+    #[arg(long, value_name = "CONNECTION")]
+    url: Option<String>,
+    /// With --sink postgres: the table, created if missing with one column
+    /// `event jsonb NOT NULL`.
+    #[arg(long, default_value = "ingest_events", value_parser = parse_table_name)]
+    table: String,
+    /// Time between checkpoints (commits), such as 1s or 200ms; or
+    /// `on-demand`: a checkpoint as soon as events wait for one and none is
+    /// in flight (answers in about one checkpoint's duration).
+    #[arg(long, default_value = "1s", value_parser = parse_checkpoints)]
+    checkpoint_interval: Checkpoints,
+    /// The least time between the end of a checkpoint and the next, such as
+    /// 2ms. Default 0.
+    #[arg(long, value_parser = parse_duration)]
+    checkpoint_min_pause: Option<Duration>,
+    /// With on-demand checkpoints: the longest time between two, idle or
+    /// not. Default 1s.
+    #[arg(long, value_parser = parse_positive_duration)]
+    checkpoint_max_interval: Option<Duration>,
     /// Subtasks writing in parallel.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=256))]
     parallelism: u64,
@@ -91,9 +114,28 @@ impl Args {
         let size = |value: u64, flag: &str| {
             usize::try_from(value).with_context(|| format!("{flag} {value} is too large here"))
         };
+        let checkpointing = self
+            .checkpoint_interval
+            .config(self.checkpoint_min_pause, self.checkpoint_max_interval)
+            .map_err(anyhow::Error::msg)?;
+        let destination = match (self.sink, &self.url) {
+            (SinkKind::Files, None) => Destination::Files,
+            (SinkKind::Files, Some(_)) => bail!("--url goes with --sink postgres"),
+            (SinkKind::Postgres, None) => bail!("--sink postgres needs --url CONNECTION"),
+            (SinkKind::Postgres, Some(_)) if self.out.is_some() => {
+                bail!(
+                    "--out names a file destination; with --sink postgres the events go to --table"
+                )
+            }
+            (SinkKind::Postgres, Some(url)) => Destination::Postgres {
+                url: url.clone(),
+                table: self.table.clone(),
+            },
+        };
         Ok(Config {
             output_dir: self.output_dir.clone(),
-            checkpoint_interval: self.checkpoint_interval,
+            checkpointing,
+            destination,
             parallelism: size(self.parallelism, "--parallelism")?,
             capacity: size(self.capacity, "--capacity")?,
             max_in_flight: size(self.max_in_flight, "--max-in-flight")?,
@@ -103,13 +145,22 @@ impl Args {
             },
             ack_timeout: self
                 .ack_timeout
-                .unwrap_or(Duration::from_secs(30).max(self.checkpoint_interval * 3)),
+                .unwrap_or(Duration::from_secs(30).max(checkpointing.interval * 3)),
             max_body_bytes: size(self.max_body_bytes, "--max-body-bytes")?,
             data: self.out.clone(),
             state: self.state.clone(),
             s3_options: location::s3_options(self.endpoint.as_deref()),
         })
     }
+}
+
+/// The `--sink` flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SinkKind {
+    /// JSON-lines files.
+    Files,
+    /// A PostgreSQL table.
+    Postgres,
 }
 
 /// SIGTERM and SIGINT, taken over from the start so that neither kills the

@@ -7,13 +7,12 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
-use serde_json::Value;
 use sink_runtime::pipeline::{Pipeline, PipelineState};
 
 /// Reads the pipeline's counters at each scrape.
 #[derive(Debug)]
 pub(crate) struct PipelineCollector {
-    pub(crate) pipeline: Pipeline<Value>,
+    pub(crate) pipeline: Pipeline<super::Event>,
 }
 
 impl Collector for PipelineCollector {

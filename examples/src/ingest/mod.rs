@@ -82,19 +82,22 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
-use serde_json::Value;
 use sink_runtime::pipeline::{
     IdempotencyKey, KeyRetention, Pipeline, PipelineState, Refusal, SendError, TicketError,
 };
 use sink_runtime::{CheckpointConfig, RestartStrategy, RetryPolicy};
 use sinks_file::{JsonLinesEncoder, RollingPolicy};
+use sinks_postgres::PostgresSink;
 
 use crate::location::{self, Location, Storage};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+mod destination;
 mod metrics;
 mod request;
+
+pub use destination::{parse_table_name, Destination, Event};
 
 pub use request::{
     body_fingerprint, idempotency_key, parse_events, BodyError, KeyError, MAX_KEY_LEN,
@@ -114,9 +117,12 @@ pub struct Config {
     /// Finished data files go under `<output_dir>/data`, checkpoints under
     /// `<output_dir>/checkpoints` (the binary's default: `ingest-output`).
     pub output_dir: PathBuf,
-    /// Time between checkpoints: an answer takes about half of it plus the
-    /// checkpoint and the commit. Default 1 s.
-    pub checkpoint_interval: Duration,
+    /// When checkpoints (and so commits and answers) are taken. Default
+    /// every 1 s; on demand ([`CheckpointConfig::on_demand`]) an answer takes
+    /// about one checkpoint's duration under light load.
+    pub checkpointing: CheckpointConfig,
+    /// Where the events go. Default [`Destination::Files`].
+    pub destination: Destination,
     /// Subtasks writing in parallel. Default 2.
     pub parallelism: usize,
     /// Requests queued per subtask before `POST /events` answers 503.
@@ -148,7 +154,8 @@ impl Config {
     pub fn new(output_dir: impl Into<PathBuf>) -> Config {
         Config {
             output_dir: output_dir.into(),
-            checkpoint_interval: Duration::from_secs(1),
+            checkpointing: CheckpointConfig::every(Duration::from_secs(1)),
+            destination: Destination::Files,
             parallelism: 2,
             capacity: 1024,
             max_in_flight: 16_384,
@@ -187,9 +194,10 @@ impl Config {
         self.output_dir.join("checkpoints")
     }
 
-    /// What `Retry-After` says: one checkpoint interval, at least 1 s.
+    /// What `Retry-After` says: one checkpoint interval (on demand, the
+    /// maximum one), at least 1 s.
     fn retry_after_s(&self) -> u64 {
-        let interval = self.checkpoint_interval;
+        let interval = self.checkpointing.interval;
         (interval.as_secs() + u64::from(interval.subsec_nanos() > 0)).max(1)
     }
 }
@@ -220,7 +228,7 @@ pub struct Summary {
 /// HTTP on a listener until told to stop.
 #[derive(Debug)]
 pub struct IngestService {
-    pipeline: Pipeline<Value>,
+    pipeline: Pipeline<Event>,
     app: AppState,
 }
 
@@ -251,14 +259,14 @@ impl IngestService {
     /// when the configuration is refused.
     pub async fn start(config: Config) -> anyhow::Result<IngestService> {
         anyhow::ensure!(
-            config.ack_timeout > config.checkpoint_interval,
+            config.ack_timeout > config.checkpointing.interval,
             "the ack timeout ({:?}) must be longer than the checkpoint interval ({:?}): \
              every request would time out before its commit",
             config.ack_timeout,
-            config.checkpoint_interval
+            config.checkpointing.interval
         );
         let data = config.data_location();
-        if let Location::Local(data_dir) = &data {
+        if let (Destination::Files, Location::Local(data_dir)) = (&config.destination, &data) {
             // Created here, not by the first writer, so a bad directory is
             // reported at once instead of failing (and restarting) the job.
             std::fs::create_dir_all(data_dir).with_context(|| {
@@ -271,28 +279,30 @@ impl IngestService {
         let state = config.state_location();
         let storage = Storage::open(&state, &config.s3_options)
             .with_context(|| format!("opening the checkpoint storage {state}"))?;
-        let sink = location::file_sink_builder(&data, JsonLinesEncoder, &config.s3_options)?
-            .rolling_policy(RollingPolicy::on_checkpoint())
-            .part_suffix(".jsonl")
-            .build()
-            .context("configuring the file sink")?;
-        let pipeline = Pipeline::builder("ingest-service", sink)
-            .parallelism(config.parallelism)
-            .checkpointing(CheckpointConfig::every(config.checkpoint_interval))
-            .checkpoint_storage(storage)
-            .capacity(config.capacity)
-            .max_in_flight(config.max_in_flight)
-            .key_retention(config.key_retention)
-            // A failed task restarts the job from its last checkpoint; past
-            // ten restarts the pipeline stops and the service exits 1.
-            .restart_strategy(RestartStrategy::ExponentialBackoff(RetryPolicy {
-                max_retries: 10,
-                initial_backoff: Duration::from_millis(100),
-                max_backoff: Duration::from_secs(5),
-            }))
-            .start()
-            .await
-            .with_context(|| format!("starting the pipeline on {data}"))?;
+        let pipeline = match &config.destination {
+            Destination::Files => {
+                let sink =
+                    location::file_sink_builder(&data, JsonLinesEncoder, &config.s3_options)?
+                        .rolling_policy(RollingPolicy::on_checkpoint())
+                        .part_suffix(".jsonl")
+                        .build()
+                        .context("configuring the file sink")?;
+                start_pipeline(&config, storage, sink).await
+            }
+            Destination::Postgres { url, table } => {
+                create_table(url, table).await?;
+                let sink = PostgresSink::<Event>::connect(url, table, config.parallelism)
+                    .await
+                    .with_context(|| format!("connecting the sink to the table {table}"))?;
+                start_pipeline(&config, storage, sink).await
+            }
+        }
+        .with_context(|| {
+            format!(
+                "starting the pipeline on {}",
+                config.destination.describe(&data)
+            )
+        })?;
         let responses = Family::<StatusLabel, Counter>::default();
         let mut registry = Registry::default();
         registry.register(
@@ -388,10 +398,55 @@ impl IngestService {
     }
 }
 
+/// Starts the service's pipeline into `sink`: its checkpoints, storage,
+/// limits and restart strategy are the same whatever the destination.
+async fn start_pipeline<S>(
+    config: &Config,
+    storage: Storage,
+    sink: S,
+) -> Result<Pipeline<Event>, sink_runtime::pipeline::PipelineError>
+where
+    S: sink_api::Sink<Writer: sink_api::SinkWriter<Input = Event>>,
+{
+    Pipeline::builder("ingest-service", sink)
+        .parallelism(config.parallelism)
+        .checkpointing(config.checkpointing)
+        .checkpoint_storage(storage)
+        .capacity(config.capacity)
+        .max_in_flight(config.max_in_flight)
+        .key_retention(config.key_retention)
+        // A failed task restarts the job from its last checkpoint; past
+        // ten restarts the pipeline stops and the service exits 1.
+        .restart_strategy(RestartStrategy::ExponentialBackoff(RetryPolicy {
+            max_retries: 10,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }))
+        .start()
+        .await
+}
+
+/// Creates the PostgreSQL destination's table if it is missing.
+async fn create_table(url: &str, table: &str) -> anyhow::Result<()> {
+    let redacted = sinks_postgres::redact_connection_string(url);
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to PostgreSQL at {redacted}"))?;
+    let connection = tokio::spawn(connection);
+    client
+        .batch_execute(&destination::create_table_sql(table))
+        .await
+        .with_context(|| format!("creating the table {table} if it is missing"))?;
+    drop(client);
+    // The connection ends once its client is gone.
+    let _ = connection.await;
+    Ok(())
+}
+
 /// What every handler shares.
 #[derive(Debug, Clone)]
 struct AppState {
-    pipeline: Pipeline<Value>,
+    pipeline: Pipeline<Event>,
     responses: Family<StatusLabel, Counter>,
     /// Set once the server stops accepting connections.
     draining: Arc<AtomicBool>,
@@ -465,7 +520,7 @@ async fn post_events(
         }
     };
     let events = match parse_events(&body) {
-        Ok(events) => events,
+        Ok(events) => events.into_iter().map(Event).collect::<Vec<_>>(),
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error.to_string(), retry_after_s),
     };
     let count = events.len();
@@ -603,7 +658,7 @@ mod tests {
     #[test]
     fn retry_after_is_one_interval_rounded_up_and_at_least_a_second() {
         let with = |interval| Config {
-            checkpoint_interval: interval,
+            checkpointing: CheckpointConfig::every(interval),
             ..Config::new("x")
         };
         assert_eq!(with(Duration::from_millis(100)).retry_after_s(), 1);
