@@ -8,6 +8,7 @@ pub mod demo_job;
 pub mod demo_line;
 pub mod ingest;
 pub mod location;
+pub mod signals;
 pub mod table_sink;
 pub mod timeline;
 

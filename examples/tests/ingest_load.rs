@@ -38,3 +38,58 @@ fn a_small_load_run_reports_rates_and_latencies_and_finds_every_event_once() {
     assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{latency}");
     assert!(report["requests_per_second"].as_f64().unwrap_or(0.0) > 0.0);
 }
+
+/// `--compare` against the test server (`scripts/with-postgres`): every
+/// target (files at an interval and on demand, PostgreSQL on demand, the
+/// baseline) is loaded with the same client, its output counted, and the
+/// report says what each committed. Asserts no timing.
+#[test]
+fn a_small_comparison_runs_every_target_and_finds_every_event_once() {
+    let Ok(url) = std::env::var("PG_TEST_URL") else {
+        println!("skipped: no PostgreSQL test server (run under scripts/with-postgres)");
+        return;
+    };
+    let output = Command::new(env!("CARGO_BIN_EXE_ingest-load"))
+        .args(["--compare", "--concurrency", "2,4", "--requests", "60"])
+        .args(["--events", "3", "--checkpoint-interval", "50ms", "--json"])
+        .args(["--url", &url])
+        .args(["--service", env!("CARGO_BIN_EXE_ingest-service")])
+        .args(["--baseline-binary", env!("CARGO_BIN_EXE_ingest-baseline")])
+        .output()
+        .expect("ingest-load runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "ingest-load failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.trim()).expect("one JSON object on stdout");
+    let runs = report["runs"].as_array().expect("a list of runs");
+    assert_eq!(runs.len(), 8, "4 targets at 2 concurrencies: {report}");
+    for run in runs {
+        assert_eq!(run["requests_acknowledged"], 60, "{run}");
+        assert_eq!(run["output_events"], 180, "{run}");
+        assert_eq!(run["exactly_once"], true, "{run}");
+        assert!(run["commits"].as_u64().unwrap_or(0) > 0, "{run}");
+    }
+    let targets: Vec<&str> = runs[..4]
+        .iter()
+        .map(|run| run["target"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        targets[0].contains("files") && targets[0].contains("50ms"),
+        "{targets:?}"
+    );
+    assert!(
+        targets[1].contains("files") && targets[1].contains("on-demand"),
+        "{targets:?}"
+    );
+    assert!(targets[2].contains("postgres"), "{targets:?}");
+    assert!(targets[3].contains("baseline"), "{targets:?}");
+    assert_eq!(
+        runs[3]["commits"], 60,
+        "one transaction per request: {report}"
+    );
+    assert!(report["postgres"]["fsync"].is_string(), "{report}");
+}

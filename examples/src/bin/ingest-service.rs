@@ -25,8 +25,6 @@ use examples::ingest::{parse_table_name, Config, Destination, IngestService};
 use examples::location::{self, Location};
 use sink_runtime::pipeline::KeyRetention;
 use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, Signal, SignalKind};
-use tracing::warn;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -163,44 +161,11 @@ enum SinkKind {
     Postgres,
 }
 
-/// SIGTERM and SIGINT, taken over from the start so that neither kills the
-/// process before the drain.
-struct StopSignals {
-    terminate: Signal,
-    interrupt: Signal,
-}
-
-impl StopSignals {
-    fn install() -> anyhow::Result<StopSignals> {
-        Ok(StopSignals {
-            terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
-            interrupt: signal(SignalKind::interrupt()).context("handling SIGINT")?,
-        })
-    }
-
-    async fn next(&mut self) {
-        tokio::select! {
-            _ = self.terminate.recv() => {}
-            _ = self.interrupt.recv() => {}
-        }
-    }
-
-    /// Completes at the first signal; a second one exits at once.
-    async fn first(mut self) {
-        self.next().await;
-        tokio::spawn(async move {
-            self.next().await;
-            warn!("second stop signal: exiting without draining");
-            std::process::exit(1);
-        });
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     examples::cli::init_tracing_or("info");
-    let signals = StopSignals::install()?;
+    let signals = examples::signals::StopSignals::install()?;
     let config = args.config()?;
     let listener = TcpListener::bind(args.listen)
         .await

@@ -222,6 +222,11 @@ pub struct Summary {
     pub commits_failed: u64,
     /// Events lost with those commits, as the file committer counted them.
     pub records_lost: u64,
+    /// What the destination committed for this process: finished files
+    /// made visible, or PostgreSQL transactions committed (one per subtask
+    /// and checkpoint that had events), not counting re-commits of a
+    /// restored checkpoint.
+    pub commits: u64,
 }
 
 /// A started service: its pipeline runs, and [`serve`](Self::serve) answers
@@ -394,6 +399,7 @@ impl IngestService {
             last_checkpoint: report.last_checkpoint.map(|id| id.0),
             commits_failed: report.metrics.commits_failed,
             records_lost: report.metrics.records_lost,
+            commits: report.metrics.commits_succeeded,
         })
     }
 }
