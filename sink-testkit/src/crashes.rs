@@ -101,7 +101,8 @@ pub(crate) async fn rescale<D: Destination>(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     handle.cancel();
-    handle.join().await.map_err(|e| describe(e.into()))?;
+    crate::runner::no_false_losses(handle.join().await.map_err(|e| describe(e.into()))?)
+        .map_err(describe)?;
     let second = Shape {
         job: first.job.clone(),
         ..Shape::streaming(records, to)

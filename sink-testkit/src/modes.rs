@@ -73,7 +73,8 @@ pub(crate) async fn unbounded_with_checkpoints<D: Destination>(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     handle.cancel();
-    handle.join().await.map_err(|e| describe(e.into()))?;
+    crate::runner::no_false_losses(handle.join().await.map_err(|e| describe(e.into()))?)
+        .map_err(describe)?;
     exactly_once(destination.committed_ids().await, knobs.records)
 }
 

@@ -36,6 +36,11 @@ enum Flaw {
     /// At end of input, hands out only full chunks of ten and drops the
     /// remainder.
     DropsRemainder,
+    /// Recognises a replay only if this committer applied the batch (as a
+    /// sink that looks only where it put files itself); a replay by the
+    /// committer of a later start is reported as data lost, although the
+    /// data is there: a service would tell its clients to send again.
+    ReplayedByAnotherLost,
     /// Not a flaw: its destination fails the first request of every
     /// committer half-way, and it asks for a retry, as a correct sink does.
     AsksRetryOnce,
@@ -282,6 +287,14 @@ impl Committer for Toy {
             if self.flaw == Flaw::ForgetfulDedup {
                 self.seen.lock().unwrap().insert(batch.id.clone());
             }
+            if replay
+                && self.flaw == Flaw::ReplayedByAnotherLost
+                && !self.seen.lock().unwrap().contains(&batch.id)
+            {
+                let (records, id) = (batch.ids.len() as u64, batch.id.clone());
+                request.signal_records_lost(records, format!("batch {id} not found"));
+                continue;
+            }
             if replay && self.flaw != Flaw::NonIdempotentCommit {
                 request.signal_already_committed();
                 continue;
@@ -291,6 +304,9 @@ impl Committer for Toy {
                 table.committed.extend(ids);
             }
             let id = batch.id.clone();
+            if self.flaw == Flaw::ReplayedByAnotherLost {
+                self.seen.lock().unwrap().insert(id.clone());
+            }
             table.batches.insert(id);
             request.signal_committed();
         }
@@ -486,6 +502,22 @@ async fn a_sink_dropping_its_end_of_input_remainder_is_caught_every_time() {
         let why = failure(&report, "modes/end-of-input-remainder");
         assert!(why.contains("never committed"), "run {run}: {why}");
     }
+}
+
+/// A committer that reports data it committed before as lost (it did not
+/// find it where it looked) is caught, although every record is there once:
+/// the kit removes nothing, so a reported loss is a false one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_reporting_a_replay_as_lost_is_caught() {
+    let report = certify_toy(Flaw::ReplayedByAnotherLost).await;
+    let why = failure(&report, "contract/commit-is-idempotent");
+    assert!(why.contains("FailedWithKnownReason"), "{why}");
+    // And in the runs, by the report of the job: a restart's replays.
+    let why = failure(&report, "unknown-outcome/first-call");
+    assert!(
+        why.contains("reported their data lost") && why.contains("not found"),
+        "{why}"
+    );
 }
 
 /// A correct sink that asks for a retry (its destination failed a commit

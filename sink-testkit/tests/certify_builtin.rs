@@ -1,10 +1,11 @@
 //! The sinks this project ships, certified by the kit.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use sink_api::async_trait;
 use sink_testkit::{certify, Destination};
-use sinks_file::{FileSink, LineEncoder, RollingPolicy};
+use sinks_file::{CompactionPolicy, FileSink, LineEncoder, RollingPolicy};
 use sinks_memory::{MemorySink, MemoryStore, TransactionState};
 
 struct Memory(MemoryStore<u64>);
@@ -54,6 +55,21 @@ async fn the_memory_sink_is_certified() {
 struct Files {
     _dir: tempfile::TempDir,
     out: PathBuf,
+    /// Compaction at every checkpoint (every epoch sealed as soon as it has
+    /// a file), or none.
+    compaction: bool,
+}
+
+impl Files {
+    fn new(compaction: bool) -> Files {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let out = dir.path().join("out");
+        Files {
+            _dir: dir,
+            out,
+            compaction,
+        }
+    }
 }
 
 #[async_trait]
@@ -61,21 +77,34 @@ impl Destination for Files {
     type Sink = FileSink<u64, LineEncoder>;
 
     async fn sink(&self) -> FileSink<u64, LineEncoder> {
-        FileSink::builder(&self.out, LineEncoder)
-            .rolling_policy(RollingPolicy {
-                // Small parts, rolled at every checkpoint: several
-                // committables per checkpoint, none waiting for a timed roll.
-                max_part_size_bytes: Some(64),
-                ..RollingPolicy::on_checkpoint()
-            })
-            .build()
-            .expect("a valid file sink")
+        let builder = FileSink::builder(&self.out, LineEncoder).rolling_policy(RollingPolicy {
+            // Small parts, rolled at every checkpoint: several
+            // committables per checkpoint, none waiting for a timed roll.
+            max_part_size_bytes: Some(64),
+            ..RollingPolicy::on_checkpoint()
+        });
+        let builder = match self.compaction {
+            // Replaced files kept a while: a compaction left running by a
+            // crashed start may still swap a segment while the kit reads.
+            true => builder.compaction(
+                CompactionPolicy::every(Duration::ZERO).retention(Duration::from_secs(5)),
+            ),
+            false => builder,
+        };
+        builder.build().expect("a valid file sink")
     }
 
+    /// What a reader sees, read as readers of a compacted output must
+    /// ([`sinks_file::read_finished`]).
     async fn committed_ids(&self) -> Vec<u64> {
+        let out = self.out.clone();
+        let contents = tokio::task::spawn_blocking(move || sinks_file::read_finished(&out))
+            .await
+            .expect("the reading thread ends")
+            .expect("the output can be read");
         let mut ids = Vec::new();
-        for path in sinks_file::finished_files(&self.out).unwrap_or_default() {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
+        for (_, bytes) in contents {
+            let text = String::from_utf8(bytes).expect("lines of digits");
             ids.extend(text.lines().filter_map(|line| line.parse::<u64>().ok()));
         }
         ids
@@ -105,17 +134,21 @@ impl Destination for Files {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_file_sink_is_certified() {
-    let report = certify(
-        || async {
-            let dir = tempfile::tempdir().expect("a temporary directory");
-            let out = dir.path().join("out");
-            Files { _dir: dir, out }
-        },
-        |id| id,
-    )
-    .await;
+    let report = certify(|| async { Files::new(false) }, |id| id).await;
     println!(
         "file sink, certified in {:.1} s:\n{report}",
+        report.duration().as_secs_f64()
+    );
+    report.assert_passed();
+}
+
+/// With compaction at every checkpoint: commits into segments, merges and
+/// exchanges all the time, replays found in merged segments' manifests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_sink_with_compaction_is_certified() {
+    let report = certify(|| async { Files::new(true) }, |id| id).await;
+    println!(
+        "file sink with compaction, certified in {:.1} s:\n{report}",
         report.duration().as_secs_f64()
     );
     report.assert_passed();

@@ -34,6 +34,20 @@ pub(crate) async fn blocking<T: Send + 'static>(
     .map_err(|e| SinkError::msg(format!("a blocking file task ended abnormally: {e}")))?
 }
 
+/// Starts `work` on tokio's blocking threads without waiting for it, marked
+/// as [`blocking`] marks its work: for background work whose caller goes
+/// on (the compactor's merge rounds) and awaits the handle later.
+pub(crate) fn spawn<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    tokio::task::spawn_blocking(move || {
+        IN_BLOCKING_WORK.with(|flag| flag.set(true));
+        let result = work();
+        IN_BLOCKING_WORK.with(|flag| flag.set(false));
+        result
+    })
+}
+
 /// Runs `work` on this thread as if handed to [`blocking`]: for unit tests
 /// that call blocking functions directly, on a thread of their own.
 #[cfg(test)]

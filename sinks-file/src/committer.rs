@@ -8,12 +8,19 @@
 //!
 //! | pending file | target | outcome |
 //! |---|---|---|
-//! | present, of the recorded size | absent | renamed; the directory is synced: committed |
+//! | present, of the recorded size | absent | renamed; the directories are synced: committed |
 //! | present, of another size (truncated, appended to) | absent | not renamed: failed, known reason, its records lost (counted) |
 //! | absent | present, of the recorded size | already committed (a replay after recovery) |
 //! | absent | present, of another size | failed, known reason, its records lost (counted) |
 //! | absent | absent | failed, known reason: the data is lost, its records counted (never a silent success) |
 //! | present | present | failed, unknown reason: the job stops rather than overwrite a file |
+//!
+//! With compaction on (the `compaction` module), the target is the file's
+//! name in the current epoch's segment of its bucket, and a replay whose
+//! pending file is gone finds its target in the bucket, in any segment of
+//! it, or in a merged segment's manifest (the `segments` module). The
+//! directories a batch touched are synced once, at its end, before any
+//! outcome is reported.
 //!
 //! On an object store output the commit completes the part's multipart
 //! upload instead, with the outcomes of the `upload_commit` module.
@@ -23,6 +30,7 @@
 //! files' metadata: nothing is read again at commit time, so a change that
 //! keeps a file's size is not detected.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -30,11 +38,14 @@ use async_trait::async_trait;
 use sink_api::{CommitRequest, Committer, SinkError};
 
 use crate::blocking::{assert_blocking, blocking};
+use crate::compaction::Compaction;
 use crate::config::Output;
 use crate::dir_sync::DirSyncs;
 use crate::identity::{self, OutputIdentity};
+use crate::io_error::io_error;
 use crate::object_output::ObjectOutput;
 use crate::part_file::FileCommittable;
+use crate::segments::{self, size_of, Epoch, Found};
 use crate::stats::FileSinkStats;
 use crate::upload_commit::commit_upload;
 
@@ -48,6 +59,8 @@ pub struct FileCommitter {
     pub(crate) output_location: Output,
     /// The base directory's identity, read at the first commit.
     pub(crate) output: Option<OutputIdentity>,
+    /// With compaction on: the epochs whose segments files are renamed into.
+    pub(crate) compaction: Option<Arc<Compaction>>,
 }
 
 /// What became of one committable, decided (for a local output, off the
@@ -67,6 +80,7 @@ struct Work {
     output: Option<OutputIdentity>,
     syncs: Arc<DirSyncs>,
     stats: Arc<FileSinkStats>,
+    compaction: Option<Arc<Compaction>>,
 }
 
 impl Work {
@@ -90,12 +104,19 @@ impl Work {
     }
 
     /// Commits every committable in order (see the module's table), on a
-    /// blocking thread.
+    /// blocking thread, then makes the renames durable (each directory
+    /// touched synced once, before any outcome is reported). With
+    /// compaction on, the files go into the current epoch's segments, which
+    /// no seal closes until the batch is done.
     fn commit_all(&mut self, committables: &[FileCommittable]) -> Result<Vec<Outcome>, SinkError> {
+        let compaction = self.compaction.clone();
+        let placing = compaction.as_ref().map(|c| c.segments.placing());
+        let epoch = placing.as_ref().and_then(|p| p.epoch());
         let last = committables.len().saturating_sub(1);
         let mut outcomes = Vec::with_capacity(committables.len());
+        let mut touched = BTreeSet::new();
         for (position, c) in committables.iter().enumerate() {
-            outcomes.push(self.commit_one(c)?);
+            outcomes.push(self.commit_one(c, epoch, &mut touched)?);
             if position < last {
                 // A crash with part of the batch committed (crash tests only).
                 #[cfg(feature = "failpoints")]
@@ -104,93 +125,168 @@ impl Work {
                 )));
             }
         }
+        for dir in touched {
+            self.syncs.sync_dir(&dir)?;
+        }
         Ok(outcomes)
     }
 
-    fn commit_one(&mut self, c: &FileCommittable) -> Result<Outcome, SinkError> {
+    /// Commits `c`: renames its pending file to its target (with `epoch`,
+    /// into the epoch's segment of the target's bucket), noting in
+    /// `touched` the directories whose entries changed.
+    fn commit_one(
+        &mut self,
+        c: &FileCommittable,
+        epoch: Option<&Epoch>,
+        touched: &mut BTreeSet<PathBuf>,
+    ) -> Result<Outcome, SinkError> {
         assert_blocking("a commit's rename");
         let (pending, target) = self.locate(c)?;
-        let state = size_of(&pending).and_then(|p| Ok((p, size_of(&target)?)));
-        Ok(match state {
-            Err(error) => Outcome::Unknown(format!(
-                "cannot look at {} or {}: {error}",
-                pending.display(),
+        let (Some(bucket), Some(name)) = (target.parent(), target.file_name()) else {
+            return Ok(Outcome::Unknown(format!(
+                "the committable's target {} names no file in a directory",
                 target.display()
-            )),
-            Ok((Some(size), None)) if size == c.size_bytes => {
-                match std::fs::rename(&pending, &target) {
-                    Ok(()) => {
-                        if let Some(dir) = target.parent() {
-                            self.syncs.sync_dir(dir)?;
-                        }
-                        self.stats.committed(c);
-                        Outcome::Committed
-                    }
-                    Err(error) => Outcome::Unknown(format!(
-                        "renaming {} to {} failed: {error}",
+            )));
+        };
+        let name = name.to_string_lossy().into_owned();
+        let destination = match epoch {
+            Some(epoch) => epoch.segment_in(bucket).join(&name),
+            None => target.clone(),
+        };
+        let looked = |path: &Path| {
+            size_of(path).map_err(|error| {
+                format!(
+                    "cannot look at {} or {}: {error}",
+                    pending.display(),
+                    path.display()
+                )
+            })
+        };
+        let pending_size = match looked(&pending) {
+            Ok(size) => size,
+            Err(reason) => return Ok(Outcome::Unknown(reason)),
+        };
+        let Some(pending_size) = pending_size else {
+            return Ok(self.find_committed(c, &pending, bucket, &name, touched));
+        };
+        for existing in [&target, &destination] {
+            match looked(existing) {
+                Err(reason) => return Ok(Outcome::Unknown(reason)),
+                Ok(Some(_)) => {
+                    return Ok(Outcome::Unknown(format!(
+                        "both the pending file {} and its target {} exist; refusing to overwrite the target",
                         pending.display(),
-                        target.display()
-                    )),
+                        existing.display()
+                    )))
+                }
+                Ok(None) => {}
+            }
+        }
+        if pending_size != c.size_bytes {
+            // Truncated (a torn last record) or appended to (a
+            // duplicate): committing it would publish a broken file.
+            self.stats.failed();
+            return Ok(Outcome::RecordsLost(
+                c.records,
+                format!(
+                    "the pending file {} holds {pending_size} bytes instead of the {} bytes recorded in the \
+                     checkpoint: it was {} by something else than this sink, so it is not committed \
+                     (left hidden where it is) and its {} records are lost",
+                    pending.display(),
+                    c.size_bytes,
+                    if pending_size < c.size_bytes { "truncated" } else { "appended to" },
+                    c.records
+                ),
+            ));
+        }
+        if let Some(segment) = destination.parent().filter(|_| epoch.is_some()) {
+            match std::fs::create_dir(segment) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(io_error(
+                        format!("creating the segment {}", segment.display()),
+                        e,
+                    ))
                 }
             }
-            Ok((Some(size), None)) => {
-                // Truncated (a torn last record) or appended to (a
-                // duplicate): committing it would publish a broken file.
-                self.stats.failed();
-                Outcome::RecordsLost(
-                    c.records,
-                    format!(
-                        "the pending file {} holds {size} bytes instead of the {} bytes recorded in the \
-                         checkpoint: it was {} by something else than this sink, so it is not committed \
-                         (left hidden where it is) and its {} records are lost",
-                        pending.display(),
-                        c.size_bytes,
-                        if size < c.size_bytes { "truncated" } else { "appended to" },
-                        c.records
-                    ),
-                )
-            }
-            Ok((None, Some(size))) if size == c.size_bytes => {
-                // The crash may have come between the rename and the
-                // directory sync: make the rename durable now.
-                if let Some(dir) = target.parent() {
-                    self.syncs.sync_dir(dir)?;
-                }
-                self.stats.replayed();
-                Outcome::AlreadyCommitted
-            }
-            Ok((None, Some(size))) => {
-                self.stats.failed();
-                Outcome::RecordsLost(
-                    c.records,
-                    format!(
-                        "{} exists but holds {size} bytes instead of the {} bytes committed; it was changed \
-                         after its commit, and its {} records are lost",
-                        target.display(),
-                        c.size_bytes,
-                        c.records
-                    ),
-                )
-            }
-            Ok((None, None)) => {
-                self.stats.failed();
-                Outcome::RecordsLost(
-                    c.records,
-                    format!(
-                        "neither the pending file {} nor its target {} exists: its {} records are lost \
-                         (was the output directory changed by hand?)",
-                        pending.display(),
-                        target.display(),
-                        c.records
-                    ),
-                )
-            }
-            Ok((Some(_), Some(_))) => Outcome::Unknown(format!(
-                "both the pending file {} and its target {} exist; refusing to overwrite the target",
+        }
+        if let Err(error) = std::fs::rename(&pending, &destination) {
+            return Ok(Outcome::Unknown(format!(
+                "renaming {} to {} failed: {error}",
                 pending.display(),
-                target.display()
-            )),
-        })
+                destination.display()
+            )));
+        }
+        touched.insert(bucket.to_path_buf());
+        if let Some(segment) = destination.parent() {
+            touched.insert(segment.to_path_buf());
+        }
+        if let Some(epoch) = epoch {
+            epoch.add(c.size_bytes);
+        }
+        self.stats.committed(c);
+        Ok(Outcome::Committed)
+    }
+
+    /// The outcome of `c` whose pending file is gone: committed before (a
+    /// replay after recovery) if its file is in the bucket or one of its
+    /// segments at the recorded size, else lost.
+    fn find_committed(
+        &self,
+        c: &FileCommittable,
+        pending: &Path,
+        bucket: &Path,
+        name: &str,
+        touched: &mut BTreeSet<PathBuf>,
+    ) -> Outcome {
+        let found = match segments::find_committed(bucket, name) {
+            Ok(found) => found,
+            Err(error) => {
+                return Outcome::Unknown(format!(
+                    "cannot look for {name} in {}: {error}",
+                    bucket.display()
+                ))
+            }
+        };
+        let (place, size) = match found {
+            Found::File(path, size) => (path, size),
+            Found::Merged(segment, size) => (segment, size),
+            Found::Nowhere => {
+                self.stats.failed();
+                return Outcome::RecordsLost(
+                    c.records,
+                    format!(
+                        "neither the pending file {} nor its target {name} exists in {} (or in a segment \
+                         of it): its {} records are lost (was the output directory changed by hand?)",
+                        pending.display(),
+                        bucket.display(),
+                        c.records
+                    ),
+                );
+            }
+        };
+        if size != c.size_bytes {
+            self.stats.failed();
+            return Outcome::RecordsLost(
+                c.records,
+                format!(
+                    "{name} in {} holds {size} bytes instead of the {} bytes committed; it was changed \
+                     after its commit, and its {} records are lost",
+                    place.display(),
+                    c.size_bytes,
+                    c.records
+                ),
+            );
+        }
+        // The crash may have come between the rename and the directory
+        // sync: make the rename durable now.
+        touched.insert(bucket.to_path_buf());
+        if let Some(dir) = place.parent().filter(|dir| *dir != bucket) {
+            touched.insert(dir.to_path_buf());
+        }
+        self.stats.replayed();
+        Outcome::AlreadyCommitted
     }
 }
 
@@ -240,15 +336,6 @@ impl FileCommitter {
     }
 }
 
-/// The size of `path`, or `None` when it does not exist.
-fn size_of(path: &Path) -> Result<Option<u64>, std::io::Error> {
-    match std::fs::metadata(path) {
-        Ok(meta) => Ok(Some(meta.len())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 #[async_trait]
 impl Committer for FileCommitter {
     type Committable = FileCommittable;
@@ -269,6 +356,7 @@ impl Committer for FileCommitter {
                     output: self.output.clone(),
                     syncs: self.syncs.clone(),
                     stats: self.stats.clone(),
+                    compaction: self.compaction.clone(),
                 };
                 let (outcomes, output) = blocking(move || {
                     let outcomes = work.commit_all(&committables)?;

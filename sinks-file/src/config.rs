@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::clock::Clock;
+use crate::compaction::Compaction;
 use crate::dir_sync::DirSyncs;
 use crate::object_output::ObjectOutput;
 use crate::rolling::RollingPolicy;
@@ -46,4 +47,6 @@ pub(crate) struct FileSinkConfig<E, B> {
     /// On an object store: how many parts of one upload may be on their
     /// way at once.
     pub parts_in_flight: usize,
+    /// On a local output: the compaction of committed files, if on.
+    pub compaction: Option<Arc<Compaction>>,
 }

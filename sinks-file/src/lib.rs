@@ -16,6 +16,7 @@
 //! | `blocking` | fsyncs, renames and creations on tokio's blocking threads, never on the async workers |
 //! | `identity` | the output directory's identity marker (`.file-sink-id`) and paths relative to it |
 //! | `orphans` | hidden parts of this lineage no checkpoint refers to, removed at each start |
+//! | `segments`, `compaction` | with compaction on: committed files in segment directories, merged a segment at a time and swapped in atomically |
 //! | `writer`, `committer`, `sink` | the `sink-api` implementation |
 //!
 //! Everything not yet committed has a hidden name (a leading dot), so a crash
@@ -45,6 +46,7 @@ mod blocking;
 pub mod bucket;
 pub mod clock;
 mod committer;
+mod compaction;
 mod config;
 mod dir_sync;
 pub mod encoder;
@@ -57,6 +59,7 @@ mod orphans;
 mod output;
 mod part_file;
 pub mod rolling;
+mod segments;
 mod sink;
 mod stats;
 mod upload;
@@ -68,11 +71,12 @@ pub use bucket::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::FileCommitter;
+pub use compaction::CompactionPolicy;
 pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
 pub use memory_store::MemoryObjectStore;
 pub use object_output::{ObjectOutput, ObjectOutputStore, S3_MINIMUM_PART_SIZE};
 pub use orphans::clear_object_output;
-pub use output::{finished_files, finished_objects, read_object};
+pub use output::{finished_files, finished_objects, read_finished, read_object};
 pub use part_file::{FileCommittable, InProgressState};
 pub use rolling::{PartInfo, RollingPolicy};
 pub use sink::{FileSink, FileSinkBuilder};

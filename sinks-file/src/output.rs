@@ -26,6 +26,30 @@ pub fn finished_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
+/// Every finished file under `dir` with its content, read as a reader of
+/// an output with compaction must: a file listed and then gone was merged
+/// (its segment directory was exchanged for the merged one while this
+/// reader looked), so the whole listing is read again, up to 100 times.
+/// Blocking; for readers, tests and demos of small outputs (it holds every
+/// byte in memory).
+pub fn read_finished(dir: &Path) -> io::Result<Vec<(PathBuf, Vec<u8>)>> {
+    let mut attempts = 0;
+    'listing: loop {
+        attempts += 1;
+        let mut contents = Vec::new();
+        for path in finished_files(dir)? {
+            match std::fs::read(&path) {
+                Ok(bytes) => contents.push((path, bytes)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 100 => {
+                    continue 'listing
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        return Ok(contents);
+    }
+}
+
 /// Every finished object under the prefix of `output`, sorted by path
 /// (relative to the prefix): every object none of whose path segments
 /// starts with a dot. Incomplete uploads are not objects, so they are never

@@ -6,12 +6,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sink_api::{InitContext, JobStart, Sink, SinkError, VersionedSerializer};
+use sink_api::{
+    GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, VersionedSerializer,
+};
 
 use crate::blocking::blocking;
 use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
 use crate::clock::Clock;
 use crate::committer::FileCommitter;
+use crate::compaction::{probe, Compaction, CompactionPolicy, Compactor, Round};
 use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
 use crate::format::FileFormat;
@@ -94,6 +97,7 @@ impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
                 syncs: Arc::default(),
                 part_size: S3_MINIMUM_PART_SIZE,
                 parts_in_flight: 2,
+                compaction: None,
             },
             _record: PhantomData,
         }
@@ -125,6 +129,7 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
                 syncs: c.syncs,
                 part_size: c.part_size,
                 parts_in_flight: c.parts_in_flight,
+                compaction: c.compaction,
             },
             _record: PhantomData,
         }
@@ -172,11 +177,34 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
         self
     }
 
+    /// Merges committed files, a segment of the output at a time, so that
+    /// checkpoints many times a second do not leave many tiny files for
+    /// readers (see [`CompactionPolicy`] and `docs/file-sink.md`). Every
+    /// commit still makes its file visible at once, in a segment directory
+    /// of its bucket; the sink then brings its own global committer (the
+    /// compactor), so the job builder takes no other. Local outputs only:
+    /// [`build`](Self::build) refuses it on an object store, and the sink's
+    /// start refuses a filesystem that cannot exchange two directories
+    /// atomically.
+    pub fn compaction(mut self, policy: CompactionPolicy) -> Self {
+        self.config.compaction = Some(Arc::new(Compaction::new(policy)));
+        self
+    }
+
     /// Checks the names (and, on an object store, the part size) and
     /// returns the sink. On an object store, parts roll at the latest when
     /// they reach 10 000 uploaded parts (S3's limit), whatever the rolling
     /// policy says.
     pub fn build(mut self) -> Result<FileSink<T, E, B>, SinkError> {
+        if let (Output::Object(object), Some(_)) = (&self.config.output, &self.config.compaction) {
+            return Err(SinkError::msg(format!(
+                "compaction works on local outputs only, and {} is an object store, where a set of \
+                 objects cannot be replaced by another atomically: leave FileSinkBuilder::compaction \
+                 out (roll larger parts instead), or write a table with the Delta sink, which compacts",
+                object.location
+            ))
+            .permanent());
+        }
         if let Output::Object(object) = &self.config.output {
             // S3 and its peers take at most 10 000 parts an upload: parts
             // roll before they would need more.
@@ -239,6 +267,19 @@ where
         self.stats.register(&start.metrics);
         if let Output::Object(object) = &self.config.output {
             return self.on_object_store_start(object, start).await;
+        }
+        if let (Some(compaction), Output::Local(base)) =
+            (&self.config.compaction, &self.config.output)
+        {
+            let (compaction, base) = (compaction.clone(), base.clone());
+            let (lineage, generation) = (start.lineage.clone(), start.generation);
+            let now_ms = self.config.clock.as_ref().unwrap_or(&start.clock).now_ms();
+            blocking(move || {
+                probe(&base)?;
+                compaction.segments.begin(&lineage, generation, now_ms);
+                Ok(())
+            })
+            .await?;
         }
         if start.restored_checkpoint_id.is_none() {
             return Ok(());
@@ -372,13 +413,60 @@ where
 
     /// A committer for this base directory. It reads the directory's
     /// identity at its first commit and refuses committables of another.
-    async fn create_committer(&self, _context: &InitContext) -> Result<FileCommitter, SinkError> {
+    /// With compaction on, it places its files in the segments of this
+    /// start's current epoch.
+    async fn create_committer(&self, context: &InitContext) -> Result<FileCommitter, SinkError> {
+        if let Some(compaction) = self.config.compaction.clone() {
+            let (lineage, generation) = (context.lineage.clone(), context.generation);
+            let now_ms = self
+                .config
+                .clock
+                .as_ref()
+                .unwrap_or(&context.clock)
+                .now_ms();
+            blocking(move || {
+                compaction.segments.begin(&lineage, generation, now_ms);
+                Ok(())
+            })
+            .await?;
+        }
         Ok(FileCommitter {
             stats: self.stats.clone(),
             syncs: self.config.syncs.clone(),
             output_location: self.config.output.clone(),
             output: None,
+            compaction: self.config.compaction.clone(),
         })
+    }
+
+    /// With compaction on, the compactor (see [`CompactionPolicy`]): it
+    /// seals epochs after checkpoints and merges their segments in the
+    /// background, and all that is left at end of input before the job
+    /// ends. Without compaction, none.
+    fn global_committer(&self) -> Option<GlobalCommitterFactory<FileCommittable>> {
+        let compaction = self.config.compaction.clone()?;
+        let Output::Local(base) = &self.config.output else {
+            return None;
+        };
+        let base = base.clone();
+        let (stats, clock) = (self.stats.clone(), self.config.clock.clone());
+        let (prefix, suffix) = (
+            self.config.part_prefix.clone(),
+            self.config.part_suffix.clone(),
+        );
+        Some(Box::new(move |context: &InitContext| {
+            let round = Round {
+                compaction: compaction.clone(),
+                base: base.clone(),
+                prefix: prefix.clone(),
+                suffix: suffix.clone(),
+                lineage: context.lineage.clone(),
+                generation: context.generation,
+                stats: stats.clone(),
+            };
+            let clock = clock.clone().unwrap_or_else(|| context.clock.clone());
+            Box::new(Compactor::new(round, clock))
+        }))
     }
 
     /// Format version 3 (the `format` module): paths relative to the

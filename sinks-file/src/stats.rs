@@ -15,6 +15,9 @@ pub struct FileSinkStats {
     replayed: Counter,
     failed: Counter,
     orphans_removed: Counter,
+    compactions: Counter,
+    compacted_files: Counter,
+    compaction_failures: Counter,
 }
 
 /// A copy of [`FileSinkStats`] at one moment.
@@ -34,6 +37,12 @@ pub struct FileSinkStatsSnapshot {
     /// Hidden parts of the job's lineage that no restored checkpoint
     /// referred to, removed at starts.
     pub orphans_removed: u64,
+    /// Segments merged into one file each (with compaction on).
+    pub compactions: u64,
+    /// Committed files merged by them.
+    pub compacted_files: u64,
+    /// Compaction rounds that failed (their small files stayed visible).
+    pub compaction_failures: u64,
 }
 
 impl FileSinkStats {
@@ -53,6 +62,15 @@ impl FileSinkStats {
 
     pub(crate) fn orphans_removed(&self, count: u64) {
         self.orphans_removed.add(count);
+    }
+
+    pub(crate) fn compacted(&self, files: u64) {
+        self.compactions.add(1);
+        self.compacted_files.add(files);
+    }
+
+    pub(crate) fn compaction_failed(&self) {
+        self.compaction_failures.add(1);
     }
 
     /// Registers the counters in the job's registry, as `file_sink_*`.
@@ -89,6 +107,21 @@ impl FileSinkStats {
                 "Hidden parts of the job's lineage no checkpoint referred to, removed at starts.",
                 &self.orphans_removed,
             ),
+            (
+                "file_sink_compactions",
+                "Segments of committed files merged into one file each.",
+                &self.compactions,
+            ),
+            (
+                "file_sink_compacted_files",
+                "Committed files merged by compaction.",
+                &self.compacted_files,
+            ),
+            (
+                "file_sink_compaction_failures",
+                "Compaction rounds that failed; their small files stayed visible.",
+                &self.compaction_failures,
+            ),
         ];
         metrics.register_all(counters);
     }
@@ -102,6 +135,9 @@ impl FileSinkStats {
             replayed: self.replayed.get(),
             failed: self.failed.get(),
             orphans_removed: self.orphans_removed.get(),
+            compactions: self.compactions.get(),
+            compacted_files: self.compacted_files.get(),
+            compaction_failures: self.compaction_failures.get(),
         }
     }
 }

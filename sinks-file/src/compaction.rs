@@ -1,0 +1,826 @@
+//! Compaction: checkpoints many times a second without many tiny files for
+//! readers. Committed files are merged, a segment at a time, and the merged
+//! file replaces them for readers in one atomic step.
+//!
+//! Every commit still makes its file visible at once (an acknowledgement
+//! waits for nothing more); the files go into the current epoch's segment
+//! directories (the `segments` module). The compactor is the sink's global
+//! committer: after each checkpoint it seals the epoch once it is
+//! [`CompactionPolicy::max_segment_age`] old (or large enough), and merges
+//! the sealed segments in the background, off the async workers:
+//!
+//! ```text
+//!  B/S/part-1 part-2 … part-n            sealed segment S of bucket B: n small files, visible
+//!  B/.S.compacting/part-S + .compacted   merged copy (their bytes, in name order) and its manifest, fsynced
+//!        │ renameat2(RENAME_EXCHANGE): B/S ⇄ B/.S.compacting, then fsync B
+//!        ▼
+//!  B/S/part-S + .compacted               what readers see now: one file
+//!  B/.S.replaced-<ms>/part-1 … part-n    hidden; removed after CompactionPolicy::retention
+//! ```
+//!
+//! A reader lists either the small files or the merged one, never both and
+//! never neither: the exchange swaps the two directories in one step. A
+//! reader that listed the small files and then opens one by its path finds
+//! it gone: it lists again ([`read_finished`](crate::read_finished) does).
+//! The replaced files stay for the retention, so that a reader that opened
+//! the old directory just before the exchange still lists all of it.
+//!
+//! A crash at any step leaves a state the next compaction round of the
+//! lineage repairs, before it merges anything:
+//!
+//! | found | meaning | done |
+//! |---|---|---|
+//! | `B/.S.compacting`, `B/S` without manifest | merge not finished | the copy is removed; `S` is merged again |
+//! | `B/.S.compacting`, `B/S` with manifest | exchanged, not yet renamed | renamed to `B/.S.replaced-<ms>` |
+//! | `B/.S.replaced-<ms>` older than the retention | done | removed |
+//!
+//! Compaction rounds hold an exclusive lock on `<base>/.file-sink-compaction.lock`,
+//! so two compactors (a lingering one of an earlier start, another process)
+//! never merge at once. Each round merges only the segments of its own
+//! lineage: those its start sealed, and at a start's first round those of
+//! earlier generations (which no commit reaches any more) that have no
+//! manifest. A merge that fails leaves the small files as they are (visible,
+//! nothing lost); it is logged, counted (`file_sink_compaction_failures`)
+//! and tried again at the next round.
+//!
+//! Local outputs only: an object store cannot swap a set of objects for
+//! another atomically (the Delta sink compacts tables instead). The
+//! filesystem must support `RENAME_EXCHANGE` (ext4, XFS, Btrfs, tmpfs do);
+//! the sink checks it at every start and refuses to start without it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sink_api::{CheckpointId, Clock, Generation, GlobalCommitter, Lineage, SinkError};
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+use crate::blocking::{assert_blocking, blocking, spawn};
+use crate::dir_sync::fsync_dir;
+use crate::io_error::io_error;
+use crate::part_file::FileCommittable;
+use crate::segments::{
+    parse_segment, Manifest, SealLimits, Sealed, Segments, Source, MANIFEST, MANIFEST_FORMAT,
+    SEGMENT_PREFIX,
+};
+use crate::stats::FileSinkStats;
+
+/// When the file sink merges its committed files: given to
+/// [`FileSinkBuilder::compaction`](crate::FileSinkBuilder::compaction).
+///
+/// Commits go into the current epoch's segment of each bucket; the epoch is
+/// sealed when it reaches any of the limits below (and at end of input),
+/// and each sealed segment becomes one file. Readers see at most one
+/// epoch's small files per bucket at a time, and one file per bucket and
+/// epoch afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactionPolicy {
+    /// Seal an epoch once it is this old. Default 10 s.
+    pub max_segment_age: Duration,
+    /// Seal an epoch once this many bytes were committed into it. Default
+    /// 128 MiB.
+    pub max_segment_bytes: u64,
+    /// Seal an epoch once this many files were committed into it. Default
+    /// 10 000.
+    pub max_segment_files: u64,
+    /// How long the small files of a merged segment stay, hidden, after the
+    /// exchange, for readers in the middle of a listing. Default 60 s.
+    pub retention: Duration,
+}
+
+impl Default for CompactionPolicy {
+    fn default() -> CompactionPolicy {
+        CompactionPolicy {
+            max_segment_age: Duration::from_secs(10),
+            max_segment_bytes: 128 * 1024 * 1024,
+            max_segment_files: 10_000,
+            retention: Duration::from_secs(60),
+        }
+    }
+}
+
+impl CompactionPolicy {
+    /// Epochs sealed every `max_segment_age` (and at the default limits of
+    /// size and files).
+    pub fn every(max_segment_age: Duration) -> CompactionPolicy {
+        CompactionPolicy {
+            max_segment_age,
+            ..CompactionPolicy::default()
+        }
+    }
+
+    /// The same policy with this retention of replaced files.
+    pub fn retention(self, retention: Duration) -> CompactionPolicy {
+        CompactionPolicy { retention, ..self }
+    }
+
+    /// The same policy sealing at this many bytes.
+    pub fn max_segment_bytes(self, bytes: u64) -> CompactionPolicy {
+        CompactionPolicy {
+            max_segment_bytes: bytes,
+            ..self
+        }
+    }
+
+    /// The same policy sealing at this many files.
+    pub fn max_segment_files(self, files: u64) -> CompactionPolicy {
+        CompactionPolicy {
+            max_segment_files: files,
+            ..self
+        }
+    }
+
+    fn limits(&self) -> SealLimits {
+        SealLimits {
+            age_ms: millis(self.max_segment_age),
+            bytes: self.max_segment_bytes,
+            files: self.max_segment_files,
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The lock file compaction rounds hold, in the base directory.
+const LOCK_FILE: &str = ".file-sink-compaction.lock";
+/// The end of a merge's hidden working directory: `.<segment>.compacting`.
+const COMPACTING: &str = ".compacting";
+/// Between a replaced segment's name and the time it was replaced.
+const REPLACED: &str = ".replaced-";
+
+/// What the sink's compactors share, across starts: made by the builder.
+#[derive(Debug)]
+pub(crate) struct Compaction {
+    pub policy: CompactionPolicy,
+    pub segments: Segments,
+    /// Replaced segments waiting for their retention: path, replaced at.
+    replaced: Mutex<Vec<(PathBuf, u64)>>,
+}
+
+impl Compaction {
+    pub(crate) fn new(policy: CompactionPolicy) -> Compaction {
+        Compaction {
+            policy,
+            segments: Segments::default(),
+            replaced: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// What a compaction round needs, owned, on a blocking thread.
+#[derive(Clone)]
+pub(crate) struct Round {
+    pub compaction: Arc<Compaction>,
+    pub base: PathBuf,
+    pub prefix: String,
+    pub suffix: String,
+    pub lineage: Lineage,
+    pub generation: Generation,
+    pub stats: Arc<FileSinkStats>,
+}
+
+/// The file sink's global committer when it compacts: seals epochs after
+/// checkpoints and merges the sealed segments on a blocking thread, one
+/// round at a time. Made once per start by the sink's
+/// [`global_committer`](sink_api::Sink::global_committer) factory.
+pub(crate) struct Compactor {
+    round: Round,
+    clock: Arc<dyn Clock>,
+    /// Sealed segments not handed to a round yet (or left by a failed one).
+    queue: Vec<Sealed>,
+    /// Whether this start's repair (see the module's table) is done.
+    repaired: bool,
+    /// After a failed round, no other before this time.
+    retry_at_ms: u64,
+    running: Option<JoinHandle<Outcome>>,
+}
+
+/// What a round left.
+struct Outcome {
+    /// The segments it did not merge.
+    left: Vec<Sealed>,
+    repaired: bool,
+    failed: bool,
+}
+
+impl Compactor {
+    pub(crate) fn new(round: Round, clock: Arc<dyn Clock>) -> Compactor {
+        Compactor {
+            round,
+            clock,
+            queue: Vec::new(),
+            repaired: false,
+            retry_at_ms: 0,
+            running: None,
+        }
+    }
+
+    /// Seals the epoch if due (or `force`), off the async workers.
+    async fn seal(&mut self, force: bool) -> Result<(), SinkError> {
+        let compaction = self.round.compaction.clone();
+        let now_ms = self.clock.now_ms();
+        let sealed = blocking(move || {
+            let limits = compaction.policy.limits();
+            Ok(compaction.segments.seal(limits, now_ms, force))
+        })
+        .await?;
+        self.queue.extend(sealed);
+        Ok(())
+    }
+
+    /// Takes back what a finished round left.
+    fn settle(&mut self, outcome: Outcome) {
+        self.queue.extend(outcome.left);
+        self.repaired |= outcome.repaired;
+        if outcome.failed {
+            let pause = millis(self.round.compaction.policy.max_segment_age).max(1_000);
+            self.retry_at_ms = self.clock.now_ms().saturating_add(pause);
+        }
+    }
+
+    /// Starts a round with what is queued, unless one runs, there is
+    /// nothing to do, or a failed round asks for a pause.
+    async fn start_round(&mut self) {
+        if let Some(running) = self.running.take_if(|r| r.is_finished()) {
+            if let Ok(outcome) = running.await {
+                self.settle(outcome);
+            }
+        }
+        let now_ms = self.clock.now_ms();
+        if self.running.is_some() || now_ms < self.retry_at_ms {
+            return;
+        }
+        let expiring = !self
+            .round
+            .compaction
+            .replaced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        if self.queue.is_empty() && self.repaired && !expiring {
+            return;
+        }
+        let round = self.round.clone();
+        let queue = std::mem::take(&mut self.queue);
+        let repair = !self.repaired;
+        self.running = Some(spawn(move || round.run_logged(queue, repair, now_ms)));
+    }
+}
+
+#[async_trait]
+impl GlobalCommitter for Compactor {
+    type Committable = FileCommittable;
+
+    /// Seals the epoch when it is due and starts a merge round if none runs;
+    /// returns without waiting for it.
+    async fn commit_checkpoint(
+        &mut self,
+        _checkpoint_id: CheckpointId,
+        _committables: Vec<FileCommittable>,
+    ) -> Result<(), SinkError> {
+        self.seal(false).await?;
+        self.start_round().await;
+        Ok(())
+    }
+
+    /// Seals the last epoch and merges everything sealed, waiting for it:
+    /// a bounded job ends with its output compacted (a failure is logged
+    /// and counted; the small files stay visible).
+    async fn end_of_input(&mut self) -> Result<(), SinkError> {
+        self.seal(true).await?;
+        if let Some(running) = self.running.take() {
+            if let Ok(outcome) = running.await {
+                self.settle(outcome);
+            }
+        }
+        let round = self.round.clone();
+        let queue = std::mem::take(&mut self.queue);
+        let repair = !self.repaired;
+        let now_ms = self.clock.now_ms();
+        let outcome = blocking(move || Ok(round.run_logged(queue, repair, now_ms))).await?;
+        self.settle(outcome);
+        Ok(())
+    }
+}
+
+impl Round {
+    /// [`run`](Self::run), with a failure logged and counted: the small
+    /// files stay visible, and what was not merged is left for the next
+    /// round.
+    fn run_logged(&self, mut queue: Vec<Sealed>, repair: bool, now_ms: u64) -> Outcome {
+        let mut repaired = !repair;
+        match self.run(&mut queue, &mut repaired, now_ms) {
+            Ok(()) => Outcome {
+                left: queue,
+                repaired,
+                failed: false,
+            },
+            Err(error) => {
+                self.stats.compaction_failed();
+                warn!(
+                    error = %error,
+                    segments_left = queue.len(),
+                    "compacting the file sink's output failed; its small files stay visible, and \
+                     the merge is tried again later"
+                );
+                Outcome {
+                    left: queue,
+                    repaired,
+                    failed: true,
+                }
+            }
+        }
+    }
+
+    /// One round: under the lock, the repair (until one succeeded), the
+    /// merges of `queue` (removed from it as they are done), and the
+    /// removal of replaced segments past their retention. Blocking.
+    fn run(
+        &self,
+        queue: &mut Vec<Sealed>,
+        repaired: &mut bool,
+        now_ms: u64,
+    ) -> Result<(), SinkError> {
+        let _lock = self.lock()?;
+        if !*repaired {
+            queue.extend(self.repair(now_ms)?);
+            *repaired = true;
+        }
+        queue.sort();
+        queue.dedup();
+        while let Some(segment) = queue.first().cloned() {
+            self.merge(&segment, now_ms)?;
+            queue.remove(0);
+        }
+        self.expire(now_ms)
+    }
+
+    /// Takes the base directory's compaction lock, waiting for another
+    /// compactor's round to end.
+    fn lock(&self) -> Result<File, SinkError> {
+        assert_blocking("taking the compaction lock");
+        let path = self.base.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io_error(format!("opening the compaction lock {}", path.display()), e))?;
+        file.lock()
+            .map_err(|e| io_error(format!("locking {}", path.display()), e))?;
+        Ok(file)
+    }
+
+    /// Finds what earlier rounds of the lineage left (see the module's
+    /// table): repairs interrupted merges, notes replaced segments, and
+    /// returns the segments of earlier generations that were never merged.
+    fn repair(&self, now_ms: u64) -> Result<Vec<Sealed>, SinkError> {
+        let mut unmerged = Vec::new();
+        let mut buckets = Vec::new();
+        visible_dirs(&self.base, &self.lineage, &mut buckets)
+            .map_err(|e| io_error(format!("listing {}", self.base.display()), e))?;
+        for bucket in buckets {
+            let entries = fs::read_dir(&bucket)
+                .map_err(|e| io_error(format!("listing {}", bucket.display()), e))?;
+            for entry in entries {
+                let entry =
+                    entry.map_err(|e| io_error(format!("listing {}", bucket.display()), e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                if let Some((generation, _)) = parse_segment(&name, &self.lineage) {
+                    let merged = entry.path().join(MANIFEST).exists();
+                    if generation < self.generation.0 && !merged {
+                        unmerged.push(Sealed {
+                            bucket: bucket.clone(),
+                            name,
+                        });
+                    }
+                } else if let Some(segment) = compacting_of(&name, &self.lineage) {
+                    let working = entry.path();
+                    if bucket.join(segment).join(MANIFEST).exists() {
+                        // Exchanged: these are the replaced small files.
+                        self.replace(&bucket, segment, &working, now_ms)?;
+                    } else {
+                        remove_all(&working)?;
+                        debug!(segment, "removed an interrupted merge");
+                    }
+                } else if let Some(at) = replaced_at(&name, &self.lineage) {
+                    self.note_replaced(entry.path(), at);
+                }
+            }
+        }
+        Ok(unmerged)
+    }
+
+    /// Merges the sealed segment `segment`: its files into one, exchanged
+    /// for them. Nothing to do for a segment merged already, gone, or of
+    /// one file.
+    fn merge(&self, segment: &Sealed, now_ms: u64) -> Result<(), SinkError> {
+        let bucket = &segment.bucket;
+        let dir = bucket.join(&segment.name);
+        let working = bucket.join(format!(".{}{COMPACTING}", segment.name));
+        if dir.join(MANIFEST).exists() {
+            if working.exists() {
+                // Exchanged by a round that failed right after.
+                self.replace(bucket, &segment.name, &working, now_ms)?;
+            }
+            return Ok(());
+        }
+        if !dir.exists() {
+            return Ok(());
+        }
+        if working.exists() {
+            remove_all(&working)?;
+        }
+        let mut files: Vec<(String, u64)> = Vec::new();
+        let entries =
+            fs::read_dir(&dir).map_err(|e| io_error(format!("listing {}", dir.display()), e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(format!("listing {}", dir.display()), e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let meta = entry
+                .metadata()
+                .map_err(|e| io_error(format!("reading {}", entry.path().display()), e))?;
+            if meta.is_file() && !name.starts_with('.') {
+                files.push((name, meta.len()));
+            }
+        }
+        if files.len() < 2 {
+            return Ok(());
+        }
+        files.sort();
+        fs::create_dir(&working)
+            .map_err(|e| io_error(format!("creating {}", working.display()), e))?;
+        let merged_name = format!("{}-{}{}", self.prefix, segment.name, self.suffix);
+        let merged_path = working.join(&merged_name);
+        let mut merged = File::create_new(&merged_path)
+            .map_err(|e| io_error(format!("creating {}", merged_path.display()), e))?;
+        let mut sources = Vec::with_capacity(files.len());
+        for (name, bytes) in &files {
+            let path = dir.join(name);
+            let mut source = File::open(&path)
+                .map_err(|e| io_error(format!("opening {}", path.display()), e))?;
+            let copied = io::copy(&mut source, &mut merged).map_err(|e| {
+                io_error(
+                    format!("copying {} into {}", path.display(), merged_path.display()),
+                    e,
+                )
+            })?;
+            if copied != *bytes {
+                return Err(SinkError::msg(format!(
+                    "{} changed while it was merged ({copied} bytes copied, {bytes} listed); the \
+                     segment is left as it is",
+                    path.display()
+                )));
+            }
+            sources.push(Source {
+                name: name.clone(),
+                bytes: *bytes,
+            });
+        }
+        merged
+            .sync_all()
+            .map_err(|e| io_error(format!("syncing {}", merged_path.display()), e))?;
+        let manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            merged: merged_name,
+            sources,
+        };
+        let manifest_path = working.join(MANIFEST);
+        let encoded = serde_json::to_vec(&manifest)
+            .map_err(|e| SinkError::other("encoding a compaction manifest", e))?;
+        File::create_new(&manifest_path)
+            .and_then(|mut file| file.write_all(&encoded).and_then(|()| file.sync_all()))
+            .map_err(|e| io_error(format!("writing {}", manifest_path.display()), e))?;
+        fsync_dir(&working)?;
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("compaction-before-exchange", |_| Err(SinkError::msg(
+            "simulated crash at failpoint compaction-before-exchange"
+        )));
+        exchange(&working, &dir).map_err(|e| {
+            io_error(
+                format!("exchanging {} and {}", working.display(), dir.display()),
+                e,
+            )
+        })?;
+        fsync_dir(bucket)?;
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("compaction-after-exchange", |_| Err(SinkError::msg(
+            "simulated crash at failpoint compaction-after-exchange"
+        )));
+        self.replace(bucket, &segment.name, &working, now_ms)?;
+        self.stats.compacted(files.len() as u64);
+        debug!(segment = %dir.display(), files = files.len(), "merged a segment");
+        Ok(())
+    }
+
+    /// Moves an exchanged working directory (now the small files) out of
+    /// the way, to `.<segment>.replaced-<now_ms>`, for the retention.
+    fn replace(
+        &self,
+        bucket: &Path,
+        segment: &str,
+        working: &Path,
+        now_ms: u64,
+    ) -> Result<(), SinkError> {
+        let replaced = bucket.join(format!(".{segment}{REPLACED}{now_ms}"));
+        fs::rename(working, &replaced).map_err(|e| {
+            io_error(
+                format!("renaming {} to {}", working.display(), replaced.display()),
+                e,
+            )
+        })?;
+        self.note_replaced(replaced, now_ms);
+        Ok(())
+    }
+
+    fn note_replaced(&self, path: PathBuf, at_ms: u64) {
+        self.compaction
+            .replaced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((path, at_ms));
+    }
+
+    /// Removes the replaced segments whose retention passed.
+    fn expire(&self, now_ms: u64) -> Result<(), SinkError> {
+        let retention = millis(self.compaction.policy.retention);
+        let expired: Vec<PathBuf> = {
+            let mut replaced = self
+                .compaction
+                .replaced
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let (expired, kept) = std::mem::take(&mut *replaced)
+                .into_iter()
+                .partition(|(_, at)| now_ms.saturating_sub(*at) >= retention);
+            *replaced = kept;
+            expired.into_iter().map(|(path, _)| path).collect()
+        };
+        for path in expired {
+            remove_all(&path)?;
+        }
+        Ok(())
+    }
+}
+
+/// The segment of `lineage` whose interrupted or exchanged merge the
+/// hidden directory `name` (`.<segment>.compacting`) is; `None` for other
+/// names.
+fn compacting_of<'a>(name: &'a str, lineage: &Lineage) -> Option<&'a str> {
+    let segment = name.strip_prefix('.')?.strip_suffix(COMPACTING)?;
+    parse_segment(segment, lineage).map(|_| segment)
+}
+
+/// When the segment of `lineage` in the hidden directory `name`
+/// (`.<segment>.replaced-<ms>`) was replaced; `None` for other names.
+fn replaced_at(name: &str, lineage: &Lineage) -> Option<u64> {
+    let (segment, at) = name.strip_prefix('.')?.rsplit_once(REPLACED)?;
+    parse_segment(segment, lineage)?;
+    at.parse().ok()
+}
+
+/// The base directory and every directory under it that may hold buckets:
+/// not hidden, and not a segment of `lineage` (whose files are not
+/// buckets).
+fn visible_dirs(dir: &Path, lineage: &Lineage, found: &mut Vec<PathBuf>) -> io::Result<()> {
+    found.push(dir.to_path_buf());
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type()?.is_dir()
+            && !name.starts_with('.')
+            && !(name.starts_with(SEGMENT_PREFIX) && parse_segment(&name, lineage).is_some())
+        {
+            visible_dirs(&entry.path(), lineage, found)?;
+        }
+    }
+    Ok(())
+}
+
+fn remove_all(path: &Path) -> Result<(), SinkError> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error(format!("removing {}", path.display()), e)),
+    }
+}
+
+/// Swaps the directories `a` and `b` atomically (`renameat2` with
+/// `RENAME_EXCHANGE`).
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    assert_blocking("exchanging two directories");
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).map_err(io::Error::from)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_: &Path, _: &Path) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "exchanging two directories atomically needs Linux's renameat2",
+    ))
+}
+
+/// Checks that the filesystem of `base` exchanges directories atomically,
+/// creating `base` (durably) if it is missing. Called by the sink's start
+/// hook when it compacts; a refusal is permanent and names the fix.
+pub(crate) fn probe(base: &Path) -> Result<(), SinkError> {
+    assert_blocking("probing the filesystem for compaction");
+    if !base.exists() {
+        fs::create_dir_all(base).map_err(|e| {
+            io_error(
+                format!("creating the output directory {}", base.display()),
+                e,
+            )
+        })?;
+        if let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fsync_dir(parent)?;
+        }
+    }
+    let id = uuid::Uuid::new_v4();
+    let a = base.join(format!(".compaction-probe-{id}-a"));
+    let b = base.join(format!(".compaction-probe-{id}-b"));
+    let made = fs::create_dir(&a).and_then(|()| fs::create_dir(&b));
+    let result = made.and_then(|()| exchange(&a, &b));
+    let _ = fs::remove_dir(&a);
+    let _ = fs::remove_dir(&b);
+    result.map_err(|e| {
+        SinkError::io(
+            format!(
+                "compaction needs a filesystem that exchanges directories atomically (renameat2 \
+                 RENAME_EXCHANGE: ext4, XFS, Btrfs, tmpfs), and {} is not on one; put the output on \
+                 such a filesystem or turn compaction off",
+                base.display()
+            ),
+            e,
+        )
+        .permanent()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocking::on_this_thread;
+    use crate::segments::{find_committed, segment_name, Found};
+
+    fn lineage() -> Lineage {
+        Lineage::new("0123abcd")
+    }
+
+    fn round(base: &Path, generation: u64, retention: Duration) -> Round {
+        Round {
+            compaction: Arc::new(Compaction::new(
+                CompactionPolicy::default().retention(retention),
+            )),
+            base: base.to_path_buf(),
+            prefix: "part".into(),
+            suffix: ".txt".into(),
+            lineage: lineage(),
+            generation: Generation(generation),
+            stats: Arc::default(),
+        }
+    }
+
+    fn segment(base: &Path, generation: u64, epoch: u64, files: &[(&str, &str)]) -> Sealed {
+        let name = segment_name(&lineage(), Generation(generation), epoch);
+        let dir = base.join(&name);
+        fs::create_dir_all(&dir).unwrap();
+        for (file, text) in files {
+            fs::write(dir.join(file), text).unwrap();
+        }
+        Sealed {
+            bucket: base.to_path_buf(),
+            name,
+        }
+    }
+
+    #[test]
+    fn a_segment_becomes_one_file_with_a_manifest_and_its_small_files_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let sealed = segment(
+            base,
+            1,
+            0,
+            &[("part-b", "2\n"), ("part-a", "1\n"), ("part-c", "3\n")],
+        );
+        let round = round(base, 1, Duration::from_secs(60));
+        let run = |queue: Vec<Sealed>, now_ms| {
+            let (mut queue, mut repaired) = (queue, true);
+            on_this_thread(|| round.run(&mut queue, &mut repaired, now_ms))
+        };
+        run(vec![sealed.clone()], 1_000).unwrap();
+        let files = crate::finished_files(base).unwrap();
+        let merged = base
+            .join(&sealed.name)
+            .join(format!("part-{}.txt", sealed.name));
+        assert_eq!(files, vec![merged.clone()]);
+        assert_eq!(fs::read_to_string(&merged).unwrap(), "1\n2\n3\n");
+        assert_eq!(round.stats.snapshot().compacted_files, 3);
+        assert_eq!(
+            on_this_thread(|| find_committed(base, "part-b")).unwrap(),
+            Found::Merged(base.join(&sealed.name), 2)
+        );
+        let replaced = base.join(format!(".{}.replaced-1000", sealed.name));
+        assert!(replaced.join("part-a").exists(), "kept for the retention");
+        run(Vec::new(), 60_999).unwrap();
+        assert!(replaced.exists());
+        run(Vec::new(), 61_000).unwrap();
+        assert!(!replaced.exists(), "removed after it");
+        // Merged already: left alone.
+        run(vec![sealed.clone()], 62_000).unwrap();
+        assert_eq!(crate::finished_files(base).unwrap(), vec![merged]);
+    }
+
+    #[test]
+    fn a_start_repairs_interrupted_merges_and_merges_earlier_generations_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        // Generation 1: one segment whose merge was cut short, one never merged.
+        let cut = segment(base, 1, 0, &[("part-a", "1\n"), ("part-b", "2\n")]);
+        let working = base.join(format!(".{}{COMPACTING}", cut.name));
+        fs::create_dir(&working).unwrap();
+        fs::write(working.join("part-half"), "1\n").unwrap();
+        let never = segment(base, 1, 1, &[("part-c", "3\n"), ("part-d", "4\n")]);
+        // Generation 1's segment exchanged but not renamed.
+        let exchanged = segment(base, 1, 2, &[("part-m", "5\n6\n")]);
+        fs::write(
+            base.join(&exchanged.name).join(MANIFEST),
+            serde_json::to_vec(&Manifest {
+                format: MANIFEST_FORMAT,
+                merged: "part-m".into(),
+                sources: vec![],
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        let old = base.join(format!(".{}{COMPACTING}", exchanged.name));
+        fs::create_dir(&old).unwrap();
+        fs::write(old.join("part-e"), "5\n").unwrap();
+        // This start's own segment, and another lineage's: not merged.
+        let current = segment(base, 2, 0, &[("part-f", "7\n"), ("part-g", "8\n")]);
+        let foreign = base.join("seg-ffff-0000000001-0000000000");
+        fs::create_dir(&foreign).unwrap();
+        fs::write(foreign.join("part-h"), "9\n").unwrap();
+        fs::write(foreign.join("part-i"), "10\n").unwrap();
+
+        let round = round(base, 2, Duration::ZERO);
+        let (mut queue, mut repaired) = (Vec::new(), false);
+        on_this_thread(|| round.run(&mut queue, &mut repaired, 5_000)).unwrap();
+        assert!(repaired && queue.is_empty());
+        assert!(!working.exists() && !old.exists());
+        for merged in [&cut, &never] {
+            assert!(
+                base.join(&merged.name).join(MANIFEST).exists(),
+                "{merged:?}"
+            );
+        }
+        assert!(!base.join(&current.name).join(MANIFEST).exists());
+        assert!(foreign.join("part-h").exists());
+        let mut numbers: Vec<u32> = crate::finished_files(base)
+            .unwrap()
+            .iter()
+            .flat_map(|f| {
+                fs::read_to_string(f)
+                    .unwrap()
+                    .lines()
+                    .map(|l| l.parse().unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        numbers.sort();
+        assert_eq!(numbers, (1..=10).collect::<Vec<_>>(), "each once");
+        assert!(
+            fs::read_dir(base)
+                .unwrap()
+                .flatten()
+                .all(|e| !e.file_name().to_string_lossy().contains(REPLACED)),
+            "no retention: replaced segments removed"
+        );
+    }
+
+    #[test]
+    fn the_probe_passes_here_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("out");
+        on_this_thread(|| probe(&base)).unwrap();
+        assert_eq!(fs::read_dir(&base).unwrap().count(), 0);
+    }
+}
