@@ -48,7 +48,7 @@ pub use serializer::{
 };
 pub use sink::{CommittableOf, InputOf, Sink, WriterStateOf};
 pub use start::JobStart;
-pub use writer::SinkWriter;
+pub use writer::{Durability, SinkWriter};
 
 /// Re-exported so that sink authors use the same `async_trait` as the traits.
 pub use async_trait::async_trait;

@@ -1,9 +1,20 @@
 //! The first phase of the two-phase commit: writing and preparing.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::{CheckpointId, SinkError};
+
+/// What is left of a checkpoint after the writer handed out its committables
+/// and its state: work that must be done before the checkpoint may complete,
+/// but need not hold up writing (an fsync of the files just closed, of their
+/// directory). Returned by [`SinkWriter::durability`]; awaited by the
+/// runtime while the writer receives the next checkpoint's records. It owns
+/// what it works on: the writer goes on meanwhile.
+pub type Durability = Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + 'static>>;
 
 /// Writes records of one subtask and turns them into committables.
 ///
@@ -15,7 +26,8 @@ use crate::{CheckpointId, SinkError};
 ///
 /// ```text
 /// create_writer ─▶ ( write | write_batch )*
-///                  ─▶ at checkpoint n: flush(false) ─▶ prepare_commit(n) ─▶ snapshot_state(n)
+///                  ─▶ at checkpoint n: flush(false) ─▶ prepare_commit(n) ─▶ snapshot_state(n) ─▶ durability(n)
+///                                      (its future is awaited off the writer's path: records go on)
 ///                  ─▶ … more records and checkpoints …
 ///                  ─▶ at end of input, once: flush(true) ─▶ prepare_commit(last n + 1)
 ///                  ─▶ after end of input: only snapshot_state(m) (an empty writer)
@@ -29,6 +41,9 @@ use crate::{CheckpointId, SinkError};
 ///   lost at a checkpoint.
 /// - Nothing it writes is visible to readers before its committable is
 ///   committed by the [`Committer`](crate::Committer).
+/// - What [`durability`](Self::durability) returns for checkpoint `n`
+///   completes the work `n` needs before it may complete: the runtime
+///   acknowledges `n` (so commits it) only after that future resolved.
 /// - **No new transaction after end of input.** After `flush(true)` and the
 ///   final `prepare_commit`, the runtime sends no more records and never calls
 ///   `prepare_commit` again; the writer must not open a transaction, a file or
@@ -106,6 +121,32 @@ pub trait SinkWriter: Send + 'static {
     ) -> Result<Vec<Self::State>, SinkError> {
         let _ = checkpoint_id;
         Ok(Vec::new())
+    }
+
+    /// The work checkpoint `checkpoint_id` still needs that may run while
+    /// the writer goes on writing (Flink calls it the asynchronous part of a
+    /// snapshot): typically making durable what
+    /// [`prepare_commit`](Self::prepare_commit) and
+    /// [`snapshot_state`](Self::snapshot_state) just described, such as an
+    /// fsync of the files closed and of their directories, on a thread of
+    /// its own.
+    ///
+    /// Called once per checkpoint, right after `snapshot_state`. The runtime
+    /// sends the checkpoint's acknowledgement only once the returned future
+    /// resolved, and in checkpoint order; meanwhile it goes on calling
+    /// [`write_batch`](Self::write_batch) with the next checkpoint's
+    /// records, so the future must own what it needs and not rely on the
+    /// writer. An error fails the job (as an error of `prepare_commit`
+    /// would) and the checkpoint never completes; a future still pending
+    /// when the job stops is dropped.
+    ///
+    /// The default returns `None`: `prepare_commit` and `snapshot_state` did
+    /// all the work. A writer that returns a future must not rely on it for
+    /// anything its committer needs before the checkpoint completes; nothing
+    /// is committed before that.
+    fn durability(&mut self, checkpoint_id: CheckpointId) -> Option<Durability> {
+        let _ = checkpoint_id;
+        None
     }
 
     /// Releases resources and aborts anything not handed out as a committable.

@@ -423,6 +423,7 @@ where
             closed: false,
             records_since_barrier: 0,
             last_barrier: restored,
+            awaiting: std::collections::VecDeque::new(),
         };
         tasks.spawn(
             async move { (TaskId::Subtask(index), task.run().await) }

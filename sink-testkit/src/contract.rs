@@ -11,7 +11,7 @@ use sink_api::{
     deserialize_versioned, serialize_versioned, CheckpointId, CommitOutcome, CommitRequest,
     Committer, Generation, InitContext, JobStart, Lineage, Sink, SinkWriter,
 };
-use sink_api::{CommittableOf, InputOf};
+use sink_api::{CommittableOf, InputOf, WriterStateOf};
 
 use crate::runner::{exactly_once, new_job_name};
 use crate::Destination;
@@ -83,6 +83,23 @@ impl Job {
 
 fn err(what: &str) -> impl Fn(sink_api::SinkError) -> String + '_ {
     move |e| format!("{what} failed: {e}")
+}
+
+/// The writer's snapshot at checkpoint `checkpoint`, as the runtime takes
+/// it: `snapshot_state`, then the durability work it returns, awaited (the
+/// runtime acknowledges a checkpoint only after it).
+async fn snapshot<D: Destination>(
+    writer: &mut <D::Sink as Sink>::Writer,
+    checkpoint: CheckpointId,
+) -> Result<Vec<WriterStateOf<D::Sink>>, String> {
+    let states = writer
+        .snapshot_state(checkpoint)
+        .await
+        .map_err(err("snapshot_state"))?;
+    if let Some(durability) = writer.durability(checkpoint) {
+        durability.await.map_err(err("durability"))?;
+    }
+    Ok(states)
 }
 
 /// Copies committables the way a checkpoint does: through the sink's
@@ -247,10 +264,7 @@ pub(crate) async fn two_phase<D: Destination>(
     let mut writer = fresh_writer_with::<D>(&job, &sink, record, records).await?;
     // At end of input everything written becomes committable.
     let committables = end_of_input::<D>(&mut writer, CheckpointId(1)).await?;
-    let states = writer
-        .snapshot_state(CheckpointId(1))
-        .await
-        .map_err(err("snapshot_state"))?;
+    let states = snapshot::<D>(&mut writer, CheckpointId(1)).await?;
     let visible = destination.committed_ids().await.len();
     let mut seen = TwoPhase {
         not_visible_early: match visible {
@@ -360,10 +374,7 @@ pub(crate) async fn restore_keeps_written_records<D: Destination>(
         .prepare_commit(sink_api::CheckpointId(1))
         .await
         .map_err(err("prepare_commit"))?;
-    let states = writer
-        .snapshot_state(CheckpointId(1))
-        .await
-        .map_err(err("snapshot_state"))?;
+    let states = snapshot::<D>(&mut writer, CheckpointId(1)).await?;
     // The process dies here: the writer is dropped without close.
     drop(writer);
     let serializer = sink.writer_state_serializer();
@@ -429,14 +440,8 @@ pub(crate) async fn no_transaction_after_end_of_input<D: Destination>(
     let mut writer = fresh_writer_with::<D>(&job, &sink, record, records).await?;
     let committables = end_of_input::<D>(&mut writer, CheckpointId(1)).await?;
     // Checkpoints after end of input only snapshot the writer.
-    writer
-        .snapshot_state(CheckpointId(2))
-        .await
-        .map_err(err("snapshot_state"))?;
-    writer
-        .snapshot_state(CheckpointId(3))
-        .await
-        .map_err(err("snapshot_state"))?;
+    snapshot::<D>(&mut writer, CheckpointId(2)).await?;
+    snapshot::<D>(&mut writer, CheckpointId(3)).await?;
     let context = job.context(1, None);
     commit::<D>(
         &sink,

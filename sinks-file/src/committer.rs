@@ -35,17 +35,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sink_api::{CommitRequest, Committer, SinkError};
+use sink_api::{Clock, CommitRequest, Committer, SinkError};
 
 use crate::blocking::{assert_blocking, blocking};
-use crate::compaction::Compaction;
+use crate::compaction::{self, Compaction};
 use crate::config::Output;
-use crate::dir_sync::DirSyncs;
+use crate::dir_sync::{fsync_dir, DirSyncs};
 use crate::identity::{self, OutputIdentity};
 use crate::io_error::io_error;
 use crate::object_output::ObjectOutput;
+use crate::orphans::IN_PROGRESS_MARK;
 use crate::part_file::FileCommittable;
-use crate::segments::{self, size_of, Epoch, Found};
+use crate::segments::{self, size_of, Found};
 use crate::stats::FileSinkStats;
 use crate::upload_commit::commit_upload;
 
@@ -61,6 +62,8 @@ pub struct FileCommitter {
     pub(crate) output: Option<OutputIdentity>,
     /// With compaction on: the epochs whose segments files are renamed into.
     pub(crate) compaction: Option<Arc<Compaction>>,
+    /// The sink's clock: when a file went into its epoch.
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// What became of one committable, decided (for a local output, off the
@@ -81,6 +84,7 @@ struct Work {
     syncs: Arc<DirSyncs>,
     stats: Arc<FileSinkStats>,
     compaction: Option<Arc<Compaction>>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Work {
@@ -104,19 +108,15 @@ impl Work {
     }
 
     /// Commits every committable in order (see the module's table), on a
-    /// blocking thread, then makes the renames durable (each directory
-    /// touched synced once, before any outcome is reported). With
-    /// compaction on, the files go into the current epoch's segments, which
-    /// no seal closes until the batch is done.
+    /// blocking thread, then makes the renames durable: each directory
+    /// touched synced once, before any outcome is reported, the directories
+    /// that received files before those that lost their pending names.
     fn commit_all(&mut self, committables: &[FileCommittable]) -> Result<Vec<Outcome>, SinkError> {
-        let compaction = self.compaction.clone();
-        let placing = compaction.as_ref().map(|c| c.segments.placing());
-        let epoch = placing.as_ref().and_then(|p| p.epoch());
         let last = committables.len().saturating_sub(1);
         let mut outcomes = Vec::with_capacity(committables.len());
-        let mut touched = BTreeSet::new();
+        let mut touched = Touched::default();
         for (position, c) in committables.iter().enumerate() {
-            outcomes.push(self.commit_one(c, epoch, &mut touched)?);
+            outcomes.push(self.commit_one(c, &mut touched)?);
             if position < last {
                 // A crash with part of the batch committed (crash tests only).
                 #[cfg(feature = "failpoints")]
@@ -125,20 +125,25 @@ impl Work {
                 )));
             }
         }
-        for dir in touched {
-            self.syncs.sync_dir(&dir)?;
+        for segment in &touched.segments {
+            // Segment directories hold no file a writer created: no
+            // bookkeeping (see `DirSyncs`) for them.
+            fsync_dir(segment)?;
+        }
+        for bucket in &touched.buckets {
+            self.syncs.sync_dir(bucket)?;
         }
         Ok(outcomes)
     }
 
-    /// Commits `c`: renames its pending file to its target (with `epoch`,
-    /// into the epoch's segment of the target's bucket), noting in
+    /// Commits `c`: renames its pending file to its target (with compaction,
+    /// into the current epoch's segment of the target's bucket, under the
+    /// epoch's read lock, so that no seal comes between), noting in
     /// `touched` the directories whose entries changed.
     fn commit_one(
         &mut self,
         c: &FileCommittable,
-        epoch: Option<&Epoch>,
-        touched: &mut BTreeSet<PathBuf>,
+        touched: &mut Touched,
     ) -> Result<Outcome, SinkError> {
         assert_blocking("a commit's rename");
         let (pending, target) = self.locate(c)?;
@@ -149,10 +154,6 @@ impl Work {
             )));
         };
         let name = name.to_string_lossy().into_owned();
-        let destination = match epoch {
-            Some(epoch) => epoch.segment_in(bucket).join(&name),
-            None => target.clone(),
-        };
         let looked = |path: &Path| {
             size_of(path).map_err(|error| {
                 format!(
@@ -167,21 +168,8 @@ impl Work {
             Err(reason) => return Ok(Outcome::Unknown(reason)),
         };
         let Some(pending_size) = pending_size else {
-            return Ok(self.find_committed(c, &pending, bucket, &name, touched));
+            return self.find_committed(c, &pending, bucket, &name, touched);
         };
-        for existing in [&target, &destination] {
-            match looked(existing) {
-                Err(reason) => return Ok(Outcome::Unknown(reason)),
-                Ok(Some(_)) => {
-                    return Ok(Outcome::Unknown(format!(
-                        "both the pending file {} and its target {} exist; refusing to overwrite the target",
-                        pending.display(),
-                        existing.display()
-                    )))
-                }
-                Ok(None) => {}
-            }
-        }
         if pending_size != c.size_bytes {
             // Truncated (a torn last record) or appended to (a
             // duplicate): committing it would publish a broken file.
@@ -199,7 +187,28 @@ impl Work {
                 ),
             ));
         }
-        if let Some(segment) = destination.parent().filter(|_| epoch.is_some()) {
+        let compaction = self.compaction.clone();
+        let placing = compaction.as_ref().map(|c| c.segments.placing());
+        let epoch = placing.as_ref().and_then(|p| p.epoch());
+        let destination = match epoch {
+            Some(epoch) => epoch.segment_in(bucket).join(&name),
+            None => target.clone(),
+        };
+        for existing in [&target, &destination] {
+            match looked(existing) {
+                Err(reason) => return Ok(Outcome::Unknown(reason)),
+                Ok(Some(_)) => {
+                    return Ok(Outcome::Unknown(format!(
+                        "both the pending file {} and its target {} exist; refusing to overwrite the target",
+                        pending.display(),
+                        existing.display()
+                    )))
+                }
+                Ok(None) => {}
+            }
+        }
+        let segment = destination.parent().filter(|_| epoch.is_some());
+        if let Some(segment) = segment {
             match std::fs::create_dir(segment) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -218,12 +227,13 @@ impl Work {
                 destination.display()
             )));
         }
-        touched.insert(bucket.to_path_buf());
-        if let Some(segment) = destination.parent() {
-            touched.insert(segment.to_path_buf());
-        }
         if let Some(epoch) = epoch {
-            epoch.add(c.size_bytes);
+            epoch.add(c.size_bytes, self.clock.now_ms());
+        }
+        drop(placing);
+        touched.buckets.insert(bucket.to_path_buf());
+        if let Some(segment) = segment {
+            touched.segments.insert(segment.to_path_buf());
         }
         self.stats.committed(c);
         Ok(Outcome::Committed)
@@ -231,22 +241,31 @@ impl Work {
 
     /// The outcome of `c` whose pending file is gone: committed before (a
     /// replay after recovery) if its file is in the bucket or one of its
-    /// segments at the recorded size, else lost.
+    /// segments at the recorded size, else lost. Before it says lost, with
+    /// compaction on, it looks again under the compaction lock, once no
+    /// merge is under way.
     fn find_committed(
         &self,
         c: &FileCommittable,
         pending: &Path,
         bucket: &Path,
         name: &str,
-        touched: &mut BTreeSet<PathBuf>,
-    ) -> Outcome {
-        let found = match segments::find_committed(bucket, name) {
+        touched: &mut Touched,
+    ) -> Result<Outcome, SinkError> {
+        let lineage = lineage_of(pending);
+        let look = || segments::find_committed(bucket, name, lineage.as_deref());
+        let mut found = look();
+        if matches!(found, Ok(Found::Nowhere)) && self.compaction.is_some() {
+            let _lock = compaction::lock(&self.base_path)?;
+            found = look();
+        }
+        let found = match found {
             Ok(found) => found,
             Err(error) => {
-                return Outcome::Unknown(format!(
+                return Ok(Outcome::Unknown(format!(
                     "cannot look for {name} in {}: {error}",
                     bucket.display()
-                ))
+                )))
             }
         };
         let (place, size) = match found {
@@ -254,7 +273,7 @@ impl Work {
             Found::Merged(segment, size) => (segment, size),
             Found::Nowhere => {
                 self.stats.failed();
-                return Outcome::RecordsLost(
+                return Ok(Outcome::RecordsLost(
                     c.records,
                     format!(
                         "neither the pending file {} nor its target {name} exists in {} (or in a segment \
@@ -263,12 +282,12 @@ impl Work {
                         bucket.display(),
                         c.records
                     ),
-                );
+                ));
             }
         };
         if size != c.size_bytes {
             self.stats.failed();
-            return Outcome::RecordsLost(
+            return Ok(Outcome::RecordsLost(
                 c.records,
                 format!(
                     "{name} in {} holds {size} bytes instead of the {} bytes committed; it was changed \
@@ -277,17 +296,33 @@ impl Work {
                     c.size_bytes,
                     c.records
                 ),
-            );
+            ));
         }
         // The crash may have come between the rename and the directory
         // sync: make the rename durable now.
-        touched.insert(bucket.to_path_buf());
+        touched.buckets.insert(bucket.to_path_buf());
         if let Some(dir) = place.parent().filter(|dir| *dir != bucket) {
-            touched.insert(dir.to_path_buf());
+            touched.segments.insert(dir.to_path_buf());
         }
         self.stats.replayed();
-        Outcome::AlreadyCommitted
+        Ok(Outcome::AlreadyCommitted)
     }
+}
+
+/// The directories a batch of commits changed: segments (which received
+/// files) and buckets (which lost pending names, or received files).
+#[derive(Default)]
+struct Touched {
+    segments: BTreeSet<PathBuf>,
+    buckets: BTreeSet<PathBuf>,
+}
+
+/// The lineage at the end of a hidden part's name
+/// (`.<visible>.inprogress.<lineage>`), if it is one.
+fn lineage_of(pending: &Path) -> Option<String> {
+    let name = pending.file_name()?.to_str()?;
+    let (_, lineage) = name.rsplit_once(IN_PROGRESS_MARK)?;
+    Some(lineage.to_string())
 }
 
 impl FileCommitter {
@@ -357,6 +392,7 @@ impl Committer for FileCommitter {
                     syncs: self.syncs.clone(),
                     stats: self.stats.clone(),
                     compaction: self.compaction.clone(),
+                    clock: self.clock.clone(),
                 };
                 let (outcomes, output) = blocking(move || {
                     let outcomes = work.commit_all(&committables)?;

@@ -64,8 +64,8 @@ use crate::dir_sync::fsync_dir;
 use crate::io_error::io_error;
 use crate::part_file::FileCommittable;
 use crate::segments::{
-    parse_segment, Manifest, SealLimits, Sealed, Segments, Source, MANIFEST, MANIFEST_FORMAT,
-    SEGMENT_PREFIX,
+    parse_segment, read_manifest, Manifest, SealLimits, Sealed, Segments, Source, MANIFEST,
+    MANIFEST_FORMAT, SEGMENT_PREFIX,
 };
 use crate::stats::FileSinkStats;
 
@@ -184,7 +184,13 @@ pub(crate) struct Round {
     pub lineage: Lineage,
     pub generation: Generation,
     pub stats: Arc<FileSinkStats>,
+    /// The sink's clock: the times of replaced segments and their expiry.
+    pub clock: Arc<dyn Clock>,
 }
+
+/// How often a segment's merge is tried in one start before it is left as
+/// it is (its files visible, merged by a later start's repair).
+const MAX_MERGE_ATTEMPTS: u32 = 3;
 
 /// The file sink's global committer when it compacts: seals epochs after
 /// checkpoints and merges the sealed segments on a blocking thread, one
@@ -192,29 +198,28 @@ pub(crate) struct Round {
 /// [`global_committer`](sink_api::Sink::global_committer) factory.
 pub(crate) struct Compactor {
     round: Round,
-    clock: Arc<dyn Clock>,
-    /// Sealed segments not handed to a round yet (or left by a failed one).
-    queue: Vec<Sealed>,
+    /// Sealed segments not handed to a round yet, with the merges tried.
+    queue: Vec<(Sealed, u32)>,
     /// Whether this start's repair (see the module's table) is done.
     repaired: bool,
-    /// After a failed round, no other before this time.
+    /// After a failure, no round before this time.
     retry_at_ms: u64,
     running: Option<JoinHandle<Outcome>>,
 }
 
 /// What a round left.
 struct Outcome {
-    /// The segments it did not merge.
-    left: Vec<Sealed>,
+    /// The segments whose merge failed, with the merges tried.
+    failed: Vec<(Sealed, u32)>,
     repaired: bool,
-    failed: bool,
+    /// Whether anything failed (a merge, the repair, the lock).
+    trouble: bool,
 }
 
 impl Compactor {
-    pub(crate) fn new(round: Round, clock: Arc<dyn Clock>) -> Compactor {
+    pub(crate) fn new(round: Round) -> Compactor {
         Compactor {
             round,
-            clock,
             queue: Vec::new(),
             repaired: false,
             retry_at_ms: 0,
@@ -222,39 +227,60 @@ impl Compactor {
         }
     }
 
-    /// Seals the epoch if due (or `force`), off the async workers.
+    /// Seals this start's epoch if due (or `force`), off the async workers.
     async fn seal(&mut self, force: bool) -> Result<(), SinkError> {
         let compaction = self.round.compaction.clone();
-        let now_ms = self.clock.now_ms();
+        let (lineage, generation) = (self.round.lineage.clone(), self.round.generation);
+        let now_ms = self.round.clock.now_ms();
         let sealed = blocking(move || {
             let limits = compaction.policy.limits();
-            Ok(compaction.segments.seal(limits, now_ms, force))
+            Ok(compaction
+                .segments
+                .seal(&lineage, generation, limits, now_ms, force))
         })
         .await?;
-        self.queue.extend(sealed);
+        self.queue
+            .extend(sealed.into_iter().map(|segment| (segment, 0)));
         Ok(())
     }
 
-    /// Takes back what a finished round left.
-    fn settle(&mut self, outcome: Outcome) {
-        self.queue.extend(outcome.left);
+    /// Takes back what a finished round left: failed merges are queued
+    /// again (up to [`MAX_MERGE_ATTEMPTS`]) after a pause.
+    fn settle(&mut self, finished: Result<Outcome, tokio::task::JoinError>) {
+        let outcome = match finished {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                self.round.stats.compaction_failed();
+                warn!(%error, "a compaction round ended abnormally; its segments are merged by a later start");
+                return;
+            }
+        };
         self.repaired |= outcome.repaired;
-        if outcome.failed {
+        for (segment, attempts) in outcome.failed {
+            if attempts < MAX_MERGE_ATTEMPTS {
+                self.queue.push((segment, attempts));
+            } else {
+                warn!(
+                    segment = %segment.bucket.join(&segment.name).display(),
+                    attempts,
+                    "giving up merging a segment in this start; its files stay visible"
+                );
+            }
+        }
+        if outcome.trouble {
             let pause = millis(self.round.compaction.policy.max_segment_age).max(1_000);
-            self.retry_at_ms = self.clock.now_ms().saturating_add(pause);
+            self.retry_at_ms = self.round.clock.now_ms().saturating_add(pause);
         }
     }
 
     /// Starts a round with what is queued, unless one runs, there is
-    /// nothing to do, or a failed round asks for a pause.
+    /// nothing to do, or a failure asks for a pause.
     async fn start_round(&mut self) {
         if let Some(running) = self.running.take_if(|r| r.is_finished()) {
-            if let Ok(outcome) = running.await {
-                self.settle(outcome);
-            }
+            let finished = running.await;
+            self.settle(finished);
         }
-        let now_ms = self.clock.now_ms();
-        if self.running.is_some() || now_ms < self.retry_at_ms {
+        if self.running.is_some() || self.round.clock.now_ms() < self.retry_at_ms {
             return;
         }
         let expiring = !self
@@ -270,7 +296,7 @@ impl Compactor {
         let round = self.round.clone();
         let queue = std::mem::take(&mut self.queue);
         let repair = !self.repaired;
-        self.running = Some(spawn(move || round.run_logged(queue, repair, now_ms)));
+        self.running = Some(spawn(move || round.run(queue, repair, false)));
     }
 }
 
@@ -290,108 +316,94 @@ impl GlobalCommitter for Compactor {
         Ok(())
     }
 
-    /// Seals the last epoch and merges everything sealed, waiting for it:
-    /// a bounded job ends with its output compacted (a failure is logged
-    /// and counted; the small files stay visible).
+    /// Seals the last epoch and merges everything sealed, waiting for it,
+    /// then removes every replaced segment (a finished job does not come
+    /// back to do it): a bounded job ends with its output compacted. A
+    /// failure is logged and counted; the small files stay visible.
     async fn end_of_input(&mut self) -> Result<(), SinkError> {
         self.seal(true).await?;
         if let Some(running) = self.running.take() {
-            if let Ok(outcome) = running.await {
-                self.settle(outcome);
-            }
+            let finished = running.await;
+            self.settle(finished);
         }
         let round = self.round.clone();
         let queue = std::mem::take(&mut self.queue);
         let repair = !self.repaired;
-        let now_ms = self.clock.now_ms();
-        let outcome = blocking(move || Ok(round.run_logged(queue, repair, now_ms))).await?;
-        self.settle(outcome);
+        let outcome = blocking(move || Ok(round.run(queue, repair, true))).await;
+        self.settle(Ok(outcome?));
         Ok(())
     }
 }
 
 impl Round {
-    /// [`run`](Self::run), with a failure logged and counted: the small
-    /// files stay visible, and what was not merged is left for the next
-    /// round.
-    fn run_logged(&self, mut queue: Vec<Sealed>, repair: bool, now_ms: u64) -> Outcome {
-        let mut repaired = !repair;
-        match self.run(&mut queue, &mut repaired, now_ms) {
-            Ok(()) => Outcome {
-                left: queue,
-                repaired,
-                failed: false,
-            },
+    /// One round, under the lock: the repair (until one succeeded), the
+    /// merges of `queue`, and the removal of replaced segments past their
+    /// retention (of all of them when `last`). A failed merge is logged,
+    /// counted and returned for another try; the others go on. Blocking.
+    fn run(&self, queue: Vec<(Sealed, u32)>, repair: bool, last: bool) -> Outcome {
+        let mut outcome = Outcome {
+            failed: Vec::new(),
+            repaired: !repair,
+            trouble: false,
+        };
+        let fail = |what: &str, error: SinkError, outcome: &mut Outcome| {
+            self.stats.compaction_failed();
+            outcome.trouble = true;
+            warn!(
+                error = %error,
+                "{what} failed; the small files stay visible, and it is tried again later"
+            );
+        };
+        let _lock = match lock(&self.base) {
+            Ok(lock) => lock,
             Err(error) => {
-                self.stats.compaction_failed();
-                warn!(
-                    error = %error,
-                    segments_left = queue.len(),
-                    "compacting the file sink's output failed; its small files stay visible, and \
-                     the merge is tried again later"
-                );
-                Outcome {
-                    left: queue,
-                    repaired,
-                    failed: true,
+                fail("taking the compaction lock", error, &mut outcome);
+                outcome.failed = queue;
+                return outcome;
+            }
+        };
+        let mut queue = queue;
+        if repair {
+            match self.repair() {
+                Ok(unmerged) => {
+                    queue.extend(unmerged.into_iter().map(|segment| (segment, 0)));
+                    outcome.repaired = true;
                 }
+                Err(error) => fail("repairing earlier compactions", error, &mut outcome),
             }
         }
-    }
-
-    /// One round: under the lock, the repair (until one succeeded), the
-    /// merges of `queue` (removed from it as they are done), and the
-    /// removal of replaced segments past their retention. Blocking.
-    fn run(
-        &self,
-        queue: &mut Vec<Sealed>,
-        repaired: &mut bool,
-        now_ms: u64,
-    ) -> Result<(), SinkError> {
-        let _lock = self.lock()?;
-        if !*repaired {
-            queue.extend(self.repair(now_ms)?);
-            *repaired = true;
-        }
         queue.sort();
-        queue.dedup();
-        while let Some(segment) = queue.first().cloned() {
-            self.merge(&segment, now_ms)?;
-            queue.remove(0);
+        queue.dedup_by(|a, b| a.0 == b.0);
+        for (segment, attempts) in queue {
+            if let Err(error) = self.merge(&segment) {
+                let what = format!("merging {}", segment.bucket.join(&segment.name).display());
+                fail(&what, error, &mut outcome);
+                outcome.failed.push((segment, attempts + 1));
+            }
         }
-        self.expire(now_ms)
-    }
-
-    /// Takes the base directory's compaction lock, waiting for another
-    /// compactor's round to end.
-    fn lock(&self) -> Result<File, SinkError> {
-        assert_blocking("taking the compaction lock");
-        let path = self.base.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_error(format!("opening the compaction lock {}", path.display()), e))?;
-        file.lock()
-            .map_err(|e| io_error(format!("locking {}", path.display()), e))?;
-        Ok(file)
+        if let Err(error) = self.expire(last) {
+            fail("removing replaced segments", error, &mut outcome);
+        }
+        outcome
     }
 
     /// Finds what earlier rounds of the lineage left (see the module's
     /// table): repairs interrupted merges, notes replaced segments, and
     /// returns the segments of earlier generations that were never merged.
-    fn repair(&self, now_ms: u64) -> Result<Vec<Sealed>, SinkError> {
+    /// Directories that vanish meanwhile are skipped.
+    fn repair(&self) -> Result<Vec<Sealed>, SinkError> {
         let mut unmerged = Vec::new();
         let mut buckets = Vec::new();
-        visible_dirs(&self.base, &self.lineage, &mut buckets)
-            .map_err(|e| io_error(format!("listing {}", self.base.display()), e))?;
+        visible_dirs(&self.base, &self.lineage, &mut buckets)?;
         for bucket in buckets {
-            let entries = fs::read_dir(&bucket)
-                .map_err(|e| io_error(format!("listing {}", bucket.display()), e))?;
+            let listing = |e| io_error(format!("listing {}", bucket.display()), e);
+            let entries = match fs::read_dir(&bucket) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(listing(e)),
+            };
             for entry in entries {
-                let entry =
-                    entry.map_err(|e| io_error(format!("listing {}", bucket.display()), e))?;
+                let entry = entry.map_err(listing)?;
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                     continue;
@@ -408,7 +420,8 @@ impl Round {
                     let working = entry.path();
                     if bucket.join(segment).join(MANIFEST).exists() {
                         // Exchanged: these are the replaced small files.
-                        self.replace(&bucket, segment, &working, now_ms)?;
+                        fsync_dir(&bucket)?;
+                        self.replace(&bucket, segment, &working)?;
                     } else {
                         remove_all(&working)?;
                         debug!(segment, "removed an interrupted merge");
@@ -424,14 +437,15 @@ impl Round {
     /// Merges the sealed segment `segment`: its files into one, exchanged
     /// for them. Nothing to do for a segment merged already, gone, or of
     /// one file.
-    fn merge(&self, segment: &Sealed, now_ms: u64) -> Result<(), SinkError> {
+    fn merge(&self, segment: &Sealed) -> Result<(), SinkError> {
         let bucket = &segment.bucket;
         let dir = bucket.join(&segment.name);
         let working = bucket.join(format!(".{}{COMPACTING}", segment.name));
         if dir.join(MANIFEST).exists() {
             if working.exists() {
                 // Exchanged by a round that failed right after.
-                self.replace(bucket, &segment.name, &working, now_ms)?;
+                fsync_dir(bucket)?;
+                self.replace(bucket, &segment.name, &working)?;
             }
             return Ok(());
         }
@@ -441,23 +455,10 @@ impl Round {
         if working.exists() {
             remove_all(&working)?;
         }
-        let mut files: Vec<(String, u64)> = Vec::new();
-        let entries =
-            fs::read_dir(&dir).map_err(|e| io_error(format!("listing {}", dir.display()), e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| io_error(format!("listing {}", dir.display()), e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let meta = entry
-                .metadata()
-                .map_err(|e| io_error(format!("reading {}", entry.path().display()), e))?;
-            if meta.is_file() && !name.starts_with('.') {
-                files.push((name, meta.len()));
-            }
-        }
+        let files = visible_files(&dir)?;
         if files.len() < 2 {
             return Ok(());
         }
-        files.sort();
         fs::create_dir(&working)
             .map_err(|e| io_error(format!("creating {}", working.display()), e))?;
         let merged_name = format!("{}-{}{}", self.prefix, segment.name, self.suffix);
@@ -504,7 +505,7 @@ impl Round {
         fsync_dir(&working)?;
         #[cfg(feature = "failpoints")]
         fail::fail_point!("compaction-before-exchange", |_| Err(SinkError::msg(
-            "simulated crash at failpoint compaction-before-exchange"
+            "simulated failure at failpoint compaction-before-exchange"
         )));
         exchange(&working, &dir).map_err(|e| {
             io_error(
@@ -515,23 +516,20 @@ impl Round {
         fsync_dir(bucket)?;
         #[cfg(feature = "failpoints")]
         fail::fail_point!("compaction-after-exchange", |_| Err(SinkError::msg(
-            "simulated crash at failpoint compaction-after-exchange"
+            "simulated failure at failpoint compaction-after-exchange"
         )));
-        self.replace(bucket, &segment.name, &working, now_ms)?;
+        self.replace(bucket, &segment.name, &working)?;
         self.stats.compacted(files.len() as u64);
         debug!(segment = %dir.display(), files = files.len(), "merged a segment");
         Ok(())
     }
 
     /// Moves an exchanged working directory (now the small files) out of
-    /// the way, to `.<segment>.replaced-<now_ms>`, for the retention.
-    fn replace(
-        &self,
-        bucket: &Path,
-        segment: &str,
-        working: &Path,
-        now_ms: u64,
-    ) -> Result<(), SinkError> {
+    /// the way, to `.<segment>.replaced-<now>`, for the retention; any file
+    /// committed into it that the merge did not see is put back first.
+    fn replace(&self, bucket: &Path, segment: &str, working: &Path) -> Result<(), SinkError> {
+        rescue(working, &bucket.join(segment))?;
+        let now_ms = self.clock.now_ms();
         let replaced = bucket.join(format!(".{segment}{REPLACED}{now_ms}"));
         fs::rename(working, &replaced).map_err(|e| {
             io_error(
@@ -551,26 +549,116 @@ impl Round {
             .push((path, at_ms));
     }
 
-    /// Removes the replaced segments whose retention passed.
-    fn expire(&self, now_ms: u64) -> Result<(), SinkError> {
+    /// Removes the replaced segments whose retention passed (all of them
+    /// when `all`), each after a last look for files the merge did not see.
+    /// Those not removed stay listed.
+    fn expire(&self, all: bool) -> Result<(), SinkError> {
         let retention = millis(self.compaction.policy.retention);
-        let expired: Vec<PathBuf> = {
+        let now_ms = self.clock.now_ms();
+        let due: Vec<(PathBuf, u64)> = {
             let mut replaced = self
                 .compaction
                 .replaced
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            let (expired, kept) = std::mem::take(&mut *replaced)
+            let (due, kept) = std::mem::take(&mut *replaced)
                 .into_iter()
-                .partition(|(_, at)| now_ms.saturating_sub(*at) >= retention);
+                .partition(|(_, at)| all || now_ms.saturating_sub(*at) >= retention);
             *replaced = kept;
-            expired.into_iter().map(|(path, _)| path).collect()
+            due
         };
-        for path in expired {
-            remove_all(&path)?;
+        let mut first_error = None;
+        for (path, at) in due {
+            let removed = segment_of_replaced(&path)
+                .map_or(Ok(()), |segment| rescue(&path, &segment))
+                .and_then(|()| remove_all(&path));
+            if let Err(error) = removed {
+                self.note_replaced(path, at);
+                first_error.get_or_insert(error);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
+}
+
+/// The visible regular files of the directory `dir`, by name, with their
+/// sizes.
+fn visible_files(dir: &Path) -> Result<Vec<(String, u64)>, SinkError> {
+    let listing = |e| io_error(format!("listing {}", dir.display()), e);
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).map_err(listing)? {
+        let entry = entry.map_err(listing)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let meta = entry
+            .metadata()
+            .map_err(|e| io_error(format!("reading {}", entry.path().display()), e))?;
+        if meta.is_file() && !name.starts_with('.') {
+            files.push((name, meta.len()));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Moves back into the merged segment `segment` every file of its replaced
+/// directory `replaced` that its manifest does not list: a commit that
+/// reached the old directory after the merge listed it (a committer of an
+/// earlier start of the job still finishing, in another sink object). It
+/// stays visible, not merged; deleting it would lose it.
+fn rescue(replaced: &Path, segment: &Path) -> Result<(), SinkError> {
+    let Some(manifest) = read_manifest(segment)
+        .map_err(|e| io_error(format!("reading the manifest of {}", segment.display()), e))?
+    else {
+        return Ok(());
+    };
+    let merged: std::collections::HashSet<&str> =
+        manifest.sources.iter().map(|s| s.name.as_str()).collect();
+    let mut moved = 0;
+    for (name, _) in visible_files(replaced)? {
+        if merged.contains(name.as_str()) {
+            continue;
+        }
+        let (from, to) = (replaced.join(&name), segment.join(&name));
+        fs::rename(&from, &to).map_err(|e| {
+            io_error(
+                format!("moving {} back to {}", from.display(), to.display()),
+                e,
+            )
+        })?;
+        warn!(file = %to.display(), "a file committed after its segment was merged was put back, unmerged");
+        moved += 1;
+    }
+    if moved > 0 {
+        fsync_dir(segment)?;
+        fsync_dir(replaced)?;
+    }
+    Ok(())
+}
+
+/// The segment whose small files the replaced directory `replaced`
+/// (`<bucket>/.<segment>.replaced-<ms>`) holds.
+fn segment_of_replaced(replaced: &Path) -> Option<PathBuf> {
+    let name = replaced.file_name()?.to_str()?;
+    let (segment, _) = name.strip_prefix('.')?.rsplit_once(REPLACED)?;
+    Some(replaced.with_file_name(segment))
+}
+
+/// Takes the base directory `base`'s compaction lock (an exclusive lock on
+/// `<base>/.file-sink-compaction.lock`), waiting for another compactor's
+/// round to end. Held by merge rounds, and by a committer before it
+/// declares a file lost. Blocking.
+pub(crate) fn lock(base: &Path) -> Result<File, SinkError> {
+    assert_blocking("taking the compaction lock");
+    let path = base.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io_error(format!("opening the compaction lock {}", path.display()), e))?;
+    file.lock()
+        .map_err(|e| io_error(format!("locking {}", path.display()), e))?;
+    Ok(file)
 }
 
 /// The segment of `lineage` whose interrupted or exchanged merge the
@@ -592,17 +680,18 @@ fn replaced_at(name: &str, lineage: &Lineage) -> Option<u64> {
 /// The base directory and every directory under it that may hold buckets:
 /// not hidden, and not a segment of `lineage` (whose files are not
 /// buckets).
-fn visible_dirs(dir: &Path, lineage: &Lineage, found: &mut Vec<PathBuf>) -> io::Result<()> {
+fn visible_dirs(dir: &Path, lineage: &Lineage, found: &mut Vec<PathBuf>) -> Result<(), SinkError> {
     found.push(dir.to_path_buf());
+    let listing = |e| io_error(format!("listing {}", dir.display()), e);
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) => return Err(listing(e)),
     };
     for entry in entries {
-        let entry = entry?;
+        let entry = entry.map_err(listing)?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if entry.file_type()?.is_dir()
+        if entry.file_type().map_err(listing)?.is_dir()
             && !name.starts_with('.')
             && !(name.starts_with(SEGMENT_PREFIX) && parse_segment(&name, lineage).is_some())
         {
@@ -637,12 +726,21 @@ fn exchange(_: &Path, _: &Path) -> io::Result<()> {
     ))
 }
 
-/// Checks that the filesystem of `base` exchanges directories atomically,
-/// creating `base` (durably) if it is missing. Called by the sink's start
-/// hook when it compacts; a refusal is permanent and names the fix.
-pub(crate) fn probe(base: &Path) -> Result<(), SinkError> {
+/// The start of the probe's directories, in the base directory.
+const PROBE: &str = ".compaction-probe-";
+
+/// Checks that the filesystem of `base` exchanges directories atomically.
+/// On a fresh start (`fresh`) a missing `base` is created (durably), as its
+/// writers would; on a restored start a missing `base` is left to the
+/// writers to refuse, and nothing is probed. Leftovers of a probe cut short
+/// are removed. Called by the sink's start hook when it compacts; a refusal
+/// is permanent and names the fix.
+pub(crate) fn probe(base: &Path, fresh: bool) -> Result<(), SinkError> {
     assert_blocking("probing the filesystem for compaction");
     if !base.exists() {
+        if !fresh {
+            return Ok(());
+        }
         fs::create_dir_all(base).map_err(|e| {
             io_error(
                 format!("creating the output directory {}", base.display()),
@@ -653,9 +751,16 @@ pub(crate) fn probe(base: &Path) -> Result<(), SinkError> {
             fsync_dir(parent)?;
         }
     }
+    let listing = |e| io_error(format!("listing {}", base.display()), e);
+    for entry in fs::read_dir(base).map_err(listing)? {
+        let entry = entry.map_err(listing)?;
+        if entry.file_name().to_string_lossy().starts_with(PROBE) {
+            remove_all(&entry.path())?;
+        }
+    }
     let id = uuid::Uuid::new_v4();
-    let a = base.join(format!(".compaction-probe-{id}-a"));
-    let b = base.join(format!(".compaction-probe-{id}-b"));
+    let a = base.join(format!("{PROBE}{id}-a"));
+    let b = base.join(format!("{PROBE}{id}-b"));
     let made = fs::create_dir(&a).and_then(|()| fs::create_dir(&b));
     let result = made.and_then(|()| exchange(&a, &b));
     let _ = fs::remove_dir(&a);
@@ -679,12 +784,13 @@ mod tests {
     use super::*;
     use crate::blocking::on_this_thread;
     use crate::segments::{find_committed, segment_name, Found};
+    use sink_api::ManualClock;
 
     fn lineage() -> Lineage {
         Lineage::new("0123abcd")
     }
 
-    fn round(base: &Path, generation: u64, retention: Duration) -> Round {
+    fn round(base: &Path, generation: u64, retention: Duration, clock: &ManualClock) -> Round {
         Round {
             compaction: Arc::new(Compaction::new(
                 CompactionPolicy::default().retention(retention),
@@ -695,6 +801,7 @@ mod tests {
             lineage: lineage(),
             generation: Generation(generation),
             stats: Arc::default(),
+            clock: Arc::new(clock.clone()),
         }
     }
 
@@ -711,6 +818,28 @@ mod tests {
         }
     }
 
+    /// Every number in the finished files, sorted.
+    fn numbers(base: &Path) -> Vec<u32> {
+        let mut numbers: Vec<u32> = crate::finished_files(base)
+            .unwrap()
+            .iter()
+            .flat_map(|f| {
+                fs::read_to_string(f)
+                    .unwrap()
+                    .lines()
+                    .map(|l| l.parse().unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        numbers.sort();
+        numbers
+    }
+
+    fn run(round: &Round, queue: Vec<Sealed>, repair: bool, last: bool) -> Outcome {
+        let queue = queue.into_iter().map(|segment| (segment, 0)).collect();
+        on_this_thread(|| round.run(queue, repair, last))
+    }
+
     #[test]
     fn a_segment_becomes_one_file_with_a_manifest_and_its_small_files_expire() {
         let dir = tempfile::tempdir().unwrap();
@@ -721,12 +850,10 @@ mod tests {
             0,
             &[("part-b", "2\n"), ("part-a", "1\n"), ("part-c", "3\n")],
         );
-        let round = round(base, 1, Duration::from_secs(60));
-        let run = |queue: Vec<Sealed>, now_ms| {
-            let (mut queue, mut repaired) = (queue, true);
-            on_this_thread(|| round.run(&mut queue, &mut repaired, now_ms))
-        };
-        run(vec![sealed.clone()], 1_000).unwrap();
+        let clock = ManualClock::new(1_000);
+        let round = round(base, 1, Duration::from_secs(60), &clock);
+        let outcome = run(&round, vec![sealed.clone()], false, false);
+        assert!(!outcome.trouble && outcome.failed.is_empty());
         let files = crate::finished_files(base).unwrap();
         let merged = base
             .join(&sealed.name)
@@ -735,18 +862,64 @@ mod tests {
         assert_eq!(fs::read_to_string(&merged).unwrap(), "1\n2\n3\n");
         assert_eq!(round.stats.snapshot().compacted_files, 3);
         assert_eq!(
-            on_this_thread(|| find_committed(base, "part-b")).unwrap(),
+            on_this_thread(|| find_committed(base, "part-b", Some(lineage().as_str()))).unwrap(),
             Found::Merged(base.join(&sealed.name), 2)
         );
         let replaced = base.join(format!(".{}.replaced-1000", sealed.name));
         assert!(replaced.join("part-a").exists(), "kept for the retention");
-        run(Vec::new(), 60_999).unwrap();
+        clock.advance(59_999);
+        run(&round, Vec::new(), false, false);
         assert!(replaced.exists());
-        run(Vec::new(), 61_000).unwrap();
+        clock.advance(1);
+        run(&round, Vec::new(), false, false);
         assert!(!replaced.exists(), "removed after it");
         // Merged already: left alone.
-        run(vec![sealed.clone()], 62_000).unwrap();
+        run(&round, vec![sealed.clone()], false, false);
         assert_eq!(crate::finished_files(base).unwrap(), vec![merged]);
+    }
+
+    #[test]
+    fn a_file_committed_into_a_merged_segment_is_put_back_not_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let sealed = segment(base, 1, 0, &[("part-a", "1\n"), ("part-b", "2\n")]);
+        let clock = ManualClock::new(1_000);
+        let round = round(base, 1, Duration::from_secs(60), &clock);
+        run(&round, vec![sealed.clone()], false, false);
+        // A late committer's rename reached the old directory after the merge.
+        let replaced = base.join(format!(".{}.replaced-1000", sealed.name));
+        fs::write(replaced.join("part-late"), "3\n").unwrap();
+        clock.advance(60_000);
+        run(&round, Vec::new(), false, false);
+        assert!(!replaced.exists());
+        assert_eq!(
+            numbers(base),
+            vec![1, 2, 3],
+            "the late file is visible, once"
+        );
+        assert!(base.join(&sealed.name).join("part-late").exists());
+    }
+
+    #[test]
+    fn a_segment_that_cannot_be_merged_does_not_hold_up_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let bad = segment(base, 1, 0, &[("part-a", "1\n"), ("part-b", "2\n")]);
+        // A file where its working directory goes: its merge fails.
+        fs::write(base.join(format!(".{}{COMPACTING}", bad.name)), "x").unwrap();
+        let good = segment(base, 1, 1, &[("part-c", "3\n"), ("part-d", "4\n")]);
+        let clock = ManualClock::new(1_000);
+        let round = round(base, 1, Duration::ZERO, &clock);
+        let outcome = run(&round, vec![bad.clone(), good.clone()], false, false);
+        assert!(outcome.trouble);
+        assert_eq!(outcome.failed, vec![(bad.clone(), 1)], "tried again later");
+        assert!(
+            base.join(&good.name).join(MANIFEST).exists(),
+            "the other merged"
+        );
+        assert!(!base.join(&bad.name).join(MANIFEST).exists());
+        assert_eq!(numbers(base), vec![1, 2, 3, 4], "nothing lost either way");
+        assert_eq!(round.stats.snapshot().compaction_failures, 1);
     }
 
     #[test]
@@ -766,7 +939,10 @@ mod tests {
             serde_json::to_vec(&Manifest {
                 format: MANIFEST_FORMAT,
                 merged: "part-m".into(),
-                sources: vec![],
+                sources: vec![Source {
+                    name: "part-e".into(),
+                    bytes: 2,
+                }],
             })
             .unwrap(),
         )
@@ -781,10 +957,10 @@ mod tests {
         fs::write(foreign.join("part-h"), "9\n").unwrap();
         fs::write(foreign.join("part-i"), "10\n").unwrap();
 
-        let round = round(base, 2, Duration::ZERO);
-        let (mut queue, mut repaired) = (Vec::new(), false);
-        on_this_thread(|| round.run(&mut queue, &mut repaired, 5_000)).unwrap();
-        assert!(repaired && queue.is_empty());
+        let clock = ManualClock::new(5_000);
+        let round = round(base, 2, Duration::ZERO, &clock);
+        let outcome = run(&round, Vec::new(), true, false);
+        assert!(outcome.repaired && !outcome.trouble);
         assert!(!working.exists() && !old.exists());
         for merged in [&cut, &never] {
             assert!(
@@ -794,19 +970,7 @@ mod tests {
         }
         assert!(!base.join(&current.name).join(MANIFEST).exists());
         assert!(foreign.join("part-h").exists());
-        let mut numbers: Vec<u32> = crate::finished_files(base)
-            .unwrap()
-            .iter()
-            .flat_map(|f| {
-                fs::read_to_string(f)
-                    .unwrap()
-                    .lines()
-                    .map(|l| l.parse().unwrap())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        numbers.sort();
-        assert_eq!(numbers, (1..=10).collect::<Vec<_>>(), "each once");
+        assert_eq!(numbers(base), (1..=10).collect::<Vec<_>>(), "each once");
         assert!(
             fs::read_dir(base)
                 .unwrap()
@@ -817,10 +981,30 @@ mod tests {
     }
 
     #[test]
+    fn the_last_round_removes_every_replaced_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let sealed = segment(base, 1, 0, &[("part-a", "1\n"), ("part-b", "2\n")]);
+        let clock = ManualClock::new(1_000);
+        let round = round(base, 1, Duration::from_secs(3600), &clock);
+        run(&round, vec![sealed], false, true);
+        assert!(fs::read_dir(base)
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().contains(REPLACED)));
+        assert_eq!(numbers(base), vec![1, 2]);
+    }
+
+    #[test]
     fn the_probe_passes_here_and_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().join("out");
-        on_this_thread(|| probe(&base)).unwrap();
+        on_this_thread(|| probe(&base, false)).unwrap();
+        assert!(!base.exists(), "a restored start creates nothing");
+        on_this_thread(|| probe(&base, true)).unwrap();
         assert_eq!(fs::read_dir(&base).unwrap().count(), 0);
+        fs::create_dir(base.join(format!("{PROBE}cut-short-a"))).unwrap();
+        on_this_thread(|| probe(&base, false)).unwrap();
+        assert_eq!(fs::read_dir(&base).unwrap().count(), 0, "leftovers removed");
     }
 }

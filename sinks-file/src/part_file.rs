@@ -208,37 +208,64 @@ impl InProgressPart {
             .map_err(|e| io_error(format!("flushing the part file {}", self.path.display()), e))
     }
 
-    /// Makes everything written so far durable and describes it for a
-    /// checkpoint; writing goes on afterwards.
-    pub(crate) fn persist(&mut self) -> Result<InProgressState, SinkError> {
-        assert_blocking("fsync of a part file");
+    /// Describes everything written so far for a checkpoint, with what is
+    /// left to make it durable (see [`Unsynced`]); writing goes on
+    /// afterwards. The buffered bytes are handed to the operating system
+    /// here, so the fsync may run on another thread while this one writes.
+    pub(crate) fn persist(&mut self) -> Result<(InProgressState, Unsynced), SinkError> {
         self.flush()?;
-        self.file
-            .get_ref()
-            .sync_data()
-            .map_err(|e| io_error(format!("syncing the part file {}", self.path.display()), e))?;
-        // The file's name must survive a power loss too, not only its data.
-        for dir in std::mem::take(&mut self.unsynced_dirs) {
-            self.syncs.sync_dir_since(&dir, self.created_seq)?;
-        }
-        Ok(InProgressState {
+        let file = self.file.get_ref().try_clone().map_err(|e| {
+            io_error(
+                format!(
+                    "opening the part file {} again to sync it",
+                    self.path.display()
+                ),
+                e,
+            )
+        })?;
+        let unsynced = Unsynced {
+            path: self.path.clone(),
+            file,
+            dirs: std::mem::take(&mut self.unsynced_dirs),
+            created_seq: self.created_seq,
+            syncs: self.syncs.clone(),
+        };
+        Ok((self.state(), unsynced))
+    }
+
+    fn state(&self) -> InProgressState {
+        InProgressState {
             path: self.relative.clone(),
             target: self.target.clone(),
             length: self.info.size_bytes,
             records: self.records,
             upload: None,
             tail: Vec::new(),
-        })
+        }
     }
 
-    /// Closes the part for good: durable, and ready to be committed in the
-    /// output directory `output`.
+    /// Closes the part for good: complete, and ready to be committed in the
+    /// output directory `output` once what is returned with it was synced.
     pub(crate) fn close_for_commit(
         mut self,
         output: &OutputIdentity,
-    ) -> Result<FileCommittable, SinkError> {
-        let state = self.persist()?;
-        Ok(FileCommittable {
+    ) -> Result<(FileCommittable, Unsynced), SinkError> {
+        self.flush()?;
+        let state = self.state();
+        let file = self.file.into_inner().map_err(|e| {
+            io_error(
+                format!("flushing the part file {}", self.path.display()),
+                e.into_error(),
+            )
+        })?;
+        let unsynced = Unsynced {
+            path: self.path,
+            file,
+            dirs: self.unsynced_dirs,
+            created_seq: self.created_seq,
+            syncs: self.syncs,
+        };
+        let committable = FileCommittable {
             output_id: output.id.clone(),
             output_dir: output.dir.clone(),
             pending: state.path,
@@ -246,7 +273,39 @@ impl InProgressPart {
             size_bytes: state.length,
             records: state.records,
             upload: None,
-        })
+        };
+        Ok((committable, unsynced))
+    }
+}
+
+/// A part file whose bytes (and maybe name) are not durable yet: what a
+/// checkpoint that refers to it waits for. Synced by the writer's
+/// durability work ([`sink_api::SinkWriter::durability`]), on a blocking
+/// thread, while the writer goes on.
+pub(crate) struct Unsynced {
+    path: PathBuf,
+    /// The part's file (or a second handle on it, for a part still
+    /// written).
+    file: File,
+    /// Directories whose entries for the file are not durable yet.
+    dirs: Vec<PathBuf>,
+    created_seq: u64,
+    syncs: Arc<DirSyncs>,
+}
+
+impl Unsynced {
+    /// Makes the file's bytes, as far as they were handed to the operating
+    /// system, and its name durable. Blocking.
+    pub(crate) fn sync(self) -> Result<(), SinkError> {
+        assert_blocking("fsync of a part file");
+        self.file
+            .sync_data()
+            .map_err(|e| io_error(format!("syncing the part file {}", self.path.display()), e))?;
+        // The file's name must survive a power loss too, not only its data.
+        for dir in &self.dirs {
+            self.syncs.sync_dir_since(dir, self.created_seq)?;
+        }
+        Ok(())
     }
 }
 

@@ -24,8 +24,9 @@
 //! A committable records its file's bucket and name, not its segment: a
 //! replayed commit whose pending file is gone looks for the name
 //! ([`find_committed`]) in the bucket itself (committed without compaction),
-//! then in every segment of the bucket, newest name first: as a file, or in
-//! the manifest a merged segment keeps of what it merged.
+//! then in every segment of the bucket (its own lineage's first, newest
+//! first): as a file, or in the manifest a merged segment keeps of what it
+//! merged.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -35,6 +36,8 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 use serde::{Deserialize, Serialize};
 use sink_api::{Generation, Lineage};
+
+use tracing::warn;
 
 use crate::blocking::assert_blocking;
 
@@ -130,17 +133,34 @@ pub(crate) enum Found {
 }
 
 /// Looks for the committed file `name` of the bucket directory `bucket`:
-/// in the bucket, then in each segment of the bucket (newest name first),
-/// as a file or in a merged segment's manifest. Blocking.
+/// in the bucket, then in each segment of the bucket, those of `lineage`
+/// (the committable's) first, newest name first, as a file or in a merged
+/// segment's manifest. A manifest that cannot be read fails the search if
+/// it is of `lineage`, and is passed over (with a warning) if it belongs to
+/// another job. Blocking.
 ///
 /// A segment being merged at the same time is seen whole either way: its
 /// directory is exchanged atomically, and the file is looked for before the
 /// manifest (a file gone is a manifest there).
-pub(crate) fn find_committed(bucket: &Path, name: &str) -> io::Result<Found> {
+pub(crate) fn find_committed(
+    bucket: &Path,
+    name: &str,
+    lineage: Option<&str>,
+) -> io::Result<Found> {
     assert_blocking("looking for a committed file");
     if let Some(size) = size_of(&bucket.join(name))? {
         return Ok(Found::File(bucket.join(name), size));
     }
+    let own_prefix = lineage.map(|lineage| format!("{SEGMENT_PREFIX}{lineage}-"));
+    let is_own = |segment: &Path| {
+        let name = segment
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        own_prefix
+            .as_ref()
+            .zip(name)
+            .is_some_and(|(prefix, name)| name.starts_with(prefix.as_str()))
+    };
     let mut segments = Vec::new();
     match std::fs::read_dir(bucket) {
         Ok(entries) => {
@@ -157,13 +177,22 @@ pub(crate) fn find_committed(bucket: &Path, name: &str) -> io::Result<Found> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Found::Nowhere),
         Err(e) => return Err(e),
     }
-    segments.sort_unstable_by(|a, b| b.cmp(a));
+    // Own lineage first, then the rest; newest name first in each.
+    segments.sort_unstable_by(|a, b| (is_own(b), b).cmp(&(is_own(a), a)));
     for segment in segments {
         let path = segment.join(name);
         if let Some(size) = size_of(&path)? {
             return Ok(Found::File(path, size));
         }
-        let merged = read_manifest(&segment)?.and_then(|manifest| {
+        let manifest = match read_manifest(&segment) {
+            Ok(manifest) => manifest,
+            Err(error) if !is_own(&segment) => {
+                warn!(segment = %segment.display(), %error, "passing over another job's segment");
+                None
+            }
+            Err(error) => return Err(error),
+        };
+        let merged = manifest.and_then(|manifest| {
             let source = manifest.sources.iter().find(|source| source.name == name)?;
             Some(source.bytes)
         });
@@ -197,8 +226,8 @@ pub(crate) struct Epoch {
     lineage: Lineage,
     generation: Generation,
     number: u64,
-    /// When it opened, on the sink's clock.
-    opened_ms: u64,
+    /// When its first file was committed, on the sink's clock; 0 before.
+    first_file_ms: AtomicU64,
     files: AtomicU64,
     bytes: AtomicU64,
     /// The bucket directories that have a segment of this epoch.
@@ -206,12 +235,12 @@ pub(crate) struct Epoch {
 }
 
 impl Epoch {
-    fn new(lineage: Lineage, generation: Generation, number: u64, opened_ms: u64) -> Epoch {
+    fn new(lineage: Lineage, generation: Generation, number: u64) -> Epoch {
         Epoch {
             lineage,
             generation,
             number,
-            opened_ms,
+            first_file_ms: AtomicU64::new(0),
             files: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             buckets: Mutex::new(BTreeSet::new()),
@@ -228,8 +257,14 @@ impl Epoch {
         bucket.join(segment_name(&self.lineage, self.generation, self.number))
     }
 
-    /// Counts a file of `bytes` committed into this epoch.
-    pub(crate) fn add(&self, bytes: u64) {
+    /// Counts a file of `bytes` committed into this epoch at `now_ms`.
+    pub(crate) fn add(&self, bytes: u64, now_ms: u64) {
+        let _ = self.first_file_ms.compare_exchange(
+            0,
+            now_ms.max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         self.files.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
@@ -248,7 +283,9 @@ impl Epoch {
     }
 }
 
-/// When an epoch is sealed: any limit reached.
+/// When an epoch is sealed: any limit reached (its age counted from its
+/// first file, so that an epoch opened before a quiet spell is not sealed
+/// by its first file after it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SealLimits {
     pub age_ms: u64,
@@ -276,38 +313,50 @@ impl Placing<'_> {
 
 impl Segments {
     /// Opens epoch 0 of start `generation` of `lineage`, unless an epoch of
-    /// that start is open already. Called at every start, by the sink's
-    /// start hook, its committers and its compactor; the segments of an
-    /// earlier start are sealed by it (their generation is over).
-    pub(crate) fn begin(&self, lineage: &Lineage, generation: Generation, now_ms: u64) {
+    /// that start is open already. Called at every start by the sink's
+    /// start hook and its committers: no commit goes into an earlier
+    /// start's segments any more (the next start's repair merges them).
+    pub(crate) fn begin(&self, lineage: &Lineage, generation: Generation) {
         let mut epoch = self.epoch.write().unwrap_or_else(|e| e.into_inner());
         let current = epoch
             .as_ref()
             .is_some_and(|e| &e.lineage == lineage && e.generation == generation);
         if !current {
-            *epoch = Some(Epoch::new(lineage.clone(), generation, 0, now_ms));
+            *epoch = Some(Epoch::new(lineage.clone(), generation, 0));
         }
     }
 
-    /// The current epoch, for a batch of commits. Blocking: a seal may be
-    /// under way.
+    /// The current epoch, while one commit places its file in it. Blocking:
+    /// a seal may be under way.
     pub(crate) fn placing(&self) -> Placing<'_> {
         assert_blocking("placing commits in a segment");
         Placing(self.epoch.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Seals the current epoch if it reached a limit of `limits` at
-    /// `now_ms` (or `force`), opening the next one; returns its segments.
+    /// Seals the current epoch, if it is one of start `generation` of
+    /// `lineage` (a seal by an earlier start's compactor, still finishing,
+    /// does nothing) and it reached a limit of `limits` at `now_ms` (or
+    /// `force`); opens the next one and returns the sealed one's segments.
     /// Waits for the commits placing files in it. Blocking.
-    pub(crate) fn seal(&self, limits: SealLimits, now_ms: u64, force: bool) -> Vec<Sealed> {
+    pub(crate) fn seal(
+        &self,
+        lineage: &Lineage,
+        generation: Generation,
+        limits: SealLimits,
+        now_ms: u64,
+        force: bool,
+    ) -> Vec<Sealed> {
         assert_blocking("sealing an epoch");
         let due = |epoch: &Epoch| {
             let files = epoch.files.load(Ordering::Relaxed);
-            force
-                || (files > 0
-                    && (now_ms.saturating_sub(epoch.opened_ms) >= limits.age_ms
-                        || epoch.bytes.load(Ordering::Relaxed) >= limits.bytes
-                        || files >= limits.files))
+            let first = epoch.first_file_ms.load(Ordering::Relaxed);
+            &epoch.lineage == lineage
+                && epoch.generation == generation
+                && (force
+                    || (files > 0
+                        && (now_ms.saturating_sub(first) >= limits.age_ms
+                            || epoch.bytes.load(Ordering::Relaxed) >= limits.bytes
+                            || files >= limits.files)))
         };
         // Checked under the read lock first: most calls find nothing due.
         if !self
@@ -328,7 +377,6 @@ impl Segments {
             current.lineage.clone(),
             current.generation,
             current.number + 1,
-            now_ms,
         );
         *epoch = Some(next);
         sealed
@@ -382,26 +430,35 @@ mod tests {
         .unwrap();
         on_this_thread(|| {
             assert_eq!(
-                find_committed(bucket, "part-a").unwrap(),
+                find_committed(bucket, "part-a", None).unwrap(),
                 Found::File(plain.clone(), 5)
             );
             assert_eq!(
-                find_committed(bucket, "part-b").unwrap(),
+                find_committed(bucket, "part-b", Some("ab12-cd")).unwrap(),
                 Found::File(segment.join("part-b"), 3)
             );
             assert_eq!(
-                find_committed(bucket, "part-c").unwrap(),
+                find_committed(bucket, "part-c", Some("ab12-cd")).unwrap(),
                 Found::Merged(merged.clone(), 7)
             );
-            assert_eq!(find_committed(bucket, "part-d").unwrap(), Found::Nowhere);
             assert_eq!(
-                find_committed(&bucket.join("missing"), "part-a").unwrap(),
+                find_committed(bucket, "part-d", Some("ab12-cd")).unwrap(),
+                Found::Nowhere
+            );
+            assert_eq!(
+                find_committed(&bucket.join("missing"), "part-a", None).unwrap(),
                 Found::Nowhere
             );
         });
         std::fs::write(merged.join(MANIFEST), "{\"format\":2}").unwrap();
-        let error = on_this_thread(|| find_committed(bucket, "part-d")).unwrap_err();
+        let error =
+            on_this_thread(|| find_committed(bucket, "part-d", Some("ab12-cd"))).unwrap_err();
         assert!(error.to_string().contains("compaction manifest"), "{error}");
+        // Another job's damaged manifest is passed over.
+        assert_eq!(
+            on_this_thread(|| find_committed(bucket, "part-d", Some("other"))).unwrap(),
+            Found::Nowhere
+        );
     }
 
     #[test]
@@ -412,9 +469,10 @@ mod tests {
             bytes: 100,
             files: 3,
         };
+        let seal = |now_ms| segments.seal(&lineage(), Generation(1), limits, now_ms, false);
         on_this_thread(|| {
-            segments.begin(&lineage(), Generation(1), 0);
-            assert!(segments.seal(limits, 5_000, false).is_empty(), "empty");
+            segments.begin(&lineage(), Generation(1));
+            assert!(seal(5_000).is_empty(), "empty");
             {
                 let placing = segments.placing();
                 let epoch = placing.epoch().unwrap();
@@ -423,10 +481,10 @@ mod tests {
                     Generation(1),
                     0
                 )));
-                epoch.add(10);
+                epoch.add(10, 100);
             }
-            assert!(segments.seal(limits, 500, false).is_empty(), "young, small");
-            let sealed = segments.seal(limits, 1_000, false);
+            assert!(seal(1_000).is_empty(), "young (from its first file), small");
+            let sealed = seal(1_100);
             assert_eq!(
                 sealed,
                 vec![Sealed {
@@ -441,12 +499,15 @@ mod tests {
                 Generation(1),
                 1
             )));
-            epoch.add(200);
+            epoch.add(200, 1_101);
             drop(placing);
-            assert_eq!(segments.seal(limits, 1_001, false).len(), 1, "by size");
-            // Another start: epoch 0 of its generation.
-            segments.begin(&lineage(), Generation(2), 2_000);
-            segments.begin(&lineage(), Generation(2), 3_000);
+            assert_eq!(seal(1_102).len(), 1, "by size");
+            // Another start: epoch 0 of its generation, which an earlier
+            // start's compactor does not seal.
+            segments.begin(&lineage(), Generation(2));
+            segments.placing().epoch().unwrap().add(200, 2_000);
+            assert!(seal(9_000).is_empty(), "not generation 1's epoch");
+            segments.begin(&lineage(), Generation(2));
             let placing = segments.placing();
             assert!(placing
                 .epoch()

@@ -273,10 +273,10 @@ where
         {
             let (compaction, base) = (compaction.clone(), base.clone());
             let (lineage, generation) = (start.lineage.clone(), start.generation);
-            let now_ms = self.config.clock.as_ref().unwrap_or(&start.clock).now_ms();
+            let fresh = start.restored_checkpoint_id.is_none();
             blocking(move || {
-                probe(&base)?;
-                compaction.segments.begin(&lineage, generation, now_ms);
+                probe(&base, fresh)?;
+                compaction.segments.begin(&lineage, generation);
                 Ok(())
             })
             .await?;
@@ -418,14 +418,8 @@ where
     async fn create_committer(&self, context: &InitContext) -> Result<FileCommitter, SinkError> {
         if let Some(compaction) = self.config.compaction.clone() {
             let (lineage, generation) = (context.lineage.clone(), context.generation);
-            let now_ms = self
-                .config
-                .clock
-                .as_ref()
-                .unwrap_or(&context.clock)
-                .now_ms();
             blocking(move || {
-                compaction.segments.begin(&lineage, generation, now_ms);
+                compaction.segments.begin(&lineage, generation);
                 Ok(())
             })
             .await?;
@@ -436,6 +430,11 @@ where
             output_location: self.config.output.clone(),
             output: None,
             compaction: self.config.compaction.clone(),
+            clock: self
+                .config
+                .clock
+                .clone()
+                .unwrap_or_else(|| context.clock.clone()),
         })
     }
 
@@ -463,9 +462,9 @@ where
                 lineage: context.lineage.clone(),
                 generation: context.generation,
                 stats: stats.clone(),
+                clock: clock.clone().unwrap_or_else(|| context.clock.clone()),
             };
-            let clock = clock.clone().unwrap_or_else(|| context.clock.clone());
-            Box::new(Compactor::new(round, clock))
+            Box::new(Compactor::new(round))
         }))
     }
 

@@ -4,7 +4,10 @@
 //!  write_batch ─▶ bucket per record ─▶ encode ─▶ roll if due ─▶ append to the bucket's part
 //!  prepare_commit ─▶ roll the parts the policy says (all of them with roll_on_checkpoint)
 //!                 ─▶ every part closed since the last call becomes a committable
-//!  snapshot_state ─▶ persist the remaining in-progress parts (fsync, path + length)
+//!  snapshot_state ─▶ persist the remaining in-progress parts (path + length)
+//!  durability     ─▶ fsync of every part closed or persisted (and of their directories),
+//!                    on a blocking thread, while the writer goes on: the checkpoint
+//!                    is acknowledged only once they are done
 //!  flush(true)    ─▶ close every part: at end of input everything is committed
 //! ```
 //!
@@ -25,16 +28,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, Clock, Generation, Lineage, SinkError, SinkWriter};
+use sink_api::{CheckpointId, Clock, Durability, Generation, Lineage, SinkError, SinkWriter};
 
-use crate::blocking::blocking;
+use crate::blocking::{blocking, spawn};
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
 use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
 use crate::identity::{self, OutputIdentity};
 use crate::object_output::ObjectOutput;
 use crate::part_file::{
-    part_paths, recover_for_commit, FileCommittable, InProgressPart, InProgressState,
+    part_paths, recover_for_commit, FileCommittable, InProgressPart, InProgressState, Unsynced,
 };
 use crate::rolling::PartInfo;
 use crate::upload::{self, UploadPart};
@@ -75,6 +78,9 @@ pub struct FileWriter<T, E, B> {
     next_counter: u64,
     parts: BTreeMap<String, Part>,
     pending: Vec<FileCommittable>,
+    /// Parts closed or persisted since the last checkpoint's durability
+    /// work, whose fsyncs it does.
+    unsynced: Vec<Unsynced>,
     buffer: Vec<u8>,
     _record: PhantomData<fn(T)>,
 }
@@ -106,31 +112,24 @@ impl Part {
     }
 }
 
-/// Closes `parts` for good: local files on a blocking thread, uploads by
-/// sending their tails.
+/// Closes `parts` for good: local files by handing their last bytes to the
+/// operating system (their fsyncs are left in `unsynced`, for the
+/// checkpoint's durability work), uploads by sending their tails.
 async fn close_all(
     parts: Vec<Part>,
     output: &OutputIdentity,
+    unsynced: &mut Vec<Unsynced>,
 ) -> Result<Vec<FileCommittable>, SinkError> {
-    let mut files = Vec::new();
     let mut closed = Vec::new();
     for part in parts {
         match part {
-            Part::File(part) => files.push(part),
+            Part::File(part) => {
+                let (committable, file) = part.close_for_commit(output)?;
+                closed.push(committable);
+                unsynced.push(file);
+            }
             Part::Upload(part) => closed.push(part.close_for_commit(output).await?),
         }
-    }
-    if !files.is_empty() {
-        let output = output.clone();
-        closed.extend(
-            blocking(move || {
-                files
-                    .into_iter()
-                    .map(|part| part.close_for_commit(&output))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .await?,
-        );
     }
     Ok(closed)
 }
@@ -210,6 +209,7 @@ where
             next_counter: 0,
             parts: BTreeMap::new(),
             pending,
+            unsynced: Vec::new(),
             buffer: Vec::new(),
             _record: PhantomData,
         }
@@ -228,7 +228,7 @@ where
             return Ok(());
         }
         let parts: Vec<Part> = due.iter().filter_map(|b| self.parts.remove(b)).collect();
-        let closed = close_all(parts, &self.output).await?;
+        let closed = close_all(parts, &self.output, &mut self.unsynced).await?;
         self.pending.extend(closed);
         Ok(())
     }
@@ -249,8 +249,19 @@ where
     async fn write_encoded(&mut self, bucket: String, now_ms: u64) -> Result<(), SinkError> {
         let next_bytes = self.buffer.len() as u64;
         // The common case, in one lookup: the bucket has a part with room.
+        // With one bucket open (the base path's, an hour's), its part is
+        // found without a search.
         let rolling = self.config.rolling;
-        let roll = match self.parts.get_mut(&bucket) {
+        let part = match self.parts.len() {
+            1 => self
+                .parts
+                .iter_mut()
+                .next()
+                .filter(|(open, _)| same_bucket(open, &bucket))
+                .map(|(_, part)| part),
+            _ => self.parts.get_mut(&bucket),
+        };
+        let roll = match part {
             Some(part) if !rolling.should_roll_before_write(part.info(), next_bytes) => {
                 return part.write_record(&self.buffer, now_ms).await;
             }
@@ -272,27 +283,19 @@ where
         );
         let counter = self.next_counter;
         self.next_counter += 1;
+        if let Some(replaced) = replaced {
+            let closed = close_all(vec![replaced], &self.output, &mut self.unsynced).await?;
+            self.pending.extend(closed);
+        }
         let mut part = match &self.config.output {
             Output::Local(base) => {
-                let (config, output, base) =
-                    (self.config.clone(), self.output.clone(), base.clone());
-                let (closed, part) = blocking(move || {
-                    let closed = match replaced {
-                        Some(Part::File(part)) => Some(part.close_for_commit(&output)?),
-                        _ => None,
-                    };
-                    let part = InProgressPart::create(&base, path, target, now_ms, &config.syncs)?;
-                    Ok((closed, part))
-                })
-                .await?;
-                self.pending.extend(closed);
+                let (syncs, base) = (self.config.syncs.clone(), base.clone());
+                let part =
+                    blocking(move || InProgressPart::create(&base, path, target, now_ms, &syncs))
+                        .await?;
                 Part::File(part)
             }
             Output::Object(object) => {
-                if let Some(replaced) = replaced {
-                    let closed = close_all(vec![replaced], &self.output).await?;
-                    self.pending.extend(closed);
-                }
                 let target = target.to_string_lossy().into_owned();
                 let marker =
                     upload::marker_path(&self.lineage, self.generation, &self.writer_id, counter);
@@ -313,6 +316,12 @@ where
         self.parts.insert(bucket, part);
         Ok(())
     }
+}
+
+/// Whether two bucket ids are the same; the empty one (the base path's, the
+/// most common) without a byte comparison.
+fn same_bucket(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
 }
 
 /// Checks that every restored state belongs to the output `base` (named
@@ -405,20 +414,15 @@ where
                 states
             }
             Output::Local(_) => {
-                let mut parts = std::mem::take(&mut self.parts);
-                let (parts, states) = blocking(move || {
-                    let states = parts
-                        .values_mut()
-                        .filter_map(|part| match part {
-                            Part::File(part) => Some(part.persist()),
-                            Part::Upload(_) => None,
-                        })
-                        .collect::<Result<Vec<_>, _>>();
-                    Ok((parts, states))
-                })
-                .await?;
-                self.parts = parts;
-                states?
+                let mut states = Vec::with_capacity(self.parts.len());
+                for part in self.parts.values_mut() {
+                    if let Part::File(part) = part {
+                        let (state, unsynced) = part.persist()?;
+                        states.push(state);
+                        self.unsynced.push(unsynced);
+                    }
+                }
+                states
             }
         };
         Ok(vec![FileWriterState {
@@ -426,6 +430,26 @@ where
             output_dir: self.output.dir.clone(),
             in_progress,
         }])
+    }
+
+    /// The fsyncs of the parts closed since the last checkpoint and of the
+    /// parts persisted by this one (with their directories), on a blocking
+    /// thread: the checkpoint is acknowledged once they are done, while the
+    /// writer goes on writing new parts. `None` when nothing waits.
+    fn durability(&mut self, _checkpoint_id: CheckpointId) -> Option<Durability> {
+        if self.unsynced.is_empty() {
+            return None;
+        }
+        let unsynced = std::mem::take(&mut self.unsynced);
+        // Started now, not when first polled.
+        let syncing = spawn(move || unsynced.into_iter().try_for_each(Unsynced::sync));
+        Some(Box::pin(async move {
+            syncing.await.map_err(|e| {
+                SinkError::msg(format!(
+                    "the fsyncs of a checkpoint's part files ended abnormally: {e}"
+                ))
+            })?
+        }))
     }
 
     /// Drops the open files. Hidden files stay: an in-progress file recorded
@@ -440,6 +464,7 @@ where
             }
         }
         self.parts.clear();
+        self.unsynced.clear();
         Ok(())
     }
 }

@@ -57,6 +57,11 @@ struct Args {
     /// With --compare, the interval of the "today" run.
     #[arg(long, default_value = "100ms", value_parser = parse_checkpoints)]
     checkpoint_interval: Checkpoints,
+    /// With files: the service's --compact-every (merge the committed files
+    /// of every this long into one). With --compare, the compacted run's
+    /// (default 10s).
+    #[arg(long, value_parser = parse_duration)]
+    compact_every: Option<Duration>,
     /// Where the service writes (ignored with --baseline and --compare).
     #[arg(long, value_enum, default_value = "files")]
     sink: SinkKind,
@@ -84,6 +89,10 @@ struct Args {
     /// The service binary; by default `ingest-service` next to this program.
     #[arg(long)]
     service: Option<PathBuf>,
+    /// More flags for ingest-service, one per use (such as
+    /// --service-arg=--key-retention=1000).
+    #[arg(long, allow_hyphen_values = true)]
+    service_arg: Vec<String>,
     /// The baseline binary; by default `ingest-baseline` next to this
     /// program.
     #[arg(long)]
@@ -107,6 +116,8 @@ enum Target {
     Service {
         sink: SinkKind,
         checkpoints: Checkpoints,
+        /// With files: `--compact-every`.
+        compact_every: Option<Duration>,
     },
     /// `ingest-baseline`.
     Baseline,
@@ -115,12 +126,20 @@ enum Target {
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Target::Service { sink, checkpoints } => {
+            Target::Service {
+                sink,
+                checkpoints,
+                compact_every,
+            } => {
                 let sink = match sink {
                     SinkKind::Files => "files",
                     SinkKind::Postgres => "postgres",
                 };
-                write!(f, "service, {sink}, checkpoints {checkpoints}")
+                write!(f, "service, {sink}, checkpoints {checkpoints}")?;
+                match compact_every {
+                    Some(every) => write!(f, ", compaction {}s", every.as_secs_f64()),
+                    None => Ok(()),
+                }
             }
             Target::Baseline => f.write_str("baseline: INSERT per request, synchronous commit"),
         }
@@ -219,6 +238,42 @@ impl Server {
         }
         serde_json::from_str(summary.trim())
             .with_context(|| format!("reading the service's summary: {summary:?}"))
+    }
+}
+
+/// Counts the finished files a reader sees, once a second while the load
+/// runs, and keeps the largest count.
+struct Sampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Sampler {
+    fn start(dir: PathBuf) -> Sampler {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stopped.load(Ordering::Relaxed) {
+                if let Ok(files) = sinks_file::finished_files(&dir) {
+                    peak = peak.max(files.len() as u64);
+                }
+                for _ in 0..10 {
+                    if stopped.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            peak
+        });
+        Sampler { stop, thread }
+    }
+
+    /// The largest count seen.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
     }
 }
 
@@ -387,13 +442,22 @@ impl Setup<'_> {
     fn run(&mut self, target: &Target, concurrency: u64) -> anyhow::Result<Value> {
         let args = self.args;
         let (binary, flags, output) = match target {
-            Target::Service { sink, checkpoints } => {
+            Target::Service {
+                sink,
+                checkpoints,
+                compact_every,
+            } => {
                 let mut flags = vec![
                     "--checkpoint-interval".to_string(),
                     checkpoints.to_string(),
                     "--parallelism".into(),
                     args.parallelism.to_string(),
                 ];
+                flags.extend(args.service_arg.iter().cloned());
+                if let Some(every) = compact_every {
+                    flags.push("--compact-every".into());
+                    flags.push(format!("{}ms", every.as_millis()));
+                }
                 let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
                 flags.push("--output-dir".into());
                 flags.push(dir.path().to_string_lossy().into_owned());
@@ -432,6 +496,10 @@ impl Setup<'_> {
             }
         };
         let server = Server::start(&binary, &flags)?;
+        let sampler = match &output {
+            Output::Dir(dir) => Some(Sampler::start(dir.path().join("data"))),
+            Output::Table { .. } => None,
+        };
         let plan = Arc::new(Plan {
             requests: args.requests,
             events: args.events,
@@ -442,6 +510,7 @@ impl Setup<'_> {
         let url = server.url.clone();
         let tallies = self.runtime.block_on(load(url, plan.clone(), started))?;
         let elapsed = started.elapsed();
+        let peak_files = sampler.map(Sampler::stop);
         let summary = server.stop()?;
 
         let mut counts = HashMap::new();
@@ -501,6 +570,7 @@ impl Setup<'_> {
             },
             "finished_files": files,
             "finished_files_per_minute": files.map(|f| f as f64 * 60.0 / seconds),
+            "peak_finished_files_during_load": peak_files,
             "output_events": counts.len(),
             "exactly_once": exactly_once,
         });
@@ -582,14 +652,22 @@ fn main() -> anyhow::Result<()> {
             Target::Service {
                 sink: SinkKind::Files,
                 checkpoints: args.checkpoint_interval,
+                compact_every: None,
             },
             Target::Service {
                 sink: SinkKind::Files,
                 checkpoints: Checkpoints::OnDemand,
+                compact_every: None,
+            },
+            Target::Service {
+                sink: SinkKind::Files,
+                checkpoints: Checkpoints::OnDemand,
+                compact_every: Some(args.compact_every.unwrap_or(Duration::from_secs(10))),
             },
             Target::Service {
                 sink: SinkKind::Postgres,
                 checkpoints: Checkpoints::OnDemand,
+                compact_every: None,
             },
             Target::Baseline,
         ],
@@ -597,6 +675,7 @@ fn main() -> anyhow::Result<()> {
         (false, false) => vec![Target::Service {
             sink: args.sink,
             checkpoints: args.checkpoint_interval,
+            compact_every: args.compact_every,
         }],
     };
     if !args.compare && args.concurrency.len() > 1 {

@@ -79,6 +79,11 @@ struct Args {
     /// not. Default 1s.
     #[arg(long, value_parser = parse_positive_duration)]
     checkpoint_max_interval: Option<Duration>,
+    /// With files: merge the committed files of every this long into one
+    /// file (a segment at a time, swapped in atomically for readers), such
+    /// as 10s. Local output directories only. Default off.
+    #[arg(long, value_parser = parse_duration)]
+    compact_every: Option<Duration>,
     /// Subtasks writing in parallel.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=256))]
     parallelism: u64,
@@ -130,10 +135,22 @@ impl Args {
                 table: self.table.clone(),
             },
         };
+        if self.compact_every.is_some() && destination != Destination::Files {
+            bail!("--compact-every goes with files (--sink files)");
+        }
+        if self.compact_every.is_some()
+            && self
+                .out
+                .as_ref()
+                .is_some_and(|out| matches!(out, Location::S3(_)))
+        {
+            bail!("--compact-every works on local output directories only, not on object storage");
+        }
         Ok(Config {
             output_dir: self.output_dir.clone(),
             checkpointing,
             destination,
+            compaction: self.compact_every.map(sinks_file::CompactionPolicy::every),
             parallelism: size(self.parallelism, "--parallelism")?,
             capacity: size(self.capacity, "--capacity")?,
             max_in_flight: size(self.max_in_flight, "--max-in-flight")?,

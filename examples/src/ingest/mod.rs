@@ -123,6 +123,10 @@ pub struct Config {
     pub checkpointing: CheckpointConfig,
     /// Where the events go. Default [`Destination::Files`].
     pub destination: Destination,
+    /// With files on a local disk: merge the committed files, a segment
+    /// at a time (see [`sinks_file::CompactionPolicy`]), so that frequent
+    /// checkpoints do not leave many tiny files. Default off.
+    pub compaction: Option<sinks_file::CompactionPolicy>,
     /// Subtasks writing in parallel. Default 2.
     pub parallelism: usize,
     /// Requests queued per subtask before `POST /events` answers 503.
@@ -156,6 +160,7 @@ impl Config {
             output_dir: output_dir.into(),
             checkpointing: CheckpointConfig::every(Duration::from_secs(1)),
             destination: Destination::Files,
+            compaction: None,
             parallelism: 2,
             capacity: 1024,
             max_in_flight: 16_384,
@@ -286,12 +291,14 @@ impl IngestService {
             .with_context(|| format!("opening the checkpoint storage {state}"))?;
         let pipeline = match &config.destination {
             Destination::Files => {
-                let sink =
+                let mut builder =
                     location::file_sink_builder(&data, JsonLinesEncoder, &config.s3_options)?
                         .rolling_policy(RollingPolicy::on_checkpoint())
-                        .part_suffix(".jsonl")
-                        .build()
-                        .context("configuring the file sink")?;
+                        .part_suffix(".jsonl");
+                if let Some(policy) = config.compaction {
+                    builder = builder.compaction(policy);
+                }
+                let sink = builder.build().context("configuring the file sink")?;
                 start_pipeline(&config, storage, sink).await
             }
             Destination::Postgres { url, table } => {

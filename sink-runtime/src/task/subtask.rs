@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sink_api::{
-    serialize_versioned, BincodeSerializer, CheckpointId, Sink, SinkError, SinkWriter,
+    serialize_versioned, BincodeSerializer, CheckpointId, Durability, Sink, SinkError, SinkWriter,
     SubtaskIndex, VersionedSerializer,
 };
 use sink_api::{CommittableOf, InputOf, WriterStateOf};
@@ -129,6 +129,35 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = InputOf<S>>> {
     pub records_since_barrier: u64,
     /// The last barrier passed (or the restored checkpoint).
     pub last_barrier: CheckpointId,
+    /// Checkpoints passed whose acknowledgement waits for the writer's
+    /// durability work ([`SinkWriter::durability`]), oldest first: sent in
+    /// this order once their work is done.
+    pub awaiting: VecDeque<AwaitingAck>,
+}
+
+/// A checkpoint's acknowledgement waiting for the writer's durability work.
+pub(crate) struct AwaitingAck {
+    checkpoint_id: CheckpointId,
+    ack: TaskEvent,
+    /// The work; `None` once it is done.
+    durability: Option<Durability>,
+}
+
+/// Waits until the oldest awaiting acknowledgement's work is done (forever
+/// when there is none); its result. Cancellation-safe: the work stays in
+/// the queue and is polled again by the next call.
+async fn settle_oldest(awaiting: &mut VecDeque<AwaitingAck>) -> Result<(), SinkError> {
+    match awaiting.front_mut() {
+        Some(oldest) => match oldest.durability.as_mut() {
+            Some(work) => {
+                let result = work.as_mut().await;
+                oldest.durability = None;
+                result
+            }
+            None => Ok(()),
+        },
+        None => std::future::pending().await,
+    }
 }
 
 impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
@@ -174,7 +203,9 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         let mut last_yield = tokio::time::Instant::now();
         loop {
             // Commit reports first, then control messages: a barrier waits
-            // for one batch at most.
+            // for one batch at most. Acknowledgements whose durability work
+            // is done go out before either.
+            self.send_ready_acks()?;
             self.take_commit_reports().await?;
             let waiting = match self.control.try_recv() {
                 Ok(message) => Some(Some(message)),
@@ -195,6 +226,9 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
                         }
                     }
                     done = self.committed.recv() => self.on_commit_report(done).await?,
+                    settled = settle_oldest(&mut self.awaiting) => {
+                        settled.map_err(self.sink_error("durability"))?;
+                    }
                 }
                 continue;
             }
@@ -248,6 +282,10 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
                             Flow::Continue
                         }
                         () = self.reader.wait_for_input() => Flow::Continue,
+                        settled = settle_oldest(&mut self.awaiting) => {
+                            settled.map_err(self.sink_error("durability"))?;
+                            Flow::Continue
+                        }
                         () = tokio::time::sleep(self.settings.idle_poll) => Flow::Continue,
                     }
                 }
@@ -364,19 +402,67 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         failpoint!("after-snapshot");
         let snapshot = self.snapshot(states)?;
         debug!(subtask = self.index, checkpoint = %checkpoint_id, ?action, "barrier passed");
-        self.events
-            .send(TaskEvent::Ack {
-                task: TaskId::Subtask(self.index),
-                checkpoint_id,
-                state: TaskState::Subtask(snapshot),
-            })
-            .map_err(|_| (self.invariant())(&"the coordinator is gone"))?;
-        failpoint!("after-acknowledge");
+        let ack = TaskEvent::Ack {
+            task: TaskId::Subtask(self.index),
+            checkpoint_id,
+            state: TaskState::Subtask(snapshot),
+        };
+        let durability = self.writer.durability(checkpoint_id);
+        if durability.is_none() && self.awaiting.is_empty() {
+            self.send_ack(ack)?;
+            return self
+                .send_global(GlobalMessage::Barrier {
+                    checkpoint_id,
+                    subtask: self.index,
+                })
+                .await;
+        }
+        // The acknowledgement waits for the work (and for those of earlier
+        // checkpoints); the global committer hears of the barrier now, in
+        // order with the commit reports that come after it.
+        self.awaiting.push_back(AwaitingAck {
+            checkpoint_id,
+            ack,
+            durability,
+        });
         self.send_global(GlobalMessage::Barrier {
             checkpoint_id,
             subtask: self.index,
         })
-        .await
+        .await?;
+        self.send_ready_acks()
+    }
+
+    fn send_ack(&mut self, ack: TaskEvent) -> Result<(), JobError> {
+        self.events
+            .send(ack)
+            .map_err(|_| (self.invariant())(&"the coordinator is gone"))?;
+        failpoint!("after-acknowledge");
+        Ok(())
+    }
+
+    /// Sends, oldest first, the acknowledgements whose durability work is
+    /// done, polling the oldest work without waiting; fails with the work's
+    /// error.
+    fn send_ready_acks(&mut self) -> Result<(), JobError> {
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        while let Some(oldest) = self.awaiting.front_mut() {
+            if let Some(work) = oldest.durability.as_mut() {
+                match work.as_mut().poll(&mut context) {
+                    std::task::Poll::Pending => return Ok(()),
+                    std::task::Poll::Ready(result) => {
+                        oldest.durability = None;
+                        result.map_err(self.sink_error("durability"))?;
+                    }
+                }
+            }
+            let Some(ready) = self.awaiting.pop_front() else {
+                break;
+            };
+            debug!(subtask = self.index, checkpoint = %ready.checkpoint_id, "durable: acknowledged");
+            self.send_ack(ready.ack)?;
+        }
+        Ok(())
     }
 
     fn snapshot(&self, states: Vec<WriterStateOf<S>>) -> Result<SubtaskSnapshot, JobError> {
