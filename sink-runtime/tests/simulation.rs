@@ -68,6 +68,9 @@ struct Scenario {
     /// Checkpoints on demand, with this minimum pause (ms); the interval is
     /// then the maximum one.
     on_demand_pause_ms: Option<u64>,
+    /// The sink makes its prepared transactions durable in the background
+    /// (acknowledgements wait for it).
+    background_durability: bool,
 }
 
 impl Scenario {
@@ -115,6 +118,7 @@ impl Scenario {
             crashes,
             // Drawn last, so that the other draws of a seed stay as they were.
             on_demand_pause_ms: rng.chance(40).then(|| rng.range(0, 10)),
+            background_durability: rng.chance(50),
         }
     }
 }
@@ -145,17 +149,18 @@ async fn simulate(
         ms(scenario.read_delay_ms),
     );
     source.splits = Some(scenario.splits.clone());
-    let mut builder = Job::builder(
-        "simulation",
-        source,
-        MemorySink::new(store.clone()).roll_every(25),
-    )
-    .parallelism(scenario.parallelism)
-    .checkpoint_storage(storage)
-    .restart_strategy(RestartStrategy::FixedDelay {
-        attempts: 20,
-        delay: ms(30),
-    });
+    let sink = MemorySink::new(store.clone()).roll_every(25);
+    let sink = match scenario.background_durability {
+        true => sink.durable_in_background(),
+        false => sink,
+    };
+    let mut builder = Job::builder("simulation", source, sink)
+        .parallelism(scenario.parallelism)
+        .checkpoint_storage(storage)
+        .restart_strategy(RestartStrategy::FixedDelay {
+            attempts: 20,
+            delay: ms(30),
+        });
     if let Some(interval) = scenario.checkpoint_interval_ms {
         let trigger = match scenario.on_demand_pause_ms {
             Some(pause) => CheckpointConfig::on_demand(ms(pause), ms(interval)),

@@ -8,17 +8,26 @@ use sink_testkit::{certify, Destination};
 use sinks_file::{CompactionPolicy, FileSink, LineEncoder, RollingPolicy};
 use sinks_memory::{MemorySink, MemoryStore, TransactionState};
 
-struct Memory(MemoryStore<u64>);
+/// The memory sink's store; with `background`, its transactions become
+/// durable through the writers' durability work, and a commit before it is
+/// a violation of the store, which fails the read.
+struct Memory(MemoryStore<u64>, bool);
 
 #[async_trait]
 impl Destination for Memory {
     type Sink = MemorySink<u64>;
 
     async fn sink(&self) -> MemorySink<u64> {
-        MemorySink::new(self.0.clone()).roll_every(16)
+        let sink = MemorySink::new(self.0.clone()).roll_every(16);
+        match self.1 {
+            true => sink.durable_in_background(),
+            false => sink,
+        }
     }
 
     async fn committed_ids(&self) -> Vec<u64> {
+        let violations = self.0.violations();
+        assert!(violations.is_empty(), "the store saw: {violations:?}");
         self.0.committed()
     }
 
@@ -35,7 +44,7 @@ impl Destination for Memory {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_sink_is_certified() {
-    let report = certify(|| async { Memory(MemoryStore::new()) }, |id| id).await;
+    let report = certify(|| async { Memory(MemoryStore::new(), false) }, |id| id).await;
     // A figure, not an assertion: the bound is 10 s on 2 cores.
     println!(
         "memory sink, certified in {:.1} s:\n{report}",
@@ -50,6 +59,18 @@ async fn the_memory_sink_is_certified() {
             .all(|p| p.verdict == sink_testkit::Verdict::Passed),
         "{report}"
     );
+}
+
+/// With its transactions made durable in the background: acknowledgements
+/// wait for the writers' durability work, and nothing is committed before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_sink_with_background_durability_is_certified() {
+    let report = certify(|| async { Memory(MemoryStore::new(), true) }, |id| id).await;
+    println!(
+        "memory sink with background durability, certified in {:.1} s:\n{report}",
+        report.duration().as_secs_f64()
+    );
+    report.assert_passed();
 }
 
 struct Files {

@@ -461,12 +461,43 @@ impl Round {
         }
         fs::create_dir(&working)
             .map_err(|e| io_error(format!("creating {}", working.display()), e))?;
+        if let Err(error) = self.merge_into(segment, &dir, &working, &files) {
+            // Nothing was exchanged: the copy is of no use.
+            let _ = remove_all(&working);
+            return Err(error);
+        }
+        exchange(&working, &dir).map_err(|e| {
+            io_error(
+                format!("exchanging {} and {}", working.display(), dir.display()),
+                e,
+            )
+        })?;
+        fsync_dir(bucket)?;
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("compaction-after-exchange", |_| Err(SinkError::msg(
+            "simulated failure at failpoint compaction-after-exchange"
+        )));
+        self.replace(bucket, &segment.name, &working)?;
+        self.stats.compacted(files.len() as u64);
+        debug!(segment = %dir.display(), files = files.len(), "merged a segment");
+        Ok(())
+    }
+
+    /// Writes the merged copy of `files` (of the segment directory `dir`)
+    /// and its manifest into the working directory `working`, durably.
+    fn merge_into(
+        &self,
+        segment: &Sealed,
+        dir: &Path,
+        working: &Path,
+        files: &[(String, u64)],
+    ) -> Result<(), SinkError> {
         let merged_name = format!("{}-{}{}", self.prefix, segment.name, self.suffix);
         let merged_path = working.join(&merged_name);
         let mut merged = File::create_new(&merged_path)
             .map_err(|e| io_error(format!("creating {}", merged_path.display()), e))?;
         let mut sources = Vec::with_capacity(files.len());
-        for (name, bytes) in &files {
+        for (name, bytes) in files {
             let path = dir.join(name);
             let mut source = File::open(&path)
                 .map_err(|e| io_error(format!("opening {}", path.display()), e))?;
@@ -502,25 +533,11 @@ impl Round {
         File::create_new(&manifest_path)
             .and_then(|mut file| file.write_all(&encoded).and_then(|()| file.sync_all()))
             .map_err(|e| io_error(format!("writing {}", manifest_path.display()), e))?;
-        fsync_dir(&working)?;
+        fsync_dir(working)?;
         #[cfg(feature = "failpoints")]
         fail::fail_point!("compaction-before-exchange", |_| Err(SinkError::msg(
             "simulated failure at failpoint compaction-before-exchange"
         )));
-        exchange(&working, &dir).map_err(|e| {
-            io_error(
-                format!("exchanging {} and {}", working.display(), dir.display()),
-                e,
-            )
-        })?;
-        fsync_dir(bucket)?;
-        #[cfg(feature = "failpoints")]
-        fail::fail_point!("compaction-after-exchange", |_| Err(SinkError::msg(
-            "simulated failure at failpoint compaction-after-exchange"
-        )));
-        self.replace(bucket, &segment.name, &working)?;
-        self.stats.compacted(files.len() as u64);
-        debug!(segment = %dir.display(), files = files.len(), "merged a segment");
         Ok(())
     }
 

@@ -19,7 +19,7 @@ use sink_runtime::failpoints::FAILPOINTS;
 use sink_runtime::{
     CheckpointConfig, Job, JobError, JobReport, JobStatus, LocalCheckpointStorage, SequenceSource,
 };
-use sinks_file::{FileSink, FileSinkBuilder, LineEncoder, RollingPolicy};
+use sinks_file::{CompactionPolicy, FileSink, FileSinkBuilder, LineEncoder, RollingPolicy};
 
 const RECORDS: u64 = 3_000;
 const FILE_MID_BATCH: &str = "file-commit-mid-batch";
@@ -28,6 +28,9 @@ const FILE_MID_BATCH: &str = "file-commit-mid-batch";
 enum Target {
     /// A local output directory, checkpoints in its `.state`.
     Local(PathBuf),
+    /// The same, compacted: every epoch sealed and merged at every
+    /// checkpoint, replaced files removed at once.
+    Compacted(PathBuf),
     /// An `s3://bucket/prefix` output, checkpoints under `<prefix>-state`.
     #[cfg(feature = "s3")]
     S3(String),
@@ -39,6 +42,8 @@ impl Target {
     ) -> FileSinkBuilder<u64, LineEncoder, sinks_file::BasePathBucketAssigner> {
         match self {
             Target::Local(out) => FileSink::builder(out, LineEncoder),
+            Target::Compacted(out) => FileSink::builder(out, LineEncoder)
+                .compaction(CompactionPolicy::every(Duration::ZERO).retention(Duration::ZERO)),
             #[cfg(feature = "s3")]
             Target::S3(url) => FileSink::object_store_builder(
                 sinks_file::ObjectOutput::s3(url, &[]).expect("a valid URL"),
@@ -50,7 +55,7 @@ impl Target {
     /// The numbers readers see in the finished files or objects, sorted.
     async fn visible_numbers(&self) -> Vec<u64> {
         match self {
-            Target::Local(out) => visible_numbers(out),
+            Target::Local(out) | Target::Compacted(out) => visible_numbers(out),
             #[cfg(feature = "s3")]
             Target::S3(url) => {
                 let output = sinks_file::ObjectOutput::s3(url, &[]).expect("a valid URL");
@@ -92,7 +97,7 @@ async fn run_once(target: &Target, checkpoints: bool) -> Result<JobReport, JobEr
     .parallelism(2)
     .batch_size(64);
     let builder = match target {
-        Target::Local(out) => {
+        Target::Local(out) | Target::Compacted(out) => {
             builder.checkpoint_storage(LocalCheckpointStorage::open(out.join(".state"))?)
         }
         #[cfg(feature = "s3")]
@@ -167,11 +172,12 @@ async fn scenario(target: &Target, point: &'static str, checkpoints: bool) -> u3
     crashes
 }
 
+/// Failpoints are process-wide: the tests of this file take turns.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Every crash point, with and without checkpoints, on targets made by
 /// `target`; returns (scenarios, crashes).
 fn matrix(target: impl Fn() -> (Target, Option<tempfile::TempDir>)) -> (u32, u32) {
-    // Failpoints are process-wide: the matrices of this file take turns.
-    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -182,8 +188,8 @@ fn matrix(target: impl Fn() -> (Target, Option<tempfile::TempDir>)) -> (u32, u32
     let mut total_crashes = 0;
     for checkpoints in [true, false] {
         for &point in FAILPOINTS.iter().chain([FILE_MID_BATCH].iter()) {
-            if point == "after-global-commit" {
-                continue; // the file sink has no global committer
+            if point == "after-global-commit" && !matches!(target().0, Target::Compacted(_)) {
+                continue; // the file sink has a global committer only when it compacts
             }
             let (target, _dir) = target();
             total_crashes += runtime.block_on(scenario(&target, point, checkpoints));
@@ -202,18 +208,80 @@ fn every_crash_point_leaves_every_record_once_in_finished_files() {
     println!("file sink crash tests: {scenarios} scenarios, {crashes} crashes, 0 violations");
 }
 
-/// The same on an S3-compatible server (`scripts/with-s3`): the output's
-/// parts are multipart uploads, the checkpoints are on the server too.
-#[cfg(feature = "s3")]
+/// The same with compaction at every checkpoint: crashes while segments
+/// are sealed and merged (a merge of the crashed start may still run when
+/// the next one starts, and repairs what it left).
 #[test]
-fn on_s3_every_crash_point_leaves_every_record_once_in_finished_objects() {
-    let Ok(bucket) = std::env::var("S3_TEST_BUCKET") else {
-        println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
-        return;
-    };
+fn with_compaction_every_crash_point_leaves_every_record_once_in_finished_files() {
     let (scenarios, crashes) = matrix(|| {
-        let url = format!("s3://{bucket}/crash-{}", uuid::Uuid::new_v4().simple());
-        (Target::S3(url), None)
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        (Target::Compacted(dir.path().join("out")), Some(dir))
     });
-    println!("file sink crash tests on S3: {scenarios} scenarios, {crashes} crashes, 0 violations");
+    println!(
+        "file sink crash tests with compaction: {scenarios} scenarios, {crashes} crashes, 0 violations"
+    );
+}
+
+/// Merges cut short before and after the exchange, every time the first
+/// start tries, which then crashes before its final checkpoint: readers see
+/// every record once all along, and the next start repairs what was left,
+/// merges the segments, and ends with every record once, in merged files,
+/// with no working or replaced directory left.
+#[test]
+fn merges_cut_short_are_repaired_by_the_next_start() {
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    for point in ["compaction-before-exchange", "compaction-after-exchange"] {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let out = dir.path().join("out");
+        let target = Target::Compacted(out.clone());
+        fail::cfg(point, "return").expect("a valid failpoint");
+        fail::cfg("during-final-checkpoint", "1*return->off").expect("a valid failpoint");
+        let first = runtime.block_on(run_once(&target, true));
+        fail::remove(point);
+        fail::remove("during-final-checkpoint");
+        match first {
+            Err(error) if crash_point(&error) == Some("during-final-checkpoint") => {}
+            other => panic!("{point}: the first start should crash at its end: {other:?}"),
+        }
+        // What was committed before the crash, each record once.
+        let seen = visible_numbers(&out);
+        assert!(
+            !seen.is_empty() && seen.windows(2).all(|w| w[0] < w[1]),
+            "{point}: a cut-short merge changed what readers see"
+        );
+        runtime
+            .block_on(run_once(&target, true))
+            .expect("the second start");
+        assert_eq!(
+            exactly_once_problem(&visible_numbers(&out), RECORDS),
+            None,
+            "{point}"
+        );
+        let names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|name| !name.contains(".compacting") && !name.contains(".replaced-")),
+            "{point}: left behind: {names:?}"
+        );
+        let segments: Vec<&String> = names.iter().filter(|n| n.starts_with("seg-")).collect();
+        assert!(!segments.is_empty(), "{point}");
+        for segment in segments {
+            let path = out.join(segment);
+            let files = std::fs::read_dir(&path).unwrap().flatten().count();
+            assert!(
+                path.join(".compacted").exists() || files <= 1,
+                "{point}: {segment} left unmerged"
+            );
+        }
+    }
 }

@@ -142,9 +142,16 @@ fn commit_one<T: Clone>(
     };
     match transaction.state {
         TransactionState::Prepared => {
+            let early = !transaction.durable;
             transaction.state = TransactionState::Committed;
             request.signal_committed();
             let records = transaction.records.clone();
+            if early {
+                state.violation(format!(
+                    "transaction {transaction_id} committed before the durability work of its \
+                     checkpoint was done: the checkpoint was acknowledged too early"
+                ));
+            }
             let claimed = request.committable().record_count;
             if claimed != records.len() as u64 {
                 state.violation(format!(

@@ -17,6 +17,7 @@ use crate::{MemoryCommittable, MemoryCommitter, MemoryStore, MemoryWriter, Memor
 pub struct MemorySink<T> {
     store: MemoryStore<T>,
     roll_every: Option<usize>,
+    background_durability: bool,
 }
 
 impl<T> MemorySink<T> {
@@ -26,7 +27,18 @@ impl<T> MemorySink<T> {
         MemorySink {
             store,
             roll_every: None,
+            background_durability: false,
         }
+    }
+
+    /// Writers make their prepared transactions durable in the background,
+    /// through [`SinkWriter::durability`](sink_api::SinkWriter::durability)
+    /// (as the file sink's fsyncs), and the store records a violation when
+    /// one is committed before that work is done: a runtime that
+    /// acknowledged the checkpoint too early.
+    pub fn durable_in_background(mut self) -> MemorySink<T> {
+        self.background_durability = true;
+        self
     }
 
     /// Writers close a transaction once it holds `records` records and open
@@ -76,9 +88,13 @@ where
             restored_states,
         )
         .in_lineage(&context.lineage);
-        Ok(match self.roll_every {
+        let writer = match self.roll_every {
             Some(records) => writer.with_roll_every(records),
             None => writer,
+        };
+        Ok(match self.background_durability {
+            true => writer.with_background_durability(),
+            false => writer,
         })
     }
 

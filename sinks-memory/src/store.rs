@@ -181,6 +181,12 @@ pub(crate) struct Transaction<T> {
     pub(crate) id: String,
     pub(crate) state: TransactionState,
     pub(crate) records: Vec<T>,
+    /// False while a prepared transaction waits for the durability work of
+    /// its checkpoint (see [`MemorySink::durable_in_background`]): a commit
+    /// then is a breach of the runtime's contract.
+    ///
+    /// [`MemorySink::durable_in_background`]: crate::MemorySink::durable_in_background
+    pub(crate) durable: bool,
 }
 
 /// What the global committer received, and what it made of it.
@@ -286,6 +292,7 @@ impl<T> StoreState<T> {
             id,
             state: TransactionState::Open,
             records: Vec::new(),
+            durable: true,
         });
         self.stats.transactions_opened += 1;
         index

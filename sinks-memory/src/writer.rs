@@ -20,7 +20,11 @@
 
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use sink_api::{CheckpointId, Generation, SinkError, SinkWriter, SubtaskIndex};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use sink_api::{CheckpointId, Durability, Generation, SinkError, SinkWriter, SubtaskIndex};
 
 use crate::store::StoreState;
 use crate::MemoryStore;
@@ -109,6 +113,11 @@ pub struct MemoryWriter<T> {
     phase: InputPhase,
     /// The job's lineage, prefixed to transaction ids (empty: no prefix).
     lineage: String,
+    /// Prepared transactions become durable only through
+    /// [`SinkWriter::durability`]'s future, as a file sink's fsyncs do.
+    background_durability: bool,
+    /// Prepared since the last durability work, not durable yet.
+    not_durable: Vec<usize>,
 }
 
 impl<T> MemoryWriter<T> {
@@ -142,7 +151,20 @@ impl<T> MemoryWriter<T> {
             roll_every: None,
             buffered,
             phase: InputPhase::Running,
+            background_durability: false,
+            not_durable: Vec::new(),
         }
+    }
+
+    /// Prepared transactions become durable only when the future of
+    /// [`SinkWriter::durability`] resolves (a few polls later, as a
+    /// background fsync would), and the store records a violation when one
+    /// is committed before. Called by
+    /// [`MemorySink::create_writer`](crate::MemorySink) when the sink was made
+    /// with [`MemorySink::durable_in_background`](crate::MemorySink::durable_in_background).
+    pub fn with_background_durability(mut self) -> MemoryWriter<T> {
+        self.background_durability = true;
+        self
     }
 
     /// The same writer, naming its transactions in the job's `lineage` as
@@ -344,11 +366,16 @@ where
         }
         let mut prepared: Vec<usize> = std::mem::take(&mut self.rolled);
         prepared.extend(self.open_transaction.take());
+        let background = self.background_durability;
+        if background {
+            self.not_durable.extend(&prepared);
+        }
         Ok(prepared
             .into_iter()
             .map(|index| {
                 let transaction = &mut state.transactions[index];
                 transaction.state = crate::TransactionState::Prepared;
+                transaction.durable = !background;
                 MemoryCommittable {
                     transaction_id: transaction.id.clone(),
                     record_count: transaction.records.len() as u64,
@@ -383,6 +410,19 @@ where
         }])
     }
 
+    /// With background durability: the transactions prepared since the
+    /// last call become durable a few polls later.
+    fn durability(&mut self, _checkpoint_id: CheckpointId) -> Option<Durability> {
+        if self.not_durable.is_empty() {
+            return None;
+        }
+        Some(Box::pin(Later {
+            store: self.store.clone(),
+            transactions: std::mem::take(&mut self.not_durable),
+            polls_left: 3,
+        }))
+    }
+
     /// Aborts the open, unprepared transaction, if any. Prepared transactions
     /// stay prepared: their committables may still be committed.
     async fn close(&mut self) -> Result<(), SinkError> {
@@ -395,6 +435,33 @@ where
         }
         self.buffered.clear();
         Ok(())
+    }
+}
+
+/// The memory writer's durability work: pending for a few polls (waking
+/// itself), then marks its transactions durable.
+struct Later<T> {
+    store: MemoryStore<T>,
+    transactions: Vec<usize>,
+    polls_left: u8,
+}
+
+impl<T> Future for Later<T> {
+    type Output = Result<(), SinkError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.polls_left > 0 {
+            self.polls_left -= 1;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let mut state = self.store.lock();
+        for &index in &self.transactions {
+            if let Some(transaction) = state.transactions.get_mut(index) {
+                transaction.durable = true;
+            }
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
