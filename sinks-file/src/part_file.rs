@@ -23,6 +23,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +39,12 @@ use crate::upload::Upload;
 
 /// Size of each part file's write buffer.
 const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
+
+/// Every this many bytes written to a part, its data so far is synced in
+/// the background (write-behind, as RocksDB's `bytes_per_sync`): the disk
+/// works while the writer writes, and the fsync a checkpoint waits for has
+/// little left to do. Nothing depends on these syncs for correctness.
+const WRITE_BEHIND_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A complete, durable, hidden part file waiting to be made visible: what
 /// the file writer's `prepare_commit` returns, the runtime keeps in
@@ -130,6 +137,10 @@ pub(crate) struct InProgressPart {
     created_seq: u64,
     /// The sink's directory fsyncs.
     syncs: Arc<DirSyncs>,
+    /// Bytes written since the last write-behind sync started.
+    unsynced_bytes: u64,
+    /// Set while a write-behind sync of this part runs.
+    syncing: Arc<AtomicBool>,
 }
 
 impl InProgressPart {
@@ -187,6 +198,8 @@ impl InProgressPart {
             unsynced_dirs,
             created_seq,
             syncs: syncs.clone(),
+            unsynced_bytes: 0,
+            syncing: Arc::default(),
         })
     }
 
@@ -198,6 +211,36 @@ impl InProgressPart {
         self.info.size_bytes += bytes.len() as u64;
         self.info.last_write_ms = now_ms;
         self.records += 1;
+        self.unsynced_bytes += bytes.len() as u64;
+        if self.unsynced_bytes >= WRITE_BEHIND_BYTES {
+            self.write_behind()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a sync of what was written so far on a blocking thread,
+    /// unless one runs (or no tokio runtime is there to run it). Its
+    /// outcome is not waited for: an error shows again in the fsync the
+    /// checkpoint waits for.
+    fn write_behind(&mut self) -> Result<(), SinkError> {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Ok(());
+        };
+        if self.syncing.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.unsynced_bytes = 0;
+        self.flush()?;
+        let syncing = self.syncing.clone();
+        match self.file.get_ref().try_clone() {
+            Ok(file) => {
+                runtime.spawn_blocking(move || {
+                    let _ = file.sync_data();
+                    syncing.store(false, Ordering::Release);
+                });
+            }
+            Err(_) => syncing.store(false, Ordering::Release),
+        }
         Ok(())
     }
 
