@@ -43,8 +43,8 @@ pub use error::{ErrorClass, SinkError};
 pub use global_committer::{GlobalCommitter, GlobalCommitterFactory};
 pub use metrics::{Counter, CounterValue, SinkMetrics};
 pub use serializer::{
-    deserialize_versioned, serialize_versioned, BincodeSerializer, SerializerError,
-    VersionedSerializer, MAX_DECODED_PAYLOAD,
+    decode_bincode_bounded, deserialize_versioned, serialize_versioned, BincodeSerializer,
+    SerializerError, VersionedSerializer, MAX_DECODED_PAYLOAD,
 };
 pub use sink::{CommittableOf, InputOf, Sink, WriterStateOf};
 pub use start::JobStart;

@@ -191,7 +191,7 @@ impl<T: Serialize + DeserializeOwned> VersionedSerializer<T> for BincodeSerializ
             version,
             message,
         };
-        let (value, read) = decode_bounded(bytes).map_err(decode_error)?;
+        let (value, read) = decode_bincode_bounded(bytes).map_err(decode_error)?;
         if read != bytes.len() {
             return Err(decode_error(format!(
                 "{} trailing bytes after the value",
@@ -222,7 +222,7 @@ const _: () = assert!(
 /// it is refused with a clear error rather than decoded.
 pub const MAX_DECODED_PAYLOAD: usize = 1 << 30;
 
-/// Refuses to store a payload of `len` bytes that [`decode_bounded`] would
+/// Refuses to store a payload of `len` bytes that [`decode_bincode_bounded`] would
 /// refuse to read.
 fn check_encoded_len(what: &'static str, len: usize) -> Result<(), SerializerError> {
     if len > MAX_DECODED_PAYLOAD {
@@ -249,7 +249,13 @@ fn check_encoded_len(what: &'static str, len: usize) -> Result<(), SerializerErr
 /// payload of `n` bytes thus never reserves more than `32 n` bytes (4 KiB at
 /// least) for one value, and serde caps each sequence's pre-allocation at
 /// 1 MiB by itself.
-fn decode_bounded<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, usize), String> {
+///
+/// Returns the value and how many bytes it took; the error says why not, in
+/// words. Used by [`BincodeSerializer`], and by formats that keep bincode
+/// values inside their own bytes (the pipeline's stored idempotency keys):
+/// a value decoded from the front of a longer slice is bounded by that
+/// slice's length.
+pub fn decode_bincode_bounded<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, usize), String> {
     if bytes.len() > MAX_DECODED_PAYLOAD {
         return Err(format!(
             "its payload of {} bytes is larger than the {} bytes this build decodes",
