@@ -245,7 +245,7 @@ fn check_encoded_len(what: &'static str, len: usize) -> Result<(), SerializerErr
 /// abort the process. Its limit bounds what a decode may claim; it is a
 /// constant of the configuration's type, so the smallest power of two
 /// admitting every honest payload of this length
-/// ([`DECODED_PER_INPUT_BYTE`] times it) is picked among fixed steps. A
+/// (16 times it) is picked among fixed steps. A
 /// payload of `n` bytes thus never reserves more than `32 n` bytes (4 KiB at
 /// least) for one value, and serde caps each sequence's pre-allocation at
 /// 1 MiB by itself.

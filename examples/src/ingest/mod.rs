@@ -1,5 +1,6 @@
 //! The `ingest-service` example: an HTTP endpoint that answers "stored" only
-//! once the events are in finished files, written exactly once.
+//! once the events are in finished files (or a PostgreSQL table, with
+//! [`Destination::Postgres`]), written exactly once.
 //!
 //! It exists to show a [`Pipeline`] embedded in a real service: request
 //! parsing that refuses a bad request before anything of it is written,
@@ -18,7 +19,15 @@
 //! ([`RollingPolicy::on_checkpoint`]), so the commit of checkpoint `n` turns
 //! everything written before barrier `n` into finished (visible) files, and
 //! a ticket resolves only after its subtask's share of `n` was committed: a
-//! 200 therefore means "in finished files under `<dir>/data`".
+//! 200 therefore means "in finished files under `<dir>/data`" (with
+//! [`Config::compaction`], in a segment that is merged later, atomically for
+//! readers). On PostgreSQL it means "in a committed transaction": one
+//! `event jsonb` row per event, one prepared transaction per subtask and
+//! checkpoint, `COMMIT PREPARED` after the checkpoint.
+//!
+//! With checkpoints on demand ([`CheckpointConfig::on_demand`]) a request
+//! is answered about one checkpoint's duration after it arrived, and a
+//! checkpoint answers every request that arrived while the one before ran.
 //!
 //! # The HTTP contract
 //!
