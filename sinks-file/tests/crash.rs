@@ -285,3 +285,19 @@ fn merges_cut_short_are_repaired_by_the_next_start() {
         }
     }
 }
+
+/// The same on an S3-compatible server (`scripts/with-s3`): the output's
+/// parts are multipart uploads, the checkpoints are on the server too.
+#[cfg(feature = "s3")]
+#[test]
+fn on_s3_every_crash_point_leaves_every_record_once_in_finished_objects() {
+    let Ok(bucket) = std::env::var("S3_TEST_BUCKET") else {
+        println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
+        return;
+    };
+    let (scenarios, crashes) = matrix(|| {
+        let url = format!("s3://{bucket}/crash-{}", uuid::Uuid::new_v4().simple());
+        (Target::S3(url), None)
+    });
+    println!("file sink crash tests on S3: {scenarios} scenarios, {crashes} crashes, 0 violations");
+}
