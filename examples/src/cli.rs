@@ -121,6 +121,19 @@ impl Checkpoints {
     }
 }
 
+/// Writes `line` to stdout and flushes it at once: how the servers
+/// (`ingest-service`, `ingest-baseline`) say `listening on http://ADDR` and
+/// print their closing summary, which programs driving them read line by
+/// line.
+pub fn print_line(line: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")
+}
+
 /// Peak resident set size of this process, in bytes (Linux; 0 elsewhere).
 /// Read by the benchmarks at the end of a measurement.
 pub fn peak_rss_bytes() -> u64 {

@@ -172,6 +172,15 @@ async fn scenario(target: &Target, point: &'static str, checkpoints: bool) -> u3
     crashes
 }
 
+/// A runtime of two workers, as the machine has.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// Failpoints are process-wide: the tests of this file take turns.
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -179,11 +188,7 @@ static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// `target`; returns (scenarios, crashes).
 fn matrix(target: impl Fn() -> (Target, Option<tempfile::TempDir>)) -> (u32, u32) {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let runtime = runtime();
     let mut scenarios = 0;
     let mut total_crashes = 0;
     for checkpoints in [true, false] {
@@ -230,11 +235,7 @@ fn with_compaction_every_crash_point_leaves_every_record_once_in_finished_files(
 #[test]
 fn merges_cut_short_are_repaired_by_the_next_start() {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let runtime = runtime();
     for point in ["compaction-before-exchange", "compaction-after-exchange"] {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let out = dir.path().join("out");

@@ -22,7 +22,6 @@
 //! once requests are served, and a JSON summary after SIGTERM or Ctrl-C
 //! (requests and events committed, duplicates). Logs go to stderr.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -208,11 +207,7 @@ async fn main() -> anyhow::Result<()> {
     let address = listener
         .local_addr()
         .context("reading the address listened on")?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on http://{address}")
-        .and_then(|()| stdout.flush())
-        .context("writing to stdout")?;
-    drop(stdout);
+    examples::cli::print_line(&format!("listening on http://{address}"))?;
     axum::serve(listener, router)
         .with_graceful_shutdown(signals.first())
         .await
@@ -223,9 +218,6 @@ async fn main() -> anyhow::Result<()> {
         "transactions": counts.requests.load(Ordering::Relaxed),
         "duplicates": counts.duplicates.load(Ordering::Relaxed),
     });
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{summary}")
-        .and_then(|()| stdout.flush())
-        .context("writing to stdout")?;
+    examples::cli::print_line(&summary.to_string())?;
     Ok(())
 }

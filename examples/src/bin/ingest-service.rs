@@ -13,7 +13,6 @@
 //! go to stderr (`RUST_LOG`, default `info`). A second signal during the
 //! drain exits at once with status 1; nothing acknowledged is lost by that.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -191,16 +190,9 @@ async fn main() -> anyhow::Result<()> {
         .local_addr()
         .context("reading the address listened on")?;
     let service = IngestService::start(config).await?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on http://{address}")
-        .and_then(|()| stdout.flush())
-        .context("writing to stdout")?;
-    drop(stdout);
+    examples::cli::print_line(&format!("listening on http://{address}"))?;
     let summary = service.serve(listener, signals.first()).await?;
     let line = serde_json::to_string(&summary).context("encoding the summary")?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{line}")
-        .and_then(|()| stdout.flush())
-        .context("writing to stdout")?;
+    examples::cli::print_line(&line)?;
     Ok(())
 }
