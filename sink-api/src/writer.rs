@@ -140,6 +140,11 @@ pub trait SinkWriter: Send + 'static {
     /// would) and the checkpoint never completes; a future still pending
     /// when the job stops is dropped.
     ///
+    /// Start the work before returning it (spawn it, or have it under way
+    /// already) rather than in the future's first poll: the runtime polls
+    /// the oldest checkpoint's future first, so work that starts only when
+    /// polled runs one checkpoint after the other.
+    ///
     /// The default returns `None`: `prepare_commit` and `snapshot_state` did
     /// all the work. A writer that returns a future must not rely on it for
     /// anything its committer needs before the checkpoint completes; nothing

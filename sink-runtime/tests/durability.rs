@@ -23,17 +23,20 @@ struct Seen {
     committed: Arc<AtomicU64>,
 }
 
-/// A sink whose durability work waits for a permit of `gate`, or fails.
+/// A sink whose durability work waits for a permit of `gate` (only the
+/// first work of each writer, with `only_first`), or fails.
 #[derive(Clone)]
 struct Gated {
     seen: Seen,
     gate: Arc<Semaphore>,
     fail: bool,
+    only_first: bool,
 }
 
 struct GatedWriter {
     sink: Gated,
     records: u64,
+    works: u64,
 }
 
 #[async_trait]
@@ -45,6 +48,7 @@ impl Sink for Gated {
         Ok(GatedWriter {
             sink: self.clone(),
             records: 0,
+            works: 0,
         })
     }
 
@@ -72,6 +76,10 @@ impl SinkWriter for GatedWriter {
 
     fn durability(&mut self, _: CheckpointId) -> Option<Durability> {
         let (gate, fail) = (self.sink.gate.clone(), self.sink.fail);
+        self.works += 1;
+        if self.sink.only_first && self.works > 1 {
+            return Some(Box::pin(async { Ok(()) }));
+        }
         Some(Box::pin(async move {
             if fail {
                 return Err(SinkError::msg("the disk refused the fsync"));
@@ -123,6 +131,7 @@ async fn a_checkpoint_waits_for_the_durability_work_and_writing_goes_on() {
         seen: seen.clone(),
         gate: gate.clone(),
         fail: false,
+        only_first: false,
     };
     let handle = Job::builder(
         "durability",
@@ -160,6 +169,50 @@ async fn a_checkpoint_waits_for_the_durability_work_and_writing_goes_on() {
     let _ = handle.join().await;
 }
 
+/// Rule: acknowledgements go in checkpoint order. With two checkpoints in
+/// flight, the second's work done and the first's not, neither completes;
+/// once the first's is done, both do, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_checkpoint_done_first_waits_for_the_earlier_one() {
+    let seen = Seen::default();
+    let gate = Arc::new(Semaphore::new(0));
+    let sink = Gated {
+        seen: seen.clone(),
+        gate: gate.clone(),
+        fail: false,
+        only_first: true,
+    };
+    let handle = Job::builder(
+        "durability-order",
+        SequenceSource::unbounded(1_000_000).paced(20_000),
+        sink,
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(Duration::from_millis(10)).max_concurrent(2))
+    .build()
+    .unwrap()
+    .start();
+    wait_for("both subtasks past the second barrier", || {
+        seen.prepared.load(Ordering::SeqCst) >= 4
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let metrics = handle.metrics();
+    assert!(metrics.checkpoints_triggered >= 2, "{metrics:?}");
+    assert_eq!(
+        metrics.checkpoints_completed, 0,
+        "a checkpoint completed while the first one's work was pending: {metrics:?}"
+    );
+    gate.add_permits(2);
+    wait_for("the checkpoints completed", || {
+        handle.metrics().checkpoints_completed >= 2
+    })
+    .await;
+    assert!(seen.committed.load(Ordering::SeqCst) > 0);
+    handle.cancel();
+    let _ = handle.join().await;
+}
+
 /// Rule: durability work that fails fails the job; its checkpoint never
 /// completes and nothing of it is committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,6 +222,7 @@ async fn failed_durability_work_fails_the_job_and_commits_nothing() {
         seen: seen.clone(),
         gate: Arc::new(Semaphore::new(0)),
         fail: true,
+        only_first: false,
     };
     let result = Job::builder("durability-fails", SequenceSource::bounded(1_000), sink)
         .parallelism(2)

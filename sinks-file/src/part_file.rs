@@ -2,17 +2,18 @@
 //!
 //! ```text
 //!  .part-<uuid>-<n>.inprogress.<lineage>   in progress: being written, hidden
-//!        │ roll (flush, fsync, close)
+//!        │ roll (flush, close; its fsync starts on a blocking thread)
 //!        ▼
-//!  .part-<uuid>-<n>.inprogress.<lineage>   pending: complete and durable, still hidden;
-//!        │                               its committable waits for a checkpoint
+//!  .part-<uuid>-<n>.inprogress.<lineage>   pending: complete, still hidden; durable before
+//!        │                               the checkpoint that refers to it is acknowledged
 //!        │ commit: atomic rename
 //!        ▼
 //!  part-<uuid>-<n><suffix>               finished: visible to readers
 //! ```
 //!
-//! At a checkpoint an in-progress file is *persisted*: flushed, fsynced, and
-//! its path and length recorded in the writer's state. A restore truncates it
+//! At a checkpoint an in-progress file is *persisted*: flushed, its path and
+//! length recorded in the writer's state, and fsynced before the checkpoint
+//! is acknowledged. A restore truncates it
 //! back to that length and turns it into a pending file, so that exactly the
 //! records before the checkpoint are in it.
 //!
@@ -24,7 +25,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use sink_api::{Lineage, SinkError};
@@ -43,8 +44,62 @@ const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 /// Every this many bytes written to a part, its data so far is synced in
 /// the background (write-behind, as RocksDB's `bytes_per_sync`): the disk
 /// works while the writer writes, and the fsync a checkpoint waits for has
-/// little left to do. Nothing depends on these syncs for correctness.
+/// little left to do. A failure of one of these syncs is kept (see
+/// [`PartSync`]) and fails the next checkpoint's.
 const WRITE_BEHIND_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The syncs of one part file, shared by all of them: every handle on the
+/// file (`File::try_clone`) shares one open file description, and Linux
+/// reports a write-back error to the first fsync through any of them only.
+/// So syncs of a part never overlap (the lock), and an error any of them saw
+/// is kept and reported by every later one: a checkpoint never completes
+/// over data a background sync failed to write.
+#[derive(Debug, Default)]
+pub(crate) struct PartSync {
+    lock: Mutex<()>,
+    failed: Mutex<Option<String>>,
+    /// Set while a write-behind sync of the part is queued or runs.
+    behind: AtomicBool,
+}
+
+impl PartSync {
+    /// Syncs `file`'s data (the part at `path`), under the part's lock; the
+    /// error of this sync, or of any earlier one.
+    fn sync(&self, file: &File, path: &Path) -> Result<(), SinkError> {
+        let _turn = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("file-sync-fails", |_| {
+            self.record("simulated failure at failpoint file-sync-fails".into());
+            Err(SinkError::msg(format!(
+                "syncing the part file {}: simulated failure at failpoint file-sync-fails",
+                path.display()
+            )))
+        });
+        if let Err(e) = file.sync_data() {
+            self.record(e.to_string());
+            return Err(io_error(
+                format!("syncing the part file {}", path.display()),
+                e,
+            ));
+        }
+        match self.failed.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            None => Ok(()),
+            Some(earlier) => Err(SinkError::msg(format!(
+                "an earlier sync of the part file {} failed ({earlier}): what was written before it \
+                 may not be on disk, so no checkpoint may refer to it; the job restarts from its last \
+                 checkpoint",
+                path.display()
+            ))),
+        }
+    }
+
+    fn record(&self, error: String) {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(error);
+    }
+}
 
 /// A complete, durable, hidden part file waiting to be made visible: what
 /// the file writer's `prepare_commit` returns, the runtime keeps in
@@ -139,8 +194,8 @@ pub(crate) struct InProgressPart {
     syncs: Arc<DirSyncs>,
     /// Bytes written since the last write-behind sync started.
     unsynced_bytes: u64,
-    /// Set while a write-behind sync of this part runs.
-    syncing: Arc<AtomicBool>,
+    /// Its syncs, shared with the background ones and the checkpoints'.
+    sync: Arc<PartSync>,
 }
 
 impl InProgressPart {
@@ -199,7 +254,7 @@ impl InProgressPart {
             created_seq,
             syncs: syncs.clone(),
             unsynced_bytes: 0,
-            syncing: Arc::default(),
+            sync: Arc::default(),
         })
     }
 
@@ -219,27 +274,28 @@ impl InProgressPart {
     }
 
     /// Starts a sync of what was written so far on a blocking thread,
-    /// unless one runs (or no tokio runtime is there to run it). Its
-    /// outcome is not waited for: an error shows again in the fsync the
-    /// checkpoint waits for.
+    /// unless one is queued or runs (or no tokio runtime is there to run
+    /// it). It is not waited for; its error is kept in [`PartSync`] and
+    /// fails the next sync a checkpoint waits for.
     fn write_behind(&mut self) -> Result<(), SinkError> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return Ok(());
         };
-        if self.syncing.swap(true, Ordering::AcqRel) {
+        if self.sync.behind.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         self.unsynced_bytes = 0;
         self.flush()?;
-        let syncing = self.syncing.clone();
+        let sync = self.sync.clone();
         match self.file.get_ref().try_clone() {
             Ok(file) => {
+                let path = self.path.clone();
                 runtime.spawn_blocking(move || {
-                    let _ = file.sync_data();
-                    syncing.store(false, Ordering::Release);
+                    let _ = sync.sync(&file, &path);
+                    sync.behind.store(false, Ordering::Release);
                 });
             }
-            Err(_) => syncing.store(false, Ordering::Release),
+            Err(_) => sync.behind.store(false, Ordering::Release),
         }
         Ok(())
     }
@@ -272,6 +328,7 @@ impl InProgressPart {
             dirs: std::mem::take(&mut self.unsynced_dirs),
             created_seq: self.created_seq,
             syncs: self.syncs.clone(),
+            sync: self.sync.clone(),
         };
         Ok((self.state(), unsynced))
     }
@@ -307,6 +364,7 @@ impl InProgressPart {
             dirs: self.unsynced_dirs,
             created_seq: self.created_seq,
             syncs: self.syncs,
+            sync: self.sync,
         };
         let committable = FileCommittable {
             output_id: output.id.clone(),
@@ -334,6 +392,8 @@ pub(crate) struct Unsynced {
     dirs: Vec<PathBuf>,
     created_seq: u64,
     syncs: Arc<DirSyncs>,
+    /// The part's syncs (see [`PartSync`]).
+    sync: Arc<PartSync>,
 }
 
 impl Unsynced {
@@ -341,9 +401,7 @@ impl Unsynced {
     /// system, and its name durable. Blocking.
     pub(crate) fn sync(self) -> Result<(), SinkError> {
         assert_blocking("fsync of a part file");
-        self.file
-            .sync_data()
-            .map_err(|e| io_error(format!("syncing the part file {}", self.path.display()), e))?;
+        self.sync.sync(&self.file, &self.path)?;
         // The file's name must survive a power loss too, not only its data.
         for dir in &self.dirs {
             self.syncs.sync_dir_since(dir, self.created_seq)?;

@@ -5,9 +5,10 @@
 //!  prepare_commit ─▶ roll the parts the policy says (all of them with roll_on_checkpoint)
 //!                 ─▶ every part closed since the last call becomes a committable
 //!  snapshot_state ─▶ persist the remaining in-progress parts (path + length)
-//!  durability     ─▶ fsync of every part closed or persisted (and of their directories),
-//!                    on a blocking thread, while the writer goes on: the checkpoint
-//!                    is acknowledged only once they are done
+//!  durability     ─▶ waits for the fsyncs of every part closed or persisted (and of
+//!                    their directories), each started on a blocking thread when its
+//!                    part was closed or persisted, while the writer goes on: the
+//!                    checkpoint is acknowledged only once they are done
 //!  flush(true)    ─▶ close every part: at end of input everything is committed
 //! ```
 //!
@@ -78,9 +79,10 @@ pub struct FileWriter<T, E, B> {
     next_counter: u64,
     parts: BTreeMap<String, Part>,
     pending: Vec<FileCommittable>,
-    /// Parts closed or persisted since the last checkpoint's durability
-    /// work, whose fsyncs it does.
-    unsynced: Vec<Unsynced>,
+    /// The fsyncs of the parts closed or persisted since the last
+    /// checkpoint's durability work, started on blocking threads when the
+    /// part was closed or persisted; the work waits for them.
+    syncing: Vec<Syncing>,
     buffer: Vec<u8>,
     _record: PhantomData<fn(T)>,
 }
@@ -112,13 +114,23 @@ impl Part {
     }
 }
 
+/// An fsync of a part, started on a blocking thread; the next checkpoint's
+/// durability work waits for it. Its file handle is closed when it is done.
+type Syncing = tokio::task::JoinHandle<Result<(), SinkError>>;
+
+/// Starts the fsync of `unsynced` on a blocking thread.
+fn start_sync(unsynced: Unsynced) -> Syncing {
+    spawn(move || unsynced.sync())
+}
+
 /// Closes `parts` for good: local files by handing their last bytes to the
-/// operating system (their fsyncs are left in `unsynced`, for the
-/// checkpoint's durability work), uploads by sending their tails.
+/// operating system and starting their fsyncs (waited for by the
+/// checkpoint's durability work, in `syncing`), uploads by sending their
+/// tails.
 async fn close_all(
     parts: Vec<Part>,
     output: &OutputIdentity,
-    unsynced: &mut Vec<Unsynced>,
+    syncing: &mut Vec<Syncing>,
 ) -> Result<Vec<FileCommittable>, SinkError> {
     let mut closed = Vec::new();
     for part in parts {
@@ -126,7 +138,7 @@ async fn close_all(
             Part::File(part) => {
                 let (committable, file) = part.close_for_commit(output)?;
                 closed.push(committable);
-                unsynced.push(file);
+                syncing.push(start_sync(file));
             }
             Part::Upload(part) => closed.push(part.close_for_commit(output).await?),
         }
@@ -209,14 +221,15 @@ where
             next_counter: 0,
             parts: BTreeMap::new(),
             pending,
-            unsynced: Vec::new(),
+            syncing: Vec::new(),
             buffer: Vec::new(),
             _record: PhantomData,
         }
     }
 
-    /// Closes the parts `roll` picks, off the async workers; they become
-    /// pending.
+    /// Closes the parts `roll` picks (their last bytes handed to the
+    /// operating system here, as appends are; their fsyncs started off the
+    /// async workers); they become pending.
     async fn roll_where(&mut self, roll: impl Fn(&PartInfo) -> bool) -> Result<(), SinkError> {
         let due: Vec<String> = self
             .parts
@@ -228,7 +241,7 @@ where
             return Ok(());
         }
         let parts: Vec<Part> = due.iter().filter_map(|b| self.parts.remove(b)).collect();
-        let closed = close_all(parts, &self.output, &mut self.unsynced).await?;
+        let closed = close_all(parts, &self.output, &mut self.syncing).await?;
         self.pending.extend(closed);
         Ok(())
     }
@@ -243,9 +256,9 @@ where
     }
 
     /// Writes the encoded record in the buffer into `bucket`'s part.
-    /// Opening a part (and closing the one it replaces, when the policy
-    /// rolls it before this record) runs off the async workers; appending
-    /// is buffered.
+    /// Opening a part runs off the async workers, and so does the fsync of
+    /// the one it replaces (when the policy rolls it before this record);
+    /// appending is buffered.
     async fn write_encoded(&mut self, bucket: String, now_ms: u64) -> Result<(), SinkError> {
         let next_bytes = self.buffer.len() as u64;
         // The common case, in one lookup: the bucket has a part with room.
@@ -284,7 +297,7 @@ where
         let counter = self.next_counter;
         self.next_counter += 1;
         if let Some(replaced) = replaced {
-            let closed = close_all(vec![replaced], &self.output, &mut self.unsynced).await?;
+            let closed = close_all(vec![replaced], &self.output, &mut self.syncing).await?;
             self.pending.extend(closed);
         }
         let mut part = match &self.config.output {
@@ -397,8 +410,9 @@ where
         Ok(std::mem::take(&mut self.pending))
     }
 
-    /// Persists every in-progress part (flush and fsync), off the async
-    /// workers.
+    /// Persists every in-progress part: flushes it, records it, and starts
+    /// its fsync (of a second handle, as writing goes on) on a blocking
+    /// thread, for the checkpoint's durability work.
     async fn snapshot_state(
         &mut self,
         _checkpoint_id: CheckpointId,
@@ -419,7 +433,7 @@ where
                     if let Part::File(part) = part {
                         let (state, unsynced) = part.persist()?;
                         states.push(state);
-                        self.unsynced.push(unsynced);
+                        self.syncing.push(start_sync(unsynced));
                     }
                 }
                 states
@@ -432,23 +446,23 @@ where
         }])
     }
 
-    /// The fsyncs of the parts closed since the last checkpoint and of the
-    /// parts persisted by this one (with their directories), on a blocking
-    /// thread: the checkpoint is acknowledged once they are done, while the
-    /// writer goes on writing new parts. `None` when nothing waits.
+    /// Waits for the fsyncs of the parts closed since the last checkpoint
+    /// and of the parts this one persisted (with their directories), each
+    /// started on a blocking thread when its part was closed or persisted:
+    /// the checkpoint is acknowledged once they are done, while the writer
+    /// goes on writing new parts. `None` when nothing waits.
     fn durability(&mut self, _checkpoint_id: CheckpointId) -> Option<Durability> {
-        if self.unsynced.is_empty() {
+        if self.syncing.is_empty() {
             return None;
         }
-        let unsynced = std::mem::take(&mut self.unsynced);
-        // Started now, not when first polled.
-        let syncing = spawn(move || unsynced.into_iter().try_for_each(Unsynced::sync));
+        let syncing = std::mem::take(&mut self.syncing);
         Some(Box::pin(async move {
-            syncing.await.map_err(|e| {
-                SinkError::msg(format!(
-                    "the fsyncs of a checkpoint's part files ended abnormally: {e}"
-                ))
-            })?
+            for sync in syncing {
+                sync.await.map_err(|e| {
+                    SinkError::msg(format!("the fsync of a part file ended abnormally: {e}"))
+                })??;
+            }
+            Ok(())
         }))
     }
 
@@ -464,7 +478,7 @@ where
             }
         }
         self.parts.clear();
-        self.unsynced.clear();
+        self.syncing.clear();
         Ok(())
     }
 }

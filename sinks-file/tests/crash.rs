@@ -302,3 +302,54 @@ fn on_s3_every_crash_point_leaves_every_record_once_in_finished_objects() {
     });
     println!("file sink crash tests on S3: {scenarios} scenarios, {crashes} crashes, 0 violations");
 }
+
+/// A part's sync that fails (in the background, every 16 MiB, or at a
+/// checkpoint) fails the checkpoint that refers to the part: the job stops
+/// with the cause, and no checkpoint completes over data that may not be on
+/// disk.
+#[test]
+fn a_failed_sync_of_a_part_fails_its_checkpoint() {
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let runtime = runtime();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let out = dir.path().join("out");
+    // 1 KiB records, 40 MiB in all: background syncs run before the
+    // checkpoints' own.
+    let sink = FileSink::builder(&out, sinks_file::JsonLinesEncoder)
+        .rolling_policy(RollingPolicy {
+            max_part_size_bytes: Some(64 * 1024 * 1024),
+            ..RollingPolicy::on_checkpoint()
+        })
+        .build()
+        .expect("a valid sink");
+    let source = sink_runtime::source::Source::map(SequenceSource::bounded(40_000), |id| {
+        format!("{id:01024}")
+    });
+    fail::cfg("file-sync-fails", "1*return->off").expect("a valid failpoint");
+    let result = runtime.block_on(
+        Job::builder("sync-fails", source, sink)
+            .parallelism(1)
+            .checkpointing(CheckpointConfig::every(Duration::from_millis(100)))
+            .checkpoint_storage(
+                LocalCheckpointStorage::open(out.join(".state")).expect("a state directory"),
+            )
+            .build()
+            .expect("a valid job")
+            .run(),
+    );
+    fail::remove("file-sync-fails");
+    let error = result.expect_err("the job stops");
+    let text = error.to_string();
+    assert!(
+        matches!(
+            &error,
+            JobError::Sink {
+                action: "durability",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(text.contains("file-sync-fails"), "{text}");
+    assert!(visible_numbers(&out).is_empty(), "nothing was committed");
+}

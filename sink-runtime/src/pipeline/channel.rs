@@ -188,10 +188,15 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
         let tables: BTreeMap<u32, KeyTable> = splits
             .into_iter()
             .map(|split| {
-                let table = KeyTable::restore(split);
-                (table.index(), table)
+                let index = split.index;
+                let table = KeyTable::restore(split).map_err(|why| {
+                    SourceError(format!(
+                        "key partition {index}: {why}; the checkpoint is damaged"
+                    ))
+                })?;
+                Ok((table.index(), table))
             })
-            .collect();
+            .collect::<Result<_, SourceError>>()?;
         let restored_through = tables
             .values()
             .map(KeyTable::newest_checkpoint)

@@ -437,10 +437,11 @@ pub(crate) struct KeyTable {
 impl KeyTable {
     /// The table a stored partition describes. Every key in it is
     /// committed: it was restored from a checkpoint, and the restore commits
-    /// that checkpoint before anything is read. (Its bytes were checked when
-    /// the partition was decoded.)
-    pub(crate) fn restore(partition: KeyPartition) -> KeyTable {
-        let keys = decode_keys(partition.count, &partition.encoded).unwrap_or_default();
+    /// that checkpoint before anything is read. Fails (saying why) for a
+    /// partition whose keys cannot be read; those decoded from a checkpoint
+    /// were checked already.
+    pub(crate) fn restore(partition: KeyPartition) -> Result<KeyTable, String> {
+        let keys = decode_keys(partition.count, &partition.encoded)?;
         let mut table = KeyTable {
             index: partition.index,
             of: partition.of,
@@ -461,7 +462,7 @@ impl KeyTable {
             }
         }
         table.encode_from(0);
-        table
+        Ok(table)
     }
 
     /// Appends the encodings of the keys of `order` from position `from`
@@ -645,7 +646,7 @@ mod tests {
     const HOUR: Duration = Duration::from_secs(3600);
 
     fn table() -> KeyTable {
-        KeyTable::restore(KeyPartition::empty(0, 1))
+        KeyTable::restore(KeyPartition::empty(0, 1)).unwrap()
     }
 
     #[test]
@@ -688,7 +689,7 @@ mod tests {
         keys.accept("a".into(), None, 5);
         keys.accept("b".into(), None, 6);
         keys.assign(CheckpointId(4));
-        let restored = KeyTable::restore(keys.snapshot());
+        let restored = KeyTable::restore(keys.snapshot()).unwrap();
         assert_eq!(restored.newest_checkpoint(), CheckpointId(4));
         assert_eq!(
             restored.seen("b", None, restored.newest_checkpoint()),
@@ -785,7 +786,7 @@ mod tests {
     #[test]
     fn fingerprints_survive_a_checkpoint() {
         use sink_api::{deserialize_versioned, serialize_versioned};
-        let mut keys = KeyTable::restore(KeyPartition::empty(3, 64));
+        let mut keys = KeyTable::restore(KeyPartition::empty(3, 64)).unwrap();
         keys.accept("k".into(), Some(FP_A), 7);
         keys.accept("plain".into(), None, 8);
         keys.assign(CheckpointId(5));
@@ -793,7 +794,7 @@ mod tests {
         let blob = serialize_versioned(&serializer, &vec![keys.snapshot()]).unwrap();
         let mut stored = deserialize_versioned(&serializer, &blob).unwrap();
         assert_eq!(stored, vec![keys.snapshot()]);
-        let restored = KeyTable::restore(stored.remove(0));
+        let restored = KeyTable::restore(stored.remove(0)).unwrap();
         assert_eq!(restored.index(), 3);
         assert_eq!(
             restored.seen("k", Some(FP_B), CheckpointId(5)),
@@ -866,7 +867,7 @@ mod tests {
             ]
         );
         // A format-1 key is matched by the key alone, whatever the fingerprint.
-        let restored = KeyTable::restore(read[1].clone());
+        let restored = KeyTable::restore(read[1].clone()).unwrap();
         assert_eq!(
             restored.seen("a", Some(FP_B), CheckpointId(300)),
             Seen::Committed(CheckpointId(4))
@@ -913,7 +914,7 @@ mod tests {
         assert_eq!((read[0].index, read[0].of), (3, 8));
         assert_eq!(decode_keys(read[0].count, &read[0].encoded).unwrap(), keys);
         // Restored, and stored again (format 3): the same keys.
-        let table = KeyTable::restore(read[0].clone());
+        let table = KeyTable::restore(read[0].clone()).unwrap();
         assert_eq!(
             table.seen("a", Some(FP_B), CheckpointId(9)),
             Seen::Reused(Some(CheckpointId(4)))
@@ -956,7 +957,7 @@ mod tests {
         let left = stored(&keys);
         assert_eq!(left.len(), 1099);
         assert!(left.iter().all(|(_, checkpoint)| *checkpoint != 45));
-        let restored = KeyTable::restore(keys.snapshot());
+        let restored = KeyTable::restore(keys.snapshot()).unwrap();
         assert_eq!(stored(&restored), left);
     }
 

@@ -619,9 +619,17 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         Ok(())
     }
 
-    /// Why the committer task ended without a report of failure: an error
-    /// closing it, a panic, or a broken promise.
+    /// Why the committer task ended: its last report when it is a failure
+    /// (the job's cancellation among them, which a commit handed over at
+    /// the same moment races with); else an error closing it, a panic, or
+    /// a broken promise.
     async fn committer_gone(&mut self) -> JobError {
+        while let Ok(report) = self.committed.try_recv() {
+            match report {
+                Err(error) => return error,
+                Ok(done) => self.on_late_commit(done),
+            }
+        }
         let Some(mut handle) = self.committer_task.take() else {
             return (self.invariant())(&"the committer task is gone");
         };
@@ -686,16 +694,23 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         // and these checkpoints are in the last snapshot, so a restore
         // delivers them again as replays.
         while let Ok(Ok(done)) = self.committed.try_recv() {
-            if self
-                .in_flight
-                .front()
-                .is_some_and(|(id, _)| *id == done.checkpoint_id)
-            {
-                self.in_flight.pop_front();
-                self.reader.on_commit(done.checkpoint_id, done.outcome);
-            }
+            self.on_late_commit(done);
         }
         writer.and(committer)
+    }
+
+    /// A commit the committer task finished while the job stops: its
+    /// records are committed, so the source hears it (a pipeline's tickets
+    /// resolve); the global committer does not (see [`close`](Self::close)).
+    fn on_late_commit(&mut self, done: CommitDone<CommittableOf<S>>) {
+        if self
+            .in_flight
+            .front()
+            .is_some_and(|(id, _)| *id == done.checkpoint_id)
+        {
+            self.in_flight.pop_front();
+            self.reader.on_commit(done.checkpoint_id, done.outcome);
+        }
     }
 
     async fn send_global(
