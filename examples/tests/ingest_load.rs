@@ -66,14 +66,14 @@ fn a_small_comparison_runs_every_target_and_finds_every_event_once() {
     let report: serde_json::Value =
         serde_json::from_str(stdout.trim()).expect("one JSON object on stdout");
     let runs = report["runs"].as_array().expect("a list of runs");
-    assert_eq!(runs.len(), 8, "4 targets at 2 concurrencies: {report}");
+    assert_eq!(runs.len(), 10, "5 targets at 2 concurrencies: {report}");
     for run in runs {
         assert_eq!(run["requests_acknowledged"], 60, "{run}");
         assert_eq!(run["output_events"], 180, "{run}");
         assert_eq!(run["exactly_once"], true, "{run}");
         assert!(run["commits"].as_u64().unwrap_or(0) > 0, "{run}");
     }
-    let targets: Vec<&str> = runs[..4]
+    let targets: Vec<&str> = runs[..5]
         .iter()
         .map(|run| run["target"].as_str().unwrap_or_default())
         .collect();
@@ -85,11 +85,14 @@ fn a_small_comparison_runs_every_target_and_finds_every_event_once() {
         targets[1].contains("files") && targets[1].contains("on-demand"),
         "{targets:?}"
     );
-    assert!(targets[2].contains("postgres"), "{targets:?}");
-    assert!(targets[3].contains("baseline"), "{targets:?}");
+    assert!(targets[2].contains("compaction"), "{targets:?}");
+    assert!(targets[3].contains("postgres"), "{targets:?}");
+    assert!(targets[4].contains("baseline"), "{targets:?}");
     assert_eq!(
-        runs[3]["commits"], 60,
+        runs[4]["commits"], 60,
         "one transaction per request: {report}"
     );
+    // Compacted at the end: one file for the whole (short) run.
+    assert_eq!(runs[2]["finished_files"], 1, "{report}");
     assert!(report["postgres"]["fsync"].is_string(), "{report}");
 }
