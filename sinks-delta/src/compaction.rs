@@ -30,7 +30,7 @@ use sink_api::SinkError;
 use tracing::info;
 
 use crate::errors::delta_error;
-use crate::global_committer::{maintain_log, without_hooks};
+use crate::global_committer::{maintain_log, without_hooks, Owner};
 use crate::location::TableLocation;
 
 /// Partition values as the committables carry them: sorted pairs.
@@ -68,10 +68,11 @@ impl Compaction {
         &self,
         table: &mut DeltaTable,
         location: &TableLocation,
+        owner: &Owner,
         partitions: impl IntoIterator<Item = Partition>,
     ) -> Result<(), SinkError> {
         for partition in partitions {
-            self.compact(table, location, &partition).await?;
+            self.compact(table, location, owner, &partition).await?;
         }
         Ok(())
     }
@@ -80,10 +81,14 @@ impl Compaction {
         &self,
         table: &mut DeltaTable,
         location: &TableLocation,
+        owner: &Owner,
         partition: &Partition,
     ) -> Result<(), SinkError> {
         let url = location.url();
         let reading = |e| delta_error(format!("listing the files of the Delta table {url}"), e);
+        // The newest version, with the previous partition's compaction: a
+        // transaction read before it would conflict on the owner's txn.
+        table.update_incremental(None).await.map_err(reading)?;
         // (add, remove) of each small file of the partition, oldest first.
         let mut small = Vec::new();
         let mut files = table.get_active_add_actions_by_partitions(&[]);
@@ -159,18 +164,24 @@ impl Compaction {
             .collect();
         actions.extend(taken.into_iter().map(|(_, remove)| Action::Remove(remove)));
         let snapshot = table.snapshot().map_err(reading)?;
-        let committed = CommitBuilder::from(without_hooks())
-            .with_actions(actions)
-            .build(
-                Some(snapshot),
-                table.log_store(),
-                DeltaOperation::Optimize {
-                    predicate: None,
-                    target_size: i64::try_from(self.target_size).unwrap_or(i64::MAX),
-                },
-            )
-            .await
-            .map_err(|e| delta_error(format!("committing a compaction to {url}"), e))?;
+        // A fenced start rewrites nothing either; the owner's txn makes
+        // delta-rs refuse this one if a newer claim landed since the read.
+        owner
+            .check(snapshot, table.log_store().as_ref(), url)
+            .await?;
+        let committed =
+            CommitBuilder::from(without_hooks().with_application_transaction(owner.transaction()))
+                .with_actions(actions)
+                .build(
+                    Some(snapshot),
+                    table.log_store(),
+                    DeltaOperation::Optimize {
+                        predicate: None,
+                        target_size: i64::try_from(self.target_size).unwrap_or(i64::MAX),
+                    },
+                )
+                .await
+                .map_err(|e| delta_error(format!("committing a compaction to {url}"), e))?;
         location
             .make_durable(vec![format!("_delta_log/{:020}.json", committed.version())])
             .await

@@ -21,6 +21,29 @@
 //! The application id is the job's name and lineage: a job's checkpoint
 //! ids only grow in its lineage, and a run on fresh checkpoint storage gets
 //! a new lineage, so `txn` versions are never compared across runs.
+//!
+//! # Fencing older starts
+//!
+//! Every start of the job claims the table for its generation before it
+//! commits anything ([`DeltaGlobalCommitter::claim`], from the sink's
+//! `on_start`): a transaction with no files and the `txn`
+//! `<app id>/owner` at the start's generation. Every later transaction of
+//! that start carries the same `txn` again, and is written only if the log
+//! names no newer owner:
+//!
+//! ```text
+//!  read the log ── txn(<app id>/owner) > our generation ─▶ Fenced (permanent: a newer start owns the table)
+//!  commit { …, txn(<app id>/owner, our generation) }
+//!        └ a transaction that landed since we read names the same owner id ─▶ delta-rs refuses ours
+//!          (a concurrent transaction), and the next attempt reads the log again
+//! ```
+//!
+//! So once a newer start's claim is in the log, no transaction of an older
+//! start can follow it: an older start that read the log before the claim
+//! conflicts with it (delta-rs' check that no transaction seen by the
+//! committer was updated meanwhile), one that read it after finds the newer
+//! owner. This holds whatever the older start's checkpoint storage says,
+//! for an instance cut off from it (a zombie) as for one started twice.
 //! Delta keeps each application's newest `txn` in its log checkpoints, so
 //! the mark survives log clean-up (unless the table sets
 //! `delta.setTransactionRetentionDuration` shorter than the longest outage).
@@ -33,7 +56,7 @@ use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake_core::kernel::{Action, Transaction};
 use deltalake_core::protocol::{DeltaOperation, OutputMode};
 use deltalake_core::DeltaTable;
-use sink_api::{CheckpointId, GlobalCommitter, SinkError};
+use sink_api::{CheckpointId, Generation, GlobalCommitter, SinkError};
 use tracing::{info, warn};
 
 use crate::committable::DataFile;
@@ -57,6 +80,9 @@ pub struct DeltaGlobalCommitter {
     compaction: Option<Compaction>,
     /// `<job>/<lineage>`: the Delta application id of this job's commits.
     app_id: String,
+    /// This start's generation, carried by every transaction under
+    /// `<app id>/owner`.
+    generation: Generation,
     /// The newest checkpoint committed (or found committed) by this start.
     last_checkpoint: Option<i64>,
     /// Whether the end of input was recorded.
@@ -68,12 +94,14 @@ impl DeltaGlobalCommitter {
         location: TableLocation,
         compaction: Option<Compaction>,
         app_id: String,
+        generation: Generation,
     ) -> Self {
         DeltaGlobalCommitter {
             location,
             table: None,
             compaction,
             app_id,
+            generation,
             last_checkpoint: None,
             ended: false,
         }
@@ -82,6 +110,32 @@ impl DeltaGlobalCommitter {
     /// The `txn` application id that marks the end of input of `app_id`.
     pub fn end_of_input_app_id(app_id: &str) -> String {
         format!("{app_id}/end-of-input")
+    }
+
+    /// The `txn` application id under which each transaction of `app_id`
+    /// names the generation that wrote it; the newest is the table's owner.
+    pub fn owner_app_id(app_id: &str) -> String {
+        format!("{app_id}/owner")
+    }
+
+    /// Claims the table for this start's generation: a transaction with no
+    /// files and `txn(<app id>/owner, generation)`, unless the log holds it
+    /// already. Called by the sink's `on_start`, before anything of this
+    /// start is committed. Fails with a permanent error when a newer
+    /// generation owns the table.
+    pub(crate) async fn claim(&mut self) -> Result<(), SinkError> {
+        let owner = Self::owner_app_id(&self.app_id);
+        let generation = i64::try_from(self.generation.0).map_err(|_| {
+            SinkError::msg(format!(
+                "generation {} exceeds Delta's versions",
+                self.generation
+            ))
+            .permanent()
+        })?;
+        if self.commit_once(&owner, generation, &[]).await? {
+            info!(generation, app_id = %self.app_id, "claimed the Delta table for this start");
+        }
+        Ok(())
     }
 
     /// The table at its newest version.
@@ -119,12 +173,18 @@ impl DeltaGlobalCommitter {
         files: &[DataFile],
     ) -> Result<bool, SinkError> {
         let query_id = app_id.to_string();
+        let job_app_id = self.app_id.clone();
+        let owner_app_id = Self::owner_app_id(&job_app_id);
+        let generation = i64::try_from(self.generation.0).unwrap_or(i64::MAX);
         let location = self.location.clone();
         let url = location.url().clone();
         let table = self.newest().await?;
         let snapshot = table
             .snapshot()
             .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
+        Owner::new(&job_app_id, generation)
+            .check(snapshot, table.log_store().as_ref(), &url)
+            .await?;
         let done = snapshot
             .transaction_version(table.log_store().as_ref(), app_id)
             .await
@@ -140,8 +200,7 @@ impl DeltaGlobalCommitter {
             return Ok(false);
         }
         let actions = files.iter().map(|f| Action::Add(f.to_add())).collect();
-        let properties =
-            without_hooks().with_application_transaction(Transaction::new(app_id, version));
+        let properties = owned_properties(app_id, version, &owner_app_id, generation);
         let committed = CommitBuilder::from(properties)
             .with_actions(actions)
             .build(
@@ -191,6 +250,75 @@ impl DeltaGlobalCommitter {
                 }
             }
         }
+    }
+}
+
+/// The properties of a transaction of `app_id` at `version` by the start
+/// `generation`: `txn(app_id, version)`, and `txn(owner_app_id,
+/// generation)` so that delta-rs refuses it if a transaction naming the
+/// same owner id landed since the committer read the log.
+fn owned_properties(
+    app_id: &str,
+    version: i64,
+    owner_app_id: &str,
+    generation: i64,
+) -> CommitProperties {
+    let properties =
+        without_hooks().with_application_transaction(Transaction::new(app_id, version));
+    if app_id == owner_app_id {
+        properties
+    } else {
+        properties.with_application_transaction(Transaction::new(owner_app_id, generation))
+    }
+}
+
+/// A start's claim on the table: the `txn` id `<app id>/owner` and the
+/// start's generation, checked before and carried by every transaction the
+/// start writes (data, end of input, compaction).
+#[derive(Debug, Clone)]
+pub(crate) struct Owner {
+    /// `<app id>/owner`.
+    pub(crate) app_id: String,
+    /// The start's generation.
+    pub(crate) generation: i64,
+    /// The job's application id, for messages.
+    job_app_id: String,
+}
+
+impl Owner {
+    pub(crate) fn new(job_app_id: &str, generation: i64) -> Owner {
+        Owner {
+            app_id: DeltaGlobalCommitter::owner_app_id(job_app_id),
+            generation,
+            job_app_id: job_app_id.to_string(),
+        }
+    }
+
+    /// A permanent error if `snapshot` names a newer owner than this start.
+    pub(crate) async fn check(
+        &self,
+        snapshot: &deltalake_core::table::state::DeltaTableState,
+        log_store: &dyn deltalake_core::logstore::LogStore,
+        url: &url::Url,
+    ) -> Result<(), SinkError> {
+        let owner = snapshot
+            .transaction_version(log_store, &self.app_id)
+            .await
+            .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
+        match owner.filter(|&owner| owner > self.generation) {
+            Some(newer) => Err(SinkError::msg(format!(
+                "this start (generation {}) of {} was fenced off the Delta table {url}: a newer \
+                 start (generation {newer}) claimed it, so this one commits nothing more",
+                self.generation, self.job_app_id
+            ))
+            .permanent()),
+            None => Ok(()),
+        }
+    }
+
+    /// This start's `txn`, for a transaction's properties.
+    pub(crate) fn transaction(&self) -> Transaction {
+        Transaction::new(&self.app_id, self.generation)
     }
 }
 
@@ -307,10 +435,14 @@ impl GlobalCommitter for DeltaGlobalCommitter {
             let partitions: BTreeSet<_> =
                 files.iter().map(|f| f.partition_values.clone()).collect();
             let location = self.location.clone();
+            let owner = Owner::new(
+                &self.app_id,
+                i64::try_from(self.generation.0).unwrap_or(i64::MAX),
+            );
             let table = self.newest().await?;
             // Compaction is an optimisation: the data is committed whatever
             // becomes of it.
-            if let Err(e) = compaction.run(table, &location, partitions).await {
+            if let Err(e) = compaction.run(table, &location, &owner, partitions).await {
                 warn!(error = %e, "compaction after checkpoint {version} failed; the files stay as they are");
             }
         }
@@ -326,5 +458,114 @@ impl GlobalCommitter for DeltaGlobalCommitter {
         self.commit_once(&marker, last, &[]).await?;
         self.ended = true;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use deltalake_core::kernel::transaction::TransactionError;
+    use deltalake_core::DeltaTableError;
+
+    use super::*;
+
+    fn schema() -> arrow_schema::Schema {
+        arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "id",
+            arrow_schema::DataType::Int64,
+            false,
+        )])
+    }
+
+    /// The fencing rests on delta-rs' conflict check: a transaction built
+    /// on a log read before a newer start's claim, and carrying the owner
+    /// `txn` as every transaction of this committer does, is refused; the
+    /// same transaction without it would land after the claim.
+    #[tokio::test]
+    async fn a_transaction_read_before_a_newer_claim_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = TableLocation::local(dir.path().join("table")).unwrap();
+        location.open_or_create(&schema(), &[]).await.unwrap();
+        let app_id = "job/lineage";
+        let owner = DeltaGlobalCommitter::owner_app_id(app_id);
+        let committer = |generation| {
+            DeltaGlobalCommitter::new(
+                location.clone(),
+                None,
+                app_id.into(),
+                Generation(generation),
+            )
+        };
+        committer(1).claim().await.unwrap();
+        let read_by_the_old_start = location.open().await.unwrap().unwrap();
+        committer(2).claim().await.unwrap();
+
+        let commit = |properties: CommitProperties| {
+            let table = &read_by_the_old_start;
+            async move {
+                CommitBuilder::from(properties)
+                    .with_actions(Vec::new())
+                    .build(
+                        Some(table.snapshot().unwrap()),
+                        table.log_store(),
+                        DeltaOperation::StreamingUpdate {
+                            output_mode: OutputMode::Append,
+                            query_id: app_id.into(),
+                            epoch_id: 7,
+                        },
+                    )
+                    .await
+            }
+        };
+        let refused = commit(owned_properties(app_id, 7, &owner, 1)).await;
+        assert!(
+            matches!(
+                refused,
+                Err(DeltaTableError::Transaction {
+                    source: TransactionError::CommitConflict(_)
+                })
+            ),
+            "{:?}",
+            refused.map(|c| c.version())
+        );
+        let unfenced = without_hooks().with_application_transaction(Transaction::new(app_id, 7));
+        assert!(
+            commit(unfenced).await.is_ok(),
+            "without the owner txn it lands"
+        );
+    }
+
+    /// An older start that reads the log after a newer start's claim finds
+    /// the newer owner and commits nothing, with a permanent error.
+    #[tokio::test]
+    async fn an_older_start_commits_nothing_after_a_newer_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = TableLocation::local(dir.path().join("table")).unwrap();
+        location.open_or_create(&schema(), &[]).await.unwrap();
+        let committer = |generation| {
+            DeltaGlobalCommitter::new(
+                location.clone(),
+                None,
+                "job/l".into(),
+                Generation(generation),
+            )
+        };
+        let mut old = committer(3);
+        old.claim().await.unwrap();
+        committer(4).claim().await.unwrap();
+        let before = location.open().await.unwrap().unwrap().version();
+        let error = old.commit_once("job/l", 1, &[]).await.expect_err("fenced");
+        assert!(error.is_permanent(), "{error}");
+        assert!(error.to_string().contains("fenced off"), "{error}");
+        let error = old
+            .claim()
+            .await
+            .expect_err("an older claim is refused too");
+        assert!(error.is_permanent(), "{error}");
+        assert_eq!(location.open().await.unwrap().unwrap().version(), before);
+        committer(4)
+            .claim()
+            .await
+            .expect("a claim repeated by its own start is a no-op");
+        assert_eq!(location.open().await.unwrap().unwrap().version(), before);
     }
 }

@@ -65,6 +65,33 @@ pub async fn log_entries(location: &TableLocation) -> Result<Vec<LogEntry>, Sink
     Ok(entries)
 }
 
+/// Checks, from the log alone, that no start committed after a newer start
+/// of the same job claimed the table: along the log, the generations under
+/// each `<app id>/owner` never go down. `Err` names the first entry that
+/// breaks it. For tests of fencing (a zombie reconnected after its
+/// successor started).
+pub fn check_owners_in_order(entries: &[LogEntry]) -> Result<(), String> {
+    let mut owners: std::collections::BTreeMap<&str, (i64, i64)> = Default::default();
+    for entry in entries {
+        for (app, generation) in &entry.transactions {
+            if !app.ends_with("/owner") {
+                continue;
+            }
+            if let Some(&(newest, at)) = owners.get(app.as_str()) {
+                if *generation < newest {
+                    return Err(format!(
+                        "table version {} was committed by generation {generation} of {app}, \
+                         after generation {newest} claimed the table at version {at}",
+                        entry.version
+                    ));
+                }
+            }
+            owners.insert(app, (*generation, entry.version));
+        }
+    }
+    Ok(())
+}
+
 fn summarise(version: i64, bytes: &[u8]) -> Result<LogEntry, serde_json::Error> {
     let mut entry = LogEntry {
         version,

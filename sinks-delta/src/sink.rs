@@ -181,7 +181,11 @@ where
                 ))
                 .permanent())
             }
-            _ => Ok(()),
+            _ => {
+                DeltaGlobalCommitter::new(self.location.clone(), None, app_id, start.generation)
+                    .claim()
+                    .await
+            }
         }
     }
 
@@ -242,6 +246,7 @@ where
                 location.clone(),
                 compaction.clone(),
                 app_id(context),
+                context.generation,
             ))
         }))
     }

@@ -94,12 +94,24 @@ async fn a_bounded_job_commits_every_row_once_in_one_transaction_per_checkpoint(
         "one transaction per checkpoint, in order: {epochs:?}"
     );
     for update in &updates {
+        let app = update.query_id.clone().unwrap();
         assert_eq!(
             update.transactions,
-            vec![(update.query_id.clone().unwrap(), update.epoch.unwrap())],
-            "each transaction carries its txn"
+            vec![
+                (app.clone(), update.epoch.unwrap()),
+                (format!("{app}/owner"), 1)
+            ],
+            "each transaction carries its txn, and its start's generation as the owner"
         );
     }
+    let claim = &entries[1];
+    assert_eq!(
+        (claim.added, claim.transactions.len()),
+        (0, 1),
+        "the start claimed the table before its first commit: {entries:?}"
+    );
+    assert!(claim.transactions[0].0.ends_with("/owner"), "{claim:?}");
+    sinks_delta::read::check_owners_in_order(&entries).unwrap();
     // Both subtasks' files of a checkpoint are in its one transaction.
     assert!(updates.iter().any(|e| e.added >= 2), "{updates:?}");
     let last = entries.last().expect("entries");
