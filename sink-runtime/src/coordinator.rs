@@ -327,6 +327,11 @@ where
         }
         false => (None, None),
     };
+    // What the global committer committed: the subtasks' readers hear of a
+    // commit only after it (nothing is known committed before it reports).
+    let mut global_progress = global_tx
+        .as_ref()
+        .map(|_| watch::channel(CheckpointId::NONE).0);
     let settings = SubtaskSettings {
         batch_size: spec.batch_size,
         idle_poll: spec.idle_poll,
@@ -424,6 +429,8 @@ where
             records_since_barrier: 0,
             last_barrier: restored,
             awaiting: std::collections::VecDeque::new(),
+            global_progress: global_progress.as_ref().map(watch::Sender::subscribe),
+            notices: VecDeque::new(),
         };
         tasks.spawn(
             async move { (TaskId::Subtask(index), task.run().await) }
@@ -463,6 +470,9 @@ where
             metrics: Arc::clone(metrics),
             ended: Default::default(),
             end_of_input_called: false,
+            progress: global_progress
+                .take()
+                .unwrap_or_else(|| watch::channel(CheckpointId::NONE).0),
         };
         tasks.spawn(
             async move { (TaskId::GlobalCommitter, task.run().await) }

@@ -851,3 +851,133 @@ async fn on_demand_with_a_pause_longer_than_the_interval_is_refused() {
     let error = error.to_string();
     assert!(error.contains("minimum pause"), "{error}");
 }
+
+/// The memory sink with a global committer that commits a checkpoint only
+/// when the test lets it (one permit per checkpoint).
+struct GatedGlobal {
+    inner: MemorySink<String>,
+    store: MemoryStore<String>,
+    gate: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+struct GatedCommitter {
+    inner: sinks_memory::MemoryGlobalCommitter<String>,
+    gate: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+#[sink_api::async_trait]
+impl sink_api::GlobalCommitter for GatedCommitter {
+    type Committable = sinks_memory::MemoryCommittable;
+
+    async fn commit_checkpoint(
+        &mut self,
+        checkpoint_id: sink_api::CheckpointId,
+        committables: Vec<sinks_memory::MemoryCommittable>,
+    ) -> Result<(), sink_api::SinkError> {
+        self.gate
+            .acquire()
+            .await
+            .expect("the gate stays open")
+            .forget();
+        self.inner
+            .commit_checkpoint(checkpoint_id, committables)
+            .await
+    }
+}
+
+#[sink_api::async_trait]
+impl sink_api::Sink for GatedGlobal {
+    type Writer = <MemorySink<String> as sink_api::Sink>::Writer;
+    type Committer = <MemorySink<String> as sink_api::Sink>::Committer;
+
+    async fn on_start(
+        &self,
+        start: &sink_api::JobStart<
+            '_,
+            sink_api::CommittableOf<MemorySink<String>>,
+            sink_api::WriterStateOf<MemorySink<String>>,
+        >,
+    ) -> Result<(), sink_api::SinkError> {
+        self.inner.on_start(start).await
+    }
+
+    async fn create_writer(
+        &self,
+        context: &sink_api::InitContext,
+        restored: Vec<sink_api::WriterStateOf<MemorySink<String>>>,
+    ) -> Result<Self::Writer, sink_api::SinkError> {
+        self.inner.create_writer(context, restored).await
+    }
+
+    async fn create_committer(
+        &self,
+        context: &sink_api::InitContext,
+    ) -> Result<Self::Committer, sink_api::SinkError> {
+        self.inner.create_committer(context).await
+    }
+
+    fn global_committer(
+        &self,
+    ) -> Option<sink_api::GlobalCommitterFactory<sinks_memory::MemoryCommittable>> {
+        let (store, gate) = (self.store.clone(), self.gate.clone());
+        Some(Box::new(move |_| {
+            Box::new(GatedCommitter {
+                inner: sinks_memory::MemoryGlobalCommitter::new(store.clone()),
+                gate: gate.clone(),
+            })
+        }))
+    }
+}
+
+/// With a global committer, data is visible only once it committed (a
+/// Delta table's files): a ticket resolves after the global commit, not
+/// after the subtask's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_global_committer_a_ticket_resolves_only_after_the_global_commit() {
+    let store = MemoryStore::<String>::new();
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let sink = GatedGlobal {
+        inner: MemorySink::new(store.clone()),
+        store: store.clone(),
+        gate: gate.clone(),
+    };
+    let pipeline = Pipeline::builder("gated", sink)
+        .parallelism(2)
+        .checkpointing(every(20))
+        .start()
+        .await
+        .unwrap();
+    let mut ticket = pipeline
+        .send(vec!["a".into(), "b".into()], Some("k".into()))
+        .await
+        .unwrap();
+    // The subtasks commit within a few checkpoints; the global one cannot.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while counts(&store.committed()).len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "never committed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut ticket).await;
+    assert!(
+        early.is_err(),
+        "the ticket resolved before the global commit: {early:?}"
+    );
+    // A retry of the key is not answered as committed either.
+    let mut retry = pipeline
+        .send(vec!["a".into(), "b".into()], Some("k".into()))
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), &mut retry)
+            .await
+            .is_err(),
+        "a retry was answered before the global commit"
+    );
+    gate.add_permits(1_000_000);
+    let ack = ticket.await.unwrap();
+    assert!(!ack.duplicate);
+    assert!(retry.await.unwrap().duplicate);
+    pipeline.shutdown().await.unwrap();
+    assert_eq!(counts(&store.committed()).len(), 2);
+    assert!(store.violations().is_empty(), "{:?}", store.violations());
+}

@@ -107,7 +107,9 @@ pub trait SplitReader: Send + 'static {
     /// earlier one, has been committed, with `outcome`.
     ///
     /// Called by the subtask after each commit, in checkpoint order,
-    /// including the re-commit of a restored checkpoint. Called once per
+    /// including the re-commit of a restored checkpoint. When the job has a
+    /// global committer, only once it committed the checkpoint too (its
+    /// data becomes visible only then, as a Delta table's files do). Called once per
     /// checkpoint that held anything of this subtask; a checkpoint in which
     /// the subtask prepared nothing may be covered by a later call. The
     /// default does nothing.

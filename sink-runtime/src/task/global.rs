@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use sink_api::{CheckpointId, GlobalCommitter, SubtaskIndex, VersionedSerializer};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{error, info};
 
 use super::{GlobalMessage, TaskEvent, TaskState};
@@ -44,6 +44,9 @@ pub(crate) struct GlobalTask<C: Send + 'static> {
     pub ended: BTreeSet<SubtaskIndex>,
     /// Whether `GlobalCommitter::end_of_input` was called.
     pub end_of_input_called: bool,
+    /// The newest checkpoint committed (or found empty), for the subtasks:
+    /// their readers hear of a commit only after it.
+    pub progress: watch::Sender<CheckpointId>,
 }
 
 impl<C: Send + 'static> GlobalTask<C> {
@@ -135,6 +138,7 @@ impl<C: Send + 'static> GlobalTask<C> {
                 .flat_map(|part| part.committables)
                 .collect();
             if committables.is_empty() {
+                self.progress.send_replace(ready.checkpoint_id);
                 continue;
             }
             self.committer
@@ -146,6 +150,7 @@ impl<C: Send + 'static> GlobalTask<C> {
                     source,
                 })?;
             metrics::add(&self.metrics.global_commits, 1);
+            self.progress.send_replace(ready.checkpoint_id);
             failpoint!("after-global-commit");
         }
         Ok(())

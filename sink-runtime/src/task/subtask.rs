@@ -47,7 +47,7 @@ use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
 use crate::error::JobError;
 use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
-use crate::source::{ReadStatus, Source, SplitReader};
+use crate::source::{CommitOutcome, ReadStatus, Source, SplitReader};
 use crate::storage::{encode_pending, PendingCommittables, SubtaskSnapshot};
 
 /// Longest a busy subtask runs before it lets other tasks run.
@@ -133,6 +133,30 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = InputOf<S>>> {
     /// durability work ([`SinkWriter::durability`]), oldest first: sent in
     /// this order once their work is done.
     pub awaiting: VecDeque<AwaitingAck>,
+    /// With a global committer: the newest checkpoint it committed. The
+    /// reader hears of a commit only once the global committer committed it
+    /// too, since only then is the data visible (a Delta table's files).
+    pub global_progress: Option<watch::Receiver<CheckpointId>>,
+    /// Commits of this subtask the reader has not heard of yet, because the
+    /// global committer has not committed them; oldest first.
+    pub notices: VecDeque<(CheckpointId, CommitOutcome)>,
+}
+
+/// Waits until the global committer's progress changes, while `waiting`
+/// (forever otherwise, and once the global committer is gone).
+/// Cancellation-safe.
+async fn global_progress_changed(
+    progress: &mut Option<watch::Receiver<CheckpointId>>,
+    waiting: bool,
+) {
+    match progress {
+        Some(progress) if waiting => {
+            if progress.changed().await.is_err() {
+                std::future::pending::<()>().await
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
 }
 
 /// A checkpoint's acknowledgement waiting for the writer's durability work.
@@ -229,6 +253,9 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
                     settled = settle_oldest(&mut self.awaiting) => {
                         settled.map_err(self.sink_error("durability"))?;
                     }
+                    () = global_progress_changed(&mut self.global_progress, !self.notices.is_empty()) => {
+                        self.release_notices();
+                    }
                 }
                 continue;
             }
@@ -284,6 +311,10 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
                         () = self.reader.wait_for_input() => Flow::Continue,
                         settled = settle_oldest(&mut self.awaiting) => {
                             settled.map_err(self.sink_error("durability"))?;
+                            Flow::Continue
+                        }
+                        () = global_progress_changed(&mut self.global_progress, !self.notices.is_empty()) => {
+                            self.release_notices();
                             Flow::Continue
                         }
                         () = tokio::time::sleep(self.settings.idle_poll) => Flow::Continue,
@@ -615,8 +646,54 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             })
             .await?;
         }
-        self.reader.on_commit(done.checkpoint_id, done.outcome);
+        self.notify_reader(done.checkpoint_id, done.outcome);
         Ok(())
+    }
+
+    /// Tells the reader that this subtask's share of `checkpoint_id` was
+    /// committed with `outcome`: at once without a global committer; with
+    /// one, once it committed the checkpoint too, in checkpoint order.
+    fn notify_reader(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome) {
+        match self.global_progress {
+            Some(_) => {
+                self.notices.push_back((checkpoint_id, outcome));
+                self.release_notices();
+            }
+            None => self.reader.on_commit(checkpoint_id, outcome),
+        }
+    }
+
+    /// Passes on to the reader the commits the global committer caught up
+    /// with.
+    fn release_notices(&mut self) {
+        let Some(progress) = &self.global_progress else {
+            return;
+        };
+        let committed = *progress.borrow();
+        while self
+            .notices
+            .front()
+            .is_some_and(|(checkpoint_id, _)| *checkpoint_id <= committed)
+        {
+            if let Some((checkpoint_id, outcome)) = self.notices.pop_front() {
+                self.reader.on_commit(checkpoint_id, outcome);
+            }
+        }
+    }
+
+    /// After the end of stream: waits until the global committer committed
+    /// what the reader has not heard of yet (or is gone: the job failed,
+    /// and those commits are not known to be visible).
+    async fn wait_for_global_commits(&mut self) {
+        while !self.notices.is_empty() {
+            let Some(progress) = &mut self.global_progress else {
+                return;
+            };
+            if progress.changed().await.is_err() {
+                return;
+            }
+            self.release_notices();
+        }
     }
 
     /// Why the committer task ended: its last report when it is a failure
@@ -665,6 +742,7 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             })
             .await?;
         }
+        self.wait_for_global_commits().await;
         info!(subtask = self.index, checkpoint = %final_checkpoint, "finished");
         self.close().await
     }
@@ -709,7 +787,7 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             .is_some_and(|(id, _)| *id == done.checkpoint_id)
         {
             self.in_flight.pop_front();
-            self.reader.on_commit(done.checkpoint_id, done.outcome);
+            self.notify_reader(done.checkpoint_id, done.outcome);
         }
     }
 
