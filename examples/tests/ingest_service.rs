@@ -1218,6 +1218,16 @@ fn bad_checkpoint_and_sink_flags_are_refused_with_the_fix() {
             "longer than",
         ),
         (&["--sink", "postgres"][..], "needs --url"),
+        (&["--instances", "a,b"][..], "--instance-id"),
+        (
+            &["--instance-id", "c", "--instances", "a,b"][..],
+            "not among the instances",
+        ),
+        (&["--instance-id", "A"][..], "not an instance id"),
+        (
+            &["--instance-id", "a", "--instances", "a,b,a"][..],
+            "listed twice",
+        ),
         (&["--url", "host=x"][..], "--sink postgres"),
         (
             &["--sink", "postgres", "--url", "host=x", "--table", "a;b"][..],
@@ -1267,4 +1277,68 @@ async fn on_postgres_on_demand_sigkill_under_load_then_retries_store_everything_
         &["--parallelism", "2", "--checkpoint-interval", "on-demand"],
     )
     .await;
+}
+
+/// One of several instances: a keyed request whose key another instance
+/// owns is refused with 421 and the owner's id, and nothing of it is
+/// stored; its own keys and unkeyed requests are taken; its checkpoints are
+/// kept under its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_refuses_keys_another_owns_with_421_naming_the_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), &["--instance-id", "a", "--instances", "a,b,c"]);
+    let client = client();
+    let url = service.url("/events");
+    let all: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+    let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+    for n in 0..40 {
+        let key = format!("k-{n}");
+        let owner = examples::ingest::routing::owner(&key, &all)
+            .unwrap()
+            .to_string();
+        let ids = ids(&key, 2);
+        let response = client
+            .post(&url)
+            .header("Idempotency-Key", &key)
+            .body(body(&ids, false))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let named = response
+            .headers()
+            .get("ingest-owner")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        if owner == "a" {
+            assert_eq!(status, 200, "{key} is a's");
+            mine.extend(ids);
+        } else {
+            assert_eq!(status, 421, "{key} is {owner}'s");
+            assert_eq!(named.as_deref(), Some(owner.as_str()), "{key}");
+            theirs.extend(ids);
+        }
+    }
+    let unkeyed = ids("unkeyed", 3);
+    let answer = post(&client, &url, body(&unkeyed, false), None)
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    service.stop();
+    let output = output_ids(dir.path());
+    assert_no_duplicates(&output);
+    assert!(
+        !mine.is_empty() && !theirs.is_empty(),
+        "both kinds of keys were tried"
+    );
+    for id in mine.iter().chain(&unkeyed) {
+        assert!(output.contains_key(id), "{id} was acknowledged");
+    }
+    for id in &theirs {
+        assert!(!output.contains_key(id), "{id} was refused but stored");
+    }
+    assert!(
+        dir.path().join("checkpoints").join("a").is_dir(),
+        "the instance's checkpoints are under its id"
+    );
 }

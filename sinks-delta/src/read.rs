@@ -192,6 +192,35 @@ pub async fn int64_column(
     column: &str,
     version: Option<i64>,
 ) -> Result<Vec<i64>, SinkError> {
+    column_values(location, column, version, |array| {
+        let ints = array.as_any().downcast_ref::<arrow_array::Int64Array>()?;
+        Some(ints.iter().flatten().collect())
+    })
+    .await
+}
+
+/// The values of the string column `column` in every file of the table's
+/// version `version` (the newest if `None`), in no given order.
+pub async fn string_column(
+    location: &TableLocation,
+    column: &str,
+    version: Option<i64>,
+) -> Result<Vec<String>, SinkError> {
+    column_values(location, column, version, |array| {
+        let strings = array.as_any().downcast_ref::<arrow_array::StringArray>()?;
+        Some(strings.iter().flatten().map(str::to_string).collect())
+    })
+    .await
+}
+
+/// The values of `column` in every file of the version, each batch's array
+/// converted by `values` (`None`: the column is of another type).
+async fn column_values<T>(
+    location: &TableLocation,
+    column: &str,
+    version: Option<i64>,
+    values: impl Fn(&dyn arrow_array::Array) -> Option<Vec<T>>,
+) -> Result<Vec<T>, SinkError> {
     let reading = || format!("reading the Delta table {}", location.url());
     let mut table = DeltaTable::new(location.log_store(), DeltaTableConfig::default());
     match version {
@@ -207,18 +236,19 @@ pub async fn int64_column(
         .map(|p| p.to_string())
         .collect();
     let store = location.table_store();
-    let mut values = Vec::new();
+    let mut all = Vec::new();
     for path in paths {
-        values.extend(file_column(store.as_ref(), &path, column).await?);
+        all.extend(file_column(store.as_ref(), &path, column, &values).await?);
     }
-    Ok(values)
+    Ok(all)
 }
 
-async fn file_column(
+async fn file_column<T>(
     store: &dyn ObjectStore,
     path: &str,
     column: &str,
-) -> Result<Vec<i64>, SinkError> {
+    values: &impl Fn(&dyn arrow_array::Array) -> Option<Vec<T>>,
+) -> Result<Vec<T>, SinkError> {
     let bytes = store
         .get(&Path::from(path))
         .await
@@ -235,17 +265,16 @@ async fn file_column(
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
         .and_then(|b| b.build())
         .map_err(|e| bad(&e))?;
-    let mut values = Vec::new();
+    let mut all = Vec::new();
     for batch in reader {
         let batch = batch.map_err(|e| bad(&e))?;
         let array = batch
             .column_by_name(column)
             .ok_or_else(|| bad(&format!("no column {column}")))?;
-        let ints = array
-            .as_any()
-            .downcast_ref::<arrow_array::Int64Array>()
-            .ok_or_else(|| bad(&format!("column {column} is not Int64")))?;
-        values.extend(ints.iter().flatten());
+        all.extend(
+            values(array.as_ref())
+                .ok_or_else(|| bad(&format!("column {column} is not of the type asked for")))?,
+        );
     }
-    Ok(values)
+    Ok(all)
 }

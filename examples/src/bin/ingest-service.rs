@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
 use examples::cli::{parse_checkpoints, parse_duration, parse_positive_duration, Checkpoints};
+use examples::ingest::routing::Instances;
 use examples::ingest::{parse_table_name, Config, Destination, IngestService};
 use examples::location::{self, Location};
 use sink_runtime::pipeline::KeyRetention;
@@ -52,10 +53,28 @@ struct Args {
     /// AWS_ENDPOINT_URL, else AWS itself).
     #[arg(long)]
     endpoint: Option<String>,
-    /// Where the events go: files (under --output-dir or --out), or a
-    /// PostgreSQL table (--url, --table).
+    /// Where the events go: files (under --output-dir or --out), a
+    /// PostgreSQL table (--url, --table), or a Delta Lake table at
+    /// DIR/data or --out (built with the delta feature).
     #[arg(long, value_enum, default_value = "files")]
     sink: SinkKind,
+    /// This instance's id (1 to 64 of a-z, 0-9, - and _), when several
+    /// instances share --out and --state: its checkpoints go under
+    /// STATE/ID, and a replacement started anywhere with the same id
+    /// resumes from them and fences this one (see docs/scale-out.md).
+    #[arg(long, value_name = "ID")]
+    instance_id: Option<String>,
+    /// With --instance-id: every instance's id, comma-separated (this one's
+    /// among them). A keyed request whose key another instance owns is
+    /// answered 421 with the owner in the Ingest-Owner header. Default:
+    /// this instance alone.
+    #[arg(
+        long,
+        value_name = "IDS",
+        value_delimiter = ',',
+        requires = "instance_id"
+    )]
+    instances: Vec<String>,
     /// With --sink postgres: the server, as a libpq connection string or a
     /// postgresql:// URL. It needs max_prepared_transactions of at least
     /// twice the parallelism.
@@ -122,7 +141,10 @@ impl Args {
             .map_err(anyhow::Error::msg)?;
         let destination = match (self.sink, &self.url) {
             (SinkKind::Files, None) => Destination::Files,
-            (SinkKind::Files, Some(_)) => bail!("--url goes with --sink postgres"),
+            (SinkKind::Delta, None) => Destination::Delta,
+            (SinkKind::Files | SinkKind::Delta, Some(_)) => {
+                bail!("--url goes with --sink postgres")
+            }
             (SinkKind::Postgres, None) => bail!("--sink postgres needs --url CONNECTION"),
             (SinkKind::Postgres, Some(_)) if self.out.is_some() => {
                 bail!(
@@ -164,6 +186,13 @@ impl Args {
             data: self.out.clone(),
             state: self.state.clone(),
             s3_options: location::s3_options(self.endpoint.as_deref()),
+            instances: match &self.instance_id {
+                None => None,
+                Some(id) if self.instances.is_empty() => Some(Instances::alone(id)),
+                Some(id) => Some(Instances::new(id, &self.instances)),
+            }
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--instance-id/--instances: {e}"))?,
         })
     }
 }
@@ -175,6 +204,8 @@ enum SinkKind {
     Files,
     /// A PostgreSQL table.
     Postgres,
+    /// A Delta Lake table.
+    Delta,
 }
 
 #[tokio::main]

@@ -33,6 +33,10 @@ pub enum Destination {
     /// The default.
     #[default]
     Files,
+    /// A Delta Lake table at [`Config::data_location`](super::Config::data_location)
+    /// (a directory or `s3://…`) with one column `event` (the JSON text),
+    /// created if missing; needs the `delta` feature.
+    Delta,
     /// A PostgreSQL table with one `event jsonb NOT NULL` column, created
     /// if missing; the server needs `max_prepared_transactions` of at least
     /// twice the parallelism.
@@ -50,6 +54,7 @@ impl Destination {
     pub fn describe(&self, data: &Location) -> String {
         match self {
             Destination::Files => data.to_string(),
+            Destination::Delta => format!("the Delta table {data}"),
             Destination::Postgres { table, .. } => format!("the PostgreSQL table {table}"),
         }
     }

@@ -102,9 +102,14 @@ use crate::location::{self, Location, Storage};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+#[cfg(feature = "delta")]
+pub mod delta;
 mod destination;
 mod metrics;
 mod request;
+pub mod routing;
+
+use routing::{Instances, OWNER_HEADER};
 
 pub use destination::{parse_table_name, Destination, Event};
 
@@ -160,6 +165,14 @@ pub struct Config {
     pub state: Option<Location>,
     /// The object store client's options (`--endpoint`).
     pub s3_options: Vec<(String, String)>,
+    /// This instance's id among the instances that share the data and the
+    /// state location (`--instance-id`, `--instances`). With it, the job is
+    /// named `ingest-<id>`, its checkpoints are kept under `<state>/<id>`
+    /// (a replacement started with the same id anywhere resumes from them
+    /// and fences this one), and a keyed request whose key another instance
+    /// owns is answered 421 with the owner in `Ingest-Owner` (see
+    /// [`routing`]). Default none: one instance, named `ingest-service`.
+    pub instances: Option<Instances>,
 }
 
 impl Config {
@@ -179,6 +192,16 @@ impl Config {
             data: None,
             state: None,
             s3_options: Vec::new(),
+            instances: None,
+        }
+    }
+
+    /// The pipeline's job name: `ingest-<id>` for an instance, else
+    /// `ingest-service`.
+    pub fn job_name(&self) -> String {
+        match &self.instances {
+            Some(instances) => format!("ingest-{}", instances.me()),
+            None => "ingest-service".to_string(),
         }
     }
 
@@ -191,11 +214,16 @@ impl Config {
     }
 
     /// Where the checkpoints are: [`state`](Self::state), else
-    /// `<output_dir>/checkpoints`.
+    /// `<output_dir>/checkpoints`; under `<id>` there for an instance.
     pub fn state_location(&self) -> Location {
-        self.state
+        let state = self
+            .state
             .clone()
-            .unwrap_or_else(|| Location::Local(self.checkpoint_dir()))
+            .unwrap_or_else(|| Location::Local(self.checkpoint_dir()));
+        match &self.instances {
+            Some(instances) => state.join(instances.me()),
+            None => state,
+        }
     }
 
     /// Where the finished data files are: `<output_dir>/data`.
@@ -310,6 +338,20 @@ impl IngestService {
                 let sink = builder.build().context("configuring the file sink")?;
                 start_pipeline(&config, storage, sink).await
             }
+            #[cfg(feature = "delta")]
+            Destination::Delta => {
+                let table = delta_table_location(&data, &config.s3_options)?;
+                let sink =
+                    sinks_delta::DeltaSink::<delta::EventRow>::builder(table, delta::schema())
+                        .build()
+                        .context("configuring the Delta sink")?;
+                start_pipeline(&config, storage, delta::EventTable(sink)).await
+            }
+            #[cfg(not(feature = "delta"))]
+            Destination::Delta => anyhow::bail!(
+                "this ingest-service was built without Delta Lake support: build it with \
+                 `cargo build --release -p examples --features delta`"
+            ),
             Destination::Postgres { url, table } => {
                 create_table(url, table).await?;
                 let sink = PostgresSink::<Event>::connect(url, table, config.parallelism)
@@ -342,6 +384,7 @@ impl IngestService {
             retry_after_s: config.retry_after_s(),
             max_body_bytes: config.max_body_bytes,
             registry: Arc::new(registry),
+            instances: config.instances.clone().map(Arc::new),
         };
         Ok(IngestService { pipeline, app })
     }
@@ -430,7 +473,7 @@ async fn start_pipeline<S>(
 where
     S: sink_api::Sink<Writer: sink_api::SinkWriter<Input = Event>>,
 {
-    Pipeline::builder("ingest-service", sink)
+    Pipeline::builder(config.job_name(), sink)
         .parallelism(config.parallelism)
         .checkpointing(config.checkpointing)
         .checkpoint_storage(storage)
@@ -446,6 +489,31 @@ where
         }))
         .start()
         .await
+}
+
+/// The Delta table at `data`: a local directory or an `s3://` URL.
+#[cfg(feature = "delta")]
+fn delta_table_location(
+    data: &Location,
+    options: &[(String, String)],
+) -> anyhow::Result<sinks_delta::TableLocation> {
+    Ok(match data {
+        Location::Local(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| {
+                format!(
+                    "creating the table directory {}; pass an --out you can write to",
+                    dir.display()
+                )
+            })?;
+            sinks_delta::TableLocation::local(dir)?
+        }
+        Location::S3(url) => {
+            let output = location::object_output(url, options)?;
+            let root: Arc<dyn object_store::ObjectStore> = output.store();
+            let parsed = url::Url::parse(url).with_context(|| format!("parsing {url}"))?;
+            sinks_delta::TableLocation::object_store(root, parsed)
+        }
+    })
 }
 
 /// Creates the PostgreSQL destination's table if it is missing.
@@ -476,6 +544,7 @@ struct AppState {
     retry_after_s: u64,
     max_body_bytes: usize,
     registry: Arc<Registry>,
+    instances: Option<Arc<Instances>>,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -510,6 +579,24 @@ fn refuse(status: StatusCode, message: impl Into<String>, retry_after_s: u64) ->
     response
 }
 
+/// The answer to a keyed request whose key `owner` owns: 421 and the
+/// owner's id in `Ingest-Owner`; nothing of it is taken.
+fn misdirected(key: &str, owner: &str, me: &str) -> Response {
+    let mut response = refuse(
+        StatusCode::MISDIRECTED_REQUEST,
+        format!(
+            "the Idempotency-Key '{key}' belongs to the instance '{owner}', this is '{me}': \
+             nothing was stored; send the request to '{owner}' (the owner of a key is the \
+             rendezvous hash of the key over the instance ids, see docs/scale-out.md)"
+        ),
+        0,
+    );
+    if let Ok(value) = HeaderValue::from_str(owner) {
+        response.headers_mut().insert(OWNER_HEADER, value);
+    }
+    response
+}
+
 /// `POST /events`: validate everything, send once, answer after the commit.
 async fn post_events(
     State(app): State<AppState>,
@@ -521,6 +608,11 @@ async fn post_events(
         Ok(key) => key,
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error.to_string(), retry_after_s),
     };
+    if let (Some(key), Some(instances)) = (&key, &app.instances) {
+        if let Some(owner) = instances.other_owner(key) {
+            return misdirected(key, owner, instances.me());
+        }
+    }
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
