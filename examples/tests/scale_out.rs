@@ -20,7 +20,7 @@
 //! and bridge itself and removes them, and prints "skipped: no network
 //! namespaces" where it cannot. Run under `scripts/with-s3` (for
 //! `MOTO_SERVER`), with the `delta` feature. `SCALE_OUT_KEEP=1` keeps the
-//! programs' logs (the path is printed); `SCALE_OUT_BIN_DIR=target/release`
+//! programs' logs (the path is printed); `SCALE_OUT_BIN_DIR=$PWD/target/release`
 //! runs release builds of ingest-service and ingest-client (built with
 //! `--features delta`), as for the takeover times in `docs/scale-out.md`.
 
@@ -376,7 +376,15 @@ impl Cluster {
 /// for measuring the takeover), else the test's own build.
 fn program(name: &str, built: &str) -> String {
     match std::env::var("SCALE_OUT_BIN_DIR") {
-        Ok(dir) => Path::new(&dir).join(name).display().to_string(),
+        Ok(dir) => {
+            let path = Path::new(&dir).join(name);
+            assert!(
+                path.is_absolute() && path.is_file(),
+                "SCALE_OUT_BIN_DIR must be an absolute directory holding {name}: {}",
+                path.display()
+            );
+            path.display().to_string()
+        }
         Err(_) => built.to_string(),
     }
 }

@@ -37,6 +37,7 @@
 //! | `POST /events`, malformed body or `Idempotency-Key` | `400`, JSON `{"error": "..."}` saying where and why; nothing is written |
 //! | `POST /events`, an `Idempotency-Key` already used with a different body | `422`, JSON `{"error": "..."}`; nothing of this request is written |
 //! | `POST /events`, body over the size limit | `413`, JSON `{"error": "..."}` |
+//! | `POST /events` with [`Config::instances`], an `Idempotency-Key` another instance owns | `421` + `Ingest-Owner: <id>`, JSON `{"error": "..."}`; nothing is read or written |
 //! | `POST /events`, pipeline overloaded, restarting or shutting down | `503` + `Retry-After`, JSON `{"error": "..."}`; nothing was taken |
 //! | `POST /events`, taken but not confirmed (ticket failed or the ack timeout passed) | `503` + `Retry-After`, JSON `{"error": "..."}`: may or may not be stored, retry with the same key |
 //! | `GET /metrics` | `200`, OpenMetrics text |
