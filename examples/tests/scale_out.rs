@@ -418,6 +418,29 @@ fn instances_fail_over_across_hosts_and_a_reconnected_zombie_commits_nothing() {
         println!("keeping the logs in {}", dir.path().display());
     }
     let (_moto, endpoint) = start_moto(&net, dir.path()).expect("MOTO_SERVER is set");
+    // Hosts reach the bridge's address, and each other through the bridge
+    // (a firewall that filters bridged traffic, such as br_netfilter with a
+    // FORWARD policy of DROP, would make every later failure obscure).
+    let reach = |from: &Host, url: &str| {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &from.ns,
+                "curl",
+                "-fsS",
+                "-o",
+                "/dev/null",
+                "--max-time",
+                "5",
+                url,
+            ],
+        )
+    };
+    reach(&hosts["cl"], &format!("{endpoint}/{BUCKET}")).unwrap_or_else(|e| {
+        panic!("a host cannot reach the bridge's address ({e}): check the firewall's bridge rules")
+    });
     let mut cluster = Cluster {
         dir: dir.path().to_path_buf(),
         endpoint: endpoint.clone(),
