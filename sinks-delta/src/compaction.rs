@@ -89,6 +89,15 @@ impl Compaction {
         // The newest version, with the previous partition's compaction: a
         // transaction read before it would conflict on the owner's txn.
         table.update_incremental(None).await.map_err(reading)?;
+        // A fenced start merges nothing (its merged file would be left
+        // unnamed); the check before the commit below still decides.
+        owner
+            .check(
+                table.snapshot().map_err(reading)?,
+                table.log_store().as_ref(),
+                url,
+            )
+            .await?;
         // (add, remove) of each small file of the partition, oldest first.
         let mut small = Vec::new();
         let mut files = table.get_active_add_actions_by_partitions(&[]);

@@ -79,3 +79,22 @@ fn is_permanent_store(error: &object_store::Error) -> bool {
         other => refused_by_store(&other.to_string()),
     }
 }
+
+/// The cause of the permanent error a start of a job meets once a newer
+/// start of the same job claimed the table: it commits nothing more. A
+/// service can tell it from other failures by looking for it in the error's
+/// chain (`ingest-service` exits with its own status then, so that a
+/// supervisor does not start it again and take the table back).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this start (generation {generation}) of {app_id} was fenced off the table: a newer start \
+     (generation {newer}) claimed it, so this one commits nothing more"
+)]
+pub struct TableFenced {
+    /// The job's application id (`<job>/<lineage>`).
+    pub app_id: String,
+    /// This start's generation.
+    pub generation: i64,
+    /// The generation that claimed the table.
+    pub newer: i64,
+}

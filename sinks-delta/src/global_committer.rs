@@ -61,7 +61,7 @@ use tracing::{info, warn};
 
 use crate::committable::DataFile;
 use crate::compaction::Compaction;
-use crate::errors::delta_error;
+use crate::errors::{delta_error, TableFenced};
 use crate::location::TableLocation;
 
 /// Attempts at one checkpoint's transaction before the job is failed (and
@@ -306,11 +306,14 @@ impl Owner {
             .await
             .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
         match owner.filter(|&owner| owner > self.generation) {
-            Some(newer) => Err(SinkError::msg(format!(
-                "this start (generation {}) of {} was fenced off the Delta table {url}: a newer \
-                 start (generation {newer}) claimed it, so this one commits nothing more",
-                self.generation, self.job_app_id
-            ))
+            Some(newer) => Err(SinkError::other(
+                format!("writing to the Delta table {url}"),
+                TableFenced {
+                    app_id: self.job_app_id.clone(),
+                    generation: self.generation,
+                    newer,
+                },
+            )
             .permanent()),
             None => Ok(()),
         }

@@ -35,6 +35,7 @@ mod writer;
 pub use committable::DataFile;
 pub use committer::DeltaFileCommitter;
 pub use compaction::Compaction;
+pub use errors::TableFenced;
 pub use global_committer::DeltaGlobalCommitter;
 pub use location::TableLocation;
 pub use sink::{DeltaSink, DeltaSinkBuilder};

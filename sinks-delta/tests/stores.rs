@@ -95,5 +95,14 @@ async fn a_store_with_conditional_creates_is_accepted_and_the_table_made() {
     let entries = sinks_delta::read::log_entries(sink.location())
         .await
         .unwrap();
-    assert_eq!(entries.len(), 1, "the table is created: {entries:?}");
+    assert_eq!(
+        entries.len(),
+        2,
+        "the table is created and claimed: {entries:?}"
+    );
+    assert_eq!(entries[0].operation, "CREATE TABLE", "{entries:?}");
+    assert!(
+        entries[1].transactions.len() == 1 && entries[1].transactions[0].0.ends_with("/owner"),
+        "the start claimed the table for its generation: {entries:?}"
+    );
 }

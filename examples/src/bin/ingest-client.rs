@@ -207,9 +207,16 @@ async fn client(
                 Attempt::Failed => tally.failed_attempts += 1,
                 Attempt::Refused(why) => anyhow::bail!("the request {key} was refused: {why}"),
             }
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(100)) => {}
-                _ = stop.changed() => {}
+            // A pause between attempts; before the stop, the stop cuts it
+            // short (after it, the sender is gone and `changed` would
+            // return at once).
+            if stopped_at.is_none() {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = stop.changed() => {}
+                }
+            } else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }

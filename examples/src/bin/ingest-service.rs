@@ -12,6 +12,8 @@
 //! served, and a JSON summary after a clean stop (SIGTERM or Ctrl-C). Logs
 //! go to stderr (`RUST_LOG`, default `info`). A second signal during the
 //! drain exits at once with status 1; nothing acknowledged is lost by that.
+//! Fenced by a newer start of the same instance, it exits with status 3
+//! (`examples::ingest::EXIT_FENCED`): do not restart it then.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -209,7 +211,26 @@ enum SinkKind {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {error:?}");
+            if examples::ingest::is_fenced(&error) {
+                eprintln!(
+                    "this instance was fenced by a newer start of it: exiting with status {} \
+                     (do not restart it: a new process would take the storage back)",
+                    examples::ingest::EXIT_FENCED
+                );
+                std::process::ExitCode::from(examples::ingest::EXIT_FENCED)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     examples::cli::init_tracing_or("info");
     let signals = examples::signals::StopSignals::install()?;

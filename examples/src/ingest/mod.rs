@@ -37,7 +37,7 @@
 //! | `POST /events`, malformed body or `Idempotency-Key` | `400`, JSON `{"error": "..."}` saying where and why; nothing is written |
 //! | `POST /events`, an `Idempotency-Key` already used with a different body | `422`, JSON `{"error": "..."}`; nothing of this request is written |
 //! | `POST /events`, body over the size limit | `413`, JSON `{"error": "..."}` |
-//! | `POST /events` with [`Config::instances`], an `Idempotency-Key` another instance owns | `421` + `Ingest-Owner: <id>`, JSON `{"error": "..."}`; nothing is read or written |
+//! | `POST /events` with [`Config::instances`], an `Idempotency-Key` another instance owns | `421` + `Ingest-Owner: <id>`, JSON `{"error": "..."}`; nothing is written |
 //! | `POST /events`, pipeline overloaded, restarting or shutting down | `503` + `Retry-After`, JSON `{"error": "..."}`; nothing was taken |
 //! | `POST /events`, taken but not confirmed (ticket failed or the ack timeout passed) | `503` + `Retry-After`, JSON `{"error": "..."}`: may or may not be stored, retry with the same key |
 //! | `GET /metrics` | `200`, OpenMetrics text |
@@ -580,8 +580,37 @@ fn refuse(status: StatusCode, message: impl Into<String>, retry_after_s: u64) ->
     response
 }
 
+/// The exit status of `ingest-service` when it stopped because a newer
+/// start of its instance fenced it (off the checkpoint storage, or off the
+/// Delta table): a supervisor must not start it again (systemd's
+/// `RestartPreventExitStatus=3`), since a new process would take the
+/// storage back from its replacement.
+pub const EXIT_FENCED: u8 = 3;
+
+/// Whether `error` says a newer start of this instance fenced it: its
+/// chain holds the checkpoint storage's `Fenced` or the Delta sink's
+/// [`TableFenced`](sinks_delta::TableFenced). Read by the binary to choose
+/// its exit status.
+pub fn is_fenced(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<sink_runtime::storage::StorageError>(),
+            Some(sink_runtime::storage::StorageError::Fenced { .. })
+        ) || {
+            #[cfg(feature = "delta")]
+            {
+                cause.downcast_ref::<sinks_delta::TableFenced>().is_some()
+            }
+            #[cfg(not(feature = "delta"))]
+            {
+                false
+            }
+        }
+    })
+}
+
 /// The answer to a keyed request whose key `owner` owns: 421 and the
-/// owner's id in `Ingest-Owner`; nothing of it is taken.
+/// owner's id in `Ingest-Owner`; nothing of it is stored.
 fn misdirected(key: &str, owner: &str, me: &str) -> Response {
     let mut response = refuse(
         StatusCode::MISDIRECTED_REQUEST,

@@ -231,6 +231,13 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             // is done go out before either.
             self.send_ready_acks()?;
             self.take_commit_reports().await?;
+            if self
+                .global_progress
+                .as_ref()
+                .is_some_and(|progress| progress.has_changed().unwrap_or(false))
+            {
+                self.release_notices();
+            }
             let waiting = match self.control.try_recv() {
                 Ok(message) => Some(Some(message)),
                 Err(mpsc::error::TryRecvError::Empty) => None,
@@ -666,10 +673,10 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
     /// Passes on to the reader the commits the global committer caught up
     /// with.
     fn release_notices(&mut self) {
-        let Some(progress) = &self.global_progress else {
+        let Some(progress) = &mut self.global_progress else {
             return;
         };
-        let committed = *progress.borrow();
+        let committed = *progress.borrow_and_update();
         while self
             .notices
             .front()
@@ -767,10 +774,11 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             None => Ok(()),
         };
         // Commits the task finished after a cancel or a failure: their
-        // records are committed, so the source hears it (a pipeline's
-        // tickets resolve). The global committer does not: it is stopping,
-        // and these checkpoints are in the last snapshot, so a restore
-        // delivers them again as replays.
+        // records are committed, so without a global committer the source
+        // hears it (a pipeline's tickets resolve). The global committer
+        // does not: it is stopping, and these checkpoints are in the last
+        // snapshot, so a restore delivers them again as replays; with one,
+        // the notices stay held (the data is not known to be visible).
         while let Ok(Ok(done)) = self.committed.try_recv() {
             self.on_late_commit(done);
         }
@@ -779,7 +787,8 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
 
     /// A commit the committer task finished while the job stops: its
     /// records are committed, so the source hears it (a pipeline's tickets
-    /// resolve); the global committer does not (see [`close`](Self::close)).
+    /// resolve) unless a global committer must commit it too; the global
+    /// committer does not (see [`close`](Self::close)).
     fn on_late_commit(&mut self, done: CommitDone<CommittableOf<S>>) {
         if self
             .in_flight
