@@ -589,7 +589,7 @@ pub const EXIT_FENCED: u8 = 3;
 
 /// Whether `error` says a newer start of this instance fenced it: its
 /// chain holds the checkpoint storage's `Fenced` or the Delta sink's
-/// [`TableFenced`](sinks_delta::TableFenced). Read by the binary to choose
+/// `sinks_delta::TableFenced` (with the `delta` feature). Read by the binary to choose
 /// its exit status.
 pub fn is_fenced(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
