@@ -99,6 +99,21 @@ struct Tally {
     latencies: Vec<Duration>,
 }
 
+impl Tally {
+    /// Adds what another client did.
+    fn add(&mut self, other: Tally) {
+        self.acked_requests += other.acked_requests;
+        self.acked_events.extend(other.acked_events);
+        self.duplicates += other.duplicates;
+        self.attempts += other.attempts;
+        self.misdirected += other.misdirected;
+        self.unavailable += other.unavailable;
+        self.failed_attempts += other.failed_attempts;
+        self.gave_up += other.gave_up;
+        self.latencies.extend(other.latencies);
+    }
+}
+
 /// The answer to one attempt.
 enum Attempt {
     Acked { duplicate: bool },
@@ -262,16 +277,7 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     let mut total = Tally::default();
     for handle in clients {
-        let tally = handle.await.context("a client panicked")??;
-        total.acked_requests += tally.acked_requests;
-        total.acked_events.extend(tally.acked_events);
-        total.duplicates += tally.duplicates;
-        total.attempts += tally.attempts;
-        total.misdirected += tally.misdirected;
-        total.unavailable += tally.unavailable;
-        total.failed_attempts += tally.failed_attempts;
-        total.gave_up += tally.gave_up;
-        total.latencies.extend(tally.latencies);
+        total.add(handle.await.context("a client panicked")??);
     }
     let elapsed = started.elapsed();
     stopper.abort();
