@@ -204,11 +204,12 @@ async fn a_later_checkpoint_done_first_waits_for_the_earlier_one() {
         "a checkpoint completed while the first one's work was pending: {metrics:?}"
     );
     gate.add_permits(2);
-    wait_for("the checkpoints completed", || {
-        handle.metrics().checkpoints_completed >= 2
+    // Commits follow the completion on the committers' tasks: wait for
+    // both, not for the completion alone.
+    wait_for("the checkpoints completed and committed", || {
+        handle.metrics().checkpoints_completed >= 2 && seen.committed.load(Ordering::SeqCst) > 0
     })
     .await;
-    assert!(seen.committed.load(Ordering::SeqCst) > 0);
     handle.cancel();
     let _ = handle.join().await;
 }
