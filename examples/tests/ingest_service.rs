@@ -4,6 +4,11 @@
 //!
 //! Every event carries a unique `"id"`; the output is every non-hidden file
 //! under `<dir>/data`, read line by line, and counted by id.
+//!
+//! Services start with HTTPS (a certificate the test binary makes) and
+//! bearer tokens on, as the binary asks for; [`client`] trusts that
+//! certificate and sends the token of the tenant `alpha`. A test that wants
+//! plain HTTP or no tokens says so with `--plain-http` or `--no-auth`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -11,13 +16,81 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 /// Time allowed for a start (pipeline restore included) or a stop.
 const PROCESS_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The token `client` sends: the tenant `alpha`'s.
+const ALPHA_TOKEN: &str = "alpha-token-0123456789abcdef";
+
+/// The tenants of the shared token file, and their tokens.
+const TOKENS: [(&str, &str); 4] = [
+    ("alpha", ALPHA_TOKEN),
+    ("beta", "beta-token-0123456789abcdef"),
+    ("greedy", "greedy-token-0123456789abcdef"),
+    ("polite", "polite-token-0123456789abcdef"),
+];
+
+/// A certificate for 127.0.0.1 and localhost and its key, as PEM files.
+struct TestCert {
+    cert: PathBuf,
+    key: PathBuf,
+    /// The certificate, PEM, for a client to trust.
+    pem: String,
+}
+
+impl TestCert {
+    /// A new self-signed certificate, written into `dir` as `<name>.pem`
+    /// and `<name>.key`.
+    fn make(dir: &Path, name: &str) -> TestCert {
+        let made =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".into()])
+                .expect("a test certificate");
+        let cert = TestCert {
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}.key")),
+            pem: made.cert.pem(),
+        };
+        std::fs::write(&cert.cert, &cert.pem).unwrap();
+        std::fs::write(&cert.key, made.signing_key.serialize_pem()).unwrap();
+        cert
+    }
+
+    /// Writes this certificate and key over `other`'s files.
+    fn install_as(&self, other: &TestCert) {
+        std::fs::copy(&self.cert, &other.cert).unwrap();
+        std::fs::copy(&self.key, &other.key).unwrap();
+    }
+}
+
+/// The certificate and token file every service of this test binary
+/// starts with, made once.
+struct Shared {
+    cert: TestCert,
+    tokens: PathBuf,
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        // Kept for the life of the test process.
+        let dir = tempfile::tempdir().unwrap().keep();
+        let tokens = dir.join("tokens");
+        let lines: String = TOKENS
+            .iter()
+            .map(|(tenant, token)| format!("{tenant} {token}\n"))
+            .collect();
+        std::fs::write(&tokens, format!("# the test tenants\n{lines}")).unwrap();
+        Shared {
+            cert: TestCert::make(&dir, "shared"),
+            tokens,
+        }
+    })
+}
 
 /// A running `ingest-service`; killed (SIGKILL) when dropped, so a failing
 /// test leaves no process behind.
@@ -59,6 +132,17 @@ impl Service {
         if !extra.contains(&"--checkpoint-interval") {
             command.args(["--checkpoint-interval", "100ms"]);
         }
+        if !extra.contains(&"--plain-http") && !extra.contains(&"--tls-cert") {
+            let cert = &shared().cert;
+            command
+                .arg("--tls-cert")
+                .arg(&cert.cert)
+                .arg("--tls-key")
+                .arg(&cert.key);
+        }
+        if !extra.contains(&"--no-auth") && !extra.contains(&"--tokens") {
+            command.arg("--tokens").arg(&shared().tokens);
+        }
         let mut child = command
             .args(extra)
             .env("RUST_LOG", "warn")
@@ -80,7 +164,12 @@ impl Service {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("the first line is not 'listening on ...': {line:?}"))
             .to_string();
-        assert!(service.base.starts_with("http://127.0.0.1:"), "{line}");
+        let https = !extra.contains(&"--plain-http");
+        let scheme = if https { "https" } else { "http" };
+        assert!(
+            service.base.starts_with(&format!("{scheme}://127.0.0.1:")),
+            "{line}"
+        );
         service
     }
 
@@ -288,10 +377,26 @@ fn ids(prefix: &str, count: usize) -> Vec<String> {
     (0..count).map(|i| format!("{prefix}-{i}")).collect()
 }
 
+/// A client that trusts the shared certificate and sends `alpha`'s token.
 fn client() -> reqwest::Client {
+    client_of(ALPHA_TOKEN, &shared().cert.pem)
+}
+
+/// A client that sends `token` (none if empty) and trusts only `cert_pem`.
+fn client_of(token: &str, cert_pem: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if !token.is_empty() {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+    }
     reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(15))
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(cert_pem.as_bytes()).unwrap())
+        .default_headers(headers)
         .build()
         .expect("an HTTP client")
 }
@@ -406,6 +511,10 @@ async fn an_overloaded_service_answers_503_with_retry_after_and_takes_nothing() 
             "1",
             "--checkpoint-interval",
             "2s",
+            // The pipeline's own bound is what is tested here, not the
+            // tenant's share of it (half of it by default: one request).
+            "--tenant-max-in-flight",
+            "10",
         ],
     );
     let client = client();
@@ -1107,7 +1216,14 @@ fn bad_flags_exit_2_and_an_unusable_directory_exits_1() {
     let file: PathBuf = dir.path().join("a-file");
     std::fs::write(&file, "in the way").unwrap();
     let file_arg = file.to_string_lossy().into_owned();
-    let (code, stderr, stdout) = run(&["--listen", "127.0.0.1:0", "--output-dir", &file_arg]);
+    let (code, stderr, stdout) = run(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--output-dir",
+        &file_arg,
+        "--plain-http",
+        "--no-auth",
+    ]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("creating the data directory") && stderr.contains(&file_arg),
@@ -1119,7 +1235,14 @@ fn bad_flags_exit_2_and_an_unusable_directory_exits_1() {
     let shared = dir.path().join("shared");
     let first = Service::start(&shared, &[]);
     let shared_arg = shared.to_string_lossy().into_owned();
-    let (code, stderr, _) = run(&["--listen", "127.0.0.1:0", "--output-dir", &shared_arg]);
+    let (code, stderr, _) = run(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--output-dir",
+        &shared_arg,
+        "--plain-http",
+        "--no-auth",
+    ]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("opening the checkpoint storage")
@@ -1237,6 +1360,7 @@ fn bad_checkpoint_and_sink_flags_are_refused_with_the_fix() {
         let output = Command::new(env!("CARGO_BIN_EXE_ingest-service"))
             .args(["--listen", "127.0.0.1:0", "--output-dir"])
             .arg(tempfile::tempdir().unwrap().path())
+            .args(["--plain-http", "--no-auth"])
             .args(args)
             .output()
             .expect("the service runs");
@@ -1341,4 +1465,667 @@ async fn an_instance_refuses_keys_another_owns_with_421_naming_the_owner() {
         dir.path().join("checkpoints").join("a").is_dir(),
         "the instance's checkpoints are under its id"
     );
+}
+
+impl Service {
+    /// Sends SIGHUP: the service reads its tokens and certificate again.
+    fn hangup(&self) {
+        let status = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -HUP failed");
+    }
+
+    /// `host:port` of the listener.
+    fn address(&self) -> String {
+        let (_, address) = self.base.split_once("://").expect("a URL");
+        address.to_string()
+    }
+
+    /// One sample of `/metrics`, read with `alpha`'s token.
+    async fn metric(&self, client: &reqwest::Client, sample: &str) -> f64 {
+        let text = client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        *parse_exposition(&text)
+            .get(sample)
+            .unwrap_or_else(|| panic!("no {sample} in:\n{text}"))
+    }
+}
+
+/// Every event in the finished files under `<dir>/data`.
+fn output_events(dir: &Path) -> Vec<Value> {
+    let mut events = Vec::new();
+    for path in sinks_file::finished_files(&dir.join("data")).expect("the output can be read") {
+        let text = std::fs::read_to_string(&path).expect("a finished file");
+        for line in text.lines() {
+            events.push(serde_json::from_str(line).expect("a JSON line"));
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_a_valid_token_get_401_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), &[]);
+    let url = service.url("/events");
+    let pem = &shared().cert.pem;
+    let anonymous = client_of("", pem);
+    let wrong = client_of("alpha-token-0123456789abcdeX", pem);
+    let bearer = format!("Bearer {ALPHA_TOKEN}");
+    let refused = [
+        ("none", anonymous.post(&url)),
+        ("wrong", wrong.post(&url)),
+        (
+            "basic",
+            anonymous
+                .post(&url)
+                .header("Authorization", format!("Basic {ALPHA_TOKEN}")),
+        ),
+        (
+            "twice",
+            anonymous
+                .post(&url)
+                .header("Authorization", &bearer)
+                .header("Authorization", &bearer),
+        ),
+    ];
+    for (name, request) in refused {
+        let response = request
+            .header("Idempotency-Key", format!("k-{name}"))
+            .body(body(&ids(&format!("unauth-{name}"), 3), false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 401, "{name}");
+        let challenge = response.headers()["www-authenticate"].to_str().unwrap();
+        assert!(
+            challenge.starts_with("Bearer realm="),
+            "{name}: {challenge}"
+        );
+        let text = response.text().await.unwrap();
+        assert!(text.contains("nothing was stored"), "{name}: {text}");
+    }
+    let metrics = anonymous.get(service.url("/metrics")).send().await.unwrap();
+    assert_eq!(metrics.status().as_u16(), 401, "/metrics is open");
+    let health = anonymous.get(service.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 200, "/healthz needs a token");
+
+    // Keys are kept per tenant: the same key from two tenants is two keys.
+    let alpha = client();
+    let beta = client_of(TOKENS[1].1, pem);
+    for (client, prefix) in [(&alpha, "ok-alpha"), (&beta, "ok-beta")] {
+        let answer = post(client, &url, body(&ids(prefix, 2), false), Some("same-key"))
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert_eq!(answer.json()["duplicate"], false, "{answer:?}");
+    }
+    // A client cannot write under another tenant's name.
+    let forged = r#"[{"id": "forged-0", "_tenant": "beta"}]"#;
+    let answer = post(&alpha, &url, forged, None).await.unwrap();
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(answer.body.contains("_tenant"), "{answer:?}");
+    // A refused request spent nothing: its key, with a token, writes.
+    let retried = post(
+        &alpha,
+        &url,
+        body(&ids("unauth-none", 3), false),
+        Some("k-none"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(retried.status, 200, "{retried:?}");
+    assert_eq!(retried.json()["duplicate"], false, "{retried:?}");
+    service.stop();
+
+    let events = output_events(dir.path());
+    let mut by_id = BTreeMap::new();
+    for event in &events {
+        let id = event["id"].as_str().expect("an id").to_string();
+        let tenant = event["_tenant"].as_str().expect("a tenant").to_string();
+        assert!(by_id.insert(id, tenant).is_none(), "{event} twice");
+    }
+    let expected: BTreeMap<String, String> = ids("ok-alpha", 2)
+        .into_iter()
+        .chain(ids("unauth-none", 3))
+        .map(|id| (id, "alpha".to_string()))
+        .chain(ids("ok-beta", 2).into_iter().map(|id| (id, "beta".into())))
+        .collect();
+    assert_eq!(
+        by_id, expected,
+        "the output is not what the valid tokens sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_round_trip_refuses_plain_and_untrusted_clients_and_sighup_rotates_certificate_and_tokens(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let served = TestCert::make(files.path(), "served");
+    let next = TestCert::make(files.path(), "next");
+    let (old_token, new_token) = ("old-token-0123456789abcdef", "new-token-0123456789abcdef");
+    let tokens = files.path().join("tokens");
+    std::fs::write(&tokens, format!("alpha {old_token}\n")).unwrap();
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let (cert, key, tokens_arg) = (path(&served.cert), path(&served.key), path(&tokens));
+    let service = Service::start(
+        dir.path(),
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tokens",
+            &tokens_arg,
+        ],
+    );
+    let url = service.url("/events");
+    assert!(url.starts_with("https://"), "{url}");
+
+    // The round trip, with a client that trusts the test certificate only.
+    let answer = post(
+        &client_of(old_token, &served.pem),
+        &url,
+        body(&ids("tls-1", 2), false),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    // Plain HTTP on the TLS port, and a client that does not trust the
+    // certificate, get no answer at all.
+    let plain = url.replacen("https://", "http://", 1);
+    let sent = client_of(old_token, &served.pem)
+        .post(&plain)
+        .body(body(&ids("plain", 2), false))
+        .send()
+        .await;
+    assert!(sent.is_err(), "plain HTTP was answered: {sent:?}");
+    let untrusted = post(
+        &client_of(old_token, &next.pem),
+        &url,
+        body(&ids("untrusted", 2), false),
+        None,
+    )
+    .await;
+    assert!(
+        untrusted.is_err(),
+        "a certificate the client does not trust was accepted"
+    );
+
+    // Rotation: new files in place, then SIGHUP. New connections get the
+    // new certificate and only the new token is valid.
+    next.install_as(&served);
+    std::fs::write(&tokens, format!("alpha {new_token}\n")).unwrap();
+    service.hangup();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // A new client each time: a new connection, a new handshake.
+        match post(
+            &client_of(new_token, &next.pem),
+            &url,
+            body(&ids("rotated", 2), false),
+            Some("rotated"),
+        )
+        .await
+        {
+            Ok(answer) if answer.status == 200 => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "the rotation did not take: {other:?}; stderr:\n{}",
+                service.stderr()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let revoked = post(
+        &client_of(old_token, &next.pem),
+        &url,
+        body(&ids("revoked", 2), false),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(revoked.status, 401, "{revoked:?}");
+    let old_cert = post(
+        &client_of(new_token, &served.pem),
+        &url,
+        body(&ids("old-cert", 2), false),
+        None,
+    )
+    .await;
+    assert!(old_cert.is_err(), "the old certificate is still served");
+
+    // A reload that fails keeps what is in force, and says why.
+    std::fs::write(&tokens, "alpha short\n").unwrap();
+    service.hangup();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !service.stderr().contains("SIGHUP") {
+        assert!(Instant::now() < deadline, "no word of the failed reload");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(service.stderr().contains("line 1"), "{}", service.stderr());
+    let still = post(
+        &client_of(new_token, &next.pem),
+        &url,
+        body(&ids("still", 2), false),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(still.status, 200, "{still:?}");
+    service.stop();
+    let output = output_ids(dir.path());
+    assert_no_duplicates(&output);
+    let stored: Vec<&str> = output
+        .keys()
+        .map(|id| id.rsplit_once('-').unwrap().0)
+        .collect();
+    let mut stored = stored;
+    stored.dedup();
+    assert_eq!(stored, ["rotated", "still", "tls-1"], "{output:?}");
+}
+
+/// When the server closed a connection [`held_open`] held.
+#[derive(Debug, Clone, Copy)]
+struct Closed {
+    since_connect: Duration,
+    since_last_send: Duration,
+}
+
+/// Opens a connection to `address`, sends the chunks of `send` (none: a
+/// silent connection) `pause` apart, and reads until the server closes it;
+/// panics if it is still open 20 s after the last chunk.
+async fn held_open(address: String, send: Vec<Vec<u8>>, pause: Duration) -> Closed {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connecting");
+    let connected = Instant::now();
+    let mut sent = connected;
+    let mut pending: std::collections::VecDeque<Vec<u8>> = send.into();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let closed = |sent: Instant| Closed {
+            since_connect: connected.elapsed(),
+            since_last_send: sent.elapsed(),
+        };
+        if let Some(chunk) = pending.pop_front() {
+            if stream.write_all(&chunk).await.is_err() {
+                return closed(sent);
+            }
+            sent = Instant::now();
+        }
+        let wait = if pending.is_empty() {
+            Duration::from_secs(20)
+        } else {
+            pause
+        };
+        // Reading while waiting to send the next chunk sees the close.
+        match tokio::time::timeout(wait, stream.read(&mut buffer)).await {
+            Ok(Ok(0) | Err(_)) => return closed(sent),
+            Ok(Ok(_)) => {}
+            Err(_) if pending.is_empty() => panic!("a connection was held open for 20 s"),
+            Err(_) => {}
+        }
+    }
+}
+
+/// A client posting one request after another until `stop`, each of which
+/// must be answered 200; returns how many were.
+fn keep_posting(
+    client: reqwest::Client,
+    url: String,
+    prefix: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut answered = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let ids = ids(&format!("{prefix}-{answered}"), 2);
+            let answer = post(&client, &url, body(&ids, false), None).await;
+            match answer {
+                Ok(answer) if answer.status == 200 => answered += 1,
+                other => panic!("{prefix}: a request was not answered 200: {other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        answered
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_slow_connections_are_closed_within_the_header_read_timeout_while_others_are_answered(
+) {
+    const SILENT: usize = 2000;
+    let timeout = Duration::from_secs(2);
+    for tls in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut flags = vec!["--header-read-timeout", "2s", "--max-connections", "2100"];
+        if !tls {
+            flags.push("--plain-http");
+        }
+        let service = Service::start(dir.path(), &flags);
+        let client = client();
+        let stop = Arc::new(AtomicBool::new(false));
+        let polite = keep_posting(
+            client.clone(),
+            service.url("/events"),
+            format!("polite-{tls}"),
+            Arc::clone(&stop),
+        );
+        let address = service.address();
+        let silent: Vec<_> = (0..SILENT)
+            .map(|_| tokio::spawn(held_open(address.clone(), Vec::new(), Duration::ZERO)))
+            .collect();
+        // Without TLS: headers a byte every 300 ms, and a kept-alive
+        // connection that sends nothing after its answer.
+        let slow = (!tls).then(|| {
+            let mut chunks = vec![b"POST /events HTTP/1.1\r\nHost: x\r\nX-Slow: ".to_vec()];
+            chunks.extend((0..30).map(|_| b"a".to_vec()));
+            tokio::spawn(held_open(
+                address.clone(),
+                chunks,
+                Duration::from_millis(300),
+            ))
+        });
+        let kept_alive = (!tls).then(|| {
+            let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+            tokio::spawn(held_open(address.clone(), vec![request], Duration::ZERO))
+        });
+        let mut closed = Vec::new();
+        for connection in silent {
+            closed.push(connection.await.expect("a silent connection").since_connect);
+        }
+        stop.store(true, Ordering::SeqCst);
+        let answered = polite.await.expect("the polite client");
+        closed.sort();
+        let (first, median, last) = (closed[0], closed[SILENT / 2], closed[SILENT - 1]);
+        println!(
+            "tls {tls}: {SILENT} silent connections closed after {first:?} to {last:?} \
+             (median {median:?}) at a {timeout:?} header read timeout; {answered} requests \
+             answered meanwhile"
+        );
+        assert!(
+            first >= timeout * 9 / 10,
+            "closed before the timeout: {first:?}"
+        );
+        assert!(
+            last <= timeout + Duration::from_secs(4),
+            "closed late: {last:?}"
+        );
+        assert!(
+            answered >= 10,
+            "the other client was hardly answered: {answered}"
+        );
+        if let (Some(slow), Some(kept_alive)) = (slow, kept_alive) {
+            // The slow one would have sent its last header byte after 9 s.
+            let slow = slow.await.expect("the slow connection").since_connect;
+            let idle = kept_alive
+                .await
+                .expect("the kept-alive connection")
+                .since_last_send;
+            println!(
+                "headers a byte every 300 ms: cut off after {slow:?}; a kept-alive connection \
+                 idle after its answer: closed after {idle:?}"
+            );
+            for (what, after) in [("slow headers", slow), ("an idle kept-alive", idle)] {
+                assert!(
+                    after >= timeout * 9 / 10 && after <= timeout + Duration::from_secs(4),
+                    "{what} connection closed after {after:?}"
+                );
+            }
+        }
+        let timed_out = service
+            .metric(&client, "ingest_connections_timed_out_total")
+            .await;
+        assert!(timed_out >= SILENT as f64, "{timed_out}");
+        service.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_are_closed_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(
+        dir.path(),
+        &["--max-connections", "20", "--header-read-timeout", "3s"],
+    );
+    let address = service.address();
+    let held: Vec<_> = (0..20)
+        .map(|_| tokio::spawn(held_open(address.clone(), Vec::new(), Duration::ZERO)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let refused = held_open(address.clone(), Vec::new(), Duration::ZERO)
+        .await
+        .since_connect;
+    assert!(
+        refused < Duration::from_secs(1),
+        "the 21st was held {refused:?}"
+    );
+    for connection in held {
+        let closed = connection.await.unwrap().since_connect;
+        assert!(closed >= Duration::from_millis(2500), "{closed:?}");
+    }
+    // Once the silent ones are shed, the service answers again.
+    let client = client();
+    let answer = post(
+        &client,
+        &service.url("/events"),
+        body(&ids("after-cap", 2), false),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let refused = service
+        .metric(&client, "ingest_connections_refused_total")
+        .await;
+    assert!(refused >= 1.0, "{refused}");
+    service.stop();
+}
+
+/// What the clients of one tenant got: answers by status.
+#[derive(Debug, Default)]
+struct Tally {
+    ok: usize,
+    too_many: usize,
+    unavailable: usize,
+}
+
+/// `clients` clients of the tenant with `token`, posting for `duration`;
+/// a 429 must carry `Retry-After`.
+async fn post_for(
+    service: &Service,
+    token: &str,
+    clients: usize,
+    duration: Duration,
+    prefix: &str,
+) -> Vec<tokio::task::JoinHandle<Tally>> {
+    let client = client_of(token, &shared().cert.pem);
+    (0..clients)
+        .map(|c| {
+            let (client, url) = (client.clone(), service.url("/events"));
+            let prefix = format!("{prefix}-{c}");
+            tokio::spawn(async move {
+                let deadline = Instant::now() + duration;
+                let mut tally = Tally::default();
+                for request in 0.. {
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    let ids = ids(&format!("{prefix}-{request}"), 2);
+                    let answer = post(&client, &url, body(&ids, false), None).await.unwrap();
+                    match answer.status {
+                        200 => tally.ok += 1,
+                        429 => {
+                            assert!(answer.retry_after.is_some(), "429 without Retry-After");
+                            tally.too_many += 1;
+                        }
+                        503 => tally.unavailable += 1,
+                        _ => panic!("{answer:?}"),
+                    }
+                }
+                tally
+            })
+        })
+        .collect()
+}
+
+/// One greedy tenant (48 clients) and one polite one (a client), 3 s,
+/// with `share` in flight per tenant of a pipeline that queues 8 (and takes
+/// in 8 more while it is not checkpointing).
+async fn greedy_and_polite(share: &str) -> (Tally, Tally) {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(
+        dir.path(),
+        &[
+            "--parallelism",
+            "1",
+            "--capacity",
+            "8",
+            "--max-in-flight",
+            "8",
+            "--tenant-max-in-flight",
+            share,
+        ],
+    );
+    let duration = Duration::from_secs(3);
+    let greedy = post_for(&service, TOKENS[2].1, 48, duration, "greedy").await;
+    let polite = post_for(&service, TOKENS[3].1, 1, duration, "polite").await;
+    let sum = |tallies: Vec<Tally>| {
+        tallies.into_iter().fold(Tally::default(), |all, t| Tally {
+            ok: all.ok + t.ok,
+            too_many: all.too_many + t.too_many,
+            unavailable: all.unavailable + t.unavailable,
+        })
+    };
+    let mut greedy_tallies = Vec::new();
+    for client in greedy {
+        greedy_tallies.push(client.await.unwrap());
+    }
+    let polite = sum(vec![polite.into_iter().next().unwrap().await.unwrap()]);
+    service.stop();
+    (sum(greedy_tallies), polite)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_greedy_tenant_cannot_starve_a_polite_one() {
+    // Each tenant may hold 4, half the queue: the polite one always finds
+    // room, even while the subtask checkpoints and lets requests queue.
+    let (greedy, polite) = greedy_and_polite("4").await;
+    println!("share 4: greedy {greedy:?}, polite {polite:?}");
+    assert!(greedy.too_many > 0 && greedy.ok > 0, "{greedy:?}");
+    assert!(polite.ok >= 10, "{polite:?}");
+    assert_eq!(
+        (polite.too_many, polite.unavailable),
+        (0, 0),
+        "the polite tenant was refused: {polite:?}"
+    );
+    // The same load with a share as large as the whole bound: the greedy
+    // tenant fills the pipeline and the polite one is turned away (which
+    // shows the load above was enough to starve it).
+    let (greedy, polite) = greedy_and_polite("1000").await;
+    println!("share 1000: greedy {greedy:?}, polite {polite:?}");
+    assert_eq!(greedy.too_many, 0, "{greedy:?}");
+    assert!(
+        polite.unavailable > 0,
+        "not starved without shares: {polite:?}"
+    );
+}
+
+#[test]
+fn tls_and_token_flags_are_asked_for_and_bad_files_refused_with_the_fix() {
+    let files = tempfile::tempdir().unwrap();
+    let cert = TestCert::make(files.path(), "c");
+    let other = TestCert::make(files.path(), "other");
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let bad_tokens = files.path().join("bad-tokens");
+    std::fs::write(&bad_tokens, "alpha short\n").unwrap();
+    let missing = path(&files.path().join("missing"));
+    let (cert_pem, cert_key, other_key, bad) = (
+        path(&cert.cert),
+        path(&cert.key),
+        path(&other.key),
+        path(&bad_tokens),
+    );
+    for (args, code, expected) in [
+        (&["--no-auth"][..], 2, "--plain-http"),
+        (&["--plain-http"][..], 2, "--no-auth"),
+        (&["--no-auth", "--tls-cert", &cert_pem][..], 2, "--tls-key"),
+        (
+            &[
+                "--no-auth",
+                "--plain-http",
+                "--tls-cert",
+                &cert_pem,
+                "--tls-key",
+                &cert_key,
+            ][..],
+            2,
+            "cannot be used with",
+        ),
+        (
+            &["--no-auth", "--tls-cert", &missing, "--tls-key", &cert_key][..],
+            1,
+            "reading the TLS certificate",
+        ),
+        (
+            &["--no-auth", "--tls-cert", &cert_key, "--tls-key", &cert_key][..],
+            1,
+            "holds no certificate",
+        ),
+        (
+            &[
+                "--no-auth",
+                "--tls-cert",
+                &cert_pem,
+                "--tls-key",
+                &other_key,
+            ][..],
+            1,
+            "does not go with the certificate",
+        ),
+        (
+            &["--plain-http", "--tokens", &missing][..],
+            1,
+            "reading the token file",
+        ),
+        (
+            &["--plain-http", "--tokens", &bad][..],
+            1,
+            "line 1: the token of alpha is 5",
+        ),
+        (
+            &["--plain-http", "--tokens-env", "INGEST_TEST_NO_SUCH_VAR"][..],
+            1,
+            "INGEST_TEST_NO_SUCH_VAR is not set",
+        ),
+        (
+            &["--plain-http", "--tokens", &bad, "--no-auth"][..],
+            2,
+            "cannot be used with",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_ingest-service"))
+            .args(["--listen", "127.0.0.1:0", "--output-dir"])
+            .arg(files.path().join("out"))
+            .args(args)
+            .env("RUST_LOG", "off")
+            .output()
+            .expect("the service runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?} listened");
+    }
 }

@@ -329,6 +329,9 @@ impl Cluster {
             "1",
             "--ack-timeout",
             "20s",
+            // Namespaces this test made: no one else can reach them.
+            "--plain-http",
+            "--no-auth",
         ]
         .iter()
         .map(|s| s.to_string())

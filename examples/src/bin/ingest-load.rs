@@ -447,11 +447,15 @@ impl Setup<'_> {
                 checkpoints,
                 compact_every,
             } => {
+                // Plain HTTP without tokens, as the baseline: on loopback,
+                // what is measured is the pipeline, not TLS.
                 let mut flags = vec![
                     "--checkpoint-interval".to_string(),
                     checkpoints.to_string(),
                     "--parallelism".into(),
                     args.parallelism.to_string(),
+                    "--plain-http".into(),
+                    "--no-auth".into(),
                 ];
                 flags.extend(args.service_arg.iter().cloned());
                 if let Some(every) = compact_every {

@@ -4,7 +4,7 @@
 //! is its command line.
 //!
 //! ```text
-//! cargo run --release -p examples --bin ingest-service -- --output-dir ingest-output
+//! cargo run --release -p examples --bin ingest-service -- --output-dir ingest-output --plain-http --no-auth
 //! curl -s -XPOST localhost:8080/events -H 'Idempotency-Key: req-1' -d '[{"id": 1}]'
 //! ```
 //!
@@ -13,20 +13,29 @@
 //! go to stderr (`RUST_LOG`, default `info`). A second signal during the
 //! drain exits at once with status 1; nothing acknowledged is lost by that.
 //! Fenced by a newer start of the same instance, it exits with status 3
-//! (`examples::ingest::EXIT_FENCED`): do not restart it then.
+//! (`examples::ingest::EXIT_FENCED`): do not restart it then. SIGHUP reads
+//! the tokens and the TLS certificate again (a failure is logged and the
+//! old ones stay in force).
+//!
+//! It serves HTTPS and only to bearer tokens unless told otherwise: it
+//! needs `--tls-cert`/`--tls-key` or `--plain-http`, and `--tokens` (or
+//! `--tokens-env`) or `--no-auth`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::{Parser, ValueEnum};
+use clap::{CommandFactory, Parser, ValueEnum};
 use examples::cli::{parse_checkpoints, parse_duration, parse_positive_duration, Checkpoints};
+use examples::ingest::auth::TokenSource;
 use examples::ingest::routing::Instances;
-use examples::ingest::{parse_table_name, Config, Destination, IngestService};
+use examples::ingest::{
+    parse_table_name, Config, ConnectionLimits, Destination, IngestService, TlsFiles,
+};
 use examples::location::{self, Location};
 use sink_runtime::pipeline::KeyRetention;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -130,6 +139,54 @@ struct Args {
     #[arg(long, default_value_t = 2 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(1..=1024 * 1024 * 1024))]
     max_body_bytes: u64,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); read
+    /// again on SIGHUP. Needs --tls-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        conflicts_with = "plain_http"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1); read
+    /// again on SIGHUP.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve plain HTTP: behind a proxy that terminates TLS, or on
+    /// loopback. Without it, --tls-cert and --tls-key are needed.
+    #[arg(long)]
+    plain_http: bool,
+    /// Only requests with `Authorization: Bearer <token>` of a token in
+    /// FILE may write and read /metrics: one `<tenant> <token>` per line
+    /// (# comments), read again on SIGHUP. Each event is stored with its
+    /// tenant in `_tenant`.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["tokens_env", "no_auth"])]
+    tokens: Option<PathBuf>,
+    /// As --tokens, with the lines in the environment variable VAR (a
+    /// reload reads the same ones: rotate with a file, or restart).
+    #[arg(long, value_name = "VAR", conflicts_with = "no_auth")]
+    tokens_env: Option<String>,
+    /// Let anyone who reaches the listener write (and read /metrics).
+    /// Without it, --tokens or --tokens-env is needed.
+    #[arg(long)]
+    no_auth: bool,
+    /// The longest wait for a request's headers (with TLS, the handshake
+    /// too), from a new connection or the last answer on a kept-alive one:
+    /// also the idle timeout. Such as 10s.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    header_read_timeout: Duration,
+    /// The longest a request's body may take once its headers arrived;
+    /// past it, 408 and nothing stored.
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    body_read_timeout: Duration,
+    /// Connections open at once; past it, new ones are closed at once.
+    /// Keep it below the file descriptor limit (ulimit -n).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// With tokens: the requests one tenant may have in flight; past it,
+    /// 429 with Retry-After. Default: half of capacity × parallelism.
+    #[arg(long, value_name = "COUNT", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    tenant_max_in_flight: Option<u64>,
 }
 
 impl Args {
@@ -158,6 +215,20 @@ impl Args {
                 table: self.table.clone(),
             },
         };
+        if self.tls_cert.is_none() && !self.plain_http {
+            refuse_flags(
+                "ingest-service serves HTTPS: pass --tls-cert FILE --tls-key FILE, or \
+                 --plain-http to serve plain HTTP (behind a proxy that terminates TLS, or on \
+                 loopback)",
+            );
+        }
+        if self.tokens.is_none() && self.tokens_env.is_none() && !self.no_auth {
+            refuse_flags(
+                "ingest-service lets only bearer tokens write: pass --tokens FILE (lines of \
+                 `<tenant> <token>`) or --tokens-env VAR, or --no-auth to let anyone who \
+                 reaches the listener write",
+            );
+        }
         if self.compact_every.is_some() && destination != Destination::Files {
             bail!("--compact-every goes with files (--sink files)");
         }
@@ -195,8 +266,51 @@ impl Args {
             }
             .transpose()
             .map_err(|e| anyhow::anyhow!("--instance-id/--instances: {e}"))?,
+            tls: match (&self.tls_cert, &self.tls_key) {
+                (Some(cert), Some(key)) => Some(TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
+            },
+            tokens: match (&self.tokens, &self.tokens_env) {
+                (Some(file), _) => Some(TokenSource::File(file.clone())),
+                (None, Some(var)) => Some(TokenSource::Env(var.clone())),
+                (None, None) => None,
+            },
+            limits: ConnectionLimits {
+                header_read_timeout: self.header_read_timeout,
+                max_connections: size(self.max_connections, "--max-connections")?,
+            },
+            body_read_timeout: self.body_read_timeout,
+            tenant_max_in_flight: self
+                .tenant_max_in_flight
+                .map(|count| size(count, "--tenant-max-in-flight"))
+                .transpose()?,
         })
     }
+}
+
+/// The listener, with a backlog of 4096 (the kernel's `somaxconn` caps
+/// it): a burst of connections waits there to be accepted (and shed by the
+/// cap or the timeouts) instead of having its handshakes dropped and
+/// retried for seconds.
+fn listen(address: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(4096)
+}
+
+/// Exits with status 2 and `message`, as clap does for a bad command line.
+fn refuse_flags(message: &str) -> ! {
+    Args::command()
+        .error(clap::error::ErrorKind::MissingRequiredArgument, message)
+        .exit()
 }
 
 /// The `--sink` flag.
@@ -235,14 +349,24 @@ async fn run() -> anyhow::Result<()> {
     examples::cli::init_tracing_or("info");
     let signals = examples::signals::StopSignals::install()?;
     let config = args.config()?;
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
+    let listener = listen(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let address = listener
         .local_addr()
         .context("reading the address listened on")?;
+    // Taken over before the start, so that a SIGHUP never kills the process.
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("handling SIGHUP")?;
     let service = IngestService::start(config).await?;
-    examples::cli::print_line(&format!("listening on http://{address}"))?;
+    let reloader = service.reloader();
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match reloader.reload().await {
+                Ok(what) => tracing::info!("SIGHUP: reloaded {what}"),
+                Err(error) => tracing::error!("SIGHUP: {error:#}"),
+            }
+        }
+    });
+    examples::cli::print_line(&format!("listening on {}://{address}", service.scheme()))?;
     let summary = service.serve(listener, signals.first()).await?;
     let line = serde_json::to_string(&summary).context("encoding the summary")?;
     examples::cli::print_line(&line)?;

@@ -71,7 +71,7 @@
 //! stored as `serde_json` re-encodes them: object keys sorted, numbers beyond
 //! `i64`/`u64` as `f64`.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -79,14 +79,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -103,12 +102,20 @@ use crate::location::{self, Location, Storage};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+pub mod auth;
 #[cfg(feature = "delta")]
 pub mod delta;
 mod destination;
 mod metrics;
 mod request;
 pub mod routing;
+mod server;
+mod shares;
+
+use auth::{Auth, Tenant, TokenSource};
+use shares::Shares;
+
+pub use server::{ConnectionLimits, Tls, TlsFiles};
 
 use routing::{Instances, OWNER_HEADER};
 
@@ -121,6 +128,11 @@ pub use request::{
 /// How long a draining server waits past [`Config::ack_timeout`] for the
 /// requests in flight before it shuts the pipeline down anyway.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// The field the service adds to every event of an authenticated request:
+/// the tenant its token stands for. A request whose events already hold it
+/// is refused (400): a client cannot write under another tenant's name.
+pub const TENANT_FIELD: &str = "_tenant";
 
 /// The content type of `GET /metrics`: what `prometheus-client` encodes.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -174,6 +186,31 @@ pub struct Config {
     /// owns is answered 421 with the owner in `Ingest-Owner` (see
     /// [`routing`]). Default none: one instance, named `ingest-service`.
     pub instances: Option<Instances>,
+    /// Serve HTTPS with this certificate and key (read again on
+    /// [`Reloader::reload`]). Default none: plain HTTP, for a listener
+    /// behind a proxy that terminates TLS, or on loopback. The binary asks
+    /// for `--tls-cert`/`--tls-key` or an explicit `--plain-http`.
+    pub tls: Option<TlsFiles>,
+    /// Only requests with `Authorization: Bearer <token>` of a token from
+    /// here may write and read `/metrics` (401 otherwise, nothing written);
+    /// each event is stored with its tenant in [`TENANT_FIELD`], and
+    /// idempotency keys are kept per tenant. Default none: anyone who
+    /// reaches the listener may write. The binary asks for `--tokens` (or
+    /// `--tokens-env`) or an explicit `--no-auth`.
+    pub tokens: Option<TokenSource>,
+    /// The header read (and idle) timeout and the connection cap.
+    pub limits: ConnectionLimits,
+    /// The longest a request's body may take to arrive once its headers
+    /// did; past it the request is answered 408 and nothing of it is
+    /// written. Default 30 s.
+    pub body_read_timeout: Duration,
+    /// With [`tokens`](Self::tokens): the requests one tenant may have in
+    /// flight (sent to the pipeline, not answered yet); past it, 429 with
+    /// `Retry-After` and nothing taken. Default half of the pipeline's
+    /// queues (`capacity × parallelism`): they are what fills when the
+    /// subtasks are busy with a checkpoint, so one tenant at its share
+    /// leaves room for the others.
+    pub tenant_max_in_flight: Option<usize>,
 }
 
 impl Config {
@@ -194,7 +231,19 @@ impl Config {
             state: None,
             s3_options: Vec::new(),
             instances: None,
+            tls: None,
+            tokens: None,
+            limits: ConnectionLimits::default(),
+            body_read_timeout: Duration::from_secs(30),
+            tenant_max_in_flight: None,
         }
+    }
+
+    /// What one tenant may have in flight: [`tenant_max_in_flight`](Self::tenant_max_in_flight),
+    /// else half of the pipeline's queues.
+    pub fn tenant_share(&self) -> usize {
+        self.tenant_max_in_flight
+            .unwrap_or_else(|| self.capacity.saturating_mul(self.parallelism).div_ceil(2))
     }
 
     /// The pipeline's job name: `ingest-<id>` for an instance, else
@@ -278,6 +327,65 @@ pub struct Summary {
 pub struct IngestService {
     pipeline: Pipeline<Event>,
     app: AppState,
+    tls: Option<Arc<Tls>>,
+    limits: ConnectionLimits,
+    connections: server::ConnectionMetrics,
+}
+
+/// Reads the service's tokens and TLS certificate again, for a rotation
+/// without a restart. Made by [`IngestService::reloader`]; the binary calls
+/// it on SIGHUP. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Reloader {
+    auth: Option<Arc<Auth>>,
+    tls: Option<Arc<Tls>>,
+}
+
+impl Reloader {
+    /// Reads the token source and the certificate files again and puts
+    /// what read well in force; returns what was reloaded, for the log.
+    /// Fails, naming each failure, when either could not be read: then
+    /// that one's old version stays in force (the other is still
+    /// reloaded). Requests and connections in progress are not affected.
+    pub async fn reload(&self) -> anyhow::Result<String> {
+        let mut done = Vec::new();
+        let mut failed = Vec::new();
+        if let Some(auth) = &self.auth {
+            match auth.reload().await {
+                Ok(count) => done.push(format!("{count} tokens from {}", auth.source())),
+                Err(error) => failed.push(
+                    anyhow::Error::new(error)
+                        .context(format!("reloading the tokens from {}", auth.source())),
+                ),
+            }
+        }
+        if let Some(tls) = &self.tls {
+            match tls.reload().await {
+                Ok(()) => done.push(format!(
+                    "the TLS certificate {}",
+                    tls.files().cert.display()
+                )),
+                Err(error) => failed.push(error.context("reloading the TLS certificate")),
+            }
+        }
+        if failed.is_empty() {
+            return Ok(if done.is_empty() {
+                "nothing (no tokens, no TLS)".to_string()
+            } else {
+                done.join(" and ")
+            });
+        }
+        let reasons: Vec<String> = failed.iter().map(|e| format!("{e:#}")).collect();
+        anyhow::bail!(
+            "{}; the old version stays in force{}",
+            reasons.join("; "),
+            if done.is_empty() {
+                String::new()
+            } else {
+                format!(" (reloaded: {})", done.join(" and "))
+            }
+        )
+    }
 }
 
 /// Starts the service with `config` and serves `listener` until `shutdown`
@@ -313,6 +421,20 @@ impl IngestService {
             config.ack_timeout,
             config.checkpointing.interval
         );
+        // Read before the pipeline starts: a bad certificate or token file
+        // fails the start, naming the file, before anything runs.
+        let tls = match &config.tls {
+            Some(files) => Some(Arc::new(Tls::open(files.clone()).await?)),
+            None => None,
+        };
+        let auth = match &config.tokens {
+            Some(source) => {
+                Some(Arc::new(Auth::open(source.clone()).await.with_context(
+                    || format!("reading the tokens from {source}"),
+                )?))
+            }
+            None => None,
+        };
         let data = config.data_location();
         if let (Destination::Files, Location::Local(data_dir)) = (&config.destination, &data) {
             // Created here, not by the first writer, so a bad directory is
@@ -377,6 +499,14 @@ impl IngestService {
         registry.register_collector(Box::new(metrics::PipelineCollector {
             pipeline: pipeline.clone(),
         }));
+        let connections = server::ConnectionMetrics::default();
+        connections.register(&mut registry);
+        let tenant_refusals = Counter::default();
+        registry.register(
+            "ingest_tenant_share_refusals",
+            "Requests answered 429 because their tenant had its share of the in-flight bound",
+            tenant_refusals.clone(),
+        );
         let app = AppState {
             pipeline: pipeline.clone(),
             responses,
@@ -386,16 +516,47 @@ impl IngestService {
             max_body_bytes: config.max_body_bytes,
             registry: Arc::new(registry),
             instances: config.instances.clone().map(Arc::new),
+            auth,
+            shares: Shares::new(config.tenant_share()),
+            tenant_refusals,
+            body_read_timeout: config.body_read_timeout,
         };
-        Ok(IngestService { pipeline, app })
+        Ok(IngestService {
+            pipeline,
+            app,
+            tls,
+            limits: config.limits,
+            connections,
+        })
+    }
+
+    /// `https` with [`Config::tls`], else `http`: for the address a caller
+    /// prints.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The handle that reloads the tokens and the certificate.
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            auth: self.app.auth.clone(),
+            tls: self.tls.clone(),
+        }
     }
 
     /// The routes, for serving on another server or calling in a test.
     pub fn router(&self) -> Router {
         let app = self.app.clone();
+        // `/healthz` stays open: a load balancer probes it without a token,
+        // and it says only whether the service takes requests.
         Router::new()
             .route("/events", post(post_events))
             .route("/metrics", get(get_metrics))
+            .route_layer(middleware::from_fn_with_state(app.clone(), authenticate))
             .route("/healthz", get(get_healthz))
             .layer(DefaultBodyLimit::max(app.max_body_bytes))
             .layer(middleware::from_fn_with_state(
@@ -429,9 +590,17 @@ impl IngestService {
             draining.store(true, Ordering::SeqCst);
             stopping_tx.send_replace(true);
         };
-        let server = axum::serve(listener, router)
-            .with_graceful_shutdown(signal)
-            .into_future();
+        // The server stops accepting once `stopping` is set, lets the
+        // requests in flight finish and ends when every connection closed.
+        let server = server::serve(
+            listener,
+            router,
+            self.tls.clone(),
+            self.limits,
+            self.connections.clone(),
+            stopping_rx.clone(),
+        );
+        tokio::spawn(signal);
         let drain_limit = self.app.ack_timeout + DRAIN_GRACE;
         let drain_deadline = async move {
             if stopping_rx.wait_for(|stopping| *stopping).await.is_err() {
@@ -440,7 +609,7 @@ impl IngestService {
             tokio::time::sleep(drain_limit).await;
         };
         tokio::select! {
-            served = server => served.context("serving HTTP")?,
+            () = server => {}
             () = drain_deadline => warn!(
                 ?drain_limit,
                 "requests still in flight after the drain limit; shutting the pipeline down anyway"
@@ -546,6 +715,12 @@ struct AppState {
     max_body_bytes: usize,
     registry: Arc<Registry>,
     instances: Option<Arc<Instances>>,
+    /// With tokens: who may write.
+    auth: Option<Arc<Auth>>,
+    /// Each tenant's requests in flight (with tokens).
+    shares: Arc<Shares>,
+    tenant_refusals: Counter,
+    body_read_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -609,6 +784,23 @@ pub fn is_fenced(error: &anyhow::Error) -> bool {
     })
 }
 
+/// The answer to a request whose tenant has `limit` requests in flight
+/// already: 429 with `Retry-After`; nothing of it was taken.
+fn too_many(tenant: &Tenant, limit: usize, retry_after_s: u64) -> Response {
+    let mut response = refuse(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "the tenant '{tenant}' has {limit} requests in flight, its share of the service; \
+             nothing of this request was stored: retry after the answers to the others"
+        ),
+        retry_after_s,
+    );
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(retry_after_s));
+    response
+}
+
 /// The answer to a keyed request whose key `owner` owns: 421 and the
 /// owner's id in `Ingest-Owner`; nothing of it is stored.
 fn misdirected(key: &str, owner: &str, me: &str) -> Response {
@@ -627,13 +819,92 @@ fn misdirected(key: &str, owner: &str, me: &str) -> Response {
     response
 }
 
+/// With tokens: lets a request through only with a valid bearer token, and
+/// hands its [`Tenant`] to the handler; 401 with `WWW-Authenticate`
+/// otherwise, before anything of the request (its body included) is read.
+async fn authenticate(State(app): State<AppState>, mut request: Request, next: Next) -> Response {
+    let Some(auth) = &app.auth else {
+        return next.run(request).await;
+    };
+    let values = request.headers().get_all(AUTHORIZATION).iter();
+    match auth.authenticate(values.map(HeaderValue::as_bytes)) {
+        Ok(tenant) => {
+            request.extensions_mut().insert(tenant);
+            next.run(request).await
+        }
+        Err(why) => {
+            let mut response = refuse(StatusCode::UNAUTHORIZED, why.to_string(), 0);
+            let challenge = match why {
+                auth::Unauthenticated::Missing => r#"Bearer realm="ingest""#,
+                auth::Unauthenticated::Malformed => {
+                    r#"Bearer realm="ingest", error="invalid_request""#
+                }
+                auth::Unauthenticated::Invalid => r#"Bearer realm="ingest", error="invalid_token""#,
+            };
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+            // The body was not read: the connection cannot be reused.
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
+/// Adds the tenant to every event; refuses (the message of a 400) events
+/// that hold [`TENANT_FIELD`] already.
+fn stamp_tenant(events: &mut [Event], tenant: &Tenant) -> Result<(), String> {
+    for (at, Event(event)) in events.iter_mut().enumerate() {
+        let Some(object) = event.as_object_mut() else {
+            continue;
+        };
+        if object.contains_key(TENANT_FIELD) {
+            return Err(format!(
+                "event {} holds the field \"{TENANT_FIELD}\", which the service sets from the \
+                 bearer token; remove it (nothing was stored)",
+                at + 1
+            ));
+        }
+        object.insert(
+            TENANT_FIELD.to_string(),
+            serde_json::Value::String(tenant.name().to_string()),
+        );
+    }
+    Ok(())
+}
+
 /// `POST /events`: validate everything, send once, answer after the commit.
 async fn post_events(
     State(app): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    tenant: Option<Extension<Tenant>>,
+    request: Request,
 ) -> Response {
     let retry_after_s = app.retry_after_s;
+    let tenant = tenant.map(|Extension(tenant)| tenant);
+    let headers = request.headers().clone();
+    // A body that trickles in holds a connection, not the pipeline: it is
+    // read with its own deadline, before anything is sent.
+    let body = match tokio::time::timeout(app.body_read_timeout, Bytes::from_request(request, &()))
+        .await
+    {
+        Ok(body) => body,
+        Err(_elapsed) => {
+            let mut response = refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the body did not arrive within {:?}; nothing was stored: send it again",
+                    app.body_read_timeout
+                ),
+                retry_after_s,
+            );
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
+    };
     let key = match idempotency_key(&headers) {
         Ok(key) => key,
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error.to_string(), retry_after_s),
@@ -663,17 +934,39 @@ async fn post_events(
             )
         }
     };
-    let events = match parse_events(&body) {
+    let mut events = match parse_events(&body) {
         Ok(events) => events.into_iter().map(Event).collect::<Vec<_>>(),
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error.to_string(), retry_after_s),
     };
+    if let Some(tenant) = &tenant {
+        if let Err(message) = stamp_tenant(&mut events, tenant) {
+            return refuse(StatusCode::BAD_REQUEST, message, retry_after_s);
+        }
+    }
     let count = events.len();
+    // Held until the request is answered.
+    let _share = match &tenant {
+        None => None,
+        Some(tenant) => match app.shares.try_take(tenant) {
+            Some(share) => Some(share),
+            None => {
+                app.tenant_refusals.inc();
+                return too_many(tenant, app.shares.limit(), retry_after_s);
+            }
+        },
+    };
     // The key is kept with the body's fingerprint: a retry (the same body)
     // is a duplicate, another body under the same key is refused (422).
+    // With tokens it is kept per tenant: `<tenant>/<key>` (a tenant's name
+    // holds no `/`), so tenants cannot see or collide with each other's.
     let sent = match key {
         Some(key) => app.pipeline.try_send_keyed(
             events,
-            IdempotencyKey::new(key).with_fingerprint(body_fingerprint(&body)),
+            IdempotencyKey::new(match &tenant {
+                Some(tenant) => format!("{tenant}/{key}"),
+                None => key,
+            })
+            .with_fingerprint(body_fingerprint(&body)),
         ),
         None => app.pipeline.try_send(events, None),
     };
