@@ -2129,3 +2129,44 @@ fn tls_and_token_flags_are_asked_for_and_bad_files_refused_with_the_fix() {
         assert!(output.stdout.is_empty(), "{args:?} listened");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_trickles_in_gets_408_and_writes_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), &["--plain-http", "--body-read-timeout", "1s"]);
+    let body = body(&ids("trickled", 2), false);
+    let mut stream = tokio::net::TcpStream::connect(service.address())
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALPHA_TOKEN}\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // Half the body, then nothing.
+    stream
+        .write_all(&body.as_bytes()[..body.len() / 2])
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the server closes the connection")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("nothing was stored"), "{answer}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    service.stop();
+    assert!(
+        output_ids(dir.path()).is_empty(),
+        "a trickled body was stored"
+    );
+}
