@@ -59,6 +59,59 @@ struct Args {
     /// A prefix of every key and event id, so that runs do not collide.
     #[arg(long, default_value = "c")]
     prefix: String,
+    /// Send `Authorization: Bearer <token>` with the token in the
+    /// environment variable VAR (not on the command line, where `ps` shows
+    /// it), for instances started with --tokens.
+    #[arg(long, value_name = "VAR")]
+    token_env: Option<String>,
+    /// Trust this CA certificate (PEM) for `https://` routes, instead of
+    /// none: the instances' own or their CA's.
+    #[arg(long, value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
+}
+
+/// What every client's HTTP connections carry: the token and the root.
+#[derive(Debug, Clone, Default)]
+struct Http {
+    headers: reqwest::header::HeaderMap,
+    root: Option<reqwest::Certificate>,
+}
+
+impl Http {
+    async fn from_args(args: &Args) -> anyhow::Result<Http> {
+        let mut http = Http::default();
+        if let Some(var) = &args.token_env {
+            let token = std::env::var(var)
+                .with_context(|| format!("--token-env: the variable {var} is not set"))?;
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .with_context(|| {
+                    format!("--token-env: the token in {var} is not a header value")
+                })?;
+            value.set_sensitive(true);
+            http.headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        if let Some(path) = &args.ca_cert {
+            let pem = tokio::fs::read(path)
+                .await
+                .with_context(|| format!("reading the CA certificate {}", path.display()))?;
+            http.root = Some(
+                reqwest::Certificate::from_pem(&pem)
+                    .with_context(|| format!("{} is not a PEM certificate", path.display()))?,
+            );
+        }
+        Ok(http)
+    }
+
+    fn client(&self) -> anyhow::Result<reqwest::Client> {
+        let mut builder = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .default_headers(self.headers.clone())
+            .tls_built_in_root_certs(false);
+        if let Some(root) = &self.root {
+            builder = builder.add_root_certificate(root.clone());
+        }
+        builder.build().context("building the HTTP client")
+    }
 }
 
 /// Where each instance answers, as last read from the routes file.
@@ -140,7 +193,12 @@ async fn attempt(
         .await;
     let response = match sent {
         Ok(response) => response,
-        Err(_) => return Attempt::Failed,
+        Err(error) => {
+            // Expected while an instance is away; RUST_LOG=debug shows why
+            // (a certificate not trusted, a refused connection, ...).
+            tracing::debug!(?error, url, "an attempt failed");
+            return Attempt::Failed;
+        }
     };
     let status = response.status();
     if status == reqwest::StatusCode::MISDIRECTED_REQUEST {
@@ -170,13 +228,11 @@ async fn attempt(
 async fn client(
     n: u64,
     args: Arc<Args>,
+    http: Arc<Http>,
     routes: Routes,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Tally> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(1)
-        .build()
-        .context("building the HTTP client")?;
+    let http = http.client()?;
     let mut tally = Tally::default();
     for seq in 0u64.. {
         if *stop.borrow() {
@@ -245,6 +301,7 @@ async fn main() -> anyhow::Result<()> {
     for id in &args.instances {
         parse_instance_id(id).map_err(anyhow::Error::msg)?;
     }
+    let http = Arc::new(Http::from_args(&args).await?);
     let routes: Routes = Arc::new(RwLock::new(read_routes(&args.routes)?));
     let refresh = {
         let (routes, path) = (routes.clone(), args.routes.clone());
@@ -273,7 +330,15 @@ async fn main() -> anyhow::Result<()> {
     });
     let started = Instant::now();
     let clients: Vec<_> = (0..args.concurrency)
-        .map(|n| tokio::spawn(client(n, args.clone(), routes.clone(), stop_rx.clone())))
+        .map(|n| {
+            tokio::spawn(client(
+                n,
+                args.clone(),
+                http.clone(),
+                routes.clone(),
+                stop_rx.clone(),
+            ))
+        })
         .collect();
     let mut total = Tally::default();
     for handle in clients {

@@ -37,11 +37,26 @@
 //! | `POST /events`, malformed body or `Idempotency-Key` | `400`, JSON `{"error": "..."}` saying where and why; nothing is written |
 //! | `POST /events`, an `Idempotency-Key` already used with a different body | `422`, JSON `{"error": "..."}`; nothing of this request is written |
 //! | `POST /events`, body over the size limit | `413`, JSON `{"error": "..."}` |
+//! | `POST /events` or `GET /metrics` with [`Config::tokens`], without one valid `Authorization: Bearer <token>` | `401` + `WWW-Authenticate: Bearer …`, JSON `{"error": "..."}`; nothing of the request is read or written |
+//! | `POST /events`, the body not complete within [`Config::body_read_timeout`] | `408`, JSON `{"error": "..."}`, the connection closed; nothing is written |
+//! | `POST /events` with [`Config::tokens`], the tenant at its share of the in-flight bound ([`Config::tenant_max_in_flight`]) | `429` + `Retry-After`, JSON `{"error": "..."}`; nothing was taken |
 //! | `POST /events` with [`Config::instances`], an `Idempotency-Key` another instance owns | `421` + `Ingest-Owner: <id>`, JSON `{"error": "..."}`; nothing is written |
 //! | `POST /events`, pipeline overloaded, restarting or shutting down | `503` + `Retry-After`, JSON `{"error": "..."}`; nothing was taken |
 //! | `POST /events`, taken but not confirmed (ticket failed or the ack timeout passed) | `503` + `Retry-After`, JSON `{"error": "..."}`: may or may not be stored, retry with the same key |
 //! | `GET /metrics` | `200`, OpenMetrics text |
-//! | `GET /healthz` | `200` `ok` while the pipeline runs and the server is not draining; `503` and the state otherwise |
+//! | `GET /healthz` (no token needed) | `200` `ok` while the pipeline runs and the server is not draining; `503` and the state otherwise |
+//!
+//! # Exposure
+//!
+//! [`IngestService::serve`] runs its own HTTP/1.1 accept loop (see
+//! `server.rs`): HTTPS with [`Config::tls`], a header read timeout that is
+//! also the idle timeout, and a cap on open connections
+//! ([`ConnectionLimits`]). With [`Config::tokens`] every request to
+//! `/events` and `/metrics` needs a bearer token ([`auth`]); its tenant is
+//! stored with each event ([`TENANT_FIELD`]), scopes its idempotency keys,
+//! and holds at most its share of the requests in flight. The service
+//! reads no other identity: not the peer address, nor `X-Forwarded-*`.
+//! [`Reloader`] reads tokens and certificate again.
 //!
 //! The body of `POST /events` is a JSON array of objects when its first
 //! non-whitespace byte is `[`, and JSON lines otherwise (one object per

@@ -48,7 +48,8 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
 /// How long and how many connections may stay open. Part of
-/// [`Config`](super::Config); read by [`serve`] for every connection.
+/// [`Config`](super::Config); read by the accept loop of
+/// [`IngestService::serve`](super::IngestService::serve) for every connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// The longest the server waits for a request's headers (and, with
