@@ -607,7 +607,7 @@ impl IngestService {
         };
         // The server stops accepting once `stopping` is set, lets the
         // requests in flight finish and ends when every connection closed.
-        let server = server::serve(
+        let serving = server::serve(
             listener,
             router,
             self.tls.clone(),
@@ -615,7 +615,9 @@ impl IngestService {
             self.connections.clone(),
             stopping_rx.clone(),
         );
-        tokio::spawn(signal);
+        let server = async move {
+            tokio::join!(signal, serving);
+        };
         let drain_limit = self.app.ack_timeout + DRAIN_GRACE;
         let drain_deadline = async move {
             if stopping_rx.wait_for(|stopping| *stopping).await.is_err() {
@@ -898,7 +900,16 @@ async fn post_events(
 ) -> Response {
     let retry_after_s = app.retry_after_s;
     let tenant = tenant.map(|Extension(tenant)| tenant);
-    let headers = request.headers().clone();
+    // The key and its owner first: neither needs the body.
+    let key = match idempotency_key(request.headers()) {
+        Ok(key) => key,
+        Err(error) => return refuse(StatusCode::BAD_REQUEST, error.to_string(), retry_after_s),
+    };
+    if let (Some(key), Some(instances)) = (&key, &app.instances) {
+        if let Some(owner) = instances.other_owner(key) {
+            return misdirected(key, owner, instances.me());
+        }
+    }
     // A body that trickles in holds a connection, not the pipeline: it is
     // read with its own deadline, before anything is sent.
     let body = match tokio::time::timeout(app.body_read_timeout, Bytes::from_request(request, &()))
@@ -920,15 +931,6 @@ async fn post_events(
             return response;
         }
     };
-    let key = match idempotency_key(&headers) {
-        Ok(key) => key,
-        Err(error) => return refuse(StatusCode::BAD_REQUEST, error.to_string(), retry_after_s),
-    };
-    if let (Some(key), Some(instances)) = (&key, &app.instances) {
-        if let Some(owner) = instances.other_owner(key) {
-            return misdirected(key, owner, instances.me());
-        }
-    }
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
