@@ -1632,14 +1632,9 @@ async fn tls_round_trip_refuses_plain_and_untrusted_clients_and_sighup_rotates_c
     assert!(url.starts_with("https://"), "{url}");
 
     // The round trip, with a client that trusts the test certificate only.
-    let answer = post(
-        &client_of(old_token, &served.pem),
-        &url,
-        body(&ids("tls-1", 2), false),
-        None,
-    )
-    .await
-    .unwrap();
+    let answer = post_as(old_token, &served.pem, &url, "tls-1")
+        .await
+        .unwrap();
     assert_eq!(answer.status, 200, "{answer:?}");
     // Plain HTTP on the TLS port, and a client that does not trust the
     // certificate, get no answer at all.
@@ -1650,13 +1645,7 @@ async fn tls_round_trip_refuses_plain_and_untrusted_clients_and_sighup_rotates_c
         .send()
         .await;
     assert!(sent.is_err(), "plain HTTP was answered: {sent:?}");
-    let untrusted = post(
-        &client_of(old_token, &next.pem),
-        &url,
-        body(&ids("untrusted", 2), false),
-        None,
-    )
-    .await;
+    let untrusted = post_as(old_token, &next.pem, &url, "untrusted").await;
     assert!(
         untrusted.is_err(),
         "a certificate the client does not trust was accepted"
@@ -1687,22 +1676,11 @@ async fn tls_round_trip_refuses_plain_and_untrusted_clients_and_sighup_rotates_c
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let revoked = post(
-        &client_of(old_token, &next.pem),
-        &url,
-        body(&ids("revoked", 2), false),
-        None,
-    )
-    .await
-    .unwrap();
+    let revoked = post_as(old_token, &next.pem, &url, "revoked")
+        .await
+        .unwrap();
     assert_eq!(revoked.status, 401, "{revoked:?}");
-    let old_cert = post(
-        &client_of(new_token, &served.pem),
-        &url,
-        body(&ids("old-cert", 2), false),
-        None,
-    )
-    .await;
+    let old_cert = post_as(new_token, &served.pem, &url, "old-cert").await;
     assert!(old_cert.is_err(), "the old certificate is still served");
 
     // A reload that fails keeps what is in force, and says why.
@@ -1714,14 +1692,7 @@ async fn tls_round_trip_refuses_plain_and_untrusted_clients_and_sighup_rotates_c
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(service.stderr().contains("line 1"), "{}", service.stderr());
-    let still = post(
-        &client_of(new_token, &next.pem),
-        &url,
-        body(&ids("still", 2), false),
-        None,
-    )
-    .await
-    .unwrap();
+    let still = post_as(new_token, &next.pem, &url, "still").await.unwrap();
     assert_eq!(still.status, 200, "{still:?}");
     service.stop();
     let output = output_ids(dir.path());
@@ -1733,6 +1704,23 @@ async fn tls_round_trip_refuses_plain_and_untrusted_clients_and_sighup_rotates_c
     let mut stored = stored;
     stored.dedup();
     assert_eq!(stored, ["rotated", "still", "tls-1"], "{output:?}");
+}
+
+/// Posts two events with ids `<prefix>-<n>` on a new connection of a new
+/// client, with `token`, trusting only `cert_pem`.
+async fn post_as(
+    token: &str,
+    cert_pem: &str,
+    url: &str,
+    prefix: &str,
+) -> Result<Answer, reqwest::Error> {
+    post(
+        &client_of(token, cert_pem),
+        url,
+        body(&ids(prefix, 2), false),
+        None,
+    )
+    .await
 }
 
 /// When the server closed a connection [`held_open`] held.
