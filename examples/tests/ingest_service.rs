@@ -2091,7 +2091,7 @@ fn tls_and_token_flags_are_asked_for_and_bad_files_refused_with_the_fix() {
         (
             &["--plain-http", "--tokens", &bad][..],
             1,
-            "line 1: the token of alpha is 5",
+            "line 1: the second word, the token, is 5",
         ),
         (
             &["--plain-http", "--tokens-env", "INGEST_TEST_NO_SUCH_VAR"][..],
@@ -2157,4 +2157,100 @@ async fn a_body_that_trickles_in_gets_408_and_writes_nothing() {
         output_ids(dir.path()).is_empty(),
         "a trickled body was stored"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_that_hangs_up_keeps_its_share_until_the_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    // Checkpoints 3 s apart: the requests below stay in the pipeline.
+    let service = Service::start(
+        dir.path(),
+        &["--checkpoint-interval", "3s", "--tenant-max-in-flight", "2"],
+    );
+    let url = service.url("/events");
+    let greedy = TOKENS[2].1;
+    // Two requests whose client gives up (hangs up) after 300 ms.
+    let impatient = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(300))
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(shared().cert.pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    for n in 0..2 {
+        let sent = impatient
+            .post(&url)
+            .header("Authorization", format!("Bearer {greedy}"))
+            .body(body(&ids(&format!("hung-up-{n}"), 2), false))
+            .send()
+            .await;
+        assert!(sent.is_err(), "answered before the checkpoint: {sent:?}");
+    }
+    // Their events are still in the pipeline: the share is still taken.
+    let refused = post_as(greedy, &shared().cert.pem, &url, "third")
+        .await
+        .unwrap();
+    assert_eq!(refused.status, 429, "{refused:?}");
+    assert!(refused.retry_after.is_some(), "{refused:?}");
+    // Another tenant is not affected.
+    let other = post_as(TOKENS[3].1, &shared().cert.pem, &url, "other")
+        .await
+        .unwrap();
+    assert_eq!(other.status, 200, "{other:?}");
+    // Once they are committed (each subtask commits on its own, so give
+    // the other one a moment), the share is free again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let after = post_as(greedy, &shared().cert.pem, &url, "after")
+            .await
+            .unwrap();
+        if after.status == 200 {
+            break;
+        }
+        assert_eq!(after.status, 429, "{after:?}");
+        assert!(Instant::now() < deadline, "the share was never given back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    service.stop();
+    let output = output_ids(dir.path());
+    assert_no_duplicates(&output);
+    assert_eq!(output.len(), 8, "{output:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_its_answers_is_cut_off_by_the_write_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), &["--plain-http", "--write-timeout", "1s"]);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    // A small receive buffer: the answers fill it quickly.
+    socket.set_recv_buffer_size(4096).unwrap();
+    let address = service.address().parse().unwrap();
+    let mut stream = socket.connect(address).await.unwrap();
+    let requests = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".repeat(100);
+    let started = Instant::now();
+    // Pipelined requests, never reading an answer, until the server hangs
+    // up (a write fails).
+    let cut_off = loop {
+        match tokio::time::timeout(Duration::from_secs(1), stream.write_all(&requests)).await {
+            Ok(Ok(())) | Err(_) => {}
+            Ok(Err(_)) => break started.elapsed(),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "a client that reads nothing was kept for 20 s"
+        );
+    };
+    println!("a client that reads nothing was cut off after {cut_off:?}");
+    // Others are answered meanwhile and after.
+    let answer = post(
+        &client(),
+        &service.url("/events"),
+        body(&ids("reader", 2), false),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    service.stop();
 }

@@ -175,6 +175,10 @@ struct Args {
     /// also the idle timeout. Such as 10s.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     header_read_timeout: Duration,
+    /// The longest a write to a client may stay blocked (a client that does
+    /// not read its answers); past it the connection is closed.
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    write_timeout: Duration,
     /// The longest a request's body may take once its headers arrived;
     /// past it, 408 and nothing stored.
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
@@ -183,8 +187,9 @@ struct Args {
     /// Keep it below the file descriptor limit (ulimit -n).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections: u64,
-    /// With tokens: the requests one tenant may have in flight; past it,
-    /// 429 with Retry-After. Default: half of capacity × parallelism.
+    /// With tokens: the requests one tenant may have in flight (from before
+    /// the body is read until the commit); past it, 429 with Retry-After.
+    /// Default: half of --capacity.
     #[arg(long, value_name = "COUNT", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     tenant_max_in_flight: Option<u64>,
 }
@@ -280,6 +285,7 @@ impl Args {
             },
             limits: ConnectionLimits {
                 header_read_timeout: self.header_read_timeout,
+                write_timeout: self.write_timeout,
                 max_connections: size(self.max_connections, "--max-connections")?,
             },
             body_read_timeout: self.body_read_timeout,

@@ -152,27 +152,35 @@ impl Tokens {
                     "expected `<tenant> <token>`, two words separated by spaces".into(),
                 ));
             };
+            // The messages name neither word: in a line with the two
+            // swapped, the first would be the token.
             let tenant = Tenant::new(name).ok_or_else(|| {
                 bad(format!(
-                    "the tenant must be 1 to {MAX_TENANT_LEN} of a-z, 0-9, - and _"
+                    "the first word, the tenant, must be 1 to {MAX_TENANT_LEN} of a-z, 0-9, - \
+                     and _"
                 ))
             })?;
             if !(MIN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&token.len()) {
                 return Err(bad(format!(
-                    "the token of {tenant} is {} characters long; tokens are {MIN_TOKEN_LEN} to \
-                     {MAX_TOKEN_LEN} characters (make one with `openssl rand -hex 32`)",
+                    "the second word, the token, is {} characters long; tokens are \
+                     {MIN_TOKEN_LEN} to {MAX_TOKEN_LEN} characters (make one with `openssl rand \
+                     -hex 32`)",
                     token.len()
                 )));
             }
             if !token.bytes().all(token_byte) {
-                return Err(bad(format!(
-                    "the token of {tenant} holds a character outside A-Z, a-z, 0-9 and -._~+/="
-                )));
+                return Err(bad(
+                    "the second word, the token, holds a character outside A-Z, a-z, 0-9 and \
+                     -._~+/="
+                        .into(),
+                ));
             }
             let digest = digest(token.as_bytes());
-            if let Some((_, other)) = entries.iter().find(|(d, _)| *d == digest) {
+            if let Some(at) = entries.iter().position(|(d, _)| *d == digest) {
                 return Err(bad(format!(
-                    "this token is already {other}'s; a token stands for one tenant"
+                    "this token is already the token number {} of the table; a token stands for \
+                     one tenant",
+                    at + 1
                 )));
             }
             entries.push((digest, tenant));
@@ -328,25 +336,36 @@ mod tests {
         let cases = [
             ("alpha\n", "line 1: expected"),
             (&format!("alpha {A} extra\n"), "line 1: expected"),
-            (&format!("Alpha {A}\n"), "line 1: the tenant"),
+            (
+                &format!("Alpha {A}\n"),
+                "line 1: the first word, the tenant",
+            ),
+            // Swapped: the token would be taken for the tenant; the
+            // message names neither.
+            (
+                "0123456789abcdef0123456789abcdef short\n",
+                "line 1: the second word, the token, is 5 characters",
+            ),
             (
                 "alpha short\n",
-                "line 1: the token of alpha is 5 characters",
+                "line 1: the second word, the token, is 5 characters",
             ),
             (
                 &format!("alpha {A}\nbeta {A}\n"),
-                "line 2: this token is already alpha's",
+                "line 2: this token is already the token number 1",
             ),
-            (&format!("alpha {A}!\n"), "line 1: the token of alpha holds"),
+            (
+                &format!("alpha {A}!\n"),
+                "line 1: the second word, the token, holds",
+            ),
             ("# nothing\n\n", "no tokens"),
         ];
         for (text, expected) in cases {
             let error = Tokens::parse(text).unwrap_err().to_string();
             assert!(error.starts_with(expected), "{text:?}: {error}");
-            assert!(
-                !error.contains("token-of") && !error.contains("short"),
-                "{error}"
-            );
+            for word in ["token-of", "short", "alpha", "beta", "0123456789abcdef"] {
+                assert!(!error.contains(word), "{text:?}: {error}");
+            }
         }
         // Another token of the same tenant is a rotation, not an error.
         assert_eq!(

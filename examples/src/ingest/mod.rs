@@ -221,10 +221,13 @@ pub struct Config {
     pub body_read_timeout: Duration,
     /// With [`tokens`](Self::tokens): the requests one tenant may have in
     /// flight (sent to the pipeline, not answered yet); past it, 429 with
-    /// `Retry-After` and nothing taken. Default half of the pipeline's
-    /// queues (`capacity × parallelism`): they are what fills when the
-    /// subtasks are busy with a checkpoint, so one tenant at its share
-    /// leaves room for the others.
+    /// `Retry-After` and nothing taken. A request holds its place from
+    /// before its body is read until its events are committed or failed
+    /// (also when its client left, or its answer timed out). Default half of
+    /// one subtask's queue ([`capacity`](Self::capacity)): the queues are
+    /// what fills while the subtasks checkpoint, and keyed requests go to
+    /// the subtask their key hashes to, so a tenant at its share leaves at
+    /// least half of every queue to the others.
     pub tenant_max_in_flight: Option<usize>,
 }
 
@@ -255,10 +258,10 @@ impl Config {
     }
 
     /// What one tenant may have in flight: [`tenant_max_in_flight`](Self::tenant_max_in_flight),
-    /// else half of the pipeline's queues.
+    /// else half of one subtask's queue.
     pub fn tenant_share(&self) -> usize {
         self.tenant_max_in_flight
-            .unwrap_or_else(|| self.capacity.saturating_mul(self.parallelism).div_ceil(2))
+            .unwrap_or_else(|| self.capacity.div_ceil(2))
     }
 
     /// The pipeline's job name: `ingest-<id>` for an instance, else
@@ -910,6 +913,19 @@ async fn post_events(
             return misdirected(key, owner, instances.me());
         }
     }
+    // The tenant's share is taken before the body is read, so that its
+    // slow bodies count against it too, and held until its events are
+    // committed or failed (below), not merely until the answer.
+    let share = match &tenant {
+        None => None,
+        Some(tenant) => match app.shares.try_take(tenant) {
+            Some(share) => Some(share),
+            None => {
+                app.tenant_refusals.inc();
+                return too_many(tenant, app.shares.limit(), retry_after_s);
+            }
+        },
+    };
     // A body that trickles in holds a connection, not the pipeline: it is
     // read with its own deadline, before anything is sent.
     let body = match tokio::time::timeout(app.body_read_timeout, Bytes::from_request(request, &()))
@@ -961,21 +977,10 @@ async fn post_events(
         }
     }
     let count = events.len();
-    // Held until the request is answered.
-    let _share = match &tenant {
-        None => None,
-        Some(tenant) => match app.shares.try_take(tenant) {
-            Some(share) => Some(share),
-            None => {
-                app.tenant_refusals.inc();
-                return too_many(tenant, app.shares.limit(), retry_after_s);
-            }
-        },
-    };
     // The key is kept with the body's fingerprint: a retry (the same body)
     // is a duplicate, another body under the same key is refused (422).
     // With tokens it is kept per tenant: `<tenant>/<key>` (a tenant's name
-    // holds no `/`), so tenants cannot see or collide with each other's.
+    // holds no `/`), so one tenant's key never matches another's.
     let sent = match key {
         Some(key) => app.pipeline.try_send_keyed(
             events,
@@ -1004,7 +1009,24 @@ async fn post_events(
         warn!(%why, events = count, "a request was not confirmed");
         refuse(StatusCode::SERVICE_UNAVAILABLE, why, retry_after_s)
     };
-    match tokio::time::timeout(app.ack_timeout, ticket).await {
+    // The ticket is awaited by a task of its own that holds the share: a
+    // client that goes away, or an answer that times out, gives the share
+    // back only once the pipeline no longer holds the events.
+    let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let answer = ticket.await;
+        drop(share);
+        // The handler may be gone (the client left): nobody to tell.
+        let _ = answer_tx.send(answer);
+    });
+    let answer = match tokio::time::timeout(app.ack_timeout, answer_rx).await {
+        Ok(Ok(answer)) => Ok(answer),
+        // The task ended without an answer (it cannot, short of a panic):
+        // as a ticket whose pipeline went away.
+        Ok(Err(_gone)) => Ok(Err(TicketError::NotCommitted)),
+        Err(elapsed) => Err(elapsed),
+    };
+    match answer {
         Ok(Ok(ack)) => Json(serde_json::json!({
             "checkpoint": ack.checkpoint_id.0,
             "events": count,

@@ -10,10 +10,15 @@
 //!   which is also the idle timeout: it runs from the moment the server
 //!   waits for a request (a new connection, or a kept-alive one after an
 //!   answer) until the request's headers are complete. With TLS, the
-//!   handshake must complete within the same time first. A connection that
+//!   handshake has as long again before that, on its own timer. A connection that
 //!   sends nothing, or its headers a byte at a time, is closed when it
 //!   passes (counted in `ingest_connections_timed_out_total`). The body has
 //!   its own timeout, in the handler ([`Config::body_read_timeout`](super::Config::body_read_timeout)).
+//! - **A write timeout** ([`ConnectionLimits::write_timeout`]): a client
+//!   that stops reading its answers (with requests pipelined behind them)
+//!   would otherwise hold its connection with no timer running; a write
+//!   that cannot proceed for that long closes the connection
+//!   (`tokio-io-timeout`).
 //! - **TLS** with rustls ([`TlsFiles`]): the certificate chain and key are
 //!   read from PEM files, and read again on [`Tls::reload`]; connections
 //!   that are open keep the certificate they started with.
@@ -52,11 +57,14 @@ use tracing::{debug, warn};
 /// [`IngestService::serve`](super::IngestService::serve) for every connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
-    /// The longest the server waits for a request's headers (and, with
-    /// TLS, for the handshake before them), from the moment it waits for
-    /// the request: on a new connection, and on a kept-alive one after each
-    /// answer (so this is also the idle timeout). Default 10 s.
+    /// The longest the server waits for a request's headers, from the
+    /// moment it waits for the request: on a new connection, and on a
+    /// kept-alive one after each answer (so this is also the idle timeout).
+    /// With TLS the handshake has as long again, before. Default 10 s.
     pub header_read_timeout: Duration,
+    /// The longest a write to the client may stay blocked (a client that
+    /// does not read its answers). Default 30 s.
+    pub write_timeout: Duration,
     /// Connections open at once; past it, new ones are closed at once.
     /// Each takes a file descriptor: keep it below the process's limit
     /// (`ulimit -n`). Default 4096.
@@ -67,6 +75,7 @@ impl Default for ConnectionLimits {
     fn default() -> ConnectionLimits {
         ConnectionLimits {
             header_read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(30),
             max_connections: 4096,
         }
     }
@@ -213,8 +222,11 @@ pub(crate) async fn serve(
     metrics: ConnectionMetrics,
     mut stop: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let permits = Arc::new(Semaphore::new(
+        limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
     let mut connections = JoinSet::new();
+    let mut last_warning: Option<tokio::time::Instant> = None;
     loop {
         let (stream, peer) = tokio::select! {
             () = stopped(&mut stop) => break,
@@ -222,7 +234,12 @@ pub(crate) async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
-                    warn!(%error, "accepting a connection failed; trying again in 100 ms");
+                    // Out of descriptors, this repeats: once a second in
+                    // the log is enough.
+                    if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                        warn!(%error, "accepting a connection failed; trying again in 100 ms");
+                        last_warning = Some(tokio::time::Instant::now());
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -240,13 +257,13 @@ pub(crate) async fn serve(
         let (router, tls, metrics, stop) =
             (router.clone(), tls.clone(), metrics.clone(), stop.clone());
         connections.spawn(async move {
-            metrics.open.inc();
+            let _open = Open::new(&metrics, permit);
             let timeout = limits.header_read_timeout;
             match tls {
-                None => connection(stream, router, timeout, &metrics, stop).await,
+                None => connection(stream, router, limits, &metrics, stop).await,
                 Some(tls) => {
                     match tokio::time::timeout(timeout, tls.acceptor().accept(stream)).await {
-                        Ok(Ok(stream)) => connection(stream, router, timeout, &metrics, stop).await,
+                        Ok(Ok(stream)) => connection(stream, router, limits, &metrics, stop).await,
                         Ok(Err(error)) => debug!(%peer, %error, "TLS handshake failed"),
                         Err(_) => {
                             metrics.timed_out.inc();
@@ -255,12 +272,33 @@ pub(crate) async fn serve(
                     }
                 }
             }
-            metrics.open.dec();
-            drop(permit);
         });
     }
     drop(listener);
     while connections.join_next().await.is_some() {}
+}
+
+/// An open connection: counted in the gauge and holding its place under the
+/// cap until dropped (also when its task panics).
+struct Open {
+    gauge: Gauge,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Open {
+    fn new(metrics: &ConnectionMetrics, permit: tokio::sync::OwnedSemaphorePermit) -> Open {
+        metrics.open.inc();
+        Open {
+            gauge: metrics.open.clone(),
+            _permit: permit,
+        }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
 }
 
 /// Completes once `stop` is true, or its sender is gone.
@@ -274,18 +312,21 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 async fn connection<I>(
     io: I,
     router: Router,
-    header_read_timeout: Duration,
+    limits: ConnectionLimits,
     metrics: &ConnectionMetrics,
     mut stop: watch::Receiver<bool>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let mut io = tokio_io_timeout::TimeoutStream::new(io);
+    io.set_write_timeout(Some(limits.write_timeout));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout)
+        .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true);
-    let served = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
+    let served =
+        builder.serve_connection(TokioIo::new(Box::pin(io)), TowerToHyperService::new(router));
     tokio::pin!(served);
     let result = tokio::select! {
         result = served.as_mut() => result,
