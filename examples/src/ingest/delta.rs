@@ -22,7 +22,9 @@ use sink_api::{
     SinkError, SinkWriter, VersionedSerializer,
 };
 use sinks_delta::arrow_schema::{DataType, Field, Schema};
-use sinks_delta::{DataFile, DeltaFileCommitter, DeltaSink, DeltaSinkWriter, NoResume};
+use sinks_delta::{
+    DataFile, DeltaFileCommitter, DeltaSink, DeltaSinkWriter, NoResume, TableLocation,
+};
 
 use super::Event;
 
@@ -47,8 +49,20 @@ pub fn schema() -> Schema {
 }
 
 /// The Delta sink taking the service's events. Made by the service from
-/// its data location; given to its pipeline.
+/// its data location ([`EventTable::new`]); given to its pipeline.
 pub struct EventTable(pub DeltaSink<EventRow>);
+
+impl EventTable {
+    /// The sink the service writes with: a table at `location` with
+    /// [`schema`], the Delta sink's defaults otherwise. Called by
+    /// `IngestService::start`, and by the test that certifies it with
+    /// sink-testkit. Fails when the sink refuses its configuration.
+    pub fn new(location: TableLocation) -> Result<EventTable, SinkError> {
+        Ok(EventTable(
+            DeltaSink::<EventRow>::builder(location, schema()).build()?,
+        ))
+    }
+}
 
 /// The Delta sink's writer, taking events.
 pub struct EventTableWriter(DeltaSinkWriter<EventRow>);

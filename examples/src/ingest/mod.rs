@@ -482,11 +482,8 @@ impl IngestService {
             #[cfg(feature = "delta")]
             Destination::Delta => {
                 let table = delta_table_location(&data, &config.s3_options)?;
-                let sink =
-                    sinks_delta::DeltaSink::<delta::EventRow>::builder(table, delta::schema())
-                        .build()
-                        .context("configuring the Delta sink")?;
-                start_pipeline(&config, storage, delta::EventTable(sink)).await
+                let sink = delta::EventTable::new(table).context("configuring the Delta sink")?;
+                start_pipeline(&config, storage, sink).await
             }
             #[cfg(not(feature = "delta"))]
             Destination::Delta => anyhow::bail!(
@@ -763,11 +760,11 @@ async fn count_responses(
 }
 
 /// The answer of `POST /events` when it is an error: its status and a JSON
-/// `{"error": message}` body, with `Retry-After` on 503.
+/// `{"error": message}` body, with `Retry-After` on 503 and 429.
 fn refuse(status: StatusCode, message: impl Into<String>, retry_after_s: u64) -> Response {
     let mut response =
         (status, Json(serde_json::json!({ "error": message.into() }))).into_response();
-    if status == StatusCode::SERVICE_UNAVAILABLE {
+    if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
         response
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from(retry_after_s));
@@ -807,17 +804,22 @@ pub fn is_fenced(error: &anyhow::Error) -> bool {
 /// The answer to a request whose tenant has `limit` requests in flight
 /// already: 429 with `Retry-After`; nothing of it was taken.
 fn too_many(tenant: &Tenant, limit: usize, retry_after_s: u64) -> Response {
-    let mut response = refuse(
+    refuse(
         StatusCode::TOO_MANY_REQUESTS,
         format!(
             "the tenant '{tenant}' has {limit} requests in flight, its share of the service; \
              nothing of this request was stored: retry after the answers to the others"
         ),
         retry_after_s,
-    );
+    )
+}
+
+/// `response`, marked to close its connection: for answers given before
+/// the request's body was read whole, which leave the connection unusable.
+fn closing(mut response: Response) -> Response {
     response
         .headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from(retry_after_s));
+        .insert(CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
@@ -864,11 +866,7 @@ async fn authenticate(State(app): State<AppState>, mut request: Request, next: N
             response
                 .headers_mut()
                 .insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-            // The body was not read: the connection cannot be reused.
-            response
-                .headers_mut()
-                .insert(CONNECTION, HeaderValue::from_static("close"));
-            response
+            closing(response)
         }
     }
 }
@@ -933,18 +931,14 @@ async fn post_events(
     {
         Ok(body) => body,
         Err(_elapsed) => {
-            let mut response = refuse(
+            return closing(refuse(
                 StatusCode::REQUEST_TIMEOUT,
                 format!(
                     "the body did not arrive within {:?}; nothing was stored: send it again",
                     app.body_read_timeout
                 ),
                 retry_after_s,
-            );
-            response
-                .headers_mut()
-                .insert(CONNECTION, HeaderValue::from_static("close"));
-            return response;
+            ))
         }
     };
     let body = match body {
@@ -1009,22 +1003,29 @@ async fn post_events(
         warn!(%why, events = count, "a request was not confirmed");
         refuse(StatusCode::SERVICE_UNAVAILABLE, why, retry_after_s)
     };
-    // The ticket is awaited by a task of its own that holds the share: a
-    // client that goes away, or an answer that times out, gives the share
-    // back only once the pipeline no longer holds the events.
-    let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let answer = ticket.await;
-        drop(share);
-        // The handler may be gone (the client left): nobody to tell.
-        let _ = answer_tx.send(answer);
-    });
-    let answer = match tokio::time::timeout(app.ack_timeout, answer_rx).await {
-        Ok(Ok(answer)) => Ok(answer),
-        // The task ended without an answer (it cannot, short of a panic):
-        // as a ticket whose pipeline went away.
-        Ok(Err(_gone)) => Ok(Err(TicketError::NotCommitted)),
-        Err(elapsed) => Err(elapsed),
+    let answer = match share {
+        // Without tokens there is no share to hold: the ticket is awaited
+        // here.
+        None => tokio::time::timeout(app.ack_timeout, ticket).await,
+        // With one, by a task of its own that holds the share: a client
+        // that goes away, or an answer that times out, gives the share back
+        // only once the pipeline no longer holds the events.
+        Some(share) => {
+            let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let answer = ticket.await;
+                drop(share);
+                // The handler may be gone (the client left): nobody to tell.
+                let _ = answer_tx.send(answer);
+            });
+            match tokio::time::timeout(app.ack_timeout, answer_rx).await {
+                Ok(Ok(answer)) => Ok(answer),
+                // The task ended without an answer (it cannot, short of a
+                // panic): as a ticket whose pipeline went away.
+                Ok(Err(_gone)) => Ok(Err(TicketError::NotCommitted)),
+                Err(elapsed) => Err(elapsed),
+            }
+        }
     };
     match answer {
         Ok(Ok(ack)) => Json(serde_json::json!({
@@ -1102,10 +1103,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_503_carries_retry_after() {
+    fn only_503_and_429_carry_retry_after() {
         let unavailable = refuse(StatusCode::SERVICE_UNAVAILABLE, "later", 3);
         assert_eq!(
             unavailable.headers().get(RETRY_AFTER),
+            Some(&HeaderValue::from(3u64))
+        );
+        let too_many = refuse(StatusCode::TOO_MANY_REQUESTS, "later", 3);
+        assert_eq!(
+            too_many.headers().get(RETRY_AFTER),
             Some(&HeaderValue::from(3u64))
         );
         let bad = refuse(StatusCode::BAD_REQUEST, "bad", 3);
