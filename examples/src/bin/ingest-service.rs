@@ -170,9 +170,9 @@ struct Args {
     /// Without it, --tokens or --tokens-env is needed.
     #[arg(long)]
     no_auth: bool,
-    /// The longest wait for a request's headers (with TLS, the handshake
-    /// too), from a new connection or the last answer on a kept-alive one:
-    /// also the idle timeout. Such as 10s.
+    /// The longest wait for a request's headers, from a new connection or
+    /// the last answer on a kept-alive one: also the idle timeout. A TLS
+    /// handshake has as long again, before. Such as 10s.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     header_read_timeout: Duration,
     /// The longest a write to a client may stay blocked (a client that does
