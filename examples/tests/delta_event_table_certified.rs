@@ -74,5 +74,14 @@ async fn the_ingest_services_delta_destination_is_certified() {
         "the ingest service's Delta destination, certified in {:.1} s:\n{report}",
         report.duration().as_secs_f64()
     );
-    report.assert_passed();
+    // One data file per checkpoint and subtask (the service does not
+    // compact its table): a file committer's call holds one request, and no
+    // batch can be half-applied. The table transaction's lost answer is
+    // checked (`unknown-outcome/global-commit`).
+    report
+        .allow_unchecked([
+            "unknown-outcome/middle-of-batch",
+            "unknown-outcome/last-of-batch",
+        ])
+        .assert_passed();
 }
