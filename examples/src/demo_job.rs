@@ -12,8 +12,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sink_runtime::storage::StorageError;
 use sink_runtime::LocalCheckpointStorage;
 
-use crate::cli::parse_duration;
-use crate::location::{self, Location, Storage};
+use sink_cli::flags::parse_duration;
+use sink_cli::location::{self, Location, Storage};
 
 /// The write-up's three rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -3,12 +3,8 @@
 //! This library holds what the programs share, and compiles and runs the
 //! code in the project's README as a test (`cargo test -p examples --doc`).
 
-pub mod cli;
 pub mod demo_job;
 pub mod demo_line;
-pub mod ingest;
-pub mod location;
-pub mod signals;
 pub mod table_sink;
 pub mod timeline;
 

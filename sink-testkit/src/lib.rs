@@ -53,6 +53,7 @@ mod outcomes;
 mod remainder;
 mod report;
 mod runner;
+pub mod servers;
 
 use std::future::Future;
 use std::sync::Arc;

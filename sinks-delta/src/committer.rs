@@ -19,8 +19,8 @@ use tracing::warn;
 
 use crate::committable::DataFile;
 use crate::errors::store_error;
-use crate::global_committer::committed_version;
 use crate::location::TableLocation;
+use crate::table_log::committed_version;
 
 /// How often a missing data file is looked for again before its rows are
 /// reported lost.

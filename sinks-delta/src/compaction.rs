@@ -30,8 +30,8 @@ use sink_api::SinkError;
 use tracing::info;
 
 use crate::errors::delta_error;
-use crate::global_committer::{maintain_log, without_hooks, Owner};
 use crate::location::TableLocation;
+use crate::table_log::{maintain_log, without_hooks, Owner};
 
 /// Partition values as the committables carry them: sorted pairs.
 pub(crate) type Partition = Vec<(String, Option<String>)>;

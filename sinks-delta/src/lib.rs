@@ -30,6 +30,7 @@ mod global_committer;
 mod location;
 pub mod read;
 mod sink;
+mod table_log;
 mod writer;
 
 pub use committable::DataFile;

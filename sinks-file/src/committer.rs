@@ -41,12 +41,13 @@ use crate::blocking::{assert_blocking, blocking};
 use crate::compaction::{self, Compaction};
 use crate::config::Output;
 use crate::dir_sync::{fsync_dir, DirSyncs};
+use crate::hidden_name::IN_PROGRESS_MARK;
 use crate::identity::{self, OutputIdentity};
 use crate::io_error::io_error;
 use crate::object_output::ObjectOutput;
-use crate::orphans::IN_PROGRESS_MARK;
-use crate::part_file::FileCommittable;
+use crate::outcome::Outcome;
 use crate::segments::{self, size_of, Found};
+use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
 use crate::upload_commit::commit_upload;
 
@@ -64,16 +65,6 @@ pub struct FileCommitter {
     pub(crate) compaction: Option<Arc<Compaction>>,
     /// The sink's clock: when a file went into its epoch.
     pub(crate) clock: Arc<dyn Clock>,
-}
-
-/// What became of one committable, decided (for a local output, off the
-/// async workers) and signalled on the request afterwards.
-pub(crate) enum Outcome {
-    Committed,
-    RetryLater,
-    AlreadyCommitted,
-    RecordsLost(u64, String),
-    Unknown(String),
 }
 
 /// What one commit call works with on a blocking thread: everything it

@@ -62,11 +62,11 @@ use tracing::{debug, warn};
 use crate::blocking::{assert_blocking, blocking, spawn};
 use crate::dir_sync::fsync_dir;
 use crate::io_error::io_error;
-use crate::part_file::FileCommittable;
 use crate::segments::{
     parse_segment, read_manifest, Manifest, SealLimits, Sealed, Segments, Source, MANIFEST,
     MANIFEST_FORMAT, SEGMENT_PREFIX,
 };
+use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
 
 /// When the file sink merges its committed files: given to

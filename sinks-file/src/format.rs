@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use sink_api::{BincodeSerializer, SerializerError, VersionedSerializer};
 
-use crate::part_file::{FileCommittable, InProgressState};
+use crate::state::{FileCommittable, InProgressState};
 use crate::writer::FileWriterState;
 
 /// The version written.

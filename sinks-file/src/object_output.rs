@@ -88,31 +88,10 @@ impl ObjectOutput {
     /// reported when the job starts, before any record is written.
     #[cfg(feature = "s3")]
     pub fn s3(url: &str, options: &[(String, String)]) -> Result<ObjectOutput, SinkError> {
-        use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-        let invalid = |problem: String| {
+        let s3 = sink_object_store::s3(url, options).map_err(|problem| {
             SinkError::msg(format!("the output URL {url} is not usable: {problem}")).permanent()
-        };
-        let parsed = url::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
-        if parsed.scheme() != "s3" {
-            return Err(invalid("it must start with s3://".into()));
-        }
-        let mut builder = AmazonS3Builder::from_env().with_url(url);
-        for (key, value) in options {
-            let key: AmazonS3ConfigKey = key
-                .parse()
-                .map_err(|e| invalid(format!("option {key}: {e}")))?;
-            builder = builder.with_config(key, value);
-        }
-        let retry = object_store::RetryConfig {
-            max_retries: 5,
-            retry_timeout: std::time::Duration::from_secs(30),
-            ..object_store::RetryConfig::default()
-        };
-        let store = builder
-            .with_retry(retry)
-            .build()
-            .map_err(|e| invalid(e.to_string()))?;
-        let prefix = Path::from_url_path(parsed.path()).map_err(|e| invalid(e.to_string()))?;
+        })?;
+        let (store, prefix) = (s3.store, s3.prefix);
         Ok(ObjectOutput::new(Arc::new(store), prefix, url).minimum_part_size(S3_MINIMUM_PART_SIZE))
     }
 

@@ -39,19 +39,11 @@ use sink_api::{Generation, Lineage, SinkError};
 use tracing::{info, warn};
 
 use crate::dir_sync::fsync_dir;
+use crate::hidden_name::IN_PROGRESS_MARK;
 use crate::io_error::io_error;
 use crate::object_output::ObjectOutput;
 use crate::output::files_in_visible_dirs;
 use crate::upload::{marker_generation, markers_dir, Marker};
-
-/// The end of hidden part names before the lineage.
-pub(crate) const IN_PROGRESS_MARK: &str = ".inprogress.";
-
-/// The hidden name of a part whose visible name is `visible`, written in
-/// lineage `lineage`.
-pub(crate) fn hidden_name(visible: &str, lineage: &Lineage) -> String {
-    format!(".{visible}{IN_PROGRESS_MARK}{lineage}")
-}
 
 /// Whether `name` is a hidden part of lineage `lineage`.
 fn is_hidden_part_of(name: &OsStr, lineage: &Lineage) -> bool {
@@ -248,6 +240,7 @@ pub async fn clear_object_output(
 mod tests {
     use super::*;
     use crate::blocking::on_this_thread;
+    use crate::hidden_name::hidden_name;
     use crate::memory_store::MemoryObjectStore;
     use crate::upload::marker_path;
     use object_store::multipart::MultipartStore;

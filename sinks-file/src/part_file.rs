@@ -27,16 +27,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde::{Deserialize, Serialize};
 use sink_api::{Lineage, SinkError};
 
 use crate::blocking::assert_blocking;
 use crate::dir_sync::DirSyncs;
+use crate::hidden_name::hidden_name;
 use crate::identity::{resolve, OutputIdentity};
 use crate::io_error::io_error;
-use crate::orphans::hidden_name;
 use crate::rolling::PartInfo;
-use crate::upload::Upload;
+use crate::state::{FileCommittable, InProgressState};
 
 /// Size of each part file's write buffer.
 const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
@@ -99,63 +98,6 @@ impl PartSync {
             .unwrap_or_else(|e| e.into_inner())
             .get_or_insert(error);
     }
-}
-
-/// A complete, durable, hidden part file waiting to be made visible: what
-/// the file writer's `prepare_commit` returns, the runtime keeps in
-/// checkpoints until it is committed, and the file committer renames.
-///
-/// Its paths are relative to the sink's base directory and resolved against
-/// the base directory of the committer that commits it, which must hold the
-/// identity `output_id` (format version 3 of the sink's committable
-/// serializer; version 2 is read, version 1 held absolute paths and is
-/// refused).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileCommittable {
-    /// The identity (the `.file-sink-id` marker) of the output directory the
-    /// file was written in.
-    pub output_id: String,
-    /// Where that output directory was when the file was written: for error
-    /// messages only, never used to find the file.
-    pub output_dir: PathBuf,
-    /// The hidden file holding the data, relative to the base directory.
-    pub pending: PathBuf,
-    /// The visible name it is renamed to when committed, relative to the
-    /// base directory.
-    pub target: PathBuf,
-    /// Its size in bytes, checked before the commit.
-    pub size_bytes: u64,
-    /// The records in it.
-    pub records: u64,
-    /// On an object store output: the multipart upload that holds the
-    /// data, completed by the commit (`pending` is then the upload's marker,
-    /// `target` the object's path under the prefix). `None` on a local
-    /// output.
-    pub upload: Option<Upload>,
-}
-
-/// An in-progress part as recorded in a checkpoint, in a
-/// [`FileWriterState`](crate::FileWriterState) (which carries the output
-/// directory's identity). Paths are relative to the base directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InProgressState {
-    /// The hidden file, relative to the base directory.
-    pub path: PathBuf,
-    /// Its visible name once committed, relative to the base directory.
-    pub target: PathBuf,
-    /// Its length when the checkpoint was taken.
-    pub length: u64,
-    /// The records in those bytes.
-    pub records: u64,
-    /// On an object store output: the multipart upload so far (`path` is
-    /// then the upload's marker, `target` the object's path under the
-    /// prefix). `None` on a local output.
-    pub upload: Option<Upload>,
-    /// On an object store output: the bytes written after the last
-    /// uploaded part (less than a part), kept here rather than in a side
-    /// object. Empty on a local output.
-    #[serde(with = "serde_bytes")]
-    pub tail: Vec<u8>,
 }
 
 /// Names of one part in the bucket directory `dir` (relative to the base

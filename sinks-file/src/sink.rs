@@ -22,8 +22,8 @@ use crate::identity;
 use crate::io_error::io_error;
 use crate::object_output::{ObjectOutput, S3_MINIMUM_PART_SIZE};
 use crate::orphans::{abort_orphaned_uploads, remove_orphans};
-use crate::part_file::FileCommittable;
 use crate::rolling::RollingPolicy;
+use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
 use crate::writer::{FileWriter, FileWriterState};
 

@@ -4,7 +4,7 @@
 
 use sink_api::{Counter, SinkMetrics};
 
-use crate::part_file::FileCommittable;
+use crate::state::FileCommittable;
 
 /// What the file committers did, counted over every subtask and restart.
 #[derive(Debug, Default)]

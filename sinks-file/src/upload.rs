@@ -28,38 +28,8 @@ use tokio::task::JoinSet;
 
 use crate::identity::OutputIdentity;
 use crate::object_output::ObjectOutput;
-use crate::part_file::{FileCommittable, InProgressState};
 use crate::rolling::PartInfo;
-
-/// A multipart upload as recorded in committables and writer states: the
-/// upload's id and the parts uploaded, in order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Upload {
-    /// The store's id of the multipart upload.
-    pub upload_id: String,
-    /// The parts uploaded so far, in order (part `i` was uploaded as index
-    /// `i`).
-    pub parts: Vec<UploadedPart>,
-    /// For an upload resumed by a restored writer: the bytes of its last
-    /// part (the checkpoint's tail), kept so that the committer can upload
-    /// them again if that part was replaced meanwhile (by an older instance
-    /// still running, which uploads its next part under the same number).
-    /// Empty otherwise.
-    #[serde(with = "serde_bytes")]
-    pub last_part: Vec<u8>,
-}
-
-/// One uploaded part of a multipart upload.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct UploadedPart {
-    /// What the store answered for it (S3: its ETag); completing the upload
-    /// names every part by it.
-    pub content_id: String,
-    /// Its size in bytes.
-    pub size_bytes: u64,
-}
+use crate::state::{FileCommittable, InProgressState, Upload, UploadedPart};
 
 /// What an upload's marker object holds.
 #[derive(Debug, Serialize, Deserialize)]

@@ -21,11 +21,11 @@
 use object_store::multipart::PartId;
 use sink_api::SinkError;
 
-use crate::committer::Outcome;
 use crate::object_output::ObjectOutput;
-use crate::part_file::FileCommittable;
+use crate::outcome::Outcome;
+use crate::state::FileCommittable;
+use crate::state::Upload;
 use crate::stats::FileSinkStats;
-use crate::upload::Upload;
 
 /// How often a completion answered "no such upload" with no object at the
 /// key is tried again before the data is declared lost: S3 may still be

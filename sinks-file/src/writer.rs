@@ -37,10 +37,9 @@ use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
 use crate::identity::{self, OutputIdentity};
 use crate::object_output::ObjectOutput;
-use crate::part_file::{
-    part_paths, recover_for_commit, FileCommittable, InProgressPart, InProgressState, Unsynced,
-};
+use crate::part_file::{part_paths, recover_for_commit, InProgressPart, Unsynced};
 use crate::rolling::PartInfo;
+use crate::state::{FileCommittable, InProgressState};
 use crate::upload::{self, UploadPart};
 
 /// What a file writer records at a checkpoint: returned by its

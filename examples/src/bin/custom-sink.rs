@@ -17,7 +17,7 @@ use sink_runtime::{CheckpointConfig, Job, VecSource};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    examples::cli::init_tracing();
+    sink_cli::flags::init_tracing();
     let table = TableSink::default();
     let lines = (0..1_000).map(|i| format!("line {i}"));
     let report = Job::builder("table", VecSource::from_iter(lines), table.clone())

@@ -18,14 +18,13 @@
 //! checkpoints live in `--out/.state` unless `--state` says where. The
 //! summary counts rows and distinct ids by reading the table back.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use examples::demo_job::{self, JobArgs, JobConfig, Mode, Preset, SourceKind};
-use examples::location::{self, Location};
 use serde::Serialize;
+use sink_cli::location::{self, Location};
 use sink_runtime::{
     BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode, SequenceSource,
 };
@@ -69,20 +68,6 @@ fn schema() -> Schema {
         Field::new("id", DataType::Int64, false),
         Field::new("payload", DataType::Utf8, false),
     ])
-}
-
-/// The table at `out`, through the S3 client of `options` for s3:// URLs.
-fn table_location(out: &Location, options: &[(String, String)]) -> anyhow::Result<TableLocation> {
-    Ok(match out {
-        Location::Local(dir) => TableLocation::local(dir)?,
-        Location::S3(url) => {
-            let output = location::object_output(url, options)?;
-            let root: Arc<dyn object_store::ObjectStore> = output.store();
-            // The client's root is the bucket: the table's path is the URL's.
-            let url = url::Url::parse(url).with_context(|| format!("parsing {url}"))?;
-            TableLocation::object_store(root, url)
-        }
-    })
 }
 
 /// What the table holds after a run, read back from it.
@@ -129,7 +114,7 @@ struct Outcome {
 }
 
 async fn run(config: &JobConfig, compaction: bool, show_progress: bool) -> anyhow::Result<Outcome> {
-    let table = table_location(&config.out, &config.options)?;
+    let table = location::delta_table(&config.out, &config.options)?;
     let storage = demo_job::open_state(config).await?;
     let builder = DeltaSink::<DemoRow>::builder(table.clone(), schema());
     let sink = match compaction {
@@ -217,7 +202,7 @@ async fn write_up_table(args: &Args) -> anyhow::Result<()> {
         match run(&config, false, false).await {
             Ok(outcome) => {
                 print_row(label, &source, &checkpoint, &outcome);
-                examples::cli::fail_if_output_lost(&outcome.report)?;
+                sink_cli::flags::fail_if_output_lost(&outcome.report)?;
             }
             Err(error) if error.downcast_ref::<BuildError>().is_some() => {
                 println!(
@@ -251,7 +236,7 @@ fn print_row(label: &str, source: &str, checkpoint: &str, outcome: &Outcome) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    examples::cli::init_tracing();
+    sink_cli::flags::init_tracing();
     let args = Args::parse();
     if args.job.is_table() && !args.compaction {
         return write_up_table(&args).await;
@@ -292,7 +277,7 @@ async fn main() -> anyhow::Result<()> {
             "data_files": outcome.table.data_files,
             "wall_s": wall_s,
             "records_per_s": if wall_s > 0.0 { m.records_written as f64 / wall_s } else { 0.0 },
-            "losses": examples::cli::losses_json(&outcome.report),
+            "losses": sink_cli::flags::losses_json(&outcome.report),
         });
         println!("{summary}");
     } else {
@@ -311,5 +296,5 @@ async fn main() -> anyhow::Result<()> {
             wall_s
         );
     }
-    examples::cli::fail_if_output_lost(&outcome.report)
+    sink_cli::flags::fail_if_output_lost(&outcome.report)
 }

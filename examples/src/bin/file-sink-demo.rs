@@ -30,8 +30,8 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use examples::demo_job::{self, JobArgs, JobConfig, Mode, Preset, SourceKind};
 use examples::demo_line::DemoLine;
-use examples::location::{self, Location};
 use examples::timeline::{render, Sample};
+use sink_cli::location::{self, Location};
 use sink_runtime::{
     BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode, SequenceSource,
 };
@@ -165,7 +165,7 @@ async fn table(args: &Args) -> anyhow::Result<()> {
         match run(&config, false).await {
             Ok(outcome) => {
                 print_row(label, &source, &checkpoint, &outcome);
-                examples::cli::fail_if_output_lost(&outcome.report)?;
+                sink_cli::flags::fail_if_output_lost(&outcome.report)?;
             }
             Err(error) if error.downcast_ref::<BuildError>().is_some() => {
                 println!(
@@ -206,7 +206,7 @@ fn print_row(label: &str, source: &str, checkpoint: &str, outcome: &Outcome) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    examples::cli::init_tracing();
+    sink_cli::flags::init_tracing();
     let args = Args::parse();
     if args.job.is_table() && args.timeline.is_none() {
         return table(&args).await;
@@ -256,7 +256,7 @@ async fn main() -> anyhow::Result<()> {
             "finished_files": outcome.finished_files,
             "wall_s": wall_s,
             "records_per_s": if wall_s > 0.0 { m.records_written as f64 / wall_s } else { 0.0 },
-            "losses": examples::cli::losses_json(&outcome.report),
+            "losses": sink_cli::flags::losses_json(&outcome.report),
         });
         println!("{summary}");
     } else {
@@ -272,5 +272,5 @@ async fn main() -> anyhow::Result<()> {
             wall_s
         );
     }
-    examples::cli::fail_if_output_lost(&outcome.report)
+    sink_cli::flags::fail_if_output_lost(&outcome.report)
 }

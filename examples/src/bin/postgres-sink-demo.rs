@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use examples::cli::parse_duration;
+use sink_cli::flags::parse_duration;
 use sink_runtime::source::Source;
 use sink_runtime::{
     CheckpointConfig, Job, JobStatus, LocalCheckpointStorage, RuntimeMode, SequenceSource,
@@ -180,7 +180,7 @@ async fn baseline(client: &Client, args: &Args) -> anyhow::Result<f64> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    examples::cli::init_tracing();
+    sink_cli::flags::init_tracing();
     let args = Args::parse();
     let job = format!("postgres-sink-demo-{}", args.table);
     let checkpoint_interval = match args.checkpoint_interval.as_str() {
@@ -264,7 +264,7 @@ async fn main() -> anyhow::Result<()> {
             "wall_s": wall_s,
             "records_per_s": per_s(m.records_written),
             "baseline_copy_records_per_s": baseline_rate,
-            "losses": examples::cli::losses_json(&report),
+            "losses": sink_cli::flags::losses_json(&report),
         });
         println!("{summary}");
     } else {
@@ -285,5 +285,5 @@ async fn main() -> anyhow::Result<()> {
             println!("baseline: one plain COPY of the same rows: {rate:.0} rows/s");
         }
     }
-    examples::cli::fail_if_output_lost(&report)
+    sink_cli::flags::fail_if_output_lost(&report)
 }

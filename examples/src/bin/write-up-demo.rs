@@ -38,7 +38,7 @@ struct Args {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     parallelism: u64,
     /// How long the unbounded modes run before they are cancelled, e.g. 3s, 500ms.
-    #[arg(long, default_value = "3s", value_parser = examples::cli::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = sink_cli::flags::parse_duration)]
     run_for: Duration,
 }
 
@@ -119,7 +119,7 @@ async fn run(args: &Args, preset: Preset) -> anyhow::Result<Vec<Row>> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    examples::cli::init_tracing();
+    sink_cli::flags::init_tracing();
     let args = Args::parse();
     let presets = match args.preset {
         Some(preset) => vec![preset],
@@ -161,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
     println!("\n(done in {:.1} s)", started.elapsed().as_secs_f64());
     for row in &rows {
         if let Ok((report, _)) = &row.outcome {
-            examples::cli::fail_if_output_lost(report)?;
+            sink_cli::flags::fail_if_output_lost(report)?;
         }
     }
     Ok(())

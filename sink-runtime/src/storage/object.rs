@@ -737,42 +737,19 @@ impl CheckpointStorage for ObjectCheckpointStorage {
     }
 }
 
-/// The S3 store and prefix of an `s3://bucket/prefix` URL: the AWS
-/// environment variables, then `options`, configure the client; requests are
-/// retried for at most 30 s.
+/// The S3 store and prefix of an `s3://bucket/prefix` URL, made the way
+/// every crate of the project makes them ([`sink_object_store::s3`]).
 #[cfg(feature = "s3")]
 fn s3_store(
     url: &str,
     options: &[(String, String)],
 ) -> Result<(Arc<dyn ObjectStore>, Path), StorageError> {
-    use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-    let invalid = |problem: String| {
+    let s3 = sink_object_store::s3(url, options).map_err(|problem| {
         StorageError::Message(format!(
             "the checkpoint storage URL {url} is not usable: {problem}"
         ))
-    };
-    let parsed = url::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
-    if parsed.scheme() != "s3" {
-        return Err(invalid("it must start with s3://".into()));
-    }
-    let mut builder = AmazonS3Builder::from_env().with_url(url);
-    for (key, value) in options {
-        let key: AmazonS3ConfigKey = key
-            .parse()
-            .map_err(|e| invalid(format!("option {key}: {e}")))?;
-        builder = builder.with_config(key, value);
-    }
-    let retry = object_store::RetryConfig {
-        max_retries: 5,
-        retry_timeout: std::time::Duration::from_secs(30),
-        ..object_store::RetryConfig::default()
-    };
-    let store = builder
-        .with_retry(retry)
-        .build()
-        .map_err(|e| invalid(e.to_string()))?;
-    let prefix = Path::from_url_path(parsed.path()).map_err(|e| invalid(e.to_string()))?;
-    Ok((Arc::new(store), prefix))
+    })?;
+    Ok((Arc::new(s3.store), s3.prefix))
 }
 
 #[cfg(test)]

@@ -1,0 +1,233 @@
+//! The file sink demo on an S3-compatible server (moto, from
+//! `scripts/with-s3`, which the README's test command uses), run as a user
+//! would: killed with SIGKILL and run again until it finishes, every id
+//! once in the finished objects, no upload left in progress.
+//!
+//! Without the server (`S3_TEST_ENDPOINT` unset) each test says so and
+//! passes: `cargo test --workspace` runs without it, the test command runs
+//! this again under `scripts/with-s3`.
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn server() -> Option<(String, String)> {
+    sink_testkit::servers::s3().map(|s3| (s3.endpoint, s3.bucket))
+}
+
+fn text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+}
+
+/// The JSON object on the last line of stdout.
+fn summary(output: &Output) -> serde_json::Value {
+    assert!(output.status.success(), "{}", text(output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().expect("a line of output");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {last}"))
+}
+
+/// The ids in the finished objects under `url`, sorted.
+fn finished_ids(url: &str) -> Vec<u64> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let output = sink_cli::location::object_output(url, &[]).expect("a valid URL");
+        let mut ids = Vec::new();
+        for object in sinks_file::finished_objects(&output)
+            .await
+            .expect("a listing")
+        {
+            let bytes = sinks_file::read_object(&output, &object).await.unwrap();
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                assert_eq!(line.len(), 100, "a complete record: {line:?}");
+                ids.push(line[..20].parse().expect("an id of 20 digits"));
+            }
+        }
+        ids.sort_unstable();
+        ids
+    })
+}
+
+/// The multipart uploads in progress under `prefix` of `bucket`, as the
+/// server lists them.
+fn uploads_in_progress(endpoint: &str, bucket: &str, prefix: &str) -> usize {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = runtime.block_on(async {
+        reqwest::get(format!("{endpoint}/{bucket}?uploads&prefix={prefix}/"))
+            .await
+            .and_then(|r| r.error_for_status())
+            .expect("the server lists uploads")
+            .text()
+            .await
+            .expect("a listing")
+    });
+    body.matches("<Upload>").count()
+}
+
+/// The keys under `prefix` of `bucket`, as the server lists them.
+fn list_keys(endpoint: &str, bucket: &str, prefix: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = runtime.block_on(async {
+        reqwest::get(format!("{endpoint}/{bucket}?list-type=2&prefix={prefix}"))
+            .await
+            .and_then(|r| r.error_for_status())
+            .expect("the server lists objects")
+            .text()
+            .await
+            .expect("a listing")
+    });
+    body.split("<Key>")
+        .skip(1)
+        .filter_map(|rest| rest.split("</Key>").next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The lineage of the newest checkpoint in the checkpoint storage `state`,
+/// read as `sink-inspect` reads it (without claiming the storage).
+fn final_lineage(state: &str, endpoint: &str) -> String {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let options = sink_cli::location::s3_options(Some(endpoint));
+    let storage = sink_cli::location::object_storage(state, &options).expect("an S3 client");
+    let inspected = runtime
+        .block_on(storage.inspect())
+        .expect("the checkpoint storage can be read");
+    let newest = inspected
+        .checkpoints
+        .last()
+        .unwrap_or_else(|| panic!("no checkpoint in {state}"));
+    let checkpoint = newest.content.as_ref().expect("a readable checkpoint");
+    checkpoint
+        .lineage
+        .as_ref()
+        .unwrap_or_else(|| panic!("no lineage in the newest checkpoint of {state}"))
+        .to_string()
+}
+
+#[test]
+fn killed_and_resumed_on_s3_it_writes_every_record_exactly_once() {
+    let Some((endpoint, bucket)) = server() else {
+        return;
+    };
+    let prefix = format!("demo-{}", fastrand::u64(..));
+    let out = format!("s3://{bucket}/{prefix}");
+    let state = format!("s3://{bucket}/{prefix}-state");
+    let args = [
+        "--out",
+        &out,
+        "--state",
+        &state,
+        "--endpoint",
+        &endpoint,
+        "--records",
+        "300000",
+        "--rate",
+        "60000",
+        "--checkpoint-interval",
+        "100ms",
+        "--json",
+    ];
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut kills = 0;
+    for attempt in 0..20 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the demo starts");
+        if attempt < 4 {
+            std::thread::sleep(Duration::from_millis(rng.u64(300..1_500)));
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                kills += 1;
+                continue;
+            }
+        }
+        let output = child.wait_with_output().unwrap();
+        let report = summary(&output);
+        let finished_before = kills > 0 && report["status"] == "AlreadyFinished";
+        assert!(
+            report["status"] == "Finished" || finished_before,
+            "seed {seed}: {report}"
+        );
+        break;
+    }
+    assert!(kills >= 1, "seed {seed}: the demo finished before any kill");
+    let ids = finished_ids(&out);
+    assert_eq!(ids.len(), 300_000, "seed {seed}: {kills} kills");
+    assert!(
+        ids.iter().enumerate().all(|(i, &id)| i as u64 == id),
+        "seed {seed}: not each id once"
+    );
+    // Uploads the kills left: those of the job's lineage were aborted at
+    // the restarts. A kill before the first checkpoint leaves a lineage no
+    // later start restores (the next start is a fresh one, with a lineage of
+    // its own): its uploads are left, with their markers, for the bucket's
+    // lifecycle rule (docs/file-sink.md). A kill between creating an upload
+    // and writing its marker leaves an upload without a marker, also the
+    // rule's: at most one per subtask and kill. So no marker of the final
+    // lineage is left, and every upload in progress beyond those windows
+    // has a marker of an abandoned lineage.
+    let lineage = final_lineage(&state, &endpoint);
+    let markers = list_keys(&endpoint, &bucket, &format!("{prefix}/.uploads/"));
+    assert!(
+        markers.iter().all(|key| !key.contains(&lineage)),
+        "seed {seed}: markers of the final lineage {lineage} left: {markers:?}"
+    );
+    let in_progress = uploads_in_progress(&endpoint, &bucket, &prefix);
+    assert!(
+        in_progress >= markers.len() && in_progress <= markers.len() + 2 * kills,
+        "seed {seed}: {in_progress} uploads in progress, {} markers of abandoned lineages \
+         ({markers:?}), {kills} kills of 2 subtasks",
+        markers.len()
+    );
+    println!("demo on S3: {kills} kills, 300000 ids once each (seed {seed})");
+
+    let again = summary(
+        &Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+            .args(args)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(again["status"], "AlreadyFinished");
+    let fresh = summary(
+        &Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+            .args(["--out", &out, "--state", &state, "--endpoint", &endpoint])
+            .args(["--records", "1000", "--fresh", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(fresh["status"], "Finished");
+    assert_eq!(finished_ids(&out), (0..1000).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_missing_bucket_is_refused_at_start_with_its_name() {
+    let Some((endpoint, _)) = server() else {
+        return;
+    };
+    let output = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+        .args(["--out", "s3://no-such-bucket/out", "--endpoint", &endpoint])
+        .args(["--records", "10", "--json"])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let text = text(&output);
+    assert!(text.contains("the bucket does not exist"), "{text}");
+    assert!(text.contains("s3://no-such-bucket/out"), "{text}");
+}

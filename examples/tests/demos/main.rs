@@ -1,0 +1,14 @@
+//! The demos, run as a user runs them. One executable, each file a module;
+//! the demos of other destinations with their features (`s3`,
+//! `postgres`, `delta`). The custom sink's certification is in
+//! `tests/crashes`.
+
+#[cfg(feature = "delta")]
+mod delta_sink_demo;
+mod file_sink_demo;
+#[cfg(feature = "s3")]
+mod file_sink_demo_s3;
+#[cfg(feature = "postgres")]
+mod postgres_sink_demo;
+#[cfg(feature = "postgres")]
+mod postgres_sink_demo_no_server;

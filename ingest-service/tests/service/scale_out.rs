@@ -1,0 +1,637 @@
+//! Past one machine, on one machine: ingest-service instances each in a
+//! network namespace of its own (its own address, as on its own host),
+//! sharing an S3-compatible server for their checkpoints and one Delta
+//! table, with keyed clients in another namespace. During the load one
+//! instance's whole namespace is killed and a replacement started in
+//! another, and another instance is cut off from the network while it keeps
+//! running (a zombie), replaced, then reconnected: it must stop without
+//! committing. At the end every acknowledged event is in the table exactly
+//! once, and the table's log shows that no start committed after a newer
+//! start of its instance claimed the table.
+//!
+//! ```text
+//!            bridge 10.77.N.1 (moto_server, the test itself)
+//!   ┌──────────┬──────────┬──────────┬──────────┬──────────┐
+//!  ns a      ns b       ns c       ns a2      ns b2      ns clients
+//!  (killed)  (cut off)             (a again)  (b again)  ingest-client
+//! ```
+//!
+//! Needs root and `ip` (iproute2): the test makes its namespaces, veth pairs
+//! and bridge itself and removes them, and prints "skipped: no network
+//! namespaces" where it cannot. Run under `scripts/with-s3` (for
+//! `MOTO_SERVER`), with the `delta` feature. `SCALE_OUT_KEEP=1` keeps the
+//! programs' logs (the path is printed); `SCALE_OUT_BIN_DIR=$PWD/target/release`
+//! runs release builds of ingest-service and ingest-client (built with
+//! `--features delta`), as for the takeover times in `docs/scale-out.md`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sink_cli::location::{self, Location};
+use sinks_delta::read::{check_owners_in_order, log_entries, string_column};
+use sinks_delta::TableLocation;
+
+const BUCKET: &str = "scale-out";
+const PORT: u16 = 8080;
+
+/// Runs `ip` (or another command) and fails with its output.
+fn run(program: &str, args: &[&str]) -> Result<String, String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program} {}: {e}", args.join(" ")))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{program} {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+/// One host: a namespace joined to the bridge by a veth pair.
+#[derive(Debug, Clone)]
+struct Host {
+    ns: String,
+    /// The pair's end on the bridge: down means cut off.
+    outside: String,
+    ip: String,
+}
+
+/// The test's network: a bridge in the root namespace and the hosts on it.
+/// Dropped: every process in its namespaces killed, everything removed.
+struct Net {
+    tag: String,
+    subnet: u8,
+    bridge: String,
+    hosts: Vec<Host>,
+}
+
+impl Net {
+    fn create() -> Result<Net, String> {
+        let tag = format!("eo{}", std::process::id() % 10_000);
+        let subnet = (std::process::id() % 200) as u8 + 20;
+        let net = Net {
+            bridge: format!("{tag}br"),
+            tag,
+            subnet,
+            hosts: Vec::new(),
+        };
+        run("ip", &["link", "add", &net.bridge, "type", "bridge"])?;
+        let address = format!("{}/24", net.gateway());
+        run("ip", &["addr", "add", &address, "dev", &net.bridge])?;
+        run("ip", &["link", "set", &net.bridge, "up"])?;
+        Ok(net)
+    }
+
+    /// The root namespace's address on the bridge (where moto listens).
+    fn gateway(&self) -> String {
+        format!("10.77.{}.1", self.subnet)
+    }
+
+    fn add_host(&mut self, name: &str) -> Result<Host, String> {
+        let n = self.hosts.len() + 2;
+        let host = Host {
+            ns: format!("{}-{name}", self.tag),
+            outside: format!("{}{name}o", self.tag),
+            ip: format!("10.77.{}.{n}", self.subnet),
+        };
+        let inside = format!("{}{name}i", self.tag);
+        run("ip", &["netns", "add", &host.ns])?;
+        self.hosts.push(host.clone());
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &host.outside,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &inside,
+            ],
+        )?;
+        run("ip", &["link", "set", &inside, "netns", &host.ns])?;
+        run(
+            "ip",
+            &["link", "set", &host.outside, "master", &self.bridge],
+        )?;
+        run("ip", &["link", "set", &host.outside, "up"])?;
+        let exec = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &host.ns, "ip"];
+            all.extend_from_slice(args);
+            run("ip", &all)
+        };
+        exec(&["addr", "add", &format!("{}/24", host.ip), "dev", &inside])?;
+        exec(&["link", "set", &inside, "up"])?;
+        exec(&["link", "set", "lo", "up"])?;
+        Ok(host)
+    }
+
+    /// Kills every process of `host` and removes its namespace: the host is
+    /// gone, as a machine that lost its power.
+    fn kill_host(&self, host: &Host) {
+        if let Ok(pids) = run("ip", &["netns", "pids", &host.ns]) {
+            for pid in pids.split_whitespace() {
+                let _ = run("kill", &["-9", pid]);
+            }
+        }
+        let _ = run("ip", &["netns", "del", &host.ns]);
+    }
+
+    /// Takes `host`'s link down (`up` false) or brings it back: the host
+    /// runs on, unreachable and reaching nothing.
+    fn link(&self, host: &Host, up: bool) {
+        let state = if up { "up" } else { "down" };
+        run("ip", &["link", "set", &host.outside, state]).expect("the link changes");
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for host in &self.hosts {
+            self.kill_host(host);
+            let _ = run("ip", &["link", "del", &host.outside]);
+        }
+        let _ = run("ip", &["link", "del", &self.bridge]);
+    }
+}
+
+/// A program running in a host's namespace, its output in files.
+struct Process {
+    name: String,
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Process {
+    fn start(host: &Host, dir: &Path, name: &str, program: &str, args: &[String]) -> Process {
+        let stdout = dir.join(format!("{name}.out"));
+        let stderr = dir.join(format!("{name}.err"));
+        let child = Command::new("ip")
+            .args(["netns", "exec", &host.ns, program])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).expect("a stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("a stderr file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        Process {
+            name: name.to_string(),
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn stdout_text(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    /// Waits up to `limit` for the process to exit; its status, or `None`.
+    fn wait_for(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for a process") {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn terminate(&self) {
+        let _ = run("kill", &["-TERM", &self.child.id().to_string()]);
+    }
+
+    /// The end of its stderr, for a failure's message.
+    fn tail(&self) -> String {
+        let text = self.stderr_text();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// moto_server on the bridge's address, in the root namespace.
+fn start_moto(net: &Net, dir: &Path) -> Option<(Process, String)> {
+    let executable = std::env::var("MOTO_SERVER").ok()?;
+    let port = 19000 + (std::process::id() % 1000) as u16;
+    let endpoint = format!("http://{}:{port}", net.gateway());
+    let log = dir.join("moto.log");
+    let child = Command::new(executable)
+        .args(["-H", &net.gateway(), "-p", &port.to_string()])
+        .stdout(std::fs::File::create(&log).expect("a log file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("moto_server starts");
+    let process = Process {
+        name: "moto".into(),
+        child,
+        stdout: log.clone(),
+        stderr: log,
+    };
+    let answered = http::blocking_put(&endpoint, BUCKET);
+    assert!(answered, "moto_server did not answer on {endpoint}");
+    Some((process, endpoint))
+}
+
+/// Blocking HTTP helpers over reqwest's async client.
+mod http {
+    use reqwest::Client;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    }
+
+    /// PUTs `endpoint/bucket` until it answers (up to 10 s).
+    pub fn blocking_put(endpoint: &str, bucket: &str) -> bool {
+        runtime().block_on(async {
+            for _ in 0..100 {
+                let put = Client::new()
+                    .put(format!("{endpoint}/{bucket}"))
+                    .send()
+                    .await;
+                if put.is_ok_and(|r| r.status().is_success()) {
+                    return true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            false
+        })
+    }
+
+    /// Whether `url/healthz` answers 200.
+    pub fn healthy(url: &str) -> bool {
+        runtime().block_on(async {
+            Client::new()
+                .get(format!("{url}/healthz"))
+                .timeout(std::time::Duration::from_millis(500))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+    }
+}
+
+/// The test's instances and how to start one.
+struct Cluster {
+    dir: PathBuf,
+    endpoint: String,
+    service: String,
+    ids: String,
+    routes: BTreeMap<String, String>,
+}
+
+impl Cluster {
+    fn start(&mut self, host: &Host, id: &str, name: &str) -> Process {
+        let args: Vec<String> = [
+            "--listen",
+            &format!("{}:{PORT}", host.ip),
+            "--instance-id",
+            id,
+            "--instances",
+            &self.ids,
+            "--sink",
+            "delta",
+            "--out",
+            &format!("s3://{BUCKET}/table"),
+            "--state",
+            &format!("s3://{BUCKET}/state"),
+            "--endpoint",
+            &self.endpoint,
+            "--checkpoint-interval",
+            "300ms",
+            "--parallelism",
+            "1",
+            "--ack-timeout",
+            "20s",
+            // Namespaces this test made: no one else can reach them.
+            "--plain-http",
+            "--no-auth",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let process = Process::start(host, &self.dir, name, &self.service, &args);
+        self.routes
+            .insert(id.to_string(), format!("http://{}:{PORT}", host.ip));
+        process
+    }
+
+    /// Rewrites the routes file (atomically: the client reads it often).
+    fn publish_routes(&self) {
+        let text: String = self
+            .routes
+            .iter()
+            .map(|(id, url)| format!("{id} {url}\n"))
+            .collect();
+        let fresh = self.dir.join("routes.new");
+        std::fs::write(&fresh, text).expect("writing the routes");
+        std::fs::rename(&fresh, self.dir.join("routes")).expect("publishing the routes");
+    }
+
+    /// Waits until `process` answers /healthz; how long that took from
+    /// `since`.
+    fn wait_healthy(&self, id: &str, process: &mut Process, since: Instant) -> Duration {
+        let url = self.routes[id].clone();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http::healthy(&url) {
+            if let Some(status) = process.wait_for(Duration::ZERO) {
+                panic!("{} exited with {status}:\n{}", process.name, process.tail());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not healthy within 60 s:\n{}",
+                process.name,
+                process.tail()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        since.elapsed()
+    }
+}
+
+/// The program `name`: from `SCALE_OUT_BIN_DIR` when set (release builds,
+/// for measuring the takeover), else the test's own build.
+fn program(name: &str, built: &str) -> String {
+    match std::env::var("SCALE_OUT_BIN_DIR") {
+        Ok(dir) => {
+            let path = Path::new(&dir).join(name);
+            assert!(
+                path.is_absolute() && path.is_file(),
+                "SCALE_OUT_BIN_DIR must be an absolute directory holding {name}: {}",
+                path.display()
+            );
+            path.display().to_string()
+        }
+        Err(_) => built.to_string(),
+    }
+}
+
+fn table(endpoint: &str) -> TableLocation {
+    let url = format!("s3://{BUCKET}/table");
+    location::delta_table(&Location::S3(url), &location::s3_options(Some(endpoint)))
+        .expect("an S3 client")
+}
+
+#[test]
+fn instances_fail_over_across_hosts_and_a_reconnected_zombie_commits_nothing() {
+    if std::env::var("MOTO_SERVER").is_err() {
+        println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
+        return;
+    }
+    let mut net = match Net::create() {
+        Ok(net) => net,
+        Err(reason) => {
+            println!("skipped: no network namespaces here ({reason}); the test needs root and ip");
+            return;
+        }
+    };
+    let mut hosts = BTreeMap::new();
+    for name in ["a", "b", "c", "a2", "b2", "cl"] {
+        hosts.insert(name, net.add_host(name).expect("a host"));
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    if std::env::var_os("SCALE_OUT_KEEP").is_some() {
+        println!("keeping the logs in {}", dir.path().display());
+    }
+    let (_moto, endpoint) = start_moto(&net, dir.path()).expect("MOTO_SERVER is set");
+    // Hosts reach the bridge's address, and each other through the bridge
+    // (a firewall that filters bridged traffic, such as br_netfilter with a
+    // FORWARD policy of DROP, would make every later failure obscure).
+    let reach = |from: &Host, url: &str| {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &from.ns,
+                "curl",
+                "-fsS",
+                "-o",
+                "/dev/null",
+                "--max-time",
+                "5",
+                url,
+            ],
+        )
+    };
+    reach(&hosts["cl"], &format!("{endpoint}/{BUCKET}")).unwrap_or_else(|e| {
+        panic!("a host cannot reach the bridge's address ({e}): check the firewall's bridge rules")
+    });
+    let mut cluster = Cluster {
+        dir: dir.path().to_path_buf(),
+        endpoint: endpoint.clone(),
+        service: program("ingest-service", env!("CARGO_BIN_EXE_ingest-service")),
+        ids: "a,b,c".into(),
+        routes: BTreeMap::new(),
+    };
+    let mut a = cluster.start(&hosts["a"], "a", "a");
+    let mut b = cluster.start(&hosts["b"], "b", "b");
+    let mut c = cluster.start(&hosts["c"], "c", "c");
+    let started = Instant::now();
+    for (id, process) in [("a", &mut a), ("b", &mut b), ("c", &mut c)] {
+        cluster.wait_healthy(id, process, started);
+    }
+    cluster.publish_routes();
+
+    let acked_file = dir.path().join("acked.txt");
+    let client_args: Vec<String> = [
+        "--routes",
+        &dir.path().join("routes").display().to_string(),
+        "--instances",
+        "a,b,c",
+        "--concurrency",
+        "12",
+        "--events",
+        "5",
+        "--duration",
+        "40s",
+        "--attempt-timeout",
+        "3s",
+        "--give-up-after",
+        "120s",
+        "--acked",
+        &acked_file.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut client = Process::start(
+        &hosts["cl"],
+        dir.path(),
+        "client",
+        &program("ingest-client", env!("CARGO_BIN_EXE_ingest-client")),
+        &client_args,
+    );
+    std::thread::sleep(Duration::from_secs(6));
+
+    // 1. Instance a's host dies; a replacement starts on another host.
+    let killed = Instant::now();
+    net.kill_host(&hosts["a"]);
+    let _ = a.wait_for(Duration::from_secs(5));
+    let mut a2 = cluster.start(&hosts["a2"], "a", "a2");
+    let takeover_after_kill = cluster.wait_healthy("a", &mut a2, killed);
+    cluster.publish_routes();
+    std::thread::sleep(Duration::from_secs(6));
+
+    // 2. Instance b is cut off while it runs; its successor starts
+    //    elsewhere; then b is reconnected.
+    net.link(&hosts["b"], false);
+    let cut = Instant::now();
+    let mut b2 = cluster.start(&hosts["b2"], "b", "b2");
+    let takeover_after_cut = cluster.wait_healthy("b", &mut b2, cut);
+    cluster.publish_routes();
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        b.wait_for(Duration::ZERO).is_none(),
+        "the cut-off instance was still to run until reconnected:\n{}",
+        b.tail()
+    );
+    net.link(&hosts["b"], true);
+    let reconnected = Instant::now();
+    let zombie = b.wait_for(Duration::from_secs(180));
+    let zombie_stopped_after = reconnected.elapsed();
+    let zombie_log = b.stderr_text();
+    let zombie_status = zombie.unwrap_or_else(|| {
+        panic!(
+            "the reconnected zombie did not stop within 180 s:\n{}",
+            b.tail()
+        )
+    });
+    assert_eq!(
+        zombie_status.code(),
+        Some(3),
+        "the zombie must exit with the status of a fenced instance:\n{}",
+        b.tail()
+    );
+    // Which fence stopped it depends on what it tried first once
+    // reconnected: a checkpoint (HEAD) or a table transaction.
+    let fence = if zombie_log.contains("fenced off the table") {
+        "the Delta table"
+    } else if zombie_log.contains("fenced off the checkpoint storage") {
+        "the checkpoint storage"
+    } else {
+        panic!("the zombie stopped, but not fenced:\n{}", b.tail())
+    };
+
+    // 3. The load ends; the instances stop cleanly.
+    let client_status = client
+        .wait_for(Duration::from_secs(240))
+        .unwrap_or_else(|| panic!("the client did not finish:\n{}", client.tail()));
+    assert!(
+        client_status.success(),
+        "the client failed: {client_status}\n{}",
+        client.tail()
+    );
+    for process in [&a2, &b2, &c] {
+        process.terminate();
+    }
+    for process in [&mut a2, &mut b2, &mut c] {
+        let status = process
+            .wait_for(Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("{} did not stop:\n{}", process.name, process.tail()));
+        assert!(
+            status.success(),
+            "{} exited with {status}:\n{}",
+            process.name,
+            process.tail()
+        );
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(client.stdout_text().trim()).expect("the client's summary");
+    assert_eq!(summary["gave_up"], 0, "{summary}");
+
+    // 4. Every acknowledged event once in the table; no start committed
+    //    after a newer start of its instance claimed the table.
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let location = table(&endpoint);
+    let rows = runtime
+        .block_on(string_column(&location, "event", None))
+        .expect("reading the table");
+    let mut in_table = BTreeMap::<String, usize>::new();
+    for row in &rows {
+        let event: serde_json::Value = serde_json::from_str(row).expect("an event");
+        let id = event["id"].as_str().expect("an id").to_string();
+        *in_table.entry(id).or_default() += 1;
+    }
+    let acked = std::fs::read_to_string(&acked_file).expect("the acknowledged ids");
+    let acked: Vec<&str> = acked.lines().filter(|l| !l.is_empty()).collect();
+    let missing: Vec<_> = acked
+        .iter()
+        .filter(|id| !in_table.contains_key(**id))
+        .collect();
+    let twice: Vec<_> = in_table.iter().filter(|(_, n)| **n > 1).collect();
+    let entries = runtime
+        .block_on(log_entries(&location))
+        .expect("reading the log");
+    // A claim is a transaction of the owner's txn alone (the end of input
+    // carries it too, with its own mark).
+    let claims = entries
+        .iter()
+        .filter(|e| {
+            e.added == 0 && e.transactions.len() == 1 && e.transactions[0].0.ends_with("/owner")
+        })
+        .count();
+    println!(
+        "scale-out: {} events acknowledged ({} requests, {} attempts), {} rows in the table, \
+         {} acknowledged missing, {} twice; {} table versions, {} claims; takeover after a kill \
+         {} ms, after a cut {} ms (start to healthy); the zombie stopped {:.1} s after it was \
+         reconnected, fenced by {fence}; client p50 {} ms, p99 {} ms",
+        acked.len(),
+        summary["acked_requests"],
+        summary["attempts"],
+        rows.len(),
+        missing.len(),
+        twice.len(),
+        entries.len(),
+        claims,
+        takeover_after_kill.as_millis(),
+        takeover_after_cut.as_millis(),
+        zombie_stopped_after.as_secs_f64(),
+        summary["latency_ms"]["p50"],
+        summary["latency_ms"]["p99"],
+    );
+    assert!(
+        missing.is_empty(),
+        "acknowledged but not in the table: {missing:?}"
+    );
+    assert!(twice.is_empty(), "in the table twice: {twice:?}");
+    assert!(
+        acked.len() > 100,
+        "too little load to mean anything: {summary}"
+    );
+    check_owners_in_order(&entries).expect("no start committed after a newer one claimed");
+    // Instance a and b each started twice: their second starts claimed the
+    // table after the first starts' claims.
+    assert!(
+        claims >= 5,
+        "every start claimed the table: {claims} claims"
+    );
+    if std::env::var_os("SCALE_OUT_KEEP").is_some() {
+        let _ = dir.keep();
+    }
+}

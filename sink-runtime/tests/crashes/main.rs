@@ -1,0 +1,10 @@
+//! The runtime's crash tests, with the crash points compiled in
+//! (`--features crash-tests`). Crash points are process-wide, so these
+//! tests have an executable of their own: no other test of the runtime
+//! meets a crash point that one of them set.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod crash_matrix;
+mod pipeline_crashes;
+mod recommit_first;

@@ -1,0 +1,494 @@
+//! The Delta sink on local tables: one transaction per checkpoint, replays
+//! recognised from the log, the end of input recorded after the final
+//! files (and refused before them), two jobs on one table, partitions,
+//! compaction, and a table of another schema refused.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{exactly_once, ids, schema, sink, Event};
+use sink_api::{
+    CheckpointId, CommitRequest, Committer, Generation, InitContext, Lineage, Sink, SinkWriter,
+};
+use sink_runtime::{CheckpointConfig, Job, JobStatus, SequenceSource, Source};
+use sinks_delta::arrow_schema::{DataType, Field, Schema};
+use sinks_delta::read::log_entries;
+use sinks_delta::{Compaction, DataFile, DeltaSink, TableLocation};
+
+/// A global committer that does nothing.
+struct Nothing;
+
+#[sink_api::async_trait]
+impl sink_api::GlobalCommitter for Nothing {
+    type Committable = DataFile;
+    async fn commit_checkpoint(
+        &mut self,
+        _: CheckpointId,
+        _: Vec<DataFile>,
+    ) -> Result<(), sink_api::SinkError> {
+        Ok(())
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn local() -> (tempfile::TempDir, TableLocation) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let location = TableLocation::local(dir.path().join("table")).expect("a table directory");
+    (dir, location)
+}
+
+/// A bounded job of `records` events at `per_second`, checkpoints every
+/// `interval` (or none), `parallelism` subtasks.
+fn job(
+    name: &str,
+    sink: DeltaSink<Event>,
+    records: u64,
+    per_second: u64,
+    interval: Option<Duration>,
+    parallelism: usize,
+) -> Job<impl Source<Record = Event>, DeltaSink<Event>> {
+    let source = SequenceSource::bounded(records)
+        .paced(per_second)
+        .map(Event::new);
+    let builder = Job::builder(name, source, sink).parallelism(parallelism);
+    let builder = match interval {
+        Some(interval) => builder.checkpointing(CheckpointConfig::every(interval)),
+        None => builder,
+    };
+    builder.build().expect("a valid job")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_job_commits_every_row_once_in_one_transaction_per_checkpoint() {
+    let (_dir, location) = local();
+    let report = job(
+        "events",
+        sink(&location, false),
+        6_000,
+        20_000,
+        Some(ms(50)),
+        2,
+    )
+    .run()
+    .await
+    .expect("the job runs");
+    assert_eq!(report.status, JobStatus::Finished);
+    exactly_once(&ids(&location, None).await, 6_000).unwrap();
+
+    let entries = log_entries(&location).await.unwrap();
+    let updates: Vec<_> = entries
+        .iter()
+        .filter(|e| e.operation == "STREAMING UPDATE" && e.added > 0)
+        .collect();
+    let epochs: Vec<i64> = updates.iter().map(|e| e.epoch.expect("an epoch")).collect();
+    assert!(
+        updates.len() >= 3,
+        "several checkpoints committed: {entries:?}"
+    );
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "one transaction per checkpoint, in order: {epochs:?}"
+    );
+    for update in &updates {
+        let app = update.query_id.clone().unwrap();
+        assert_eq!(
+            update.transactions,
+            vec![
+                (app.clone(), update.epoch.unwrap()),
+                (format!("{app}/owner"), 1)
+            ],
+            "each transaction carries its txn, and its start's generation as the owner"
+        );
+    }
+    let claim = &entries[1];
+    assert_eq!(
+        (claim.added, claim.transactions.len()),
+        (0, 1),
+        "the start claimed the table before its first commit: {entries:?}"
+    );
+    assert!(claim.transactions[0].0.ends_with("/owner"), "{claim:?}");
+    sinks_delta::read::check_owners_in_order(&entries).unwrap();
+    // Both subtasks' files of a checkpoint are in its one transaction.
+    assert!(updates.iter().any(|e| e.added >= 2), "{updates:?}");
+    let last = entries.last().expect("entries");
+    assert!(
+        last.transactions
+            .iter()
+            .any(|(app, _)| app.ends_with("/end-of-input")),
+        "the end of input is recorded last: {last:?}"
+    );
+}
+
+/// Writes `records` events with a fresh writer of `sink` for checkpoint 1
+/// and commits them through the committer; returns the committed files.
+async fn prepare_and_commit(
+    sink: &DeltaSink<Event>,
+    context: &InitContext,
+    records: u64,
+) -> Vec<sinks_delta::DataFile> {
+    let start =
+        sink_api::JobStart::fresh(&context.job_name, &context.lineage, context.generation, 1);
+    sink.on_start(&start).await.unwrap();
+    let mut writer = sink.create_writer(context, Vec::new()).await.unwrap();
+    writer
+        .write_batch((0..records).map(Event::new).collect())
+        .await
+        .unwrap();
+    let files = writer.prepare_commit(CheckpointId(1)).await.unwrap();
+    let mut committer = sink.create_committer(context).await.unwrap();
+    let mut requests: Vec<_> = files
+        .iter()
+        .cloned()
+        .map(|f| CommitRequest::new(f, CheckpointId(1), 0))
+        .collect();
+    committer.commit(&mut requests).await.unwrap();
+    assert!(requests
+        .iter()
+        .all(|r| *r.outcome() == sink_api::CommitOutcome::Committed));
+    files
+}
+
+#[tokio::test]
+async fn a_replayed_checkpoint_is_recognised_from_the_log_and_adds_nothing() {
+    let (_dir, location) = local();
+    let sink = sink(&location, true);
+    let context = InitContext::new("replay", Lineage::new("l1"), Generation(1), 0, 1);
+    let files = prepare_and_commit(&sink, &context, 300).await;
+    assert!(files.len() == 3, "one file per day: {files:?}");
+    assert!(
+        ids(&location, None).await.is_empty(),
+        "nothing visible before the global commit"
+    );
+
+    let factory = sink
+        .global_committer()
+        .expect("the sink brings its global committer");
+    factory(&context)
+        .commit_checkpoint(CheckpointId(1), files.clone())
+        .await
+        .unwrap();
+    exactly_once(&ids(&location, None).await, 300).unwrap();
+    let before = log_entries(&location).await.unwrap().len();
+
+    // A restarted job (generation 2 of the same lineage) replays it.
+    let restarted = InitContext::new("replay", Lineage::new("l1"), Generation(2), 0, 1);
+    factory(&restarted)
+        .commit_checkpoint(CheckpointId(1), files.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        log_entries(&location).await.unwrap().len(),
+        before,
+        "no new log entry"
+    );
+    exactly_once(&ids(&location, None).await, 300).unwrap();
+
+    // The same files under another lineage are another job's: refused.
+    let other = InitContext::new("replay", Lineage::new("l2"), Generation(1), 0, 1);
+    let refused = factory(&other)
+        .commit_checkpoint(CheckpointId(1), files)
+        .await
+        .expect_err("another job's files are refused");
+    assert!(
+        refused.is_permanent() && refused.to_string().contains("mixed up"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_data_file_is_reported_lost_unless_the_log_holds_its_checkpoint() {
+    let (dir, location) = local();
+    let sink = sink(&location, false);
+    let context = InitContext::new("missing", Lineage::new("l1"), Generation(1), 0, 1);
+    let files = prepare_and_commit(&sink, &context, 50).await;
+    let file = files[0].clone();
+    std::fs::remove_file(dir.path().join("table").join(&file.path)).unwrap();
+
+    let mut committer = sink.create_committer(&context).await.unwrap();
+    let mut request = [CommitRequest::new(file.clone(), CheckpointId(1), 0)];
+    committer.commit(&mut request).await.unwrap();
+    assert_eq!(*request[0].outcome(), sink_api::CommitOutcome::RetryLater);
+    let mut request = [CommitRequest::new(file.clone(), CheckpointId(1), 3)];
+    committer.commit(&mut request).await.unwrap();
+    assert_eq!(
+        request[0].records_lost(),
+        Some(50),
+        "{:?}",
+        request[0].outcome()
+    );
+
+    // Once the log holds checkpoint 1, the same file missing is a replay of
+    // something committed (and since compacted and vacuumed).
+    let factory = sink.global_committer().unwrap();
+    let kept = prepare_and_commit(&sink, &context, 10).await;
+    factory(&context)
+        .commit_checkpoint(CheckpointId(1), kept)
+        .await
+        .unwrap();
+    let mut request = [CommitRequest::new(file, CheckpointId(1), 0)];
+    committer.commit(&mut request).await.unwrap();
+    assert_eq!(
+        *request[0].outcome(),
+        sink_api::CommitOutcome::AlreadyCommitted
+    );
+}
+
+/// A bounded job without checkpoints: everything is committed once at end
+/// of input, by the final checkpoint's transaction.
+async fn run_at_end_of_input(
+    defer: bool,
+) -> (tempfile::TempDir, TableLocation, Result<JobStatus, String>) {
+    let (dir, location) = local();
+    let source = SequenceSource::bounded(2_000).map(Event::new);
+    let builder = Job::builder("final", source, sink(&location, false)).parallelism(2);
+    let builder = if defer {
+        builder
+    } else {
+        builder.unsafe_disable_end_of_stream_deferral()
+    };
+    let result = builder
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .map(|report| report.status)
+        .map_err(|e| e.to_string());
+    (dir, location, result)
+}
+
+/// Seed 000 (FLINK-38614) against the table: the final checkpoint's files
+/// are committed before the end of input is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_files_are_in_the_table_before_the_end_of_input_is_recorded() {
+    let (_dir, location, result) = run_at_end_of_input(true).await;
+    assert_eq!(result, Ok(JobStatus::Finished));
+    let entries = log_entries(&location).await.unwrap();
+    let marker = entries
+        .iter()
+        .find(|e| {
+            e.transactions
+                .iter()
+                .any(|(app, _)| app.ends_with("/end-of-input"))
+        })
+        .expect("the end of input is recorded");
+    exactly_once(&ids(&location, Some(marker.version)).await, 2_000).unwrap();
+}
+
+/// The same job with the runtime's deferral switched off: the end of input
+/// overtakes the final files, and the table refuses them after it. Proves
+/// the test above would catch a regression.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_deferral_the_final_files_come_after_the_end_of_input_and_fail_the_job() {
+    let (_dir, location, result) = run_at_end_of_input(false).await;
+    let error = result.expect_err("the job fails");
+    assert!(
+        error.contains("after the end of input was recorded"),
+        "{error}"
+    );
+    let entries = log_entries(&location).await.unwrap();
+    let marker = entries
+        .iter()
+        .find(|e| {
+            e.transactions
+                .iter()
+                .any(|(app, _)| app.ends_with("/end-of-input"))
+        })
+        .expect("the end of input was recorded");
+    assert!(
+        exactly_once(&ids(&location, Some(marker.version)).await, 2_000).is_err(),
+        "the rows were not in the table when its end of input was recorded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_write_one_partitioned_table_at_once_and_each_row_is_there_once() {
+    let (dir, location) = local();
+    let first = job(
+        "first",
+        sink(&location, true),
+        3_000,
+        10_000,
+        Some(ms(40)),
+        2,
+    );
+    // The second job's ids follow the first's.
+    let source = SequenceSource::bounded(3_000)
+        .paced(10_000)
+        .map(|id| Event::new(id + 3_000));
+    let second = Job::builder("second", source, sink(&location, true))
+        .parallelism(2)
+        .checkpointing(CheckpointConfig::every(ms(40)))
+        .build()
+        .unwrap();
+    let (a, b) = tokio::join!(first.run(), second.run());
+    assert_eq!(a.unwrap().status, JobStatus::Finished);
+    assert_eq!(b.unwrap().status, JobStatus::Finished);
+    exactly_once(&ids(&location, None).await, 6_000).unwrap();
+    let apps: std::collections::BTreeSet<_> = log_entries(&location)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| e.query_id)
+        .filter(|q| !q.ends_with("/end-of-input"))
+        .map(|q| q.split('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(apps.into_iter().collect::<Vec<_>>(), ["first", "second"]);
+    for day in 1..=3 {
+        let partition = dir.path().join("table").join(format!("day=2026-12-0{day}"));
+        assert!(partition.is_dir(), "{} exists", partition.display());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_files_are_compacted_after_commit_and_every_row_stays_once() {
+    let (_dir, location) = local();
+    let sink = DeltaSink::builder(location.clone(), schema())
+        .partition_by(["day"])
+        .compaction(Compaction {
+            min_files: 4,
+            ..Compaction::default()
+        })
+        .build()
+        .unwrap();
+    let report = job("compacted", sink, 4_000, 10_000, Some(ms(30)), 2)
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    exactly_once(&ids(&location, None).await, 4_000).unwrap();
+    let entries = log_entries(&location).await.unwrap();
+    let optimized: Vec<_> = entries
+        .iter()
+        .filter(|e| e.operation == "OPTIMIZE")
+        .collect();
+    assert!(
+        !optimized.is_empty(),
+        "some partition was compacted: {entries:?}"
+    );
+    assert!(
+        optimized.iter().all(|e| e.removed >= 4 && e.added == 1),
+        "{optimized:?}"
+    );
+    let added: usize = entries.iter().map(|e| e.added).sum();
+    let removed: usize = entries.iter().map(|e| e.removed).sum();
+    assert!(added - removed <= 3 * 4, "at most min_files - 1 small files per partition, plus merged ones: {added} added, {removed} removed");
+}
+
+#[tokio::test]
+async fn a_table_of_another_schema_is_refused_naming_both() {
+    let (_dir, location) = local();
+    let context = InitContext::new("schemas", Lineage::new("l1"), Generation(1), 0, 1);
+    prepare_and_commit(&sink(&location, false), &context, 5).await;
+    let other = DeltaSink::<Event>::builder(
+        location.clone(),
+        Schema::new(vec![Field::new("id", DataType::Utf8, false)]),
+    )
+    .build()
+    .unwrap();
+    let start = sink_api::JobStart::fresh("schemas", &context.lineage, Generation(1), 1);
+    let error = other.on_start(&start).await.expect_err("refused");
+    assert!(error.is_permanent(), "{error}");
+    assert!(error.to_string().contains("has the schema"), "{error}");
+    let partitioned = sink(&location, true);
+    let error = partitioned.on_start(&start).await.expect_err("refused");
+    assert!(error.to_string().contains("partitioned by"), "{error}");
+}
+
+#[tokio::test]
+async fn a_job_cannot_add_a_second_global_committer() {
+    let (_dir, location) = local();
+    let source = SequenceSource::bounded(1).map(Event::new);
+    let built = Job::builder("two", source, sink(&location, false))
+        .global_committer(|| Nothing)
+        .build();
+    let Err(error) = built else {
+        panic!("a second global committer was accepted")
+    };
+
+    assert!(
+        error
+            .to_string()
+            .contains("brings its own global committer"),
+        "{error}"
+    );
+}
+
+/// A start whose checkpoint storage is older than the table (a newer
+/// checkpoint deleted, or the storage copied) would take its new
+/// checkpoints for replays and drop them: refused, naming both.
+#[tokio::test]
+async fn a_start_behind_the_tables_checkpoints_is_refused() {
+    let (_dir, location) = local();
+    let sink = sink(&location, false);
+    let context = InitContext::new("behind", Lineage::new("l1"), Generation(1), 0, 1);
+    let files = prepare_and_commit(&sink, &context, 20).await;
+    let factory = sink.global_committer().unwrap();
+    factory(&context)
+        .commit_checkpoint(CheckpointId(3), files)
+        .await
+        .unwrap();
+
+    let fresh = sink_api::JobStart::fresh("behind", &context.lineage, Generation(2), 1);
+    let error = sink.on_start(&fresh).await.expect_err("refused");
+    assert!(error.is_permanent(), "{error}");
+    assert!(error.to_string().contains("holds checkpoint 3"), "{error}");
+
+    let no_states: Vec<&sinks_delta::NoResume> = Vec::new();
+    let behind = sink_api::JobStart::fresh("behind", &context.lineage, Generation(2), 1).restored(
+        CheckpointId(2),
+        1,
+        Vec::new(),
+        no_states.clone(),
+    );
+    let error = sink.on_start(&behind).await.expect_err("refused");
+    assert!(
+        error.to_string().contains("restores checkpoint 2"),
+        "{error}"
+    );
+
+    let level = sink_api::JobStart::fresh("behind", &context.lineage, Generation(2), 1).restored(
+        CheckpointId(3),
+        1,
+        Vec::new(),
+        no_states,
+    );
+    sink.on_start(&level)
+        .await
+        .expect("the newest checkpoint resumes");
+}
+
+/// A record with a field the table has no column for is refused, not
+/// written without it.
+#[tokio::test]
+async fn a_record_with_a_field_the_table_lacks_is_a_permanent_error() {
+    #[derive(serde::Serialize)]
+    struct Wider {
+        id: i64,
+        day: String,
+        payload: String,
+        extra: u8,
+    }
+    let (_dir, location) = local();
+    let sink = DeltaSink::<Wider>::builder(location.clone(), schema())
+        .build()
+        .unwrap();
+    let context = InitContext::new("wider", Lineage::new("l1"), Generation(1), 0, 1);
+    let start = sink_api::JobStart::fresh("wider", &context.lineage, Generation(1), 1);
+    sink.on_start(&start).await.unwrap();
+    let mut writer = sink.create_writer(&context, Vec::new()).await.unwrap();
+    let error = writer
+        .write(Wider {
+            id: 1,
+            day: "2026-12-01".into(),
+            payload: "p".into(),
+            extra: 7,
+        })
+        .await
+        .expect_err("refused");
+    assert!(error.is_permanent(), "{error}");
+    assert!(error.to_string().contains("does not fit"), "{error}");
+}

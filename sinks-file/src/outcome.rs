@@ -1,0 +1,13 @@
+//! What became of one committable: decided by the committer for a local
+//! part, by the upload commit for an object store part, and signalled on the
+//! commit request afterwards.
+
+/// What became of one committable, decided (for a local output, off the
+/// async workers) and signalled on the request afterwards.
+pub(crate) enum Outcome {
+    Committed,
+    RetryLater,
+    AlreadyCommitted,
+    RecordsLost(u64, String),
+    Unknown(String),
+}
