@@ -198,14 +198,37 @@ pub fn fail_if_output_lost(report: &JobReport) -> anyhow::Result<()> {
 
 /// Like [`init_tracing`], with `default` (for example `info`) as the filter
 /// when `RUST_LOG` is not set. Called once by a program's `main`.
+///
+/// `RUST_LOG` takes a level and targets with levels, comma-separated
+/// (`info`, `warn,sink_runtime=debug`): `tracing_subscriber`'s `Targets`,
+/// which needs no regular expressions (the demos build none). A value it
+/// cannot read is named on stderr, and `default` applies.
 pub fn init_tracing_or(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let fallback = default
+        .parse::<Targets>()
+        .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::WARN));
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(text) => log_filter(&text).unwrap_or_else(|error| {
+            eprintln!("RUST_LOG={text:?} is not a log filter ({error}); logging at {default}");
+            fallback
+        }),
+        Err(_) => fallback,
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(std::io::stderr),
+        )
+        .with(filter)
         .init();
+}
+
+/// `text` (a `RUST_LOG` value) as a filter.
+fn log_filter(text: &str) -> Result<tracing_subscriber::filter::Targets, String> {
+    text.trim().parse().map_err(|e| format!("{e}"))
 }
 
 #[cfg(test)]
@@ -240,6 +263,20 @@ mod tests {
             .config(Some(Duration::from_secs(2)), Some(Duration::from_secs(1)))
             .unwrap_err()
             .contains("longer than"));
+    }
+
+    #[test]
+    fn log_filters_take_levels_and_targets_and_refuse_the_rest() {
+        use tracing_subscriber::filter::LevelFilter;
+        let filter = log_filter("warn,sink_runtime=debug").unwrap();
+        assert_eq!(filter.default_level(), Some(LevelFilter::WARN));
+        assert!(filter.would_enable("sink_runtime::job", &tracing::Level::DEBUG));
+        assert!(!filter.would_enable("sinks_file", &tracing::Level::INFO));
+        assert_eq!(
+            log_filter(" info ").unwrap().default_level(),
+            Some(LevelFilter::INFO)
+        );
+        assert!(log_filter("sink_runtime=loud").is_err());
     }
 
     #[test]
