@@ -149,59 +149,78 @@ async fn run(config: &JobConfig, show_progress: bool) -> anyhow::Result<Outcome>
 }
 
 async fn table(args: &Args) -> anyhow::Result<()> {
+    let out = args
+        .job
+        .out
+        .clone()
+        .unwrap_or(Location::Local(DEFAULT_OUT.into()));
+    // The modes write to directories of their own: they run side by side
+    // (the two unbounded ones each for --run-for), and their rows are
+    // printed in the write-up's order.
+    let [unbounded, nockpt_unbounded, nockpt] = Preset::ALL;
+    let (unbounded, nockpt_unbounded, nockpt) = tokio::join!(
+        rows(unbounded, &out, args),
+        rows(nockpt_unbounded, &out, args),
+        rows(nockpt, &out, args),
+    );
     println!(
         "{:<27} {:<26} {:<11} {:>8} {:>10} {:>15} {:>6}",
         "mode", "source", "checkpoint", "received", "committed", "prepare_commit", "files"
     );
     let mut notes = Vec::new();
-    for (label, preset) in Preset::ALL {
-        let out = args
-            .job
-            .out
-            .clone()
-            .unwrap_or(Location::Local(DEFAULT_OUT.into()));
-        let mut config = JobConfig::table_row(label, preset, &out, args.job.endpoint.as_deref())?;
-        let (source, checkpoint) = (config.source_text(), config.checkpoint_text());
-        match run(&config, false).await {
-            Ok(outcome) => {
-                print_row(label, &source, &checkpoint, &outcome);
-                sink_cli::flags::fail_if_output_lost(&outcome.report)?;
-            }
-            Err(error) if error.downcast_ref::<BuildError>().is_some() => {
-                println!(
-                    "{label:<27} {source:<26} {checkpoint:<11} {:>8} {:>10} {:>15} {:>6}",
-                    "-", "refused", "-", "-"
-                );
-                notes.push(format!("{label}: refused at build time: {error}"));
-                config.allow_uncommitted = true;
-                let forced = run(&config, false).await?;
-                print_row("unbounded-nockpt (forced)", &source, &checkpoint, &forced);
-            }
-            Err(error) => return Err(error),
+    for (lines, note) in [unbounded?, nockpt_unbounded?, nockpt?] {
+        for line in lines {
+            println!("{line}");
         }
+        notes.extend(note);
     }
     for note in notes {
         println!("\n{note}");
     }
-    println!(
-        "\nFinished files are under {}; hidden files (a leading dot) are not committed.",
-        args.job
-            .out
-            .clone()
-            .unwrap_or(Location::Local(DEFAULT_OUT.into()))
-    );
+    println!("\nFinished files are under {out}; hidden files (a leading dot) are not committed.");
     Ok(())
 }
 
-fn print_row(label: &str, source: &str, checkpoint: &str, outcome: &Outcome) {
+/// Runs the mode `preset` of the table: its row, or for a mode refused at
+/// build time, a row saying so, the row of the same job forced to run, and
+/// the refusal's note.
+async fn rows(
+    (label, preset): (&'static str, Preset),
+    out: &Location,
+    args: &Args,
+) -> anyhow::Result<(Vec<String>, Option<String>)> {
+    let mut config = JobConfig::table_row(label, preset, out, args.job.endpoint.as_deref())?;
+    let (source, checkpoint) = (config.source_text(), config.checkpoint_text());
+    match run(&config, false).await {
+        Ok(outcome) => {
+            sink_cli::flags::fail_if_output_lost(&outcome.report)?;
+            Ok((vec![row(label, &source, &checkpoint, &outcome)], None))
+        }
+        Err(error) if error.downcast_ref::<BuildError>().is_some() => {
+            let refused = format!(
+                "{label:<27} {source:<26} {checkpoint:<11} {:>8} {:>10} {:>15} {:>6}",
+                "-", "refused", "-", "-"
+            );
+            let note = format!("{label}: refused at build time: {error}");
+            config.allow_uncommitted = true;
+            let forced = run(&config, false).await?;
+            let forced = row(&format!("{label} (forced)"), &source, &checkpoint, &forced);
+            Ok((vec![refused, forced], Some(note)))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// One row of the table.
+fn row(label: &str, source: &str, checkpoint: &str, outcome: &Outcome) -> String {
     let m = &outcome.report.metrics;
-    println!(
+    format!(
         "{label:<27} {source:<26} {checkpoint:<11} {:>8} {:>10} {:>15} {:>6}",
         m.records_written,
         outcome.committed_records,
         m.prepare_commit_calls,
         outcome.finished_files
-    );
+    )
 }
 
 #[tokio::main]
