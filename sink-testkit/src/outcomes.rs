@@ -54,15 +54,20 @@ impl Injection {
         Injection::GlobalCommit,
     ];
 
+    /// Whether the injection needs a commit call of two requests or more.
+    pub(crate) fn needs_a_batch(self) -> bool {
+        matches!(self, Injection::MiddleOfBatch | Injection::LastOfBatch)
+    }
+
     /// Why the scenario checked nothing when the injection never fired.
     pub(crate) fn not_fired(self) -> &'static str {
         match self {
             Injection::FirstCall | Injection::SlowCommit => "no commit call was made",
             Injection::GlobalCommit => "the global committer acted on no checkpoint",
             Injection::MiddleOfBatch | Injection::LastOfBatch => {
-                "no commit call held two requests or more in this run: the sink makes one \
-                 committable per checkpoint and subtask (its calls cannot be half-applied), or too \
-                 few records reached a checkpoint"
+                "no commit call held two requests or more in this run, with checkpoints 50 ms, \
+                 200 ms and 1 s apart: the sink makes one committable per checkpoint and subtask \
+                 (its calls cannot be half-applied), or too few records reached a checkpoint"
             }
         }
     }
@@ -234,24 +239,34 @@ impl<C: Send + 'static> GlobalCommitter for ChaosGlobal<C> {
     }
 }
 
-/// Runs a bounded job whose committer loses one outcome as `injection`
-/// says; the job restarts in the process. `Ok(false)`: the injection never
-/// fired (no call fitted it).
+/// The checkpoint intervals a scenario is tried with, one after the other,
+/// until its injection fires: five times as far apart as in the other
+/// scenarios, then twenty and a hundred times. Each holds more records than
+/// the one before, so a sink that makes several committables per checkpoint
+/// (parts rolled by size) commits calls of two requests or more even where
+/// writing is slow (an object store under load), when the first interval
+/// caught only one committable per call. A sink that makes one committable
+/// per checkpoint and subtask meets none at any interval.
+pub(crate) const INTERVALS: [Duration; 3] = [
+    Duration::from_millis(50),
+    Duration::from_millis(200),
+    Duration::from_millis(1000),
+];
+
+/// Runs a bounded job with checkpoints every `interval` whose committer
+/// loses one outcome as `injection` says; the job restarts in the process.
+/// `Ok(false)`: the injection never fired (no call fitted it).
 pub(crate) async fn lose_one_outcome<D: Destination>(
     destination: &D,
     record: &RecordMaker<InputOf<D::Sink>>,
     records: u64,
     parallelism: usize,
     injection: Injection,
+    interval: Duration,
 ) -> Result<bool, String> {
-    // Checkpoints five times as far apart as in the other scenarios: each
-    // holds more records, so a sink that makes several committables per
-    // checkpoint commits calls of two requests or more (unless the machine
-    // is so slow that few records reach each checkpoint: then the scenario
-    // says it checked nothing).
     let shape = Shape {
         restarts: true,
-        checkpoint_interval: Some(Duration::from_millis(50)),
+        checkpoint_interval: Some(interval),
         ..Shape::streaming(records, parallelism)
     };
     let interval = shape
