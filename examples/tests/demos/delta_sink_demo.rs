@@ -11,6 +11,8 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::output::{summary, text};
+
 fn demo(out: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_delta-sink-demo"))
         .arg("--out")
@@ -18,18 +20,6 @@ fn demo(out: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("the demo runs")
-}
-
-fn text(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
-}
-
-/// The JSON object on the last line of stdout.
-fn summary(output: &Output) -> serde_json::Value {
-    assert!(output.status.success(), "{}", text(output));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().last().expect("a line of output");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {last}"))
 }
 
 /// The table read by the `deltalake` Python package, or `None` (with the

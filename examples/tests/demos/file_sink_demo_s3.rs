@@ -7,23 +7,13 @@
 //! passes: `cargo test --workspace` runs without it, the test command runs
 //! this again under `scripts/with-s3`.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use crate::output::{summary, text};
 
 fn server() -> Option<(String, String)> {
     sink_testkit::servers::s3().map(|s3| (s3.endpoint, s3.bucket))
-}
-
-fn text(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
-}
-
-/// The JSON object on the last line of stdout.
-fn summary(output: &Output) -> serde_json::Value {
-    assert!(output.status.success(), "{}", text(output));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().last().expect("a line of output");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {last}"))
 }
 
 /// The ids in the finished objects under `url`, sorted.

@@ -8,6 +8,7 @@ mod delta_sink_demo;
 mod file_sink_demo;
 #[cfg(feature = "s3")]
 mod file_sink_demo_s3;
+mod output;
 #[cfg(feature = "postgres")]
 mod postgres_sink_demo;
 #[cfg(feature = "postgres")]
