@@ -275,9 +275,13 @@ pub async fn open_state(config: &JobConfig) -> anyhow::Result<Storage> {
         (out, state) => {
             let storage = Storage::open(state, &config.options)
                 .with_context(|| format!("opening the checkpoint storage {state}"))?;
+            // Only an S3 build opens checkpoint storage on an object store.
+            #[cfg(feature = "s3")]
             if config.fresh {
                 start_over_object(out, state, &storage, &config.options).await?;
             }
+            #[cfg(not(feature = "s3"))]
+            let _ = out;
             Ok(storage)
         }
     }
@@ -290,6 +294,7 @@ pub async fn open_state(config: &JobConfig) -> anyhow::Result<Storage> {
 /// removed, every upload aborted, outside the state's prefix); then the
 /// checkpoints go. A crash part-way leaves checkpoints whose output is
 /// gone, which a resume refuses, never old output beside a fresh job.
+#[cfg(feature = "s3")]
 async fn start_over_object(
     out: &Location,
     state: &Location,

@@ -12,11 +12,15 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use async_trait::async_trait;
 use sink_api::Generation;
+#[cfg(feature = "s3")]
+use sink_runtime::storage::ObjectCheckpointStorage;
 use sink_runtime::storage::{
-    CheckpointStorage, CompletedCheckpoint, FinishedMarker, ObjectCheckpointStorage, StorageError,
+    CheckpointStorage, CompletedCheckpoint, FinishedMarker, StateDirectory, StorageError,
 };
 use sink_runtime::LocalCheckpointStorage;
-use sinks_file::{BasePathBucketAssigner, Encoder, FileSink, FileSinkBuilder, ObjectOutput};
+#[cfg(feature = "s3")]
+use sinks_file::ObjectOutput;
+use sinks_file::{BasePathBucketAssigner, Encoder, FileSink, FileSinkBuilder};
 
 /// A local directory or an object store prefix, as given on a command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,13 +107,6 @@ pub fn object_output(url: &str, options: &[(String, String)]) -> anyhow::Result<
     ObjectOutput::s3(url, options).with_context(|| format!("configuring the output {url}"))
 }
 
-/// The object store output at `url`: refused, this build has no S3 support
-/// (a [`Location::S3`] is only made with the `s3` feature).
-#[cfg(not(feature = "s3"))]
-pub fn object_output(url: &str, _options: &[(String, String)]) -> anyhow::Result<ObjectOutput> {
-    anyhow::bail!(without_s3(url))
-}
-
 /// A file sink builder writing to `out`.
 pub fn file_sink_builder<T, E: Encoder<T>>(
     out: &Location,
@@ -118,7 +115,13 @@ pub fn file_sink_builder<T, E: Encoder<T>>(
 ) -> anyhow::Result<FileSinkBuilder<T, E, BasePathBucketAssigner>> {
     Ok(match out {
         Location::Local(dir) => FileSink::builder(dir, encoder),
+        #[cfg(feature = "s3")]
         Location::S3(url) => FileSink::object_store_builder(object_output(url, options)?, encoder),
+        #[cfg(not(feature = "s3"))]
+        Location::S3(url) => {
+            let _ = options; // no S3 client to give them to
+            anyhow::bail!(without_s3(url))
+        }
     })
 }
 
@@ -128,10 +131,16 @@ pub async fn finished_count(out: &Location, options: &[(String, String)]) -> any
         Location::Local(dir) => sinks_file::finished_files(dir)
             .with_context(|| format!("reading {}", dir.display()))?
             .len(),
+        #[cfg(feature = "s3")]
         Location::S3(url) => sinks_file::finished_objects(&object_output(url, options)?)
             .await
             .with_context(|| format!("listing {url}"))?
             .len(),
+        #[cfg(not(feature = "s3"))]
+        Location::S3(url) => {
+            let _ = options; // no S3 client to give them to
+            anyhow::bail!(without_s3(url))
+        }
     })
 }
 
@@ -141,7 +150,9 @@ pub async fn finished_count(out: &Location, options: &[(String, String)]) -> any
 pub enum Storage {
     /// A local state directory, locked while open.
     Local(LocalCheckpointStorage),
-    /// An object store prefix, fenced by conditional writes.
+    /// An object store prefix, fenced by conditional writes (with the `s3`
+    /// feature).
+    #[cfg(feature = "s3")]
     Object(ObjectCheckpointStorage),
 }
 
@@ -156,7 +167,13 @@ impl Storage {
     ) -> Result<Storage, StorageError> {
         Ok(match location {
             Location::Local(dir) => Storage::Local(LocalCheckpointStorage::open(dir)?),
+            #[cfg(feature = "s3")]
             Location::S3(url) => Storage::Object(object_storage(url, options)?),
+            #[cfg(not(feature = "s3"))]
+            Location::S3(url) => {
+                let _ = options; // no S3 client to give them to
+                return Err(StorageError::Message(without_s3(url)));
+            }
         })
     }
 
@@ -164,30 +181,39 @@ impl Storage {
     pub async fn start_over(&self) -> Result<(), StorageError> {
         match self {
             Storage::Local(storage) => storage.start_over(),
+            #[cfg(feature = "s3")]
             Storage::Object(storage) => storage.start_over().await,
         }
     }
 }
 
+/// What the checkpoint storage at `location` holds, read without claiming
+/// or locking it (a running job is not disturbed). Called by
+/// `sink-inspect`.
+pub async fn inspect(
+    location: &Location,
+    options: &[(String, String)],
+) -> Result<StateDirectory, StorageError> {
+    match location {
+        Location::Local(dir) => LocalCheckpointStorage::inspect(dir),
+        #[cfg(feature = "s3")]
+        Location::S3(url) => object_storage(url, options)?.inspect().await,
+        #[cfg(not(feature = "s3"))]
+        Location::S3(url) => {
+            let _ = options; // no S3 client to give them to
+            Err(StorageError::Message(without_s3(url)))
+        }
+    }
+}
+
 /// The checkpoint storage at an `s3://` URL, configured but not claimed.
-/// Called by [`Storage::open`] and by `sink-inspect`, which reads it without
-/// claiming it.
+/// Called by [`Storage::open`] and [`inspect`].
 #[cfg(feature = "s3")]
 pub fn object_storage(
     url: &str,
     options: &[(String, String)],
 ) -> Result<ObjectCheckpointStorage, StorageError> {
     ObjectCheckpointStorage::s3(url, options)
-}
-
-/// The checkpoint storage at an `s3://` URL: refused, this build has no S3
-/// support.
-#[cfg(not(feature = "s3"))]
-pub fn object_storage(
-    url: &str,
-    _options: &[(String, String)],
-) -> Result<ObjectCheckpointStorage, StorageError> {
-    Err(StorageError::Message(without_s3(url)))
 }
 
 /// The Delta table at `location`: a local directory (created if missing) or
@@ -223,6 +249,7 @@ impl CheckpointStorage for Storage {
     async fn begin(&self) -> Result<Generation, StorageError> {
         match self {
             Storage::Local(storage) => storage.begin().await,
+            #[cfg(feature = "s3")]
             Storage::Object(storage) => storage.begin().await,
         }
     }
@@ -230,6 +257,7 @@ impl CheckpointStorage for Storage {
     async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
         match self {
             Storage::Local(storage) => storage.store(checkpoint).await,
+            #[cfg(feature = "s3")]
             Storage::Object(storage) => storage.store(checkpoint).await,
         }
     }
@@ -237,6 +265,7 @@ impl CheckpointStorage for Storage {
     async fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
         match self {
             Storage::Local(storage) => storage.latest().await,
+            #[cfg(feature = "s3")]
             Storage::Object(storage) => storage.latest().await,
         }
     }
@@ -244,6 +273,7 @@ impl CheckpointStorage for Storage {
     async fn mark_finished(&self, marker: FinishedMarker) -> Result<(), StorageError> {
         match self {
             Storage::Local(storage) => storage.mark_finished(marker).await,
+            #[cfg(feature = "s3")]
             Storage::Object(storage) => storage.mark_finished(marker).await,
         }
     }
@@ -251,6 +281,7 @@ impl CheckpointStorage for Storage {
     async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError> {
         match self {
             Storage::Local(storage) => storage.finished().await,
+            #[cfg(feature = "s3")]
             Storage::Object(storage) => storage.finished().await,
         }
     }

@@ -44,11 +44,13 @@ use crate::dir_sync::{fsync_dir, DirSyncs};
 use crate::hidden_name::IN_PROGRESS_MARK;
 use crate::identity::{self, OutputIdentity};
 use crate::io_error::io_error;
+#[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
 use crate::outcome::Outcome;
 use crate::segments::{self, size_of, Found};
 use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
+#[cfg(feature = "object-store")]
 use crate::upload_commit::commit_upload;
 
 /// Commits the file sink's committables. Made by
@@ -316,6 +318,7 @@ fn lineage_of(pending: &Path) -> Option<String> {
     Some(lineage.to_string())
 }
 
+#[cfg(feature = "object-store")]
 impl FileCommitter {
     /// Completes the uploads of `committables`, in order, on the object
     /// store output `object`, after checking they belong to it.
@@ -393,6 +396,7 @@ impl Committer for FileCommitter {
                 self.output = output;
                 outcomes
             }
+            #[cfg(feature = "object-store")]
             Output::Object(object) => {
                 let object = object.clone();
                 let retries: Vec<u32> = requests.iter().map(|r| r.retry_count()).collect();
@@ -403,6 +407,7 @@ impl Committer for FileCommitter {
         for (request, outcome) in requests.iter_mut().zip(outcomes) {
             match outcome {
                 Outcome::Committed => request.signal_committed(),
+                #[cfg(feature = "object-store")]
                 Outcome::RetryLater => request.retry_later(),
                 Outcome::AlreadyCommitted => request.signal_already_committed(),
                 Outcome::RecordsLost(records, reason) => {

@@ -6,8 +6,13 @@ use std::sync::Arc;
 use crate::clock::Clock;
 use crate::compaction::Compaction;
 use crate::dir_sync::DirSyncs;
+#[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
 use crate::rolling::RollingPolicy;
+
+/// The smallest part S3 accepts in a multipart upload (but the last): the
+/// default part size of an object store output.
+pub const S3_MINIMUM_PART_SIZE: usize = 5 * 1024 * 1024;
 
 /// Where a file sink writes.
 #[derive(Debug, Clone)]
@@ -16,14 +21,25 @@ pub(crate) enum Output {
     Local(PathBuf),
     /// A prefix of an object store: parts are multipart uploads, committed
     /// by completing them.
+    #[cfg(feature = "object-store")]
     Object(ObjectOutput),
 }
 
 impl Output {
+    /// The local base directory; `None` for an object store.
+    pub fn local(&self) -> Option<&PathBuf> {
+        match self {
+            Output::Local(base) => Some(base),
+            #[cfg(feature = "object-store")]
+            Output::Object(_) => None,
+        }
+    }
+
     /// How the output is named in messages.
     pub fn describe(&self) -> String {
         match self {
             Output::Local(base) => base.display().to_string(),
+            #[cfg(feature = "object-store")]
             Output::Object(object) => object.location.clone(),
         }
     }

@@ -31,6 +31,7 @@ use sink_api::SinkError;
 
 use crate::dir_sync::fsync_dir;
 use crate::io_error::io_error;
+#[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
 
 /// The marker's file name, in the base directory.
@@ -156,6 +157,7 @@ fn parse_id(text: &[u8], marker: &str) -> Result<String, SinkError> {
     Ok(id.to_string())
 }
 
+#[cfg(feature = "object-store")]
 /// The identity of an object store output (its `.file-sink-id` object), or
 /// `None` when it has none. Reading it is also the sink's first request to
 /// the store at a start: a missing bucket or wrong credentials fail here,
@@ -177,6 +179,7 @@ pub(crate) async fn read_object(
     }))
 }
 
+#[cfg(feature = "object-store")]
 /// The identity of an object store output, creating its marker if there is
 /// none: by a conditional put (`If-None-Match`), so that of concurrent
 /// creators exactly one wins and the others read its id.

@@ -54,7 +54,9 @@ mod format;
 mod hidden_name;
 mod identity;
 mod io_error;
+#[cfg(feature = "object-store")]
 mod memory_store;
+#[cfg(feature = "object-store")]
 mod object_output;
 mod orphans;
 mod outcome;
@@ -65,8 +67,12 @@ mod segments;
 mod sink;
 mod state;
 mod stats;
+#[cfg(feature = "object-store")]
 mod upload;
+#[cfg(feature = "object-store")]
 mod upload_commit;
+#[cfg(feature = "object-store")]
+mod upload_orphans;
 mod writer;
 
 pub use bucket::{
@@ -75,13 +81,19 @@ pub use bucket::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::FileCommitter;
 pub use compaction::CompactionPolicy;
+pub use config::S3_MINIMUM_PART_SIZE;
 pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
+#[cfg(feature = "object-store")]
 pub use memory_store::MemoryObjectStore;
-pub use object_output::{ObjectOutput, ObjectOutputStore, S3_MINIMUM_PART_SIZE};
-pub use orphans::clear_object_output;
-pub use output::{finished_files, finished_objects, read_finished, read_object};
+#[cfg(feature = "object-store")]
+pub use object_output::{ObjectOutput, ObjectOutputStore};
+pub use output::{finished_files, read_finished};
+#[cfg(feature = "object-store")]
+pub use output::{finished_objects, read_object};
 pub use rolling::{PartInfo, RollingPolicy};
 pub use sink::{FileSink, FileSinkBuilder};
 pub use state::{FileCommittable, InProgressState, Upload, UploadedPart};
 pub use stats::{FileSinkStats, FileSinkStatsSnapshot};
+#[cfg(feature = "object-store")]
+pub use upload_orphans::clear_object_output;
 pub use writer::{FileWriter, FileWriterState};

@@ -25,8 +25,8 @@ pub trait ObjectOutputStore: ObjectStore + MultipartStore {}
 
 impl<S: ObjectStore + MultipartStore> ObjectOutputStore for S {}
 
-/// The smallest part S3 accepts in a multipart upload (but the last).
-pub const S3_MINIMUM_PART_SIZE: usize = 5 * 1024 * 1024;
+#[cfg(feature = "s3")]
+use crate::config::S3_MINIMUM_PART_SIZE;
 
 /// An object store output of the file sink: given to
 /// [`FileSink::object_store_builder`](crate::FileSink::object_store_builder).
@@ -54,7 +54,7 @@ impl ObjectOutput {
     /// Objects under `prefix` of `store`, named `location` in messages
     /// (such as `memory://out`). The store is taken to accept parts of any
     /// size; say otherwise with [`minimum_part_size`](Self::minimum_part_size)
-    /// (for an S3 store built by hand: [`S3_MINIMUM_PART_SIZE`]).
+    /// (for an S3 store built by hand: [`S3_MINIMUM_PART_SIZE`](crate::S3_MINIMUM_PART_SIZE)).
     pub fn new(
         store: Arc<dyn ObjectOutputStore>,
         prefix: Path,

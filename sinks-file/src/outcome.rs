@@ -6,6 +6,8 @@
 /// async workers) and signalled on the request afterwards.
 pub(crate) enum Outcome {
     Committed,
+    /// An upload not yet complete: tried again later.
+    #[cfg(feature = "object-store")]
     RetryLater,
     AlreadyCommitted,
     RecordsLost(u64, String),

@@ -8,6 +8,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
 
 /// Every finished file under `dir`, recursively, sorted by path: every
@@ -50,6 +51,7 @@ pub fn read_finished(dir: &Path) -> io::Result<Vec<(PathBuf, Vec<u8>)>> {
     }
 }
 
+#[cfg(feature = "object-store")]
 /// Every finished object under the prefix of `output`, sorted by path
 /// (relative to the prefix): every object none of whose path segments
 /// starts with a dot. Incomplete uploads are not objects, so they are never
@@ -80,6 +82,7 @@ pub async fn finished_objects(output: &ObjectOutput) -> object_store::Result<Vec
     Ok(found)
 }
 
+#[cfg(feature = "object-store")]
 /// The content of the object `relative` (a path under the prefix of
 /// `output`, as [`finished_objects`] lists them).
 pub async fn read_object(

@@ -15,16 +15,20 @@ use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
 use crate::clock::Clock;
 use crate::committer::FileCommitter;
 use crate::compaction::{probe, Compaction, CompactionPolicy, Compactor, Round};
+use crate::config::S3_MINIMUM_PART_SIZE;
 use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
 use crate::format::FileFormat;
 use crate::identity;
 use crate::io_error::io_error;
-use crate::object_output::{ObjectOutput, S3_MINIMUM_PART_SIZE};
-use crate::orphans::{abort_orphaned_uploads, remove_orphans};
+#[cfg(feature = "object-store")]
+use crate::object_output::ObjectOutput;
+use crate::orphans::remove_orphans;
 use crate::rolling::RollingPolicy;
 use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
+#[cfg(feature = "object-store")]
+use crate::upload_orphans::abort_orphaned_uploads;
 use crate::writer::{FileWriter, FileWriterState};
 
 /// Writes records into part files under a base directory, committed exactly
@@ -47,10 +51,7 @@ impl<T, E, B> FileSink<T, E, B> {
 
     /// The local base directory; `None` for an object store output.
     pub fn base_path(&self) -> Option<&Path> {
-        match &self.config.output {
-            Output::Local(base) => Some(base),
-            Output::Object(_) => None,
-        }
+        self.config.output.local().map(PathBuf::as_path)
     }
 
     /// The output, as named in messages: a directory, or a URL such as
@@ -77,6 +78,7 @@ impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
     /// [`builder`](Self::builder), with parts of
     /// [`S3_MINIMUM_PART_SIZE`](crate::S3_MINIMUM_PART_SIZE) and 2 of them
     /// in flight per object.
+    #[cfg(feature = "object-store")]
     pub fn object_store_builder(
         output: ObjectOutput,
         encoder: E,
@@ -195,7 +197,9 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
     /// returns the sink. On an object store, parts roll at the latest when
     /// they reach 10 000 uploaded parts (S3's limit), whatever the rolling
     /// policy says.
+    #[cfg_attr(not(feature = "object-store"), allow(unused_mut))]
     pub fn build(mut self) -> Result<FileSink<T, E, B>, SinkError> {
+        #[cfg(feature = "object-store")]
         if let (Output::Object(object), Some(_)) = (&self.config.output, &self.config.compaction) {
             return Err(SinkError::msg(format!(
                 "compaction works on local outputs only, and {} is an object store, where a set of \
@@ -205,6 +209,7 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
             ))
             .permanent());
         }
+        #[cfg(feature = "object-store")]
         if let Output::Object(object) = &self.config.output {
             // S3 and its peers take at most 10 000 parts an upload: parts
             // roll before they would need more.
@@ -265,6 +270,7 @@ where
         start: &JobStart<'_, FileCommittable, FileWriterState>,
     ) -> Result<(), SinkError> {
         self.stats.register(&start.metrics);
+        #[cfg(feature = "object-store")]
         if let Output::Object(object) = &self.config.output {
             return self.on_object_store_start(object, start).await;
         }
@@ -284,7 +290,7 @@ where
         if start.restored_checkpoint_id.is_none() {
             return Ok(());
         }
-        let Output::Local(base) = &self.config.output else {
+        let Some(base) = self.config.output.local() else {
             return Ok(());
         };
         let base = base.clone();
@@ -339,6 +345,7 @@ where
         let config = self.config.clone();
         let base = match &config.output {
             Output::Local(base) => base.clone(),
+            #[cfg(feature = "object-store")]
             Output::Object(object) => {
                 let output = match restored_states.first() {
                     Some(state) => identity::read_object(object).await?.ok_or_else(|| {
@@ -444,7 +451,7 @@ where
     /// ends. Without compaction, none.
     fn global_committer(&self) -> Option<GlobalCommitterFactory<FileCommittable>> {
         let compaction = self.config.compaction.clone()?;
-        let Output::Local(base) = &self.config.output else {
+        let Some(base) = self.config.output.local() else {
             return None;
         };
         let base = base.clone();
@@ -482,10 +489,12 @@ where
     }
 }
 
+#[cfg(feature = "object-store")]
 /// The most parts one multipart upload may have (S3's limit, shared by the
 /// S3-compatible servers).
 const MAX_PARTS: u64 = 10_000;
 
+#[cfg(feature = "object-store")]
 impl<T, E, B> FileSink<T, E, B> {
     /// The start hook on an object store output: checks the store is
     /// reachable (a missing bucket or wrong credentials fail the job here,

@@ -36,10 +36,12 @@ use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
 use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
 use crate::identity::{self, OutputIdentity};
+#[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
 use crate::part_file::{part_paths, recover_for_commit, InProgressPart, Unsynced};
 use crate::rolling::PartInfo;
 use crate::state::{FileCommittable, InProgressState};
+#[cfg(feature = "object-store")]
 use crate::upload::{self, UploadPart};
 
 /// What a file writer records at a checkpoint: returned by its
@@ -72,6 +74,7 @@ pub struct FileWriter<T, E, B> {
     /// The job's lineage, at the end of hidden part names.
     lineage: Lineage,
     /// This start's generation, in the names of upload markers.
+    #[cfg_attr(not(feature = "object-store"), allow(dead_code))]
     generation: Generation,
     /// The time for rolling and date-time buckets.
     clock: Arc<dyn Clock>,
@@ -89,6 +92,7 @@ pub struct FileWriter<T, E, B> {
 /// A part in progress: a hidden local file, or a multipart upload.
 pub(crate) enum Part {
     File(InProgressPart),
+    #[cfg(feature = "object-store")]
     Upload(UploadPart),
 }
 
@@ -96,6 +100,7 @@ impl Part {
     fn info(&self) -> &PartInfo {
         match self {
             Part::File(part) => &part.info,
+            #[cfg(feature = "object-store")]
             Part::Upload(part) => &part.info,
         }
     }
@@ -105,6 +110,7 @@ impl Part {
     async fn write_record(&mut self, bytes: &[u8], now_ms: u64) -> Result<(), SinkError> {
         match self {
             Part::File(part) => part.write_record(bytes, now_ms),
+            #[cfg(feature = "object-store")]
             Part::Upload(part) => match part.write_record(bytes, now_ms) {
                 true => part.upload_full_parts().await,
                 false => Ok(()),
@@ -139,6 +145,7 @@ async fn close_all(
                 closed.push(committable);
                 syncing.push(start_sync(file));
             }
+            #[cfg(feature = "object-store")]
             Part::Upload(part) => closed.push(part.close_for_commit(output).await?),
         }
     }
@@ -176,6 +183,7 @@ where
     /// A writer on the object store output `object`, whose identity is
     /// `output`, turning the `restored` states' uploads in progress into
     /// committables (their tails uploaded as last parts).
+    #[cfg(feature = "object-store")]
     pub(crate) async fn on_object_store(
         config: Arc<FileSinkConfig<E, B>>,
         object: &ObjectOutput,
@@ -285,16 +293,16 @@ where
             false => None,
         };
         check_bucket_id(&bucket)?;
+        let counter = self.next_counter;
+        self.next_counter += 1;
         let (path, target) = part_paths(
             Path::new(&bucket),
             &self.config.part_prefix,
             &self.writer_id,
-            self.next_counter,
+            counter,
             &self.config.part_suffix,
             &self.lineage,
         );
-        let counter = self.next_counter;
-        self.next_counter += 1;
         if let Some(replaced) = replaced {
             let closed = close_all(vec![replaced], &self.output, &mut self.syncing).await?;
             self.pending.extend(closed);
@@ -307,6 +315,7 @@ where
                         .await?;
                 Part::File(part)
             }
+            #[cfg(feature = "object-store")]
             Output::Object(object) => {
                 let target = target.to_string_lossy().into_owned();
                 let marker =
@@ -391,8 +400,11 @@ where
             return self.roll_where(|_| true).await;
         }
         for part in self.parts.values_mut() {
-            if let Part::File(part) = part {
-                part.flush()?;
+            match part {
+                Part::File(part) => part.flush()?,
+                // An upload's bytes leave with its parts.
+                #[cfg(feature = "object-store")]
+                Part::Upload(_) => {}
             }
         }
         Ok(())
@@ -416,28 +428,18 @@ where
         &mut self,
         _checkpoint_id: CheckpointId,
     ) -> Result<Vec<FileWriterState>, SinkError> {
-        let in_progress = match self.config.output {
-            Output::Object(_) => {
-                let mut states = Vec::with_capacity(self.parts.len());
-                for part in self.parts.values_mut() {
-                    if let Part::Upload(part) = part {
-                        states.push(part.persist().await?);
-                    }
+        let mut in_progress = Vec::with_capacity(self.parts.len());
+        for part in self.parts.values_mut() {
+            match part {
+                Part::File(part) => {
+                    let (state, unsynced) = part.persist()?;
+                    in_progress.push(state);
+                    self.syncing.push(start_sync(unsynced));
                 }
-                states
+                #[cfg(feature = "object-store")]
+                Part::Upload(part) => in_progress.push(part.persist().await?),
             }
-            Output::Local(_) => {
-                let mut states = Vec::with_capacity(self.parts.len());
-                for part in self.parts.values_mut() {
-                    if let Part::File(part) = part {
-                        let (state, unsynced) = part.persist()?;
-                        states.push(state);
-                        self.syncing.push(start_sync(unsynced));
-                    }
-                }
-                states
-            }
-        };
+        }
         Ok(vec![FileWriterState {
             output_id: self.output.id.clone(),
             output_dir: self.output.dir.clone(),
@@ -472,8 +474,10 @@ where
             // Best effort: the data matters only if a checkpoint recorded it,
             // and then it was already persisted. Parts of uploads still in
             // flight are abandoned (their tasks end with the part).
-            if let Part::File(part) = part {
-                let _ = part.flush();
+            match part {
+                Part::File(part) => drop(part.flush()),
+                #[cfg(feature = "object-store")]
+                Part::Upload(_) => {}
             }
         }
         self.parts.clear();

@@ -16,7 +16,7 @@ use anyhow::Context;
 use clap::Parser;
 use serde_json::{json, Value};
 use sink_cli::location::{self, Location};
-use sink_runtime::storage::{CompletedCheckpoint, LocalCheckpointStorage, PendingCommittables};
+use sink_runtime::storage::{CompletedCheckpoint, PendingCommittables};
 
 #[derive(Debug, Parser)]
 #[command(about = "Inspects the checkpoints in a job's state directory")]
@@ -92,17 +92,10 @@ fn pending_list(parts: &Value) -> Vec<String> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let state = match &args.state_dir {
-        Location::Local(dir) => LocalCheckpointStorage::inspect(dir),
-        Location::S3(url) => {
-            let options = location::s3_options(args.endpoint.as_deref());
-            match location::object_storage(url, &options) {
-                Ok(storage) => storage.inspect().await,
-                Err(error) => Err(error),
-            }
-        }
-    }
-    .with_context(|| format!("cannot inspect {}", args.state_dir))?;
+    let options = location::s3_options(args.endpoint.as_deref());
+    let state = location::inspect(&args.state_dir, &options)
+        .await
+        .with_context(|| format!("cannot inspect {}", args.state_dir))?;
     let checkpoints: Vec<Value> = state
         .checkpoints
         .iter()

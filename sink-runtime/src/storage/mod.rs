@@ -13,6 +13,7 @@
 mod frame;
 mod local;
 mod memory;
+#[cfg(feature = "object-store")]
 mod object;
 
 use async_trait::async_trait;
@@ -28,6 +29,7 @@ pub use crate::core::ledger::CommittableSummary;
 
 pub use local::{CheckpointFile, LocalCheckpointStorage, StateDirectory};
 pub use memory::MemoryCheckpointStorage;
+#[cfg(feature = "object-store")]
 pub use object::ObjectCheckpointStorage;
 
 /// Committables of one (checkpoint, subtask) that were not committed when the

@@ -1,0 +1,226 @@
+//! Multipart uploads that earlier starts of this job's lineage left behind
+//! on an object store output, aborted at each start (the object store's
+//! counterpart of `orphans`), and an object store output started over.
+//!
+//! Readers never see uploads in progress, but the bucket keeps (and bills)
+//! them until they are aborted. Every upload has a marker,
+//! `.uploads/<lineage>/<generation>/<writer id>-<n>`, naming its key and id;
+//! a start aborts the uploads of its lineage's markers, of earlier
+//! generations, that the restored checkpoint does not name, and removes
+//! those markers (a newer instance started meanwhile keeps its own). An
+//! upload whose marker was never written (a crash right after the upload was
+//! created) is left to the bucket's lifecycle rule (see
+//! `docs/file-sink.md`).
+
+use std::collections::HashSet;
+
+use sink_api::{Generation, Lineage, SinkError};
+use tracing::{info, warn};
+
+use crate::object_output::ObjectOutput;
+use crate::upload::{marker_generation, markers_dir, Marker};
+
+/// Aborts, under the object store output `object`, every upload that an
+/// earlier generation than `generation` of lineage `lineage` started and
+/// whose id is not in `kept`, and removes its marker; removes the markers of
+/// uploads already completed or aborted. Uploads of `generation` or newer
+/// are left alone: a newer instance that started meanwhile may be writing
+/// them. Returns how many uploads were aborted.
+pub(crate) async fn abort_orphaned_uploads(
+    object: &ObjectOutput,
+    lineage: &Lineage,
+    generation: Generation,
+    kept: &HashSet<String>,
+) -> Result<u64, SinkError> {
+    use futures::TryStreamExt;
+    let dir = markers_dir(lineage);
+    let markers: Vec<object_store::ObjectMeta> = object
+        .store
+        .list(Some(&object.path(&dir)))
+        .try_collect()
+        .await
+        .map_err(|e| object.error("listing the upload markers under", &dir, e))?;
+    let mut aborted = 0;
+    for meta in markers {
+        let relative = meta
+            .location
+            .prefix_match(&object.prefix)
+            .map(|parts| {
+                parts
+                    .map(|p| p.as_ref().to_string())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .unwrap_or_else(|| meta.location.to_string());
+        if marker_generation(&relative).is_none_or(|written| written >= generation.0) {
+            continue;
+        }
+        let body = match object.store.get(&meta.location).await {
+            Ok(found) => found.bytes().await,
+            Err(e) => Err(e),
+        };
+        let body = match body {
+            Ok(body) => body,
+            Err(e) if ObjectOutput::is_absent(&e) => continue,
+            Err(e) => return Err(object.error("reading the upload marker", &relative, e)),
+        };
+        let Ok(marker) = serde_json::from_slice::<Marker>(&body) else {
+            warn!(marker = %object.url_of(&relative), "an upload marker that cannot be read is left alone");
+            continue;
+        };
+        if kept.contains(&marker.upload_id) {
+            continue;
+        }
+        match object
+            .store
+            .abort_multipart(&object.path(&marker.target), &marker.upload_id)
+            .await
+        {
+            Ok(()) => {
+                aborted += 1;
+                info!(object = %object.url_of(&marker.target), upload = %marker.upload_id,
+                    "aborted a multipart upload an earlier start left and no checkpoint refers to");
+            }
+            // Completed (its marker outlived the commit) or aborted before.
+            Err(e) if ObjectOutput::is_absent(&e) => {}
+            Err(e) => {
+                return Err(object.error(
+                    &format!("aborting the orphaned upload {} of", marker.upload_id),
+                    &marker.target,
+                    e,
+                ))
+            }
+        }
+        match object.store.delete(&meta.location).await {
+            Ok(()) => {}
+            Err(e) if ObjectOutput::is_absent(&e) => {}
+            Err(e) => return Err(object.error("removing the upload marker", &relative, e)),
+        }
+    }
+    Ok(aborted)
+}
+
+/// Starts an object store output over: aborts every upload that has a
+/// marker under it (of any lineage), then removes every object under its
+/// prefix but those under `keep` (a path relative to the prefix, such as a
+/// checkpoint storage kept there). Called by programs that start a job
+/// over (the file sink demo's `--fresh`) before the job is built, never
+/// while one writes there.
+pub async fn clear_object_output(
+    object: &ObjectOutput,
+    keep: Option<&str>,
+) -> Result<(), SinkError> {
+    use futures::TryStreamExt;
+    let listed: Vec<object_store::ObjectMeta> = object
+        .store
+        .list(Some(&object.prefix))
+        .try_collect()
+        .await
+        .map_err(|e| object.error("listing", "", e))?;
+    let keep = keep.map(|keep| object.path(keep));
+    for meta in listed {
+        if keep
+            .as_ref()
+            .is_some_and(|keep| meta.location.prefix_matches(keep))
+        {
+            continue;
+        }
+        let relative = meta
+            .location
+            .prefix_match(&object.prefix)
+            .map(|parts| {
+                parts
+                    .map(|p| p.as_ref().to_string())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .unwrap_or_else(|| meta.location.to_string());
+        if relative.starts_with(".uploads/") {
+            let body = match object.store.get(&meta.location).await {
+                Ok(found) => found.bytes().await.ok(),
+                Err(_) => None,
+            };
+            let marker = body.and_then(|b| serde_json::from_slice::<Marker>(&b).ok());
+            if marker.is_none() {
+                warn!(marker = %object.url_of(&relative),
+                    "an upload marker that cannot be read: its upload, if any, is left to the bucket's lifecycle rule");
+            }
+            if let Some(marker) = marker {
+                match object
+                    .store
+                    .abort_multipart(&object.path(&marker.target), &marker.upload_id)
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(e) if ObjectOutput::is_absent(&e) => {}
+                    Err(e) => return Err(object.error("aborting an upload of", &marker.target, e)),
+                }
+            }
+        }
+        match object.store.delete(&meta.location).await {
+            Ok(()) => {}
+            Err(e) if ObjectOutput::is_absent(&e) => {}
+            Err(e) => return Err(object.error("removing", &relative, e)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory_store::MemoryObjectStore;
+    use crate::upload::marker_path;
+    use object_store::multipart::MultipartStore;
+    use object_store::path::Path as ObjectPath;
+    use object_store::ObjectStore;
+    use std::sync::Arc;
+
+    /// Starts an upload of `target` and writes its marker, as a writer of
+    /// `generation` does; returns the upload's id.
+    async fn upload(
+        store: &Arc<MemoryObjectStore>,
+        object: &ObjectOutput,
+        lineage: &Lineage,
+        generation: u64,
+        target: &str,
+    ) -> String {
+        let id = store.create_multipart(&object.path(target)).await.unwrap();
+        let marker = marker_path(lineage, Generation(generation), target, 0);
+        let body = serde_json::to_vec(&Marker {
+            target: target.into(),
+            upload_id: id.clone(),
+        })
+        .unwrap();
+        store.put(&object.path(&marker), body.into()).await.unwrap();
+        id
+    }
+
+    #[tokio::test]
+    async fn only_unnamed_uploads_of_earlier_generations_of_the_lineage_are_aborted() {
+        let store = Arc::new(MemoryObjectStore::new());
+        let object = ObjectOutput::new(store.clone(), ObjectPath::from("out"), "memory://out");
+        let (ours, theirs) = (Lineage::new("0123abcd"), Lineage::new("9999ffff"));
+        let orphan = upload(&store, &object, &ours, 1, "part-a").await;
+        let named = upload(&store, &object, &ours, 1, "part-b").await;
+        let newer = upload(&store, &object, &ours, 3, "part-c").await;
+        let foreign = upload(&store, &object, &theirs, 1, "part-d").await;
+        let kept = HashSet::from([named.clone()]);
+        let aborted = abort_orphaned_uploads(&object, &ours, Generation(3), &kept)
+            .await
+            .unwrap();
+        assert_eq!(aborted, 1);
+        for (id, alive) in [
+            (orphan, false),
+            (named, true),
+            (newer, true),
+            (foreign, true),
+        ] {
+            let part = store
+                .put_part(&ObjectPath::from("out/x"), &id, 0, b"x".to_vec().into())
+                .await;
+            assert_eq!(part.is_ok(), alive, "upload {id}");
+        }
+        assert_eq!(store.uploads_in_progress(), 3);
+    }
+}
