@@ -2,7 +2,7 @@
 //! run, as a ratio.
 //!
 //! ```text
-//! cargo run --release -p sink-benches --features delta --bin delta-bench -- --rows 10000000 --json
+//! cargo run --profile bench -p sink-benches --features delta --bin delta-bench -- --rows 10000000 --json
 //! ```
 //!
 //! | figure | job | baseline |

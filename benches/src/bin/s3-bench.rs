@@ -2,7 +2,7 @@
 //! upload of the same bytes to the same server, in one run, as a ratio.
 //!
 //! ```text
-//! scripts/with-s3 cargo run --release -p sink-benches --bin s3-bench -- --out s3://eo-test/bench --json
+//! scripts/with-s3 cargo run --profile bench -p sink-benches --bin s3-bench -- --out s3://eo-test/bench --json
 //! ```
 //!
 //! | figure | job | baseline |
