@@ -10,10 +10,6 @@ use crate::dir_sync::DirSyncs;
 use crate::object_output::ObjectOutput;
 use crate::rolling::RollingPolicy;
 
-/// The smallest part S3 accepts in a multipart upload (but the last): the
-/// default part size of an object store output.
-pub const S3_MINIMUM_PART_SIZE: usize = 5 * 1024 * 1024;
-
 /// Where a file sink writes.
 #[derive(Debug, Clone)]
 pub(crate) enum Output {

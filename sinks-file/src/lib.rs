@@ -56,6 +56,7 @@ mod identity;
 mod io_error;
 #[cfg(feature = "object-store")]
 mod memory_store;
+mod multipart_limits;
 #[cfg(feature = "object-store")]
 mod object_output;
 mod orphans;
@@ -81,10 +82,10 @@ pub use bucket::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::FileCommitter;
 pub use compaction::CompactionPolicy;
-pub use config::S3_MINIMUM_PART_SIZE;
 pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
 #[cfg(feature = "object-store")]
 pub use memory_store::MemoryObjectStore;
+pub use multipart_limits::S3_MINIMUM_PART_SIZE;
 #[cfg(feature = "object-store")]
 pub use object_output::{ObjectOutput, ObjectOutputStore};
 pub use output::{finished_files, read_finished};

@@ -26,7 +26,7 @@ pub trait ObjectOutputStore: ObjectStore + MultipartStore {}
 impl<S: ObjectStore + MultipartStore> ObjectOutputStore for S {}
 
 #[cfg(feature = "s3")]
-use crate::config::S3_MINIMUM_PART_SIZE;
+use crate::multipart_limits::S3_MINIMUM_PART_SIZE;
 
 /// An object store output of the file sink: given to
 /// [`FileSink::object_store_builder`](crate::FileSink::object_store_builder).

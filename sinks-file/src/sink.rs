@@ -15,12 +15,14 @@ use crate::bucket::{BasePathBucketAssigner, BucketAssigner};
 use crate::clock::Clock;
 use crate::committer::FileCommitter;
 use crate::compaction::{probe, Compaction, CompactionPolicy, Compactor, Round};
-use crate::config::S3_MINIMUM_PART_SIZE;
 use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
 use crate::format::FileFormat;
 use crate::identity;
 use crate::io_error::io_error;
+#[cfg(feature = "object-store")]
+use crate::multipart_limits::MAX_PARTS;
+use crate::multipart_limits::S3_MINIMUM_PART_SIZE;
 #[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
 use crate::orphans::remove_orphans;
@@ -488,11 +490,6 @@ where
         Arc::new(FileFormat::<FileWriterState>::new())
     }
 }
-
-#[cfg(feature = "object-store")]
-/// The most parts one multipart upload may have (S3's limit, shared by the
-/// S3-compatible servers).
-const MAX_PARTS: u64 = 10_000;
 
 #[cfg(feature = "object-store")]
 impl<T, E, B> FileSink<T, E, B> {
