@@ -18,6 +18,8 @@
 //! | `orphans` | hidden parts of this lineage no checkpoint refers to, removed at each start |
 //! | `segments`, `compaction` | with compaction on: committed files in segment directories, merged a segment at a time and swapped in atomically |
 //! | `writer`, `committer`, `sink` | the `sink-api` implementation |
+//! | `object_output`, `upload`, `upload_commit`, `upload_orphans`, `memory_store` | on an object store (feature `object-store`): the output, a part as a multipart upload, its commit, uploads no checkpoint names, an in-memory store for tests |
+//! | `multipart_limits` | S3's limits on multipart uploads |
 //!
 //! Everything not yet committed has a hidden name (a leading dot), so a crash
 //! at any moment leaves only complete finished files and hidden files:
