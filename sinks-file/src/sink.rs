@@ -453,9 +453,7 @@ where
     /// ends. Without compaction, none.
     fn global_committer(&self) -> Option<GlobalCommitterFactory<FileCommittable>> {
         let compaction = self.config.compaction.clone()?;
-        let Some(base) = self.config.output.local() else {
-            return None;
-        };
+        let base = self.config.output.local()?;
         let base = base.clone();
         let (stats, clock) = (self.stats.clone(), self.config.clock.clone());
         let (prefix, suffix) = (
