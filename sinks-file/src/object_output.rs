@@ -120,6 +120,20 @@ impl ObjectOutput {
             .fold(self.prefix.clone(), |path, part| path.child(part))
     }
 
+    /// The path of `location` relative to the prefix, as [`path`](Self::path)
+    /// takes it (the whole location if it is not under the prefix).
+    pub(crate) fn relative(&self, location: &Path) -> String {
+        location
+            .prefix_match(&self.prefix)
+            .map(|parts| {
+                parts
+                    .map(|p| p.as_ref().to_string())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .unwrap_or_else(|| location.to_string())
+    }
+
     /// Whether `error` says the object (or upload) does not exist, as
     /// opposed to its bucket: S3 answers 404 for both, with `NoSuchBucket`
     /// in the body for the bucket.

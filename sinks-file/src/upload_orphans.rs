@@ -42,16 +42,7 @@ pub(crate) async fn abort_orphaned_uploads(
         .map_err(|e| object.error("listing the upload markers under", &dir, e))?;
     let mut aborted = 0;
     for meta in markers {
-        let relative = meta
-            .location
-            .prefix_match(&object.prefix)
-            .map(|parts| {
-                parts
-                    .map(|p| p.as_ref().to_string())
-                    .collect::<Vec<_>>()
-                    .join("/")
-            })
-            .unwrap_or_else(|| meta.location.to_string());
+        let relative = object.relative(&meta.location);
         if marker_generation(&relative).is_none_or(|written| written >= generation.0) {
             continue;
         }
@@ -125,16 +116,7 @@ pub async fn clear_object_output(
         {
             continue;
         }
-        let relative = meta
-            .location
-            .prefix_match(&object.prefix)
-            .map(|parts| {
-                parts
-                    .map(|p| p.as_ref().to_string())
-                    .collect::<Vec<_>>()
-                    .join("/")
-            })
-            .unwrap_or_else(|| meta.location.to_string());
+        let relative = object.relative(&meta.location);
         if relative.starts_with(".uploads/") {
             let body = match object.store.get(&meta.location).await {
                 Ok(found) => found.bytes().await.ok(),
