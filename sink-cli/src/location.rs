@@ -146,7 +146,11 @@ pub async fn finished_count(out: &Location, options: &[(String, String)]) -> any
 
 /// Checkpoint storage in a local state directory or on an object store:
 /// what the programs give to their job or pipeline builders.
+///
+/// Non-exhaustive: the `s3` feature adds a variant, so matches outside this
+/// crate need a wildcard arm.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Storage {
     /// A local state directory, locked while open.
     Local(LocalCheckpointStorage),
