@@ -178,6 +178,7 @@ impl JobConfig {
             None => Location::parse(default_out).map_err(anyhow::Error::msg)?,
         };
         let state = args.state.clone().unwrap_or_else(|| out.join(STATE_DIR));
+        sink_cli::layout::check(&out, &state)?;
         let preset = args.preset;
         let checkpoint_interval = match args.checkpoint_interval.as_deref() {
             Some("off") => None,
@@ -362,6 +363,11 @@ fn open_local_state(
         }
     };
     if fresh {
+        // The state is recognised by what it is, not by how it was spelled
+        // (`./out` and `out/.state`): an entry is kept when the state is it
+        // or lies inside it.
+        let real_state = std::fs::canonicalize(state)
+            .with_context(|| format!("resolving {} for --fresh", state.display()))?;
         let entries = match std::fs::read_dir(out) {
             Ok(entries) => entries.collect::<Vec<_>>(),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -372,7 +378,7 @@ fn open_local_state(
         for entry in entries {
             let entry = entry.with_context(|| format!("listing {} for --fresh", out.display()))?;
             let path = entry.path();
-            if path == state {
+            if std::fs::canonicalize(&path).is_ok_and(|real| real_state.starts_with(real)) {
                 continue;
             }
             let removed = match entry.file_type() {

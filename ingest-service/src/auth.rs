@@ -12,12 +12,17 @@
 //! early exit: the time of a check says nothing about which byte of which
 //! token differed, nor whether a token matched. A file is read again on
 //! [`Auth::reload`] (the binary's SIGHUP); a table that does not parse is
-//! refused whole and the old one stays in force.
+//! refused whole and the old one stays in force. The file must be the
+//! owner's only (mode 600 or stricter) and is read as the service reads
+//! every operator's file (the `files` module): a regular file, bounded in
+//! size and in time.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use sha2::{Digest, Sha256};
+
+use crate::files::{self, Access, FileError};
 use subtle::ConstantTimeEq;
 
 /// The shortest token accepted, in characters: shorter ones are guessable.
@@ -28,6 +33,10 @@ pub const MAX_TOKEN_LEN: usize = 4096;
 
 /// The longest tenant name, in characters.
 pub const MAX_TENANT_LEN: usize = 64;
+
+/// The largest token file read, in bytes: room for tens of thousands of
+/// tenants.
+pub const MAX_TOKEN_FILE_LEN: u64 = 4 << 20;
 
 /// Where the tokens are read from. Chosen by the binary's `--tokens FILE`
 /// or `--tokens-env VAR`; read at start and on every [`Auth::reload`].
@@ -54,14 +63,16 @@ impl std::fmt::Display for TokenSource {
 /// Why a token table was refused. Never holds a token, not even in part.
 #[derive(Debug, thiserror::Error)]
 pub enum TokensError {
-    /// The file could not be read.
+    /// The file could not be read: missing, not a regular file, larger
+    /// than [`MAX_TOKEN_FILE_LEN`], readable by group or others, or too slow
+    /// to read.
     #[error("reading {source_name}")]
     Read {
         /// The file, named.
         source_name: String,
         /// Why.
         #[source]
-        error: std::io::Error,
+        error: FileError,
     },
     /// The environment variable is not set, or not UTF-8.
     #[error("the environment variable {0} is not set (or not UTF-8); it must hold `<tenant> <token>` lines")]
@@ -195,12 +206,19 @@ impl Tokens {
     pub async fn load(source: &TokenSource) -> Result<Tokens, TokensError> {
         let text = match source {
             TokenSource::File(path) => {
-                tokio::fs::read_to_string(path)
+                let read = |error| TokensError::Read {
+                    source_name: source.to_string(),
+                    error,
+                };
+                let bytes = files::read(path, MAX_TOKEN_FILE_LEN, Access::OwnerOnly)
                     .await
-                    .map_err(|error| TokensError::Read {
-                        source_name: source.to_string(),
-                        error,
-                    })?
+                    .map_err(read)?;
+                String::from_utf8(bytes).map_err(|_| {
+                    read(FileError::Io(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "it is not UTF-8 text",
+                    )))
+                })?
             }
             TokenSource::Env(var) => {
                 std::env::var(var).map_err(|_| TokensError::MissingEnv(var.clone()))?
@@ -409,6 +427,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens");
         std::fs::write(&path, format!("alpha {A}\n")).unwrap();
+        // The owner's only, as a token file must be.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let auth = Auth::open(TokenSource::File(path.clone())).await.unwrap();
         let header = format!("Bearer {A}");
         let check = |auth: &Auth, header: &str| auth.authenticate([header.as_bytes()].into_iter());

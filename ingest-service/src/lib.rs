@@ -36,7 +36,7 @@
 //! | `POST /events`, valid | `200`, JSON `{"checkpoint": n, "events": k, "duplicate": b}`, after the commit of `n` |
 //! | `POST /events`, malformed body or `Idempotency-Key` | `400`, JSON `{"error": "..."}` saying where and why; nothing is written |
 //! | `POST /events`, an `Idempotency-Key` already used with a different body | `422`, JSON `{"error": "..."}`; nothing of this request is written |
-//! | `POST /events`, body over the size limit | `413`, JSON `{"error": "..."}` |
+//! | `POST /events`, body over the size limit | `413`, JSON `{"error": "..."}`; a body whose `Content-Length` is over it is refused at once, unread (no `100 Continue`), and the connection closed |
 //! | `POST /events` or `GET /metrics` with [`Config::tokens`], without one valid `Authorization: Bearer <token>` | `401` + `WWW-Authenticate: Bearer …`, JSON `{"error": "..."}`; nothing of the request is read or written |
 //! | `POST /events`, the body not complete within [`Config::body_read_timeout`] | `408`, JSON `{"error": "..."}`, the connection closed; nothing is written |
 //! | `POST /events` with [`Config::tokens`], the tenant at its share of the in-flight bound ([`Config::tenant_max_in_flight`]) | `429` + `Retry-After`, JSON `{"error": "..."}`; nothing was taken |
@@ -44,7 +44,7 @@
 //! | `POST /events`, pipeline overloaded, restarting or shutting down | `503` + `Retry-After`, JSON `{"error": "..."}`; nothing was taken |
 //! | `POST /events`, taken but not confirmed (ticket failed or the ack timeout passed) | `503` + `Retry-After`, JSON `{"error": "..."}`: may or may not be stored, retry with the same key |
 //! | `GET /metrics` | `200`, OpenMetrics text |
-//! | `GET /healthz` (no token needed) | `200` `ok` while the pipeline runs and the server is not draining; `503` and the state otherwise |
+//! | `GET /healthz` (no token needed) | `200` `ok` while the pipeline runs, the server is not draining and checkpoints complete; `503` and the state otherwise (`degraded: …` after [`DEGRADED_AFTER_FAILED_CHECKPOINTS`] checkpoints failed in a row) |
 //!
 //! # Exposure
 //!
@@ -83,8 +83,13 @@
 //! 422 (the IETF Idempotency-Key draft's answer), the same key with the same
 //! body is a duplicate; [`Config::capacity`] queued requests per
 //! subtask; an answer waits at most [`Config::ack_timeout`]. Events are
-//! stored as `serde_json` re-encodes them: object keys sorted, numbers beyond
-//! `i64`/`u64` as `f64`.
+//! stored as the same JSON values they were sent as, re-encoded: object keys
+//! sorted, whitespace dropped, each number as the shortest text of its value
+//! (`1.5e3` as `1500.0`, `2.50` as `2.5`). What cannot be stored as the same
+//! value is refused with 400 naming where, and nothing of the request is
+//! written: a number that would change (an integer beyond 64 bits, a
+//! decimal beyond double precision: send it as a string) and a key twice in
+//! one object.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -121,6 +126,7 @@ pub mod auth;
 #[cfg(feature = "delta")]
 pub mod delta;
 mod destination;
+pub mod files;
 mod metrics;
 mod request;
 pub mod routing;
@@ -792,6 +798,18 @@ fn too_many(tenant: &Tenant, limit: usize, retry_after_s: u64) -> Response {
 
 /// `response`, marked to close its connection: for answers given before
 /// the request's body was read whole, which leave the connection unusable.
+/// The body length a request's `Content-Length` declares (hyper has
+/// refused a malformed or doubled one before the handler runs).
+fn declared_length(headers: &axum::http::HeaderMap) -> Option<u64> {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 fn closing(mut response: Response) -> Response {
     response
         .headers_mut()
@@ -877,6 +895,23 @@ async fn post_events(
 ) -> Response {
     let retry_after_s = app.retry_after_s;
     let tenant = tenant.map(|Extension(tenant)| tenant);
+    // A body declared over the limit is refused before anything else, and
+    // without reading it: no `100 Continue` is sent (hyper sends it only
+    // once the body is read), and the connection is closed rather than
+    // drained.
+    if let Some(declared) = declared_length(request.headers()) {
+        if declared > app.max_body_bytes as u64 {
+            return closing(refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the body is larger than {} bytes; split the events over several requests \
+                     (its Content-Length declares {declared}; nothing was stored)",
+                    app.max_body_bytes
+                ),
+                retry_after_s,
+            ));
+        }
+    }
     // The key and its owner first: neither needs the body.
     let key = match idempotency_key(request.headers()) {
         Ok(key) => key,
@@ -1045,18 +1080,33 @@ async fn post_events(
 
 /// `GET /healthz`.
 async fn get_healthz(State(app): State<AppState>) -> Response {
-    health(app.pipeline.state(), app.draining.load(Ordering::SeqCst))
+    health(
+        app.pipeline.state(),
+        app.draining.load(Ordering::SeqCst),
+        app.pipeline.metrics().checkpoints_failed_in_a_row,
+    )
 }
 
-/// 200 `ok` while the pipeline runs and the server takes connections; 503
-/// and why otherwise.
-fn health(state: PipelineState, draining: bool) -> Response {
+/// Checkpoints failed in a row from which `/healthz` says the service is
+/// degraded: nothing it takes is being committed.
+pub const DEGRADED_AFTER_FAILED_CHECKPOINTS: u64 = 3;
+
+/// 200 `ok` while the pipeline runs, the server takes connections and
+/// checkpoints complete; 503 and why otherwise (`degraded: …` once
+/// [`DEGRADED_AFTER_FAILED_CHECKPOINTS`] checkpoints failed in a row).
+fn health(state: PipelineState, draining: bool, failed_in_a_row: u64) -> Response {
     let text = match state {
-        PipelineState::Running if draining => "shutting down",
+        PipelineState::Running if draining => "shutting down".to_string(),
+        PipelineState::Running if failed_in_a_row >= DEGRADED_AFTER_FAILED_CHECKPOINTS => {
+            format!(
+                "degraded: {failed_in_a_row} checkpoints failed in a row, so nothing is being \
+                 committed (the log says why)"
+            )
+        }
         PipelineState::Running => return (StatusCode::OK, "ok").into_response(),
-        PipelineState::Restarting => "restarting",
-        PipelineState::ShuttingDown => "shutting down",
-        PipelineState::Stopped => "stopped",
+        PipelineState::Restarting => "restarting".to_string(),
+        PipelineState::ShuttingDown => "shutting down".to_string(),
+        PipelineState::Stopped => "stopped".to_string(),
     };
     (StatusCode::SERVICE_UNAVAILABLE, text).into_response()
 }
@@ -1095,19 +1145,26 @@ mod tests {
     }
 
     #[test]
-    fn health_is_ok_only_while_running_and_not_draining() {
-        assert_eq!(
-            health(PipelineState::Running, false).status(),
-            StatusCode::OK
-        );
-        for (state, draining) in [
-            (PipelineState::Running, true),
-            (PipelineState::Restarting, false),
-            (PipelineState::ShuttingDown, false),
-            (PipelineState::Stopped, false),
+    fn health_is_ok_only_while_running_not_draining_and_checkpointing() {
+        for failed_in_a_row in [0, DEGRADED_AFTER_FAILED_CHECKPOINTS - 1] {
+            assert_eq!(
+                health(PipelineState::Running, false, failed_in_a_row).status(),
+                StatusCode::OK
+            );
+        }
+        for (state, draining, failed_in_a_row) in [
+            (PipelineState::Running, true, 0),
+            (
+                PipelineState::Running,
+                false,
+                DEGRADED_AFTER_FAILED_CHECKPOINTS,
+            ),
+            (PipelineState::Restarting, false, 0),
+            (PipelineState::ShuttingDown, false, 0),
+            (PipelineState::Stopped, false, 0),
         ] {
             assert_eq!(
-                health(state, draining).status(),
+                health(state, draining, failed_in_a_row).status(),
                 StatusCode::SERVICE_UNAVAILABLE
             );
         }

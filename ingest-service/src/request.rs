@@ -5,6 +5,8 @@
 //! before any of it reaches the pipeline.
 
 use axum::http::HeaderMap;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sink_runtime::pipeline::Fingerprint;
@@ -122,6 +124,32 @@ pub enum BodyError {
         /// What it is instead, with its article: `a string`.
         kind: &'static str,
     },
+    /// A number the service cannot store as it was sent: an integer beyond
+    /// 64 bits, or a decimal that double precision would round.
+    #[error(
+        "event {event}: the number {text} at {path} cannot be stored as sent (integers are kept \
+         to 64 bits, decimals to double precision); send it as a string"
+    )]
+    InexactNumber {
+        /// Which event.
+        event: usize,
+        /// Where in it, as a JSON pointer (`/a/0/b`).
+        path: String,
+        /// The number as sent (its first 40 characters).
+        text: String,
+    },
+    /// A key twice in one object: which one to keep would be a guess.
+    #[error(
+        "event {event}: the key {key:?} appears twice in the object at {path}; send each key once"
+    )]
+    DuplicateKey {
+        /// Which event.
+        event: usize,
+        /// The object, as a JSON pointer, or `the top level`.
+        path: String,
+        /// The key.
+        key: String,
+    },
 }
 
 /// The events of a `POST /events` body, every one a JSON object.
@@ -133,6 +161,11 @@ pub enum BodyError {
 /// `line 3, column 7: expected value`, `event 2 is a string; every event
 /// must be a JSON object`, `the body holds no events: ...`, or the first
 /// byte that is not UTF-8.
+///
+/// Every event is then checked to be stored as the same JSON value it was
+/// sent as ([`check_exact`]): a number that would change (an integer beyond
+/// 64 bits, a decimal beyond double precision) or a key twice in one object
+/// is refused, naming where.
 pub fn parse_events(body: &[u8]) -> Result<Vec<Value>, BodyError> {
     let text = std::str::from_utf8(body).map_err(|error| {
         let offset = error.valid_up_to();
@@ -184,7 +217,169 @@ pub fn parse_events(body: &[u8]) -> Result<Vec<Value>, BodyError> {
     if events.is_empty() {
         return Err(BodyError::NoEvents);
     }
+    let raw = match first {
+        Some(b'[') => {
+            serde_json::from_str::<Vec<Box<RawValue>>>(text).map_err(|error| syntax(&error, 0))?
+        }
+        _ => text
+            .split('\n')
+            .enumerate()
+            .filter(|(_, line)| !line.trim_matches([' ', '\t', '\r']).is_empty())
+            .map(|(at, line)| serde_json::from_str(line).map_err(|error| syntax(&error, at)))
+            .collect::<Result<_, _>>()?,
+    };
+    for (at, event) in raw.iter().enumerate() {
+        check_exact(event, &mut String::new()).map_err(|problem| problem.in_event(at + 1))?;
+    }
     Ok(events)
+}
+
+/// Where a value cannot be kept as sent, found by [`check_exact`].
+enum Inexact {
+    Number {
+        path: String,
+        text: String,
+    },
+    DuplicateKey {
+        path: String,
+        key: String,
+    },
+    /// A part of the event did not parse again (it parsed whole before).
+    Reread(serde_json::Error),
+}
+
+impl Inexact {
+    fn in_event(self, event: usize) -> BodyError {
+        match self {
+            Inexact::Number { path, text } => BodyError::InexactNumber {
+                event,
+                path,
+                text: text.chars().take(40).collect(),
+            },
+            Inexact::DuplicateKey { path, key } => BodyError::DuplicateKey {
+                event,
+                path: if path.is_empty() {
+                    "the top level".into()
+                } else {
+                    path
+                },
+                key,
+            },
+            Inexact::Reread(error) => BodyError::Syntax {
+                line: error.line(),
+                column: error.column(),
+                reason: format!("event {event}: {error}"),
+            },
+        }
+    }
+}
+
+/// Checks that the JSON value `raw` (at `path`, a JSON pointer) is stored
+/// as the same value it was sent as: `serde_json` keeps a number as a
+/// 64-bit integer or a double, and keeps one of two equal keys. Walks the
+/// value's text, which `serde_json` has already checked for syntax (and for
+/// depth: 128 levels at most).
+fn check_exact(raw: &RawValue, path: &mut String) -> Result<(), Inexact> {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'{') => {
+            let Entries(entries) = serde_json::from_str(text).map_err(Inexact::Reread)?;
+            let mut seen = std::collections::HashSet::new();
+            for (key, value) in &entries {
+                if !seen.insert(key.as_str()) {
+                    return Err(Inexact::DuplicateKey {
+                        path: path.clone(),
+                        key: key.clone(),
+                    });
+                }
+                let depth = path.len();
+                path.push('/');
+                path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                check_exact(value, path)?;
+                path.truncate(depth);
+            }
+            Ok(())
+        }
+        Some(b'[') => {
+            let items: Vec<Box<RawValue>> = serde_json::from_str(text).map_err(Inexact::Reread)?;
+            for (at, item) in items.iter().enumerate() {
+                let depth = path.len();
+                path.push_str(&format!("/{at}"));
+                check_exact(item, path)?;
+                path.truncate(depth);
+            }
+            Ok(())
+        }
+        Some(b'-' | b'0'..=b'9') if !exact_number(text) => Err(Inexact::Number {
+            path: path.clone(),
+            text: text.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `serde_json` keeps the number `text` as the same value: an
+/// integer within 64 bits, or a number whose double, written back (the
+/// shortest text that reads as the same double), is the same decimal.
+fn exact_number(text: &str) -> bool {
+    let Ok(number) = serde_json::from_str::<serde_json::Number>(text) else {
+        return false;
+    };
+    // A double: a decimal, or an integer literal beyond 64 bits (or `-0`).
+    !number.is_f64() || decimal(text) == decimal(&number.to_string())
+}
+
+/// A JSON number's exact value as (negative, significant digits without
+/// leading or trailing zeros, power of ten); every zero is the same zero.
+/// `None` for a non-zero number whose exponent is beyond 64 bits.
+fn decimal(text: &str) -> Option<(bool, String, i64)> {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (rest, "0"),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{whole}{fraction}");
+    let significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return Some((false, String::new(), 0));
+    }
+    let exponent = exponent.parse::<i64>().ok()?;
+    let trimmed = significant.trim_end_matches('0');
+    let power = exponent
+        .checked_sub(i64::try_from(fraction.len()).ok()?)?
+        .checked_add(i64::try_from(significant.len() - trimmed.len()).ok()?)?;
+    Some((negative, trimmed.to_string(), power))
+}
+
+/// An object's entries in the order sent, equal keys included (a map type
+/// would keep one of them).
+struct Entries(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Entries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
 }
 
 /// The line and column (from 1, in bytes) just after `before`.
@@ -233,6 +428,72 @@ mod tests {
 
     fn error(body: &str) -> String {
         parse_events(body.as_bytes()).unwrap_err().to_string()
+    }
+
+    /// Numbers are stored as the value sent or refused, naming where;
+    /// never stored as another value (1.2345678901234568e29 for a 30-digit
+    /// integer, 0.1 for a 34-digit decimal).
+    #[test]
+    fn numbers_that_would_change_are_refused_naming_where() {
+        for exact in [
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "0.1",
+            "1.5e3",
+            "1E2",
+            "2.50",
+            "1e-7",
+            "-0.0",
+            "9007199254740993",
+            "1.7976931348623157e308",
+            "0e99999999999999999999999",
+        ] {
+            let body = format!(r#"{{"id": "x", "n": {exact}}}"#);
+            assert!(
+                parse_events(body.as_bytes()).is_ok(),
+                "{exact}: {:?}",
+                parse_events(body.as_bytes())
+            );
+        }
+        for (inexact, path) in [
+            ("123456789012345678901234567890", "/n"),
+            ("18446744073709551616", "/n"),
+            ("-9223372036854775809", "/n"),
+            ("0.1000000000000000055511151231257827", "/n"),
+            ("9007199254740993.0", "/n"),
+            ("1e-400", "/n"),
+            (r#"[1, {"a/b": 0.30000000000000000001}]"#, "/n/1/a~1b"),
+        ] {
+            let body = format!("{{\"id\": \"x\"}}\n{{\"id\": \"y\", \"n\": {inexact}}}\n");
+            let message = error(&body);
+            assert!(
+                message.starts_with("event 2: the number "),
+                "{inexact}: {message}"
+            );
+            assert!(
+                message.contains(&format!(" at {path} cannot be stored as sent")),
+                "{message}"
+            );
+        }
+    }
+
+    /// A key twice in one object is refused: serde_json would keep one.
+    #[test]
+    fn a_key_twice_in_one_object_is_refused() {
+        assert_eq!(
+            error(r#"[{"id": 1, "id": 2}]"#),
+            "event 1: the key \"id\" appears twice in the object at the top level; send each \
+             key once"
+        );
+        assert_eq!(
+            error(r#"[{"id": 1}, {"id": 2, "a": [{"x": 1, "x": 1}]}]"#),
+            "event 2: the key \"x\" appears twice in the object at /a/0; send each key once"
+        );
+        assert!(parse_events(br#"[{"id": 1, "a": {"id": 2}}]"#).is_ok());
     }
 
     #[test]

@@ -52,6 +52,12 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
+use crate::files::Access;
+
+/// The largest certificate or key file read, in bytes: a long chain is a
+/// few kilobytes.
+const MAX_PEM_LEN: u64 = 1 << 20;
+
 /// How long and how many connections may stay open. Part of
 /// [`Config`](super::Config); read by the accept loop of
 /// [`IngestService::serve`](super::IngestService::serve) for every connection.
@@ -134,10 +140,10 @@ impl Tls {
 /// rustls' server configuration from `files`, with the `ring` provider
 /// given explicitly (no process-wide default is installed).
 async fn server_config(files: &TlsFiles) -> anyhow::Result<ServerConfig> {
-    let cert_pem = tokio::fs::read(&files.cert)
+    let cert_pem = crate::files::read(&files.cert, MAX_PEM_LEN, Access::Public)
         .await
         .with_context(|| format!("reading the TLS certificate {}", files.cert.display()))?;
-    let key_pem = tokio::fs::read(&files.key)
+    let key_pem = crate::files::read(&files.key, MAX_PEM_LEN, Access::Public)
         .await
         .with_context(|| format!("reading the TLS key {}", files.key.display()))?;
     let certs = CertificateDer::pem_slice_iter(&cert_pem)

@@ -8,8 +8,10 @@
 //! The library holds what the project's programs (the demos, the ingest
 //! service, the benchmarks, `sink-inspect`) share, so that a flag means the
 //! same in each: [`flags`] (durations, checkpoint intervals, tracing, a job's
-//! losses) and [`location`] (a local directory or an `s3://` URL, for output
-//! and checkpoints).
+//! losses), [`location`] (a local directory or an `s3://` URL, for output
+//! and checkpoints) and [`layout`] (where the state may lie relative to the
+//! output).
 
 pub mod flags;
+pub mod layout;
 pub mod location;

@@ -27,7 +27,8 @@ use sinks_file::{BasePathBucketAssigner, Encoder, FileSink, FileSinkBuilder};
 pub enum Location {
     /// A local directory.
     Local(PathBuf),
-    /// An `s3://bucket/prefix` URL, without a trailing `/`.
+    /// An `s3://bucket/prefix` URL, without a trailing `/` or an empty
+    /// name.
     S3(String),
 }
 
@@ -36,12 +37,18 @@ impl Location {
     /// a `clap` value parser.
     pub fn parse(text: &str) -> Result<Location, String> {
         if let Some(rest) = text.strip_prefix("s3://") {
-            let rest = rest.trim_end_matches('/');
+            // Empty names (`//`, a trailing `/`) dropped, as object store
+            // paths drop them: one prefix has one spelling.
             if rest.is_empty() || rest.starts_with('/') {
                 return Err(format!(
                     "'{text}' names no bucket; write s3://bucket/prefix"
                 ));
             }
+            let rest = rest
+                .split('/')
+                .filter(|name| !name.is_empty())
+                .collect::<Vec<_>>()
+                .join("/");
             if cfg!(not(feature = "s3")) {
                 return Err(without_s3(text));
             }
@@ -311,6 +318,10 @@ mod tests {
         assert_eq!(
             Location::parse("s3://bucket/out/").unwrap(),
             Location::S3("s3://bucket/out".into())
+        );
+        assert_eq!(
+            Location::parse("s3://bucket//a///b/").unwrap(),
+            Location::S3("s3://bucket/a/b".into())
         );
         assert_eq!(
             Location::parse("s3://bucket/out").unwrap().join(".state"),

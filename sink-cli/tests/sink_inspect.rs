@@ -135,3 +135,62 @@ fn a_hostile_length_under_a_correct_checksum_is_reported_not_fatal() {
     assert!(error.contains("does not decode"), "{report}");
     assert!(error.contains("claims more than"), "{report}");
 }
+
+/// A damaged GENERATION (`echo junk > GENERATION`): the job refuses to
+/// start with the generation's own message (not a checkpoint's, and no
+/// advice to move it away), `sink-inspect` says the same, and
+/// `--set-generation` repairs it only upward; the next start then gets
+/// the generation after it.
+#[tokio::test]
+async fn a_damaged_generation_is_refused_by_name_and_repaired_with_set_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = || {
+        let store = MemoryStore::<u64>::new();
+        Job::builder(
+            "repaired",
+            SequenceSource::unbounded(1_000),
+            MemorySink::new(store),
+        )
+        .checkpointing(CheckpointConfig::every(Duration::from_millis(20)))
+        .checkpoint_storage(LocalCheckpointStorage::open(dir.path()).unwrap())
+        .build()
+        .unwrap()
+        .start()
+    };
+    let first = run();
+    while first.metrics().checkpoints_completed < 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.cancel();
+    first.join().await.unwrap();
+    std::fs::write(dir.path().join("GENERATION"), "junk\n").unwrap();
+
+    let error = run().join().await.unwrap_err().to_string();
+    assert!(error.contains("the generation file"), "{error}");
+    assert!(error.contains("--set-generation 1000001"), "{error}");
+    assert!(!error.contains("previous checkpoint"), "{error}");
+    let (ok, out) = inspect(dir.path(), false);
+    assert!(!ok);
+    assert!(out.contains("--set-generation"), "{out}");
+
+    let set = |generation: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sink-inspect"))
+            .arg(dir.path())
+            .args(["--set-generation", generation])
+            .output()
+            .expect("the inspector runs")
+    };
+    let refused = set("1");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("only grow"),
+        "{refused:?}"
+    );
+    let repaired = set("1000001");
+    assert!(repaired.status.success(), "{repaired:?}");
+    let (ok, out) = inspect(dir.path(), true);
+    assert!(ok, "{out}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    assert_eq!(report["generation"], 1_000_001);
+    assert!(LocalCheckpointStorage::inspect(dir.path()).is_ok());
+}

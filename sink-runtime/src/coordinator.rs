@@ -724,6 +724,9 @@ impl Coordinator {
                         .map(|at| now.saturating_sub(at))
                         .unwrap_or_default();
                     metrics::add(&self.metrics.checkpoints_completed, 1);
+                    self.metrics
+                        .checkpoints_failed_in_a_row
+                        .store(0, std::sync::atomic::Ordering::Relaxed);
                     self.last_completed = self.last_completed.max(id);
                     self.metrics.last_checkpoint_duration_ms.store(
                         duration.as_millis() as u64,
@@ -767,6 +770,13 @@ impl Coordinator {
             return Ok(());
         };
         metrics::add(&self.metrics.checkpoints_failed, 1);
+        let (FailureVerdict::Tolerated { consecutive }
+        | FailureVerdict::Warn { consecutive }
+        | FailureVerdict::FailJob { consecutive }) = &verdict;
+        self.metrics.checkpoints_failed_in_a_row.store(
+            u64::from(*consecutive),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         match verdict {
             FailureVerdict::Tolerated { consecutive } => {
                 info!(checkpoint = %id, %reason, consecutive, "checkpoint failed");

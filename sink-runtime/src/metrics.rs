@@ -1,8 +1,9 @@
 //! Counters a caller can read at any time while a job runs, and after.
 //!
 //! Every task updates shared atomic counters; [`Metrics::snapshot`] copies
-//! them into a plain [`MetricsSnapshot`]. Counters only grow, except the two
-//! gauges (`committables_pending`, `last_checkpoint_duration_ms`). Commits
+//! them into a plain [`MetricsSnapshot`]. Counters only grow, except the
+//! gauges (`committables_pending`, `last_checkpoint_duration_ms`,
+//! `checkpoints_failed_in_a_row`). Commits
 //! that failed with a known reason are also kept with their reasons (the
 //! first [`MAX_KEPT_FAILURES`]), so a report can say what was lost, not only
 //! how much.
@@ -83,6 +84,11 @@ pub struct MetricsSnapshot {
     /// How long the last completed checkpoint took from trigger to
     /// completion, in milliseconds.
     pub last_checkpoint_duration_ms: u64,
+    /// Checkpoints that failed since one last completed (a gauge, back to 0
+    /// at every completion): above zero nothing new is committed, and past
+    /// the checkpoint configuration's tolerance the job fails. What a health
+    /// check reads to say a running job is degraded.
+    pub checkpoints_failed_in_a_row: u64,
     /// Checkpoints the global committer acted on.
     pub global_commits: u64,
     /// Restarts after a failure.
@@ -113,6 +119,7 @@ pub struct Metrics {
     pub(crate) checkpoints_failed: AtomicU64,
     pub(crate) checkpoints_aborted: AtomicU64,
     pub(crate) last_checkpoint_duration_ms: AtomicU64,
+    pub(crate) checkpoints_failed_in_a_row: AtomicU64,
     pub(crate) global_commits: AtomicU64,
     pub(crate) restarts: AtomicU64,
     /// The sink's counters, handed to it in every context.
@@ -203,6 +210,7 @@ impl Metrics {
             checkpoints_failed: get(&self.checkpoints_failed),
             checkpoints_aborted: get(&self.checkpoints_aborted),
             last_checkpoint_duration_ms: get(&self.last_checkpoint_duration_ms),
+            checkpoints_failed_in_a_row: get(&self.checkpoints_failed_in_a_row),
             global_commits: get(&self.global_commits),
             restarts: get(&self.restarts),
             sink: self.sink.read(),

@@ -388,6 +388,89 @@ fn fresh_is_refused_while_another_instance_holds_the_state_directory() {
     );
 }
 
+/// The state never lies where readers take it for output: the output and
+/// the state at one location (however spelled), the state inside the output
+/// under a visible name, and the output inside the state are refused before
+/// anything is written, naming the fix; on S3 too, before any request.
+#[test]
+fn output_and_state_at_one_location_are_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("same");
+    for (state, expected) in [
+        (out.clone(), "one location"),
+        (dir.path().join("./same/."), "one location"),
+        (out.join("state"), "starting with a dot"),
+        (dir.path().to_path_buf(), "inside the state"),
+    ] {
+        let refused = demo(
+            &out,
+            &[
+                "--state",
+                &state.display().to_string(),
+                "--records",
+                "1000",
+                "--json",
+            ],
+        );
+        let message = text(&refused);
+        assert!(!refused.status.success(), "{}: {message}", state.display());
+        assert!(message.contains(expected), "{message}");
+        assert!(message.contains("--state"), "the fix is named: {message}");
+        assert!(!out.exists(), "nothing written for {}", state.display());
+    }
+    // No server listens at this endpoint: the refusal comes first.
+    let refused = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+        .args(["--out", "s3://bucket/same", "--state", "s3://bucket//same/"])
+        .args(["--endpoint", "http://127.0.0.1:9", "--records", "10"])
+        .output()
+        .expect("the demo runs");
+    let message = text(&refused);
+    assert!(!refused.status.success(), "{message}");
+    assert!(message.contains("one location"), "{message}");
+}
+
+/// `--fresh` keeps the state directory however the two paths are spelled:
+/// `--out ./fr --state fr/.state` after a run with `--out fr` deletes the
+/// output, keeps the lock, the generation and the state directory, and the
+/// new run's generation is higher (names never repeat).
+#[test]
+fn fresh_keeps_the_state_directory_whatever_its_spelling() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fr");
+    let first = summary(&demo(&out, &["--records", "1000", "--json"]));
+    assert_eq!(first["status"], "Finished");
+    let generation = || {
+        sink_runtime::LocalCheckpointStorage::inspect(out.join(".state"))
+            .expect("a state directory")
+            .generation
+            .expect("a generation")
+            .0
+    };
+    let first_generation = generation();
+
+    // The same two directories, spelled through a symbolic link and `.`.
+    let alias = dir.path().join("alias");
+    std::os::unix::fs::symlink(&out, &alias).unwrap();
+    let fresh = demo(
+        &alias.join("."),
+        &[
+            "--state",
+            &out.join("../fr/.state").display().to_string(),
+            "--records",
+            "1000",
+            "--fresh",
+            "--json",
+        ],
+    );
+    let report = summary(&fresh);
+    assert_eq!(report["status"], "Finished", "{}", text(&fresh));
+    assert_each_id_once(&out, 1000);
+    assert!(
+        generation() > first_generation,
+        "the generation was kept and grew"
+    );
+}
+
 /// Killed while its checkpoints hold committables, moved with `mv`, resumed
 /// with the new `--out`: every id exactly once, and nothing refers to the
 /// old place.

@@ -91,6 +91,10 @@ struct Args {
     /// twice the parallelism.
     #[arg(long, value_name = "CONNECTION")]
     url: Option<String>,
+    /// With --sink postgres: the name of an environment variable holding
+    /// the connection, instead of --url (whose password `ps` would show).
+    #[arg(long, value_name = "VAR", conflicts_with = "url")]
+    url_env: Option<String>,
     /// With --sink postgres: the table, created if missing with one column
     /// `event jsonb NOT NULL`.
     #[arg(long, default_value = "ingest_events", value_parser = parse_table_name)]
@@ -203,13 +207,25 @@ impl Args {
             .checkpoint_interval
             .config(self.checkpoint_min_pause, self.checkpoint_max_interval)
             .map_err(anyhow::Error::msg)?;
-        let destination = match (self.sink, &self.url) {
+        let url = match (&self.url, &self.url_env) {
+            (Some(url), _) => Some(url.clone()),
+            (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
+                anyhow::anyhow!(
+                    "the environment variable {var} (--url-env) is not set or not UTF-8; it must \
+                     hold the PostgreSQL connection"
+                )
+            })?),
+            (None, None) => None,
+        };
+        let destination = match (self.sink, &url) {
             (SinkKind::Files, None) => Destination::Files,
             (SinkKind::Delta, None) => Destination::Delta,
             (SinkKind::Files | SinkKind::Delta, Some(_)) => {
-                bail!("--url goes with --sink postgres")
+                bail!("--url and --url-env go with --sink postgres")
             }
-            (SinkKind::Postgres, None) => bail!("--sink postgres needs --url CONNECTION"),
+            (SinkKind::Postgres, None) => {
+                bail!("--sink postgres needs --url CONNECTION or --url-env VAR")
+            }
             (SinkKind::Postgres, Some(_)) if self.out.is_some() => {
                 bail!(
                     "--out names a file destination; with --sink postgres the events go to --table"

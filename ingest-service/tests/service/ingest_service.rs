@@ -67,6 +67,13 @@ impl TestCert {
     }
 }
 
+/// Writes a token file as the service takes it: the owner's only.
+fn write_private(path: &Path, content: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, content).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 /// The certificate and token file every service of this test binary
 /// starts with, made once.
 struct Shared {
@@ -84,7 +91,7 @@ fn shared() -> &'static Shared {
             .iter()
             .map(|(tenant, token)| format!("{tenant} {token}\n"))
             .collect();
-        std::fs::write(&tokens, format!("# the test tenants\n{lines}")).unwrap();
+        write_private(&tokens, &format!("# the test tenants\n{lines}"));
         Shared {
             cert: TestCert::make(&dir, "shared"),
             tokens,
@@ -126,7 +133,11 @@ impl Service {
                 command
                     .arg("--output-dir")
                     .arg(dir)
-                    .args(["--sink", "postgres", "--url", url, "--table", table]);
+                    // In the environment, as a password should be: `ps`
+                    // shows a command line.
+                    .env("INGEST_TEST_PG_URL", url)
+                    .args(["--sink", "postgres", "--url-env", "INGEST_TEST_PG_URL"])
+                    .args(["--table", table]);
             }
         }
         if !extra.contains(&"--checkpoint-interval") {
@@ -759,6 +770,11 @@ async fn malformed_requests_get_400_with_the_reason_and_write_nothing() {
     let long_key = "k".repeat(256);
     let big = body(&ids("bad-big", 100), false);
     assert!(big.len() > 4096);
+    let too_large = format!(
+        "the body is larger than 4096 bytes; split the events over several requests (its \
+         Content-Length declares {}; nothing was stored)",
+        big.len()
+    );
     let cases: Vec<(Vec<u8>, Option<&str>, u16, &str)> = vec![
         (
             b"[{\"id\": \"bad-1\"},\n {\"id\": }]".to_vec(),
@@ -790,6 +806,23 @@ async fn malformed_requests_get_400_with_the_reason_and_write_nothing() {
             400,
             "the body holds no events: send a JSON array of objects, or one JSON object per line",
         ),
+        // Stored as 1.2345678901234568e29 and 0.1 before: never "stored"
+        // for something else.
+        (
+            br#"[{"id":"bad-bignum","n":123456789012345678901234567890,"f":0.1000000000000000055511151231257827}]"#
+                .to_vec(),
+            None,
+            400,
+            "event 1: the number 123456789012345678901234567890 at /n cannot be stored as sent \
+             (integers are kept to 64 bits, decimals to double precision); send it as a string",
+        ),
+        (
+            br#"[{"id":"bad-dup","id":"bad-dup-2"}]"#.to_vec(),
+            None,
+            400,
+            "event 1: the key \"id\" appears twice in the object at the top level; send each key \
+             once",
+        ),
         (
             b" [ ] ".to_vec(),
             None,
@@ -820,7 +853,7 @@ async fn malformed_requests_get_400_with_the_reason_and_write_nothing() {
             big.into_bytes(),
             None,
             413,
-            "the body is larger than 4096 bytes; split the events over several requests",
+            &too_large,
         ),
     ];
     for (body, key, status, message) in cases {
@@ -1352,6 +1385,14 @@ fn bad_checkpoint_and_sink_flags_are_refused_with_the_fix() {
         ),
         (&["--url", "host=x"][..], "--sink postgres"),
         (
+            &["--sink", "postgres", "--url-env", "INGEST_TEST_NO_SUCH_VAR"][..],
+            "INGEST_TEST_NO_SUCH_VAR (--url-env) is not set",
+        ),
+        (
+            &["--sink", "postgres", "--url", "host=x", "--url-env", "V"][..],
+            "cannot be used with",
+        ),
+        (
             &["--sink", "postgres", "--url", "host=x", "--table", "a;b"][..],
             "not a plain table name",
         ),
@@ -1607,7 +1648,7 @@ async fn tls_round_trip_refuses_plain_and_untrusted_clients_and_sighup_rotates_c
     let next = TestCert::make(files.path(), "next");
     let (old_token, new_token) = ("old-token-0123456789abcdef", "new-token-0123456789abcdef");
     let tokens = files.path().join("tokens");
-    std::fs::write(&tokens, format!("alpha {old_token}\n")).unwrap();
+    write_private(&tokens, &format!("alpha {old_token}\n"));
     let path = |p: &Path| p.to_str().unwrap().to_string();
     let (cert, key, tokens_arg) = (path(&served.cert), path(&served.key), path(&tokens));
     let service = Service::start(
@@ -1697,6 +1738,71 @@ async fn tls_round_trip_refuses_plain_and_untrusted_clients_and_sighup_rotates_c
     let mut stored = stored;
     stored.dedup();
     assert_eq!(stored, ["rotated", "still", "tls-1"], "{output:?}");
+}
+
+/// A token file that blocks on open (a named pipe in its place, as a hung
+/// network file system would) fails its reload at once, with the reason
+/// logged and the tokens in force kept; a later SIGHUP is still heard, and
+/// SIGTERM still ends the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_file_that_blocks_wedges_neither_reloads_nor_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (old_token, new_token) = ("old-token-0123456789abcdef", "new-token-0123456789abcdef");
+    let tokens = files.path().join("tokens");
+    write_private(&tokens, &format!("alpha {old_token}\n"));
+    let tokens_arg = tokens.to_str().unwrap().to_string();
+    let service = Service::start(dir.path(), &["--plain-http", "--tokens", &tokens_arg]);
+    let url = service.url("/events");
+    let send = |token: &'static str, prefix: &'static str| {
+        let client = reqwest::Client::builder().build().unwrap();
+        let url = url.clone();
+        async move {
+            client
+                .post(&url)
+                .bearer_auth(token)
+                .body(body(&ids(prefix, 2), false))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(send(old_token, "before").await, 200);
+
+    std::fs::remove_file(&tokens).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&tokens)
+        .status()
+        .unwrap()
+        .success());
+    service.hangup();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !service.stderr().contains("named pipe") {
+        assert!(
+            Instant::now() < deadline,
+            "no word of the failed reload: {}",
+            service.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(send(old_token, "kept").await, 200, "the old tokens stay");
+
+    std::fs::remove_file(&tokens).unwrap();
+    write_private(&tokens, &format!("alpha {new_token}\n"));
+    service.hangup();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while send(new_token, "rotated").await != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "a later SIGHUP was not heard: {}",
+            service.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(send(old_token, "revoked").await, 401);
+    service.stop();
 }
 
 /// Posts two events with ids `<prefix>-<n>` on a new connection of a new
@@ -2031,8 +2137,17 @@ fn tls_and_token_flags_are_asked_for_and_bad_files_refused_with_the_fix() {
     let other = TestCert::make(files.path(), "other");
     let path = |p: &Path| p.to_str().unwrap().to_string();
     let bad_tokens = files.path().join("bad-tokens");
-    std::fs::write(&bad_tokens, "alpha short\n").unwrap();
+    write_private(&bad_tokens, "alpha short\n");
     let missing = path(&files.path().join("missing"));
+    let exposed = files.path().join("exposed-tokens");
+    std::fs::write(&exposed, "alpha token-of-alpha-0123456789\n").unwrap();
+    let pipe = files.path().join("pipe-tokens");
+    assert!(Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .unwrap()
+        .success());
+    let (exposed, pipe) = (path(&exposed), path(&pipe));
     let (cert_pem, cert_key, other_key, bad) = (
         path(&cert.cert),
         path(&cert.key),
@@ -2086,6 +2201,13 @@ fn tls_and_token_flags_are_asked_for_and_bad_files_refused_with_the_fix() {
             1,
             "line 1: the second word, the token, is 5",
         ),
+        (&["--plain-http", "--tokens", &exposed][..], 1, "chmod 600"),
+        // A pipe would block the open forever.
+        (
+            &["--plain-http", "--tokens", &pipe][..],
+            1,
+            "not a regular file but a named pipe",
+        ),
         (
             &["--plain-http", "--tokens-env", "INGEST_TEST_NO_SUCH_VAR"][..],
             1,
@@ -2109,6 +2231,42 @@ fn tls_and_token_flags_are_asked_for_and_bad_files_refused_with_the_fix() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
         assert!(output.stdout.is_empty(), "{args:?} listened");
     }
+}
+
+/// A body declared over the limit gets 413 at once, before any of it is
+/// sent: not 408 after the body timeout, and with `Expect: 100-continue`
+/// no `100 Continue` first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_declared_over_the_limit_gets_413_at_once_and_no_100_continue() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), &["--plain-http", "--body-read-timeout", "30s"]);
+    for expect in ["", "Expect: 100-continue\r\n"] {
+        for declared in ["99999999999999", "5000000"] {
+            let mut stream = tokio::net::TcpStream::connect(service.address())
+                .await
+                .unwrap();
+            let head = format!(
+                "POST /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALPHA_TOKEN}\r\n\
+                 {expect}Content-Length: {declared}\r\n\r\n"
+            );
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+                .await
+                .expect("answered and closed at once, not after the body timeout")
+                .unwrap();
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(
+                answer.starts_with("HTTP/1.1 413"),
+                "{expect}{declared}: {answer}"
+            );
+            assert!(!answer.contains("100 Continue"), "{answer}");
+            assert!(answer.contains(declared), "{answer}");
+        }
+    }
+    service.stop();
+    assert!(output_ids(dir.path()).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

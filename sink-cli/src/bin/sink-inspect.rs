@@ -6,6 +6,9 @@
 //! `cargo run -p sink-cli --bin sink-inspect -- s3://bucket/state [--endpoint URL] [--json]`
 //! (or, installed with `cargo install --path sink-cli`, `sink-inspect ...`)
 //!
+//! `sink-inspect STATE_DIR --set-generation N` repairs a damaged
+//! `GENERATION` file (the job's error says which N is safe).
+//!
 //! It reads without taking the directory's lock (nor claiming an object
 //! store's), so it can look at the state of a running job; an unreadable
 //! checkpoint is reported, not fatal.
@@ -31,6 +34,34 @@ struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Repair a damaged GENERATION file of a local state directory: set it
+    /// to N, above every generation in use (the job's error names what the
+    /// directory records), so the next start gets N + 1. Takes the
+    /// directory's lock: stop the job first.
+    #[arg(long, value_name = "N")]
+    set_generation: Option<u64>,
+}
+
+/// `--set-generation`: writes the generation of the local state directory
+/// `location` under its lock.
+fn set_generation(location: &Location, generation: u64) -> anyhow::Result<()> {
+    let Some(dir) = location.local().filter(|dir| dir.is_dir()) else {
+        anyhow::bail!(
+            "--set-generation repairs the GENERATION file of an existing local state directory; \
+             {location} is not one"
+        );
+    };
+    let storage = sink_runtime::LocalCheckpointStorage::open(dir)
+        .with_context(|| format!("opening {} to set its generation", dir.display()))?;
+    storage
+        .set_generation(sink_api::Generation(generation))
+        .with_context(|| format!("setting the generation of {}", dir.display()))?;
+    println!(
+        "generation of {} set to {generation}: the next start gets {}",
+        dir.display(),
+        generation.saturating_add(1)
+    );
+    Ok(())
 }
 
 /// Pending committables per (checkpoint, origin subtask).
@@ -92,6 +123,9 @@ fn pending_list(parts: &Value) -> Vec<String> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(generation) = args.set_generation {
+        return set_generation(&args.state_dir, generation);
+    }
     let options = location::s3_options(args.endpoint.as_deref());
     let state = location::inspect(&args.state_dir, &options)
         .await

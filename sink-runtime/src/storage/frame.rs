@@ -14,7 +14,10 @@
 //! never fall back to an older state when the newest cannot be read.
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use sink_api::{BincodeSerializer, CheckpointId, Generation, SerializerError, VersionedSerializer};
+use sink_api::{
+    BincodeSerializer, CheckpointId, Generation, SerializerError, VersionedSerializer,
+    MAX_DECODED_PAYLOAD,
+};
 
 use super::{
     CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot,
@@ -27,7 +30,11 @@ pub(super) const FORMAT_VERSION: u32 = 2;
 /// The oldest version this build reads (format 1: checkpoints without a
 /// lineage; `tests/data/checkpoints/v1` holds files of it).
 const OLDEST_READ_VERSION: u32 = 1;
-const HEADER_LEN: usize = 6 + 1 + 1 + 4 + 8 + 4;
+pub(super) const HEADER_LEN: usize = 6 + 1 + 1 + 4 + 8 + 4;
+/// The largest frame this build reads: a header and a payload of at most
+/// [`MAX_DECODED_PAYLOAD`] (which the serializer already refuses to write
+/// past). A larger state file or object is refused before it is read.
+pub(super) const MAX_FRAME_LEN: u64 = (HEADER_LEN + MAX_DECODED_PAYLOAD) as u64;
 
 /// What a frame holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,24 +74,34 @@ pub(super) fn encode<T: Serialize + DeserializeOwned>(
     Ok(frame)
 }
 
-/// Checks the frame `bytes`, read from `location` (named in errors), and
-/// decodes its payload.
-pub(super) fn decode<T: Framed>(
-    bytes: &[u8],
+/// Checks what can be checked of a frame of `size` bytes at `location`
+/// before its payload is read: not larger than [`MAX_FRAME_LEN`], and, when
+/// `header` (its first bytes) is whole, the marker, the kind, a known
+/// version and a payload length that accounts for exactly `size`. The
+/// storages call it before they read a state file's payload, so a damaged
+/// or foreign file of any size costs a header's read, never its size in
+/// memory.
+pub(super) fn check_header(
+    header: &[u8],
+    size: u64,
     kind: Kind,
     location: &str,
-) -> Result<T, StorageError> {
+) -> Result<(), StorageError> {
     let corrupt = |problem: String| StorageError::Corrupt {
         path: location.into(),
         problem,
     };
-    if bytes.len() < HEADER_LEN {
+    if size > MAX_FRAME_LEN {
         return Err(corrupt(format!(
-            "it is truncated: {} bytes, shorter than the {HEADER_LEN}-byte header",
-            bytes.len()
+            "it is {size} bytes, more than the {MAX_FRAME_LEN} a state file may hold; \
+             it was not read"
         )));
     }
-    let (header, payload) = bytes.split_at(HEADER_LEN);
+    if size < HEADER_LEN as u64 || header.len() < HEADER_LEN {
+        return Err(corrupt(format!(
+            "it is truncated: {size} bytes, shorter than the {HEADER_LEN}-byte header"
+        )));
+    }
     if &header[..6] != MAGIC {
         return Err(corrupt(
             "it does not start with the state file marker \"EOSINK\"".into(),
@@ -96,10 +113,7 @@ pub(super) fn decode<T: Framed>(
             header[6], kind as u8
         )));
     }
-    let le_u32 = |at: usize| {
-        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-    };
-    let version = le_u32(8);
+    let version = le_u32(header, 8);
     if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(corrupt(format!(
             "its format version {version} is unknown to this build, which reads versions \
@@ -109,20 +123,44 @@ pub(super) fn decode<T: Framed>(
     let mut length = [0u8; 8];
     length.copy_from_slice(&header[12..20]);
     let length = u64::from_le_bytes(length);
-    if length != payload.len() as u64 {
+    let holds = size - HEADER_LEN as u64;
+    if length != holds {
         return Err(corrupt(format!(
-            "it is truncated or padded: the header announces {length} bytes of payload, the file holds {}",
-            payload.len()
+            "it is truncated or padded: the header announces {length} bytes of payload, the file holds {holds}"
         )));
     }
-    let expected = le_u32(20);
+    Ok(())
+}
+
+/// The little-endian `u32` at `at` in a whole header.
+fn le_u32(header: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+}
+
+/// Checks the frame `bytes`, read from `location` (named in errors), and
+/// decodes its payload.
+pub(super) fn decode<T: Framed>(
+    bytes: &[u8],
+    kind: Kind,
+    location: &str,
+) -> Result<T, StorageError> {
+    check_header(bytes, bytes.len() as u64, kind, location)?;
+    let (header, payload) = bytes.split_at(HEADER_LEN);
+    let expected = le_u32(header, 20);
     let actual = crc32c::crc32c(payload);
     if expected != actual {
-        return Err(corrupt(format!(
-            "its checksum does not match (stored {expected:#010x}, computed {actual:#010x})"
-        )));
+        return Err(StorageError::Corrupt {
+            path: location.into(),
+            problem: format!(
+                "its checksum does not match (stored {expected:#010x}, computed {actual:#010x})"
+            ),
+        });
     }
-    T::decode(version, payload).map_err(|e| corrupt(format!("its payload does not decode: {e}")))
+    let version = le_u32(header, 8);
+    T::decode(version, payload).map_err(|e| StorageError::Corrupt {
+        path: location.into(),
+        problem: format!("its payload does not decode: {e}"),
+    })
 }
 
 /// Decodes a checkpoint frame read from `location` and checks that it is

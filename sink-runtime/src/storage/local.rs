@@ -22,7 +22,7 @@
 //! that start a job over in the same directory.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -184,6 +184,34 @@ impl LocalCheckpointStorage {
             .map_err(|e| StorageError::io(format!("syncing the directory {}", dir.display()), e))
     }
 
+    /// Sets `GENERATION` to `generation`, so that the next start gets
+    /// `generation + 1`: the repair of a damaged generation file
+    /// ([`StorageError::DamagedGeneration`]), called by `sink-inspect
+    /// --set-generation` after [`open`](Self::open), under the lock, never
+    /// while a job runs on this storage.
+    ///
+    /// Refused unless `generation` is above every generation the directory
+    /// records (a readable `GENERATION`, the checkpoints, the finished
+    /// marker): generations only grow. Written atomically. Blocking file
+    /// I/O, on the calling thread.
+    pub fn set_generation(&self, generation: Generation) -> Result<(), StorageError> {
+        let dir = &self.inner.dir;
+        let current = match read_generation(dir) {
+            Ok(current) => current.unwrap_or(0),
+            Err(StorageError::DamagedGeneration { .. }) => 0,
+            Err(other) => return Err(other),
+        };
+        let highest = current.max(highest_recorded(dir));
+        if generation.0 <= highest {
+            return Err(StorageError::Message(format!(
+                "generation {generation} is refused for {}: generations only grow, and the directory \
+                 records generation {highest}; give a higher one",
+                dir.display()
+            )));
+        }
+        write_framed(dir, GENERATION_FILE, Kind::Generation, &generation.0)
+    }
+
     /// Reads everything in the state directory `dir` without taking its
     /// lock (a running job may be writing it): for inspection tools.
     pub fn inspect(dir: impl AsRef<Path>) -> Result<StateDirectory, StorageError> {
@@ -216,8 +244,7 @@ impl LocalCheckpointStorage {
             })
             .collect();
         Ok(StateDirectory {
-            generation: read_optional::<u64>(&dir.join(GENERATION_FILE), Kind::Generation)?
-                .map(Generation),
+            generation: read_generation(dir)?.map(Generation),
             finished: read_optional(&dir.join(FINISHED_FILE), Kind::Finished)?,
             checkpoints,
             locked,
@@ -244,7 +271,7 @@ impl CheckpointStorage for LocalCheckpointStorage {
     async fn begin(&self) -> Result<Generation, StorageError> {
         self.blocking(|inner| {
             let path = inner.dir.join(GENERATION_FILE);
-            let last = read_optional::<u64>(&path, Kind::Generation)?.unwrap_or(0);
+            let last = read_generation(&inner.dir)?.unwrap_or(0);
             let next = last.checked_add(1).ok_or_else(|| {
                 StorageError::Message(format!(
                     "{} holds generation {last}, the largest there is: no start can get a new one. \
@@ -336,9 +363,88 @@ fn list_checkpoints(dir: &Path) -> Result<Vec<(CheckpointId, PathBuf)>, StorageE
 }
 
 fn read_checkpoint(path: &Path, id: CheckpointId) -> Result<CompletedCheckpoint, StorageError> {
-    let bytes =
-        fs::read(path).map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
+    let bytes = read_state_file(path, Kind::Checkpoint)?;
     frame::decode_checkpoint(&bytes, id, &path.display().to_string())
+}
+
+/// The bytes of the state file at `path`, its header checked before its
+/// payload is read ([`frame::check_header`]): a file of the wrong size, a
+/// device or a pipe in its place is refused after at most a header's read,
+/// never read until memory runs out.
+fn read_state_file(path: &Path, kind: Kind) -> Result<Vec<u8>, StorageError> {
+    let location = path.display().to_string();
+    let reading = |e| StorageError::io(format!("reading {location}"), e);
+    // Following a symbolic link, as the open below does; a pipe would block
+    // the open itself.
+    let metadata = fs::metadata(path).map_err(reading)?;
+    if !metadata.is_file() {
+        return Err(StorageError::Corrupt {
+            path: path.to_path_buf(),
+            problem: format!(
+                "it is not a regular file but a {}; a state file always is one",
+                describe(&metadata.file_type())
+            ),
+        });
+    }
+    let file = File::open(path).map_err(reading)?;
+    let size = file.metadata().map_err(reading)?.len();
+    let mut bytes = Vec::new();
+    let mut file = file.take(frame::HEADER_LEN as u64);
+    file.read_to_end(&mut bytes).map_err(reading)?;
+    frame::check_header(&bytes, size, kind, &location)?;
+    let payload = size - frame::HEADER_LEN as u64;
+    bytes.reserve_exact(usize::try_from(payload).unwrap_or(0));
+    let mut file = file.into_inner().take(payload);
+    file.read_to_end(&mut bytes).map_err(reading)?;
+    Ok(bytes)
+}
+
+/// What a file that is not a regular one is, for messages.
+fn describe(kind: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_fifo() {
+        "named pipe"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "device"
+    } else if kind.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+/// The last generation started in `dir`, if any. A damaged file is
+/// [`StorageError::DamagedGeneration`], with what the directory still
+/// records: its own error and advice, not a checkpoint's.
+fn read_generation(dir: &Path) -> Result<Option<u64>, StorageError> {
+    let path = dir.join(GENERATION_FILE);
+    read_optional::<u64>(&path, Kind::Generation).map_err(|error| match error {
+        StorageError::Corrupt { problem, .. } => StorageError::DamagedGeneration {
+            path,
+            problem,
+            highest_recorded: highest_recorded(dir),
+        },
+        other => other,
+    })
+}
+
+/// The highest generation the readable checkpoints and finished marker of
+/// `dir` record, 0 for none. Unreadable files are passed over: this is
+/// advice for a repair, and [`LocalCheckpointStorage::set_generation`]'s
+/// floor.
+fn highest_recorded(dir: &Path) -> u64 {
+    let checkpoints = list_checkpoints(dir).unwrap_or_default();
+    let from_checkpoints = checkpoints
+        .iter()
+        .filter_map(|(id, path)| read_checkpoint(path, *id).ok())
+        .map(|checkpoint| checkpoint.generation.0);
+    let finished = read_optional::<FinishedMarker>(&dir.join(FINISHED_FILE), Kind::Finished)
+        .ok()
+        .flatten()
+        .map(|marker| marker.generation.0);
+    from_checkpoints.chain(finished).max().unwrap_or(0)
 }
 
 fn read_optional<T: Framed>(path: &Path, kind: Kind) -> Result<Option<T>, StorageError> {
@@ -389,8 +495,7 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageE
 
 /// Reads and checks a frame, then decodes its payload.
 fn read_framed<T: Framed>(path: &Path, kind: Kind) -> Result<T, StorageError> {
-    let bytes =
-        fs::read(path).map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
+    let bytes = read_state_file(path, kind)?;
     frame::decode(&bytes, kind, &path.display().to_string())
 }
 
@@ -565,5 +670,104 @@ mod tests {
             error.to_string().contains("creating the state directory"),
             "{error}"
         );
+    }
+
+    /// A damaged `GENERATION` is its own error: no checkpoint wording, no
+    /// advice to move a file away (which would reuse generation 1), but the
+    /// generations the directory records and a repair that only goes up.
+    #[tokio::test]
+    async fn a_damaged_generation_is_its_own_error_and_is_repaired_only_upward() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+        storage.begin().await.unwrap();
+        assert_eq!(storage.begin().await.unwrap(), Generation(2));
+        let mut stored = checkpoint(1);
+        stored.generation = Generation(2);
+        storage.store(&stored).await.unwrap();
+        fs::write(dir.path().join(GENERATION_FILE), "junk\n").unwrap();
+
+        let error = storage.begin().await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                StorageError::DamagedGeneration {
+                    highest_recorded: 2,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.is_permanent());
+        let message = error.to_string();
+        assert!(message.contains("generation file"), "{message}");
+        assert!(message.contains("--set-generation 1000002"), "{message}");
+        assert!(!message.contains("checkpoint file"), "{message}");
+        assert!(!message.contains("previous checkpoint"), "{message}");
+        assert!(matches!(
+            LocalCheckpointStorage::inspect(dir.path()),
+            Err(StorageError::DamagedGeneration { .. })
+        ));
+
+        for refused in [1, 2] {
+            let error = storage.set_generation(Generation(refused)).unwrap_err();
+            assert!(error.to_string().contains("only grow"), "{error}");
+        }
+        storage.set_generation(Generation(1_000_002)).unwrap();
+        assert_eq!(storage.begin().await.unwrap(), Generation(1_000_003));
+        assert!(
+            storage.set_generation(Generation(5)).is_err(),
+            "never below the file's own generation"
+        );
+    }
+
+    /// A state file is refused after at most its header is read: one
+    /// larger than its header announces (a sparse terabyte), a device in
+    /// its place, a pipe that would block the open. None is read whole.
+    #[tokio::test]
+    async fn a_state_file_is_refused_by_its_header_before_its_payload_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+        storage.store(&checkpoint(1)).await.unwrap();
+        let path = dir.path().join(checkpoint_file_name(CheckpointId(1)));
+        let size = fs::metadata(&path).unwrap().len();
+        // Sparse: a terabyte that takes no disk, and more memory than the
+        // machine has if it were read; then 100 MiB.
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(1 << 40).unwrap();
+        let error = storage.latest().await.unwrap_err().to_string();
+        assert!(
+            error.contains("it is 1099511627776 bytes, more than the"),
+            "{error}"
+        );
+        file.set_len(100 << 20).unwrap();
+        let error = storage.latest().await.unwrap_err().to_string();
+        assert!(
+            error.contains(&format!(
+                "the header announces {} bytes of payload, the file holds {}",
+                size - frame::HEADER_LEN as u64,
+                (100 << 20) - frame::HEADER_LEN as u64
+            )),
+            "{error}"
+        );
+        drop(file);
+
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/null", &path).unwrap();
+        let error = storage.latest().await.unwrap_err().to_string();
+        assert!(error.contains("not a regular file but a device"), "{error}");
+
+        fs::remove_file(&path).unwrap();
+        let status = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let error = storage.latest().await.unwrap_err().to_string();
+        assert!(error.contains("named pipe"), "{error}");
+
+        // The same for the generation file.
+        std::os::unix::fs::symlink("/dev/null", dir.path().join(GENERATION_FILE)).unwrap();
+        let error = storage.begin().await.unwrap_err().to_string();
+        assert!(error.contains("not a regular file"), "{error}");
     }
 }

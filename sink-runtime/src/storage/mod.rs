@@ -121,6 +121,35 @@ pub enum StorageError {
         /// What is wrong with it.
         problem: String,
     },
+    /// A local state directory's `GENERATION` cannot be read. It holds the
+    /// number of the job's last start, which keeps the names the job writes
+    /// from repeating; no start can take a new one until the file is set
+    /// again above every generation in use
+    /// ([`LocalCheckpointStorage::set_generation`](crate::LocalCheckpointStorage::set_generation),
+    /// `sink-inspect --set-generation`). Never a reason to resume from an
+    /// older checkpoint, unlike [`Corrupt`](Self::Corrupt).
+    #[error(
+        "the generation file {path} is damaged: {problem}. It holds the number of the job's last start, \
+         which keeps the names the job writes (part files, uploads, transactions) from repeating, so no \
+         start can take a new one until it is set again above every generation in use. The checkpoints \
+         and the finished marker here record generations up to {highest_recorded}; starts after the \
+         newest checkpoint may have used higher ones, and the destination may show them (an object store \
+         output's .uploads/<lineage>/<generation>/ markers, a Delta table's owner transaction). Generations \
+         only have to grow, so a wide margin is safe: `sink-inspect {} --set-generation {}` leaves room for \
+         a million starts since the newest checkpoint. Do not delete the file: the next start would reuse \
+         generation 1",
+        .path.parent().unwrap_or(std::path::Path::new(".")).display(),
+        .highest_recorded.saturating_add(1_000_000)
+    )]
+    DamagedGeneration {
+        /// The `GENERATION` file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        problem: String,
+        /// The highest generation the state directory still records (its
+        /// readable checkpoints and finished marker), 0 for none.
+        highest_recorded: u64,
+    },
     /// Another live instance holds the state directory.
     #[error(
         "the state directory {path} is in use by another running instance of the job (its lock file is held); \
@@ -177,6 +206,7 @@ impl StorageError {
         matches!(
             self,
             StorageError::Corrupt { .. }
+                | StorageError::DamagedGeneration { .. }
                 | StorageError::Locked { .. }
                 | StorageError::Fenced { .. }
                 | StorageError::Remote {

@@ -320,17 +320,37 @@ impl Inner {
         }
     }
 
-    /// The object at `path`, or `None` when there is none.
+    /// The checkpoint object at `path`, or `None` when there is none; one
+    /// larger than a state file may be is refused before its body is read.
     async fn get(&self, path: &Path) -> Result<Option<bytes::Bytes>, StorageError> {
         match self.store.get(path).await {
-            Ok(result) => result
-                .bytes()
-                .await
-                .map(Some)
-                .map_err(|e| self.remote("reading", path, e)),
+            Ok(result) => self.body(path, result).await.map(Some),
             Err(error) if is_absent(&error) => Ok(None),
             Err(error) => Err(self.remote("reading", path, error)),
         }
+    }
+
+    /// The body of the state object `result` read from `path`, once its
+    /// size (known before the body is read) is one a frame can have.
+    async fn body(
+        &self,
+        path: &Path,
+        result: object_store::GetResult,
+    ) -> Result<bytes::Bytes, StorageError> {
+        if result.meta.size > frame::MAX_FRAME_LEN {
+            return Err(StorageError::Corrupt {
+                path: self.url_of(path).into(),
+                problem: format!(
+                    "it is {} bytes, more than the {} a state object may hold; it was not read",
+                    result.meta.size,
+                    frame::MAX_FRAME_LEN
+                ),
+            });
+        }
+        result
+            .bytes()
+            .await
+            .map_err(|e| self.remote("reading", path, e))
     }
 
     /// `HEAD` and the version a conditional write of it must match (`None`:
@@ -346,11 +366,11 @@ impl Inner {
             e_tag: result.meta.e_tag.clone(),
             version: result.meta.version.clone(),
         };
-        let bytes = result
-            .bytes()
-            .await
-            .map_err(|e| self.remote("reading", &path, e))?;
-        let head: Head = frame::decode(&bytes, Kind::Head, &self.url_of(&path)).map_err(|e| {
+        let head: Head = match self.body(&path, result).await {
+            Ok(bytes) => frame::decode(&bytes, Kind::Head, &self.url_of(&path)),
+            Err(error) => Err(error),
+        }
+        .map_err(|e| {
             match e {
                 StorageError::Corrupt { path, problem } => StorageError::Message(format!(
                     "the head object {} of the checkpoint storage is unusable: {problem}. It names the \

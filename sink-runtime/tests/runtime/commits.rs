@@ -26,6 +26,39 @@ fn bounded_job(
     )
 }
 
+/// `checkpoints_failed_in_a_row` counts the failures since the last
+/// completion (what a health check reads) and is back to 0 at the next
+/// completion.
+#[tokio::test(start_paused = true)]
+async fn failures_in_a_row_are_counted_until_a_checkpoint_completes() {
+    let store = MemoryStore::<u64>::new();
+    let storage = ScriptedStorage::new(|id| match id.0 {
+        1 | 2 => StoreScript::FailAfter(ms(10)),
+        _ => StoreScript::Succeed,
+    });
+    let handle = Job::builder(
+        "in-a-row",
+        ThrottledSource::unbounded(1_000, 10, ms(10)),
+        MemorySink::new(store.clone()),
+    )
+    .checkpointing(CheckpointConfig::every(ms(300)))
+    .checkpoint_storage(storage)
+    .build()
+    .unwrap()
+    .start();
+    tokio::time::sleep(ms(450)).await;
+    assert_eq!(handle.metrics().checkpoints_failed_in_a_row, 1);
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(handle.metrics().checkpoints_failed_in_a_row, 2);
+    tokio::time::sleep(ms(300)).await;
+    let metrics = handle.metrics();
+    assert_eq!(metrics.checkpoints_completed, 1, "{metrics:?}");
+    assert_eq!(metrics.checkpoints_failed, 2);
+    assert_eq!(metrics.checkpoints_failed_in_a_row, 0);
+    handle.cancel();
+    handle.join().await.unwrap();
+}
+
 /// A failed checkpoint commits nothing; the next completion commits its
 /// committables too (subsumption), in checkpoint order.
 #[tokio::test(start_paused = true)]
