@@ -163,7 +163,7 @@ pub enum BodyError {
 /// byte that is not UTF-8.
 ///
 /// Every event is then checked to be stored as the same JSON value it was
-/// sent as ([`check_exact`]): a number that would change (an integer beyond
+/// sent as: a number that would change (an integer beyond
 /// 64 bits, a decimal beyond double precision) or a key twice in one object
 /// is refused, naming where.
 pub fn parse_events(body: &[u8]) -> Result<Vec<Value>, BodyError> {

@@ -50,13 +50,17 @@ impl fmt::Display for Generation {
     }
 }
 
-/// The life of a job, from a fresh start (no checkpoint to restore) to its
-/// end: a random id drawn by the runtime at every fresh start, stored in
-/// every checkpoint and restored with it.
+/// The life of a job on one checkpoint storage: a random id drawn by the
+/// runtime at the first start on that storage, stored in every checkpoint
+/// and restored with it. The storage also keeps it for starts that restore
+/// no checkpoint (`CheckpointStorage::lineage`): a job killed before its
+/// first checkpoint and started again keeps its lineage, so its sink's start
+/// hook finds what the killed start left (its generation tells the starts
+/// apart).
 ///
 /// Generations and checkpoint ids start again at 1 when a job runs again on
-/// fresh checkpoint storage (a new state directory, the in-memory default, a
-/// re-run after the job finished); the lineage does not repeat. So a sink
+/// fresh checkpoint storage (a new state directory, the in-memory default);
+/// the lineage does not repeat. So a sink
 /// that names what it commits (batches, transactions, files) by lineage,
 /// generation, subtask and checkpoint never meets a name of an earlier life
 /// of the job, and never takes new data for a replay of old data.

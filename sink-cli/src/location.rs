@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use async_trait::async_trait;
-use sink_api::Generation;
+use sink_api::{Generation, Lineage};
 #[cfg(feature = "s3")]
 use sink_runtime::storage::ObjectCheckpointStorage;
 use sink_runtime::storage::{
@@ -294,6 +294,14 @@ impl CheckpointStorage for Storage {
             Storage::Local(storage) => storage.finished().await,
             #[cfg(feature = "s3")]
             Storage::Object(storage) => storage.finished().await,
+        }
+    }
+
+    async fn lineage(&self, fresh: Lineage) -> Result<Lineage, StorageError> {
+        match self {
+            Storage::Local(storage) => storage.lineage(fresh).await,
+            #[cfg(feature = "s3")]
+            Storage::Object(storage) => storage.lineage(fresh).await,
         }
     }
 }

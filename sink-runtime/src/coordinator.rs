@@ -138,7 +138,7 @@ where
     }
     let generation = spec.storage.begin().await?;
     let latest = spec.storage.latest().await?;
-    let plan = restore::plan(
+    let mut plan = restore::plan(
         &spec.name,
         &spec.source,
         spec.parallelism,
@@ -146,6 +146,12 @@ where
         latest,
         generation,
     )?;
+    // A start without a checkpoint continues the lineage the storage keeps
+    // (that of earlier starts killed before their first checkpoint), so that
+    // the sink's start hook finds what they left.
+    if plan.restored.is_none() {
+        plan.lineage = spec.storage.lineage(plan.lineage).await?;
+    }
     let restored = plan.restored.unwrap_or(CheckpointId::NONE);
     info!(parallelism = spec.parallelism, generation = %plan.generation, lineage = %plan.lineage, restored = ?plan.restored,
         checkpointing = ?spec.checkpointing.map(|c| c.interval), "job starting");

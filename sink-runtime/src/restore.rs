@@ -34,8 +34,10 @@ pub(crate) struct StartPlan<Src: Source, S: Sink> {
     /// the restored one.
     pub restored_parallelism: usize,
     pub generation: Generation,
-    /// The restored checkpoint's lineage, or a new one on a fresh start (and
-    /// on a restore from a checkpoint of format 1, which has none).
+    /// The restored checkpoint's lineage; on a fresh start a new one, which
+    /// the coordinator replaces by the one the checkpoint storage keeps
+    /// (`CheckpointStorage::lineage`); on a restore from a checkpoint of
+    /// format 1, which has none, a new one.
     pub lineage: Lineage,
     pub subtasks: Vec<SubtaskStart<Src, S>>,
     pub global_pending: Vec<SubtaskPart<CommittableOf<S>>>,

@@ -97,8 +97,8 @@ pub(crate) async fn run_again_on_fresh_storage<D: Destination>(
     exactly_times(destination.committed_ids().await, records, 2).map_err(|e| {
         format!(
             "the same job run twice on fresh checkpoint storage: {e}; the second run's committables \
-             were taken for the first's (name them with InitContext::lineage, which is new in every \
-             fresh start, or InitContext::unique_name)"
+             were taken for the first's (name them with InitContext::lineage, which is new on every \
+             new checkpoint storage, or InitContext::unique_name)"
         )
     })
 }

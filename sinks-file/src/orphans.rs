@@ -18,8 +18,10 @@
 //! in-progress part of a writer state). Parts of other lineages (an earlier
 //! life of the job, another job sharing the directory, files of earlier
 //! versions of this sink) are left alone: this start cannot know whether
-//! they are abandoned. A fresh start has a new lineage, so it has nothing to
-//! remove and does not look.
+//! they are abandoned. A start that restores no checkpoint looks too: its
+//! lineage is the one its checkpoint storage keeps
+//! (`CheckpointStorage::lineage`), so the parts of an earlier start killed
+//! before its first checkpoint are its own, and none is named.
 //!
 //! On an object store output the leftovers are multipart uploads:
 //! `upload_orphans`.

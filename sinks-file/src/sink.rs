@@ -289,9 +289,9 @@ where
             })
             .await?;
         }
-        if start.restored_checkpoint_id.is_none() {
-            return Ok(());
-        }
+        // Also at a start that restores nothing: its lineage is the one the
+        // checkpoint storage keeps, so hidden parts of earlier starts killed
+        // before their first checkpoint are found (no checkpoint names them).
         let Some(base) = self.config.output.local() else {
             return Ok(());
         };
@@ -313,11 +313,11 @@ where
         let lineage = start.lineage.clone();
         let ids: Vec<String> = ids.into_iter().cloned().collect();
         let removed = blocking(move || {
-            let own = identity::read(&base)?;
-            if !ids
-                .iter()
-                .all(|id| own.as_ref().is_some_and(|own| &own.id == id))
-            {
+            // No marker: nothing was ever written here.
+            let Some(own) = identity::read(&base)? else {
+                return Ok(0);
+            };
+            if !ids.iter().all(|id| &own.id == id) {
                 return Ok(0);
             }
             remove_orphans(&base, &lineage, &kept).map(|removed| removed.len() as u64)
@@ -500,13 +500,14 @@ impl<T, E, B> FileSink<T, E, B> {
         object: &ObjectOutput,
         start: &JobStart<'_, FileCommittable, FileWriterState>,
     ) -> Result<(), SinkError> {
-        let own = identity::read_object(object).await?;
-        if start.restored_checkpoint_id.is_none() {
+        // No marker: nothing was ever written here. A start that restores
+        // nothing looks too (see `on_start`).
+        let Some(own) = identity::read_object(object).await? else {
             return Ok(());
-        }
+        };
         let ids = start.restored_committables.iter().map(|c| &c.output_id);
         let mut ids = ids.chain(start.restored_writer_states.iter().map(|s| &s.output_id));
-        if !ids.all(|id| own.as_ref().is_some_and(|own| &own.id == id)) {
+        if !ids.all(|id| &own.id == id) {
             // Refused with both outputs named by the writers.
             return Ok(());
         }

@@ -6,8 +6,10 @@
 //! them until they are aborted. Every upload has a marker,
 //! `.uploads/<lineage>/<generation>/<writer id>-<n>`, naming its key and id;
 //! a start aborts the uploads of its lineage's markers, of earlier
-//! generations, that the restored checkpoint does not name, and removes
-//! those markers (a newer instance started meanwhile keeps its own). An
+//! generations, that the restored checkpoint does not name (all of them at a
+//! start that restores none: the checkpoint storage keeps the lineage across
+//! such starts), and removes those markers (a newer instance started
+//! meanwhile keeps its own). An
 //! upload whose marker was never written (a crash right after the upload was
 //! created) is left to the bucket's lifecycle rule (see
 //! `docs/file-sink.md`).

@@ -471,6 +471,75 @@ fn fresh_keeps_the_state_directory_whatever_its_spelling() {
     );
 }
 
+/// The hidden part files (in progress or pending) in `out`, its state
+/// directory apart.
+/// Read while a job may be writing: a missing directory or a file renamed
+/// meanwhile is passed over.
+fn hidden_parts(out: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![out.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() && name != ".state" => stack.push(entry.path()),
+                Ok(kind)
+                    if kind.is_file() && name.starts_with('.') && name.contains(".inprogress.") =>
+                {
+                    found.push(entry.path())
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+/// Killed before its first checkpoint, with parts written: the next start
+/// restores nothing, but continues the lineage the state directory keeps,
+/// so it finds and removes those parts (a new lineage would leave them for
+/// good).
+#[test]
+fn a_job_killed_before_its_first_checkpoint_leaves_no_part_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--records", "300000", "--rate", "60000"])
+        .args(["--checkpoint-interval", "1h", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the demo starts");
+    let started = std::time::Instant::now();
+    while hidden_parts(&out).is_empty() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the demo ended before it could be killed"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no part written"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    child.kill().unwrap(); // SIGKILL, long before the first checkpoint
+    child.wait().unwrap();
+    let left = hidden_parts(&out);
+    assert!(!left.is_empty());
+
+    let report = summary(&demo(&out, &["--records", "1000", "--json"]));
+    assert_eq!(report["status"], "Finished", "{report}");
+    assert_each_id_once(&out, 1000);
+    let still = hidden_parts(&out);
+    assert!(
+        still.is_empty(),
+        "the killed start's parts are left: {still:?} (of {left:?})"
+    );
+}
+
 /// Killed while its checkpoints hold committables, moved with `mv`, resumed
 /// with the new `--out`: every id exactly once, and nothing refers to the
 /// old place.

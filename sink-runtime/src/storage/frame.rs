@@ -15,7 +15,7 @@
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use sink_api::{
-    BincodeSerializer, CheckpointId, Generation, SerializerError, VersionedSerializer,
+    BincodeSerializer, CheckpointId, Generation, Lineage, SerializerError, VersionedSerializer,
     MAX_DECODED_PAYLOAD,
 };
 
@@ -52,6 +52,9 @@ pub(super) enum Kind {
     /// reused.)
     #[cfg_attr(not(feature = "object-store"), allow(dead_code))]
     Head = 4,
+    /// The lineage of the starts that restore no checkpoint (a local state
+    /// directory's `LINEAGE`, an object store's `LINEAGE` object).
+    Lineage = 5,
 }
 
 /// Encodes `value` into a frame of kind `kind`, in this build's format.
@@ -194,6 +197,8 @@ pub(super) trait Framed: Serialize + DeserializeOwned {
 impl Framed for u64 {}
 
 impl Framed for FinishedMarker {}
+
+impl Framed for Lineage {}
 
 impl Framed for CompletedCheckpoint {
     fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {

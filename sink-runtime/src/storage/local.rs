@@ -4,6 +4,7 @@
 //! STATE_DIR/
 //!   LOCK                                   held (flock) while a job uses the directory
 //!   GENERATION                             the last generation started here
+//!   LINEAGE                                the lineage of starts while no checkpoint carries it
 //!   checkpoint-00000000000000000007.ckpt   the newest K completed checkpoints
 //!   checkpoint-00000000000000000008.ckpt
 //!   FINISHED                               written once the job ended with everything committed
@@ -18,8 +19,8 @@
 //! silent fallback to an older one. File I/O runs on tokio's blocking pool.
 //!
 //! [`LocalCheckpointStorage::start_over`] forgets a job's progress under the
-//! lock (checkpoints and `FINISHED` go, `GENERATION` stays), for programs
-//! that start a job over in the same directory.
+//! lock (checkpoints, `FINISHED` and `LINEAGE` go, `GENERATION` stays), for
+//! programs that start a job over in the same directory.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -28,7 +29,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
-use sink_api::{CheckpointId, Generation};
+use sink_api::{CheckpointId, Generation, Lineage};
 
 use super::frame::{self, Framed, Kind};
 use super::{CheckpointStorage, CompletedCheckpoint, FinishedMarker, StorageError};
@@ -36,6 +37,7 @@ use super::{CheckpointStorage, CompletedCheckpoint, FinishedMarker, StorageError
 const LOCK_FILE: &str = "LOCK";
 const GENERATION_FILE: &str = "GENERATION";
 const FINISHED_FILE: &str = "FINISHED";
+const LINEAGE_FILE: &str = "LINEAGE";
 const CHECKPOINT_PREFIX: &str = "checkpoint-";
 const CHECKPOINT_SUFFIX: &str = ".ckpt";
 
@@ -54,6 +56,9 @@ pub struct LocalCheckpointStorage {
 struct Inner {
     dir: PathBuf,
     retained: usize,
+    /// Whether `LINEAGE` was removed (once a stored checkpoint carries the
+    /// lineage).
+    lineage_removed: std::sync::atomic::AtomicBool,
     _lock: File,
 }
 
@@ -122,6 +127,7 @@ impl LocalCheckpointStorage {
             inner: Arc::new(Inner {
                 dir,
                 retained: retained.max(1),
+                lineage_removed: std::sync::atomic::AtomicBool::new(false),
                 _lock: lock,
             }),
         })
@@ -147,7 +153,8 @@ impl LocalCheckpointStorage {
     ///
     /// - `GENERATION` is kept: the next start gets a generation larger than
     ///   any before, so names that sinks derive from generations never
-    ///   repeat across runs of the directory. `LOCK` is kept (and held).
+    ///   repeat across runs of the directory. `LINEAGE` goes: the next start
+    ///   begins a new lineage. `LOCK` is kept (and held).
     /// - `FINISHED` is removed first, then the checkpoints oldest first, and
     ///   the directory is synced: a crash part-way leaves the newest
     ///   checkpoints (a resume from them is still exact, or refused by a sink
@@ -163,22 +170,14 @@ impl LocalCheckpointStorage {
         let dir = &self.inner.dir;
         // The marker first: a crash after it leaves checkpoints a resume
         // refuses or completes, never a "finished" job with nothing behind it.
-        let finished = dir.join(FINISHED_FILE);
-        match fs::remove_file(&finished) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(StorageError::io(
-                    format!("removing {}", finished.display()),
-                    e,
-                ))
-            }
-        }
+        remove_if_present(&dir.join(FINISHED_FILE))?;
         for (_, path) in list_checkpoints(dir)? {
             fs::remove_file(&path).map_err(|e| {
                 StorageError::io(format!("removing the checkpoint {}", path.display()), e)
             })?;
         }
+        // A new life: the next start draws a new lineage.
+        remove_if_present(&dir.join(LINEAGE_FILE))?;
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| StorageError::io(format!("syncing the directory {}", dir.display()), e))
@@ -308,6 +307,15 @@ impl CheckpointStorage for LocalCheckpointStorage {
                     StorageError::io(format!("removing the old checkpoint {}", path.display()), e)
                 })?;
             }
+            // The lineage lives in the checkpoints from now on: a start that
+            // finds none (they were removed) must draw a new one, or its
+            // checkpoint ids would repeat in the lineage.
+            if !inner.lineage_removed.load(std::sync::atomic::Ordering::Relaxed) {
+                remove_if_present(&inner.dir.join(LINEAGE_FILE))?;
+                inner
+                    .lineage_removed
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             Ok(())
         })
         .await
@@ -329,6 +337,35 @@ impl CheckpointStorage for LocalCheckpointStorage {
     async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError> {
         self.blocking(|inner| read_optional(&inner.dir.join(FINISHED_FILE), Kind::Finished))
             .await
+    }
+
+    /// `LINEAGE`, written atomically by the first start that restores no
+    /// checkpoint (under the lock, so never by two at once); removed once a
+    /// stored checkpoint carries the lineage, and by a start over.
+    async fn lineage(&self, fresh: Lineage) -> Result<Lineage, StorageError> {
+        self.blocking(move |inner| {
+            let path = inner.dir.join(LINEAGE_FILE);
+            // The next store removes it again.
+            inner
+                .lineage_removed
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            match read_optional::<Lineage>(&path, Kind::Lineage) {
+                Ok(Some(kept)) => return Ok(kept),
+                Ok(None) => {}
+                Err(StorageError::Corrupt { problem, .. }) => {
+                    return Err(StorageError::Message(format!(
+                        "the lineage file {} is damaged: {problem}. It names the job's lineage, so \
+                         that a start finds what earlier starts left behind; remove it to start a \
+                         new lineage (what earlier starts left is then left alone)",
+                        path.display()
+                    )))
+                }
+                Err(other) => return Err(other),
+            }
+            write_framed(&inner.dir, LINEAGE_FILE, Kind::Lineage, &fresh)?;
+            Ok(fresh)
+        })
+        .await
     }
 }
 
@@ -412,6 +449,15 @@ fn describe(kind: &fs::FileType) -> &'static str {
         "socket"
     } else {
         "special file"
+    }
+}
+
+/// Removes the file at `path`, if there is one.
+fn remove_if_present(path: &Path) -> Result<(), StorageError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io(format!("removing {}", path.display()), e)),
     }
 }
 
@@ -769,5 +815,38 @@ mod tests {
         std::os::unix::fs::symlink("/dev/null", dir.path().join(GENERATION_FILE)).unwrap();
         let error = storage.begin().await.unwrap_err().to_string();
         assert!(error.contains("not a regular file"), "{error}");
+    }
+
+    /// The lineage of starts without a checkpoint is drawn once and kept
+    /// across opens of the directory until a checkpoint carries it (a start
+    /// that then finds no checkpoint draws a new one, or its checkpoint ids
+    /// would repeat in the lineage); a start over forgets it.
+    #[tokio::test]
+    async fn the_lineage_is_kept_until_a_checkpoint_carries_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Lineage::new("first");
+        {
+            let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+            assert_eq!(storage.lineage(first.clone()).await.unwrap(), first);
+            assert_eq!(
+                storage.lineage(Lineage::new("second")).await.unwrap(),
+                first
+            );
+        }
+        let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
+        assert_eq!(storage.lineage(Lineage::new("third")).await.unwrap(), first);
+        storage.store(&checkpoint(1)).await.unwrap();
+        assert!(!dir.path().join(LINEAGE_FILE).exists());
+        storage.start_over().unwrap();
+        let fourth = Lineage::new("fourth");
+        assert_eq!(storage.lineage(fourth.clone()).await.unwrap(), fourth);
+        storage.start_over().unwrap();
+        assert!(
+            !dir.path().join(LINEAGE_FILE).exists(),
+            "a start over forgets it"
+        );
+        fs::write(dir.path().join(LINEAGE_FILE), "junk").unwrap();
+        let error = storage.lineage(Lineage::new("x")).await.unwrap_err();
+        assert!(error.to_string().contains("the lineage file"), "{error}");
     }
 }

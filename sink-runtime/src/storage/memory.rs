@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use sink_api::Generation;
+use sink_api::{Generation, Lineage};
 
 use super::{CheckpointStorage, CompletedCheckpoint, FinishedMarker, StorageError};
 
@@ -23,6 +23,7 @@ struct State {
     checkpoints: Vec<CompletedCheckpoint>,
     generation: u64,
     finished: Option<FinishedMarker>,
+    lineage: Option<Lineage>,
 }
 
 impl Default for MemoryCheckpointStorage {
@@ -75,6 +76,8 @@ impl CheckpointStorage for MemoryCheckpointStorage {
         checkpoints.push(checkpoint.clone());
         let excess = checkpoints.len().saturating_sub(self.retained);
         checkpoints.drain(..excess);
+        // The checkpoints carry the lineage from now on.
+        state.lineage = None;
         Ok(())
     }
 
@@ -89,5 +92,9 @@ impl CheckpointStorage for MemoryCheckpointStorage {
 
     async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError> {
         Ok(self.lock().finished)
+    }
+
+    async fn lineage(&self, fresh: Lineage) -> Result<Lineage, StorageError> {
+        Ok(self.lock().lineage.get_or_insert(fresh).clone())
     }
 }

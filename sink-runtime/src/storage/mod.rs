@@ -268,6 +268,9 @@ pub struct FinishedMarker {
 ///   remembers it as durably as the checkpoints.
 /// - `latest` never falls back to an older checkpoint when the newest cannot
 ///   be read: it returns [`StorageError::Corrupt`].
+/// - `lineage`, once it returned a lineage, returns that one at every later
+///   call until `store` stores a checkpoint (or keeps none: the default); a
+///   lineage a stored checkpoint carried is never returned again.
 #[async_trait]
 pub trait CheckpointStorage: Send + Sync + 'static {
     /// A job (re)starts on this storage: returns its new generation, one more
@@ -285,6 +288,26 @@ pub trait CheckpointStorage: Send + Sync + 'static {
 
     /// The finished marker, if the job ended before.
     async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError>;
+
+    /// The lineage of the starts on this storage that restore no checkpoint
+    /// of a lineage: the one an earlier such start stored, else `fresh`,
+    /// stored now. Called by the coordinator at such a start, after
+    /// [`begin`](Self::begin) and before any task runs.
+    ///
+    /// Kept, a lineage lets a start find what earlier starts of the job left
+    /// behind even when none of them stored a checkpoint (a job killed
+    /// before its first): sinks clean up by lineage in their start hook. It
+    /// is kept only while no checkpoint carries it: once one is stored the
+    /// checkpoints keep it, and a start that finds none (they were removed)
+    /// gets a new one, so a lineage's checkpoint ids never repeat. The
+    /// project's storages keep it as durably as the generation and forget
+    /// it when they start over. The default keeps nothing and returns
+    /// `fresh`: every such start is then a new lineage, and what a start
+    /// killed before its first checkpoint left is never recognised as the
+    /// job's.
+    async fn lineage(&self, fresh: Lineage) -> Result<Lineage, StorageError> {
+        Ok(fresh)
+    }
 }
 
 /// Encodes a ledger's pending parts for a snapshot.

@@ -8,6 +8,9 @@
 //!                                                         checkpoints, the finished marker
 //!   checkpoint-00000000000000000007-g00000000000000000003.ckpt   checkpoint 7, stored by generation 3
 //!   checkpoint-00000000000000000008-g00000000000000000003.ckpt
+//!   LINEAGE                                               the lineage of starts while no checkpoint
+//!                                                         carries it: created once (if-none-match),
+//!                                                         removed at the first store
 //! ```
 //!
 //! Every object is framed like the files of a local state directory (marker,
@@ -50,7 +53,7 @@ use async_trait::async_trait;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, Generation};
+use sink_api::{CheckpointId, Generation, Lineage};
 use tokio::sync::Mutex;
 use tracing::{info, warn};
 
@@ -61,6 +64,7 @@ use super::{
 };
 
 const HEAD_OBJECT: &str = "HEAD";
+const LINEAGE_OBJECT: &str = "LINEAGE";
 const CHECKPOINT_PREFIX: &str = "checkpoint-";
 const CHECKPOINT_SUFFIX: &str = ".ckpt";
 /// How often a start tries to claim `HEAD` when other starts keep winning.
@@ -96,6 +100,9 @@ impl Framed for Head {}
 struct Claim {
     head: Head,
     version: UpdateVersion,
+    /// Whether this start removed `LINEAGE` (once a checkpoint carries the
+    /// lineage).
+    lineage_removed: bool,
 }
 
 /// Durable checkpoint storage on an object store, shared by the instances
@@ -221,7 +228,17 @@ impl ObjectCheckpointStorage {
                 finished: None,
             };
             match inner.put_head(&cleared, version).await? {
-                Some(_) => return inner.remove_unnamed(&cleared).await,
+                Some(_) => {
+                    inner.remove_unnamed(&cleared).await?;
+                    // A new life: the next start draws a new lineage.
+                    if !inner.remove_lineage().await {
+                        return Err(StorageError::Message(format!(
+                            "cannot remove {} while starting over; remove it, then start again",
+                            inner.url_of(&inner.prefix.child(LINEAGE_OBJECT))
+                        )));
+                    }
+                    return Ok(());
+                }
                 None => continue,
             }
         }
@@ -279,6 +296,20 @@ impl ObjectCheckpointStorage {
 impl Inner {
     fn head_path(&self) -> Path {
         self.prefix.child(HEAD_OBJECT)
+    }
+
+    /// Removes `LINEAGE`; whether it is gone (a failure is logged, and tried
+    /// again at the next store).
+    async fn remove_lineage(&self) -> bool {
+        let path = self.prefix.child(LINEAGE_OBJECT);
+        match self.store.delete(&path).await {
+            Ok(()) => true,
+            Err(error) if is_absent(&error) => true,
+            Err(error) => {
+                warn!(object = %self.url_of(&path), %error, "cannot remove the lineage object; tried again at the next checkpoint");
+                false
+            }
+        }
     }
 
     fn checkpoint_path(&self, id: CheckpointId, generation: Generation) -> Path {
@@ -436,10 +467,8 @@ impl Inner {
         for _ in 0..2 {
             let failure = match self.put_head(&next, Some(version)).await {
                 Ok(Some(written)) => {
-                    *claim = Claim {
-                        head: next,
-                        version: written,
-                    };
+                    claim.head = next;
+                    claim.version = written;
                     return Ok(());
                 }
                 Ok(None) => None,
@@ -459,7 +488,8 @@ impl Inner {
                 }
                 (Some(head), Some(read)) if head.generation == ours => {
                     if head == next {
-                        *claim = Claim { head, version: read };
+                        claim.head = head;
+                        claim.version = read;
                         return Ok(());
                     }
                     version = read;
@@ -638,6 +668,7 @@ impl CheckpointStorage for ObjectCheckpointStorage {
                 *claim = Some(Claim {
                     head: next,
                     version,
+                    lineage_removed: false,
                 });
                 return Ok(Generation(generation));
             }
@@ -715,6 +746,12 @@ impl CheckpointStorage for ObjectCheckpointStorage {
                 warn!(object = %inner.url_of(&old_path), %error, "cannot remove an old checkpoint; it is removed at a later start");
             }
         }
+        // The lineage lives in the checkpoints from now on: a start that
+        // finds none (they were removed) must draw a new one, or its
+        // checkpoint ids would repeat in the lineage.
+        if !claim.lineage_removed {
+            claim.lineage_removed = inner.remove_lineage().await;
+        }
         Ok(())
     }
 
@@ -754,6 +791,52 @@ impl CheckpointStorage for ObjectCheckpointStorage {
     async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError> {
         let (head, _) = self.inner.read_head().await?;
         Ok(head.and_then(|h| h.finished))
+    }
+
+    /// The `LINEAGE` object, created with `If-None-Match: *` by the first
+    /// start that restores no checkpoint; a start that loses that race reads
+    /// the winner's. Never replaced; removed once a stored checkpoint
+    /// carries the lineage, and by a start over.
+    async fn lineage(&self, fresh: Lineage) -> Result<Lineage, StorageError> {
+        let inner = &self.inner;
+        let path = inner.prefix.child(LINEAGE_OBJECT);
+        let location = inner.url_of(&path);
+        let create = || PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        for _ in 0..2 {
+            if let Some(bytes) = inner.get(&path).await? {
+                return frame::decode(&bytes, Kind::Lineage, &location).map_err(
+                    |error| match error {
+                        StorageError::Corrupt { problem, .. } => StorageError::Message(format!(
+                        "the lineage object {location} is damaged: {problem}. It names the job's \
+                         lineage, so that a start finds what earlier starts left behind; remove it \
+                         to start a new lineage (what earlier starts left is then left alone)"
+                    )),
+                        other => other,
+                    },
+                );
+            }
+            let bytes = frame::encode(Kind::Lineage, &fresh, &location)?;
+            match inner
+                .store
+                .put_opts(&path, PutPayload::from(bytes), create())
+                .await
+            {
+                Ok(_) => return Ok(fresh),
+                // Another start created it first (or this put's lost answer
+                // did): read it.
+                Err(
+                    object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. },
+                ) => continue,
+                Err(error) => return Err(inner.remote("writing", &path, error)),
+            }
+        }
+        Err(StorageError::Message(format!(
+            "{location} was created by another start and then could not be read; try again"
+        )))
     }
 }
 
@@ -1008,6 +1091,43 @@ mod tests {
         assert!(
             error.to_string().contains("begin was not called"),
             "{error}"
+        );
+    }
+
+    /// The lineage of starts without a checkpoint is created once, by a
+    /// conditional put, and kept until a checkpoint carries it; a start
+    /// over forgets it.
+    #[tokio::test]
+    async fn the_lineage_is_created_once_and_kept() {
+        let store = Arc::new(InMemory::new());
+        let first = storage(&store);
+        first.begin().await.unwrap();
+        let lineage = first.lineage(Lineage::new("first")).await.unwrap();
+        assert_eq!(lineage, Lineage::new("first"));
+        let second = storage(&store);
+        second.begin().await.unwrap();
+        assert_eq!(
+            second.lineage(Lineage::new("second")).await.unwrap(),
+            lineage
+        );
+        assert!(objects(&store).await.contains(&"state/LINEAGE".to_string()));
+        // Once a checkpoint carries it, the checkpoints keep it: a start
+        // that finds none must not reuse it (its ids would repeat).
+        second.store(&checkpoint(1)).await.unwrap();
+        assert!(!objects(&store).await.contains(&"state/LINEAGE".to_string()));
+        let third = storage(&store);
+        third.begin().await.unwrap();
+        assert_eq!(
+            third.lineage(Lineage::new("third")).await.unwrap(),
+            Lineage::new("third")
+        );
+        third.start_over().await.unwrap();
+        assert_eq!(
+            storage(&store)
+                .lineage(Lineage::new("fourth"))
+                .await
+                .unwrap(),
+            Lineage::new("fourth")
         );
     }
 

@@ -173,6 +173,10 @@ impl CheckpointStorage for ScriptedStorage {
         self.inner.begin().await
     }
 
+    async fn lineage(&self, fresh: sink_api::Lineage) -> Result<sink_api::Lineage, StorageError> {
+        self.inner.lineage(fresh).await
+    }
+
     async fn mark_finished(&self, marker: FinishedMarker) -> Result<(), StorageError> {
         self.inner.mark_finished(marker).await
     }

@@ -5,6 +5,7 @@ use crate::common;
 
 use common::*;
 use sink_api::CheckpointId;
+use sink_runtime::storage::CheckpointStorage;
 use sink_runtime::{
     CheckpointConfig, Job, JobError, JobStatus, MemoryCheckpointStorage, RestartStrategy,
     SequenceSource,
@@ -82,6 +83,62 @@ async fn a_stopped_job_resumes_from_its_last_checkpoint_exactly_once() {
     );
     assert_eq!(lineages(&store).len(), 1, "a restore keeps the lineage");
     assert_no_violations(&store);
+}
+
+/// A job stopped before its first checkpoint and started again restores
+/// nothing, but continues the lineage its checkpoint storage keeps: the
+/// second start's checkpoints carry the first start's lineage, so a sink's
+/// start hook can find what the first start left.
+#[tokio::test(start_paused = true)]
+async fn a_start_without_a_checkpoint_continues_the_lineage_the_storage_keeps() {
+    let store = MemoryStore::<u64>::new();
+    let storage = MemoryCheckpointStorage::new(3);
+    let first = job(
+        ThrottledSource::unbounded(RECORDS, 10, ms(10)),
+        &store,
+        &storage,
+        2,
+    )
+    .start();
+    tokio::time::sleep(ms(100)).await;
+    first.cancel();
+    first.join().await.unwrap();
+    assert!(
+        storage.checkpoints().is_empty(),
+        "stopped before any checkpoint"
+    );
+    let kept = storage
+        .lineage(sink_api::Lineage::new("not-drawn-by-the-runtime"))
+        .await
+        .unwrap();
+    assert_ne!(
+        kept.as_str(),
+        "not-drawn-by-the-runtime",
+        "the first start kept its lineage"
+    );
+
+    let report = job(
+        ThrottledSource::bounded(RECORDS, 10, ms(10)),
+        &store,
+        &storage,
+        2,
+    )
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    let last = storage.checkpoints().last().cloned().unwrap();
+    assert_eq!(
+        last.lineage,
+        Some(kept),
+        "the second start continued the lineage"
+    );
+    assert!(
+        last.generation.0 >= 2,
+        "a new generation: {:?}",
+        last.generation
+    );
+    assert_exactly_once("committed", &store.committed(), RECORDS);
 }
 
 /// Stops a job of parallelism `from` in the middle, restarts it with
