@@ -26,18 +26,15 @@ fn bounded_job(
     )
 }
 
-/// `checkpoints_failed_in_a_row` counts the failures since the last
-/// completion (what a health check reads) and is back to 0 at the next
-/// completion.
-#[tokio::test(start_paused = true)]
-async fn failures_in_a_row_are_counted_until_a_checkpoint_completes() {
-    let store = MemoryStore::<u64>::new();
-    let storage = ScriptedStorage::new(|id| match id.0 {
-        1 | 2 => StoreScript::FailAfter(ms(10)),
-        _ => StoreScript::Succeed,
+/// An unbounded job into `store`, checkpointing every 300 ms, whose first
+/// `failing` checkpoints fail to store (10 ms after they are handed over).
+fn failing_first_checkpoints(store: &MemoryStore<u64>, failing: u64) -> sink_runtime::JobHandle {
+    let storage = ScriptedStorage::new(move |id| match id.0 <= failing {
+        true => StoreScript::FailAfter(ms(10)),
+        false => StoreScript::Succeed,
     });
-    let handle = Job::builder(
-        "in-a-row",
+    Job::builder(
+        "failing-first",
         ThrottledSource::unbounded(1_000, 10, ms(10)),
         MemorySink::new(store.clone()),
     )
@@ -45,7 +42,16 @@ async fn failures_in_a_row_are_counted_until_a_checkpoint_completes() {
     .checkpoint_storage(storage)
     .build()
     .unwrap()
-    .start();
+    .start()
+}
+
+/// `checkpoints_failed_in_a_row` counts the failures since the last
+/// completion (what a health check reads) and is back to 0 at the next
+/// completion.
+#[tokio::test(start_paused = true)]
+async fn failures_in_a_row_are_counted_until_a_checkpoint_completes() {
+    let store = MemoryStore::<u64>::new();
+    let handle = failing_first_checkpoints(&store, 2);
     tokio::time::sleep(ms(450)).await;
     assert_eq!(handle.metrics().checkpoints_failed_in_a_row, 1);
     tokio::time::sleep(ms(300)).await;
@@ -64,20 +70,7 @@ async fn failures_in_a_row_are_counted_until_a_checkpoint_completes() {
 #[tokio::test(start_paused = true)]
 async fn a_completion_commits_the_failed_checkpoint_before_it() {
     let store = MemoryStore::<u64>::new();
-    let storage = ScriptedStorage::new(|id| match id.0 {
-        1 => StoreScript::FailAfter(ms(10)),
-        _ => StoreScript::Succeed,
-    });
-    let handle = Job::builder(
-        "subsume",
-        ThrottledSource::unbounded(1_000, 10, ms(10)),
-        MemorySink::new(store.clone()),
-    )
-    .checkpointing(CheckpointConfig::every(ms(300)))
-    .checkpoint_storage(storage)
-    .build()
-    .unwrap()
-    .start();
+    let handle = failing_first_checkpoints(&store, 1);
 
     // Checkpoint 1 (at 300 ms) fails: nothing is committed.
     tokio::time::sleep(ms(450)).await;
