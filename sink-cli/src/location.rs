@@ -304,6 +304,14 @@ impl CheckpointStorage for Storage {
             Storage::Object(storage) => storage.lineage(fresh).await,
         }
     }
+
+    async fn fenced(&self) -> Result<Option<StorageError>, StorageError> {
+        match self {
+            Storage::Local(storage) => storage.fenced().await,
+            #[cfg(feature = "s3")]
+            Storage::Object(storage) => storage.fenced().await,
+        }
+    }
 }
 
 #[cfg(test)]

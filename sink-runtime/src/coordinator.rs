@@ -63,6 +63,32 @@ struct Collecting {
 
 type StoreTask = (CheckpointId, JoinHandle<Result<(), StorageError>>);
 
+/// `error` as the failure of an instance that a newer one took over, if
+/// the checkpoint storage says one did since this attempt began: the newer
+/// instance's start most likely caused it (it aborts what older starts
+/// left, such as uploads in progress), and a fenced instance must not be
+/// restarted. The failure itself is logged.
+async fn fenced_instead<Src, S>(spec: &JobSpec<Src, S>, error: JobError) -> JobError
+where
+    Src: Source<Record = InputOf<S>>,
+    S: Sink,
+{
+    if matches!(error, JobError::Storage(StorageError::Fenced { .. })) {
+        return error;
+    }
+    match spec.storage.fenced().await {
+        Ok(Some(fenced)) => {
+            warn!(%error, "the job failed after a newer instance took its checkpoint storage over");
+            JobError::Storage(fenced)
+        }
+        Ok(None) => error,
+        Err(check) => {
+            warn!(error = %check, "cannot tell whether a newer instance took the checkpoint storage over");
+            error
+        }
+    }
+}
+
 /// Runs a job to its end, restarting it after failures as its restart
 /// strategy allows. Spawned by [`crate::Job::start`].
 pub(crate) async fn run<Src, S>(
@@ -83,6 +109,7 @@ where
             let Err(error) = result else {
                 return result;
             };
+            let error = fenced_instead(&spec, error).await;
             // The failing task has returned; give the others a moment to
             // close (they were told to cancel), then stop them. Either way
             // none of them runs on when the next attempt starts.

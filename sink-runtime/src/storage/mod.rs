@@ -308,6 +308,16 @@ pub trait CheckpointStorage: Send + Sync + 'static {
     async fn lineage(&self, fresh: Lineage) -> Result<Lineage, StorageError> {
         Ok(fresh)
     }
+
+    /// [`StorageError::Fenced`] if a newer instance took this storage over
+    /// since this instance's [`begin`](Self::begin), else `None`. Called by
+    /// the runtime when a job fails for another reason: a newer instance's
+    /// start is the likely cause (it aborts what older starts left, such as
+    /// uploads in progress), and the job is then reported fenced, and not
+    /// restarted. The default: never taken over (a storage that locks).
+    async fn fenced(&self) -> Result<Option<StorageError>, StorageError> {
+        Ok(None)
+    }
 }
 
 /// Encodes a ledger's pending parts for a snapshot.

@@ -793,6 +793,24 @@ impl CheckpointStorage for ObjectCheckpointStorage {
         Ok(head.and_then(|h| h.finished))
     }
 
+    /// `HEAD` read again: a newer generation than this instance's claim
+    /// means a newer instance started.
+    async fn fenced(&self) -> Result<Option<StorageError>, StorageError> {
+        let inner = &self.inner;
+        let held = match inner.claim.lock().await.as_ref() {
+            Some(claim) => claim.head.generation,
+            None => return Ok(None),
+        };
+        let (head, _) = inner.read_head().await?;
+        Ok(head
+            .filter(|head| head.generation > held)
+            .map(|head| StorageError::Fenced {
+                location: inner.location.clone(),
+                generation: Generation(held),
+                newer: Generation(head.generation),
+            }))
+    }
+
     /// The `LINEAGE` object, created with `If-None-Match: *` by the first
     /// start that restores no checkpoint; a start that loses that race reads
     /// the winner's. Never replaced; removed once a stored checkpoint

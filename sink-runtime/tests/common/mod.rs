@@ -177,6 +177,10 @@ impl CheckpointStorage for ScriptedStorage {
         self.inner.lineage(fresh).await
     }
 
+    async fn fenced(&self) -> Result<Option<StorageError>, StorageError> {
+        self.inner.fenced().await
+    }
+
     async fn mark_finished(&self, marker: FinishedMarker) -> Result<(), StorageError> {
         self.inner.mark_finished(marker).await
     }

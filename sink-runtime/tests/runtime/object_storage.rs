@@ -45,6 +45,45 @@ fn in_memory() -> ObjectCheckpointStorage {
     )
 }
 
+/// A job whose sink fails after a newer instance took its checkpoint
+/// storage over (on S3 the newer start aborts the older one's uploads, and
+/// the older one's next upload fails) is reported fenced, naming the newer
+/// instance, not with the sink's error, and is not restarted.
+#[tokio::test]
+async fn a_failure_after_a_newer_instance_took_over_is_reported_as_fenced() {
+    let storage = in_memory();
+    let store = MemoryStore::<u64>::new();
+    let older = Job::builder(
+        "object-state",
+        ThrottledSource::unbounded(2_000, 10, ms(1)),
+        MemorySink::new(store.clone()),
+    )
+    .checkpointing(CheckpointConfig::every(ms(20)))
+    .checkpoint_storage(storage.clone())
+    .build()
+    .unwrap()
+    .start();
+    while older.metrics().checkpoints_completed < 2 {
+        tokio::time::sleep(ms(5)).await;
+    }
+    // A newer instance claims the storage; then the older one's sink fails
+    // at its next prepare, before its next store could find out.
+    ObjectCheckpointStorage::new(storage.object_store(), storage.prefix().clone(), "x")
+        .fence()
+        .await
+        .unwrap();
+    store.fail_next_prepare_commits(1);
+    let error = older.join().await.unwrap_err();
+    let JobError::Storage(StorageError::Fenced {
+        generation, newer, ..
+    }) = &error
+    else {
+        panic!("the older instance must be reported fenced, not {error:?}");
+    };
+    assert_eq!((generation.0, newer.0), (1, 2));
+    assert!(!error.is_restartable());
+}
+
 #[tokio::test]
 async fn a_job_resumes_from_the_object_store_on_a_new_instance() {
     resumes_on_a_new_instance(in_memory()).await;
