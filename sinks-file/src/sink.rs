@@ -262,9 +262,12 @@ where
     type Writer = FileWriter<T, E, B>;
     type Committer = FileCommitter;
 
-    /// Removes the hidden parts of this lineage that the restored checkpoint
-    /// does not refer to (see the `orphans` module). Does nothing on a fresh
-    /// start (a new lineage has no parts yet), and nothing when the restored
+    /// Removes the hidden parts (aborts the uploads) of this lineage that
+    /// the restored checkpoint does not refer to (see the `orphans` and
+    /// `upload_orphans` modules), all of them at a start that restores
+    /// nothing (its lineage is the one the checkpoint storage keeps for
+    /// starts before the first checkpoint). Does nothing when the output has
+    /// no identity marker (nothing was written there) or the restored
     /// checkpoint was written in another output directory (its writers then
     /// refuse it with both directories named).
     async fn on_start(

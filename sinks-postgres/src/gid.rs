@@ -3,8 +3,10 @@
 //! `pg_prepared_xacts` and in the commit marker table.
 //!
 //! `eo1/<job>/<lineage>/<generation>/<subtask>/<checkpoint>`: the job; its
-//! lineage, the random id the runtime draws at a fresh start and keeps in
-//! every checkpoint after it (`sink_api::Lineage`); the start of the job (generation); the
+//! lineage, the random id the runtime draws at the first start on a
+//! checkpoint storage and keeps in every checkpoint after it
+//! (`sink_api::Lineage`; starts before the first checkpoint share it, and
+//! differ in generation); the start of the job (generation); the
 //! writer subtask; and the checkpoint whose barrier prepared it (or the
 //! end-of-input tag). The lineage keeps ids unique for good: a job started
 //! again on a new, empty checkpoint storage counts generations and

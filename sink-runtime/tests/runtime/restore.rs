@@ -28,6 +28,25 @@ fn job(
         .unwrap()
 }
 
+/// Runs the unbounded job of parallelism 2 on `storage` for `running`,
+/// then cancels it; its report.
+async fn stopped_after(
+    running: std::time::Duration,
+    store: &MemoryStore<u64>,
+    storage: &MemoryCheckpointStorage,
+) -> sink_runtime::JobReport {
+    let handle = job(
+        ThrottledSource::unbounded(RECORDS, 10, ms(10)),
+        store,
+        storage,
+        2,
+    )
+    .start();
+    tokio::time::sleep(running).await;
+    handle.cancel();
+    handle.join().await.unwrap()
+}
+
 /// A job stopped in the middle and started again on the same checkpoints
 /// resumes from the last completed one: every record committed exactly once.
 #[tokio::test(start_paused = true)]
@@ -35,16 +54,7 @@ async fn a_stopped_job_resumes_from_its_last_checkpoint_exactly_once() {
     let store = MemoryStore::<u64>::new();
     let storage = MemoryCheckpointStorage::new(3);
 
-    let first = job(
-        ThrottledSource::unbounded(RECORDS, 10, ms(10)),
-        &store,
-        &storage,
-        2,
-    )
-    .start();
-    tokio::time::sleep(ms(650)).await;
-    first.cancel();
-    let report = first.join().await.unwrap();
+    let report = stopped_after(ms(650), &store, &storage).await;
     assert_eq!(report.status, JobStatus::Cancelled);
     let committed_before = store.committed().len() as u64;
     assert!(
@@ -93,16 +103,7 @@ async fn a_stopped_job_resumes_from_its_last_checkpoint_exactly_once() {
 async fn a_start_without_a_checkpoint_continues_the_lineage_the_storage_keeps() {
     let store = MemoryStore::<u64>::new();
     let storage = MemoryCheckpointStorage::new(3);
-    let first = job(
-        ThrottledSource::unbounded(RECORDS, 10, ms(10)),
-        &store,
-        &storage,
-        2,
-    )
-    .start();
-    tokio::time::sleep(ms(100)).await;
-    first.cancel();
-    first.join().await.unwrap();
+    stopped_after(ms(100), &store, &storage).await;
     assert!(
         storage.checkpoints().is_empty(),
         "stopped before any checkpoint"
