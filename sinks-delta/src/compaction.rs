@@ -29,6 +29,7 @@ use futures::TryStreamExt;
 use sink_api::SinkError;
 use tracing::info;
 
+use crate::app_versions::AppVersions;
 use crate::errors::delta_error;
 use crate::location::TableLocation;
 use crate::table_log::{maintain_log, without_hooks, Owner};
@@ -67,12 +68,14 @@ impl Compaction {
     pub(crate) async fn run(
         &self,
         table: &mut DeltaTable,
+        versions: &mut AppVersions,
         location: &TableLocation,
         owner: &Owner,
         partitions: impl IntoIterator<Item = Partition>,
     ) -> Result<(), SinkError> {
         for partition in partitions {
-            self.compact(table, location, owner, &partition).await?;
+            self.compact(table, versions, location, owner, &partition)
+                .await?;
         }
         Ok(())
     }
@@ -80,6 +83,7 @@ impl Compaction {
     async fn compact(
         &self,
         table: &mut DeltaTable,
+        versions: &mut AppVersions,
         location: &TableLocation,
         owner: &Owner,
         partition: &Partition,
@@ -95,13 +99,15 @@ impl Compaction {
             .check(
                 table.snapshot().map_err(reading)?,
                 table.log_store().as_ref(),
+                versions,
                 url,
             )
             .await?;
         // (add, remove) of each small file of the partition, oldest first.
+        // From the files the snapshot holds in memory: delta-rs' file
+        // stream would replay the whole log again.
         let mut small = Vec::new();
-        let mut files = table.get_active_add_actions_by_partitions(&[]);
-        while let Some(file) = files.try_next().await.map_err(reading)? {
+        for file in table.snapshot().map_err(reading)?.log_data() {
             // The partition values as strings, as the log writes them; the
             // replacement (typed values) is not yet worth the conversion.
             #[allow(deprecated)]
@@ -116,7 +122,6 @@ impl Compaction {
                 small.push((add, file.remove_action(false)));
             }
         }
-        drop(files);
         if small.len() < self.min_files {
             return Ok(());
         }
@@ -176,7 +181,7 @@ impl Compaction {
         // A fenced start rewrites nothing either; the owner's txn makes
         // delta-rs refuse this one if a newer claim landed since the read.
         owner
-            .check(snapshot, table.log_store().as_ref(), url)
+            .check(snapshot, table.log_store().as_ref(), versions, url)
             .await?;
         let committed =
             CommitBuilder::from(without_hooks().with_application_transaction(owner.transaction()))
@@ -195,6 +200,8 @@ impl Compaction {
             .make_durable(vec![format!("_delta_log/{:020}.json", committed.version())])
             .await
             .map_err(|e| SinkError::io("making the Delta log entry durable", e))?;
+        // The table as the commit left it, instead of reading the entry again.
+        table.state = Some(committed.snapshot());
         maintain_log(table, location, committed.version()).await;
         info!(
             files = merged,

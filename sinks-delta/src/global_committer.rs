@@ -59,6 +59,7 @@ use deltalake_core::DeltaTable;
 use sink_api::{CheckpointId, Generation, GlobalCommitter, SinkError};
 use tracing::{info, warn};
 
+use crate::app_versions::AppVersions;
 use crate::committable::DataFile;
 use crate::compaction::Compaction;
 use crate::errors::delta_error;
@@ -78,6 +79,8 @@ const COMMIT_ATTEMPTS: u32 = 3;
 pub struct DeltaGlobalCommitter {
     location: TableLocation,
     table: Option<DeltaTable>,
+    /// What `table`'s log says each application committed.
+    versions: AppVersions,
     compaction: Option<Compaction>,
     /// `<job>/<lineage>`: the Delta application id of this job's commits.
     app_id: String,
@@ -91,15 +94,19 @@ pub struct DeltaGlobalCommitter {
 }
 
 impl DeltaGlobalCommitter {
+    /// A committer for the table at `location`; `table` is the table as
+    /// this start read it, if it did (brought up to date before use).
     pub(crate) fn new(
         location: TableLocation,
+        table: Option<DeltaTable>,
         compaction: Option<Compaction>,
         app_id: String,
         generation: Generation,
     ) -> Self {
         DeltaGlobalCommitter {
             location,
-            table: None,
+            table,
+            versions: AppVersions::default(),
             compaction,
             app_id,
             generation,
@@ -139,8 +146,14 @@ impl DeltaGlobalCommitter {
         Ok(())
     }
 
-    /// The table at its newest version.
-    async fn newest(&mut self) -> Result<&mut DeltaTable, SinkError> {
+    /// The table as this committer last read it.
+    pub(crate) fn into_table(self) -> Option<DeltaTable> {
+        self.table
+    }
+
+    /// The table at its newest version, with what its log says each
+    /// application committed.
+    async fn newest(&mut self) -> Result<(&mut DeltaTable, &mut AppVersions), SinkError> {
         let url = self.location.url().clone();
         let reading = || format!("reading the Delta table {url}");
         match &mut self.table {
@@ -162,7 +175,8 @@ impl DeltaGlobalCommitter {
                 })?);
             }
         }
-        Ok(self.table.as_mut().expect("set above"))
+        let table = self.table.as_mut().expect("set above");
+        Ok((table, &mut self.versions))
     }
 
     /// One attempt: `Ok(true)` if this attempt wrote the transaction,
@@ -179,15 +193,16 @@ impl DeltaGlobalCommitter {
         let generation = i64::try_from(self.generation.0).unwrap_or(i64::MAX);
         let location = self.location.clone();
         let url = location.url().clone();
-        let table = self.newest().await?;
+        let (table, versions) = self.newest().await?;
         let snapshot = table
             .snapshot()
             .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
+        let log_store = table.log_store();
         Owner::new(&job_app_id, generation)
-            .check(snapshot, table.log_store().as_ref(), &url)
+            .check(snapshot, log_store.as_ref(), versions, &url)
             .await?;
-        let done = snapshot
-            .transaction_version(table.log_store().as_ref(), app_id)
+        let done = versions
+            .get(snapshot, log_store.as_ref(), app_id)
             .await
             .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
         if done.is_some_and(|done| done >= version) {
@@ -226,6 +241,8 @@ impl DeltaGlobalCommitter {
             files = files.len(),
             "committed to the Delta table"
         );
+        // The table as the commit left it, instead of reading the entry again.
+        table.state = Some(committed.snapshot());
         maintain_log(table, &location, committed.version()).await;
         Ok(true)
     }
@@ -327,10 +344,13 @@ impl GlobalCommitter for DeltaGlobalCommitter {
                 &self.app_id,
                 i64::try_from(self.generation.0).unwrap_or(i64::MAX),
             );
-            let table = self.newest().await?;
+            let (table, versions) = self.newest().await?;
             // Compaction is an optimisation: the data is committed whatever
             // becomes of it.
-            if let Err(e) = compaction.run(table, &location, &owner, partitions).await {
+            if let Err(e) = compaction
+                .run(table, versions, &location, &owner, partitions)
+                .await
+            {
                 warn!(error = %e, "compaction after checkpoint {version} failed; the files stay as they are");
             }
         }
@@ -378,6 +398,7 @@ mod tests {
         let committer = |generation| {
             DeltaGlobalCommitter::new(
                 location.clone(),
+                None,
                 None,
                 app_id.into(),
                 Generation(generation),
@@ -432,6 +453,7 @@ mod tests {
         let committer = |generation| {
             DeltaGlobalCommitter::new(
                 location.clone(),
+                None,
                 None,
                 "job/l".into(),
                 Generation(generation),

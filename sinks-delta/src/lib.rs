@@ -22,6 +22,7 @@
 //! (`Sink::global_committer`), so a job cannot leave it out. See the
 //! project's `docs/delta-sink.md` for what holds after each kind of crash.
 
+mod app_versions;
 mod committable;
 mod committer;
 mod compaction;

@@ -2,13 +2,14 @@
 //! columns, how large files grow, and whether small files are compacted.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_schema::{Schema, SchemaRef};
 use async_trait::async_trait;
 use deltalake_core::parquet::basic::Compression;
 use deltalake_core::parquet::file::properties::WriterProperties;
 use deltalake_core::writer::RecordBatchWriter;
+use deltalake_core::DeltaTable;
 use serde::Serialize;
 use sink_api::{GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, SinkMetrics};
 
@@ -42,7 +43,27 @@ pub struct DeltaSink<T> {
     target_file_size: usize,
     compaction: Option<Compaction>,
     counters: WriterCounters,
+    start_table: StartTable,
     _records: PhantomData<fn(T)>,
+}
+
+/// The table as this sink's newest start read it, lent to the writers and
+/// the global committer made after that start, each of which would
+/// otherwise load the whole log again (on object storage, a GET per log
+/// entry). `on_start` sets it from a full load, so every start reads the
+/// table afresh; the global committer brings its copy up to date before
+/// each transaction.
+#[derive(Clone, Default)]
+struct StartTable(Arc<Mutex<Option<DeltaTable>>>);
+
+impl StartTable {
+    fn set(&self, table: Option<DeltaTable>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = table;
+    }
+
+    fn get(&self) -> Option<DeltaTable> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// Configures a [`DeltaSink`]. Made by [`DeltaSink::builder`].
@@ -63,6 +84,7 @@ impl<T> DeltaSink<T> {
                 target_file_size: 128 << 20,
                 compaction: None,
                 counters: WriterCounters::default(),
+                start_table: StartTable::default(),
                 _records: PhantomData,
             },
         }
@@ -182,9 +204,16 @@ where
                 .permanent())
             }
             _ => {
-                DeltaGlobalCommitter::new(self.location.clone(), None, app_id, start.generation)
-                    .claim()
-                    .await
+                let mut committer = DeltaGlobalCommitter::new(
+                    self.location.clone(),
+                    Some(table),
+                    None,
+                    app_id,
+                    start.generation,
+                );
+                committer.claim().await?;
+                self.start_table.set(committer.into_table());
+                Ok(())
             }
         }
     }
@@ -195,22 +224,21 @@ where
         _restored: Vec<NoResume>,
     ) -> Result<DeltaSinkWriter<T>, SinkError> {
         register(&context.metrics, &self.counters);
-        let table = self
-            .location
-            .open()
-            .await
-            .map_err(|e| {
+        let table = match self.start_table.get() {
+            Some(table) => Some(table),
+            None => self.location.open().await.map_err(|e| {
                 delta_error(
                     format!("opening the Delta table {}", self.location.url()),
                     e,
                 )
-            })?
-            .ok_or_else(|| {
-                SinkError::msg(format!(
-                    "there is no Delta table at {}",
-                    self.location.url()
-                ))
-            })?;
+            })?,
+        };
+        let table = table.ok_or_else(|| {
+            SinkError::msg(format!(
+                "there is no Delta table at {}",
+                self.location.url()
+            ))
+        })?;
         let properties = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_max_row_group_size(ROW_GROUP_ROWS)
@@ -241,9 +269,11 @@ where
     fn global_committer(&self) -> Option<GlobalCommitterFactory<DataFile>> {
         let location = self.location.clone();
         let compaction = self.compaction.clone();
+        let start_table = self.start_table.clone();
         Some(Box::new(move |context: &InitContext| {
             Box::new(DeltaGlobalCommitter::new(
                 location.clone(),
+                start_table.get(),
                 compaction.clone(),
                 app_id(context),
                 context.generation,

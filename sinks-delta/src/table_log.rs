@@ -12,6 +12,7 @@ use deltalake_core::DeltaTable;
 use sink_api::SinkError;
 use tracing::warn;
 
+use crate::app_versions::AppVersions;
 use crate::errors::{delta_error, TableFenced};
 use crate::location::TableLocation;
 
@@ -44,14 +45,16 @@ impl Owner {
     }
 
     /// A permanent error if `snapshot` names a newer owner than this start.
+    /// `versions` is the cache of the table `snapshot` belongs to.
     pub(crate) async fn check(
         &self,
         snapshot: &deltalake_core::table::state::DeltaTableState,
         log_store: &dyn deltalake_core::logstore::LogStore,
+        versions: &mut AppVersions,
         url: &url::Url,
     ) -> Result<(), SinkError> {
-        let owner = snapshot
-            .transaction_version(log_store, &self.app_id)
+        let owner = versions
+            .get(snapshot, log_store, &self.app_id)
             .await
             .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
         match owner.filter(|&owner| owner > self.generation) {
