@@ -35,7 +35,7 @@ use deltalake_core::DeltaResult;
 /// table version.
 ///
 /// Held by the global committer beside its table (one per start), and lent
-/// to compaction and to [`Owner::check`](crate::table_log::Owner::check).
+/// to compaction and to the owner's check (`table_log.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct AppVersions {
     /// The table version `versions` is true at.
@@ -110,7 +110,6 @@ mod tests {
 
     use super::*;
     use crate::location::TableLocation;
-    use crate::table_log::without_hooks;
 
     /// A new local table with one column and the given properties.
     async fn table(dir: &std::path::Path, properties: &[(&str, &str)]) -> DeltaTable {
@@ -129,7 +128,8 @@ mod tests {
     /// Commits a transaction with no files and `txns`, and reads the table
     /// again.
     async fn commit(table: &mut DeltaTable, txns: &[Transaction]) {
-        let mut properties = without_hooks();
+        let mut properties = deltalake_core::kernel::transaction::CommitProperties::default()
+            .with_create_checkpoint(false);
         for txn in txns {
             properties = properties.with_application_transaction(txn.clone());
         }
