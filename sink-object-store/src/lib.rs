@@ -19,11 +19,15 @@
 //! assert!(sink_object_store::s3("gs://bucket/x", &[]).unwrap_err().to_string().contains("s3://"));
 //! ```
 
+mod uploads;
+
 use std::time::Duration;
 
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
 use object_store::RetryConfig;
+
+pub use uploads::{ListUploadsError, S3Uploads, UploadInProgress};
 
 /// How long a request is retried before its error reaches the caller (whose
 /// restart strategy then applies): long enough to ride out a server's
@@ -38,6 +42,9 @@ pub struct S3Prefix {
     /// The URL's path inside the bucket, without leading or trailing `/`
     /// (empty for the bucket's root).
     pub prefix: Path,
+    /// The bucket's multipart uploads in progress, listed with the client's
+    /// endpoint and credentials (`None` for S3 Express buckets).
+    pub uploads: Option<S3Uploads>,
 }
 
 /// Why a URL or an option cannot make a client. The message says what to
@@ -76,11 +83,19 @@ pub fn s3(url: &str, options: &[(String, String)]) -> Result<S3Prefix, S3UrlErro
         ..RetryConfig::default()
     };
     let store = builder
+        .clone()
         .with_retry(retry)
         .build()
         .map_err(|e| invalid(e.to_string()))?;
+    let bucket = parsed.host_str().unwrap_or_default();
+    let uploads = S3Uploads::new(&builder, bucket, store.credentials().clone())
+        .map_err(|e| invalid(e.to_string()))?;
     let prefix = Path::from_url_path(parsed.path()).map_err(|e| invalid(e.to_string()))?;
-    Ok(S3Prefix { store, prefix })
+    Ok(S3Prefix {
+        store,
+        prefix,
+        uploads,
+    })
 }
 
 #[cfg(test)]

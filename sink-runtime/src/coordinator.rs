@@ -160,6 +160,15 @@ where
             status: JobStatus::AlreadyFinished,
             metrics: metrics.snapshot(),
             last_checkpoint: marker.last_checkpoint,
+            // The lineage it finished in, as its newest checkpoint says (a
+            // report only: an unreadable one is not this start's error).
+            lineage: spec
+                .storage
+                .latest()
+                .await
+                .ok()
+                .flatten()
+                .and_then(|c| c.lineage),
             known_failures: Vec::new(),
         });
     }
@@ -323,6 +332,7 @@ where
         status,
         metrics,
         last_checkpoint: last,
+        lineage: Some(coordinator.lineage.clone()),
         known_failures: coordinator.metrics.known_failures(),
     })
 }

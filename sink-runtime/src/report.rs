@@ -1,6 +1,6 @@
 //! What a job reports when it ends.
 
-use sink_api::CheckpointId;
+use sink_api::{CheckpointId, Lineage};
 
 use crate::metrics::{KnownCommitFailure, MetricsSnapshot};
 
@@ -28,6 +28,11 @@ pub struct JobReport {
     pub metrics: MetricsSnapshot,
     /// The newest completed checkpoint, if any.
     pub last_checkpoint: Option<CheckpointId>,
+    /// The lineage the job ran in (for [`JobStatus::AlreadyFinished`], the
+    /// one its newest checkpoint names, `None` if there is none): what
+    /// tells its output, such as a Delta sink's application id, from other
+    /// runs'.
+    pub lineage: Option<Lineage>,
     /// Every commit that failed with a known reason (the first
     /// [`MAX_KEPT_FAILURES`](crate::MAX_KEPT_FAILURES)): output this
     /// job lost, with the committers' reasons. A job can end

@@ -25,6 +25,9 @@ pub struct LogEntry {
     pub epoch: Option<i64>,
     /// Files it added.
     pub added: usize,
+    /// Rows in the files it added that change the data (`dataChange`; not
+    /// a compaction's rewrites), from the files' statistics.
+    pub rows_added: u64,
     /// Files it removed.
     pub removed: usize,
     /// The application transactions (`txn`: application id, version) it set.
@@ -99,6 +102,7 @@ fn summarise(version: i64, bytes: &[u8]) -> Result<LogEntry, serde_json::Error> 
         query_id: None,
         epoch: None,
         added: 0,
+        rows_added: 0,
         removed: 0,
         transactions: Vec::new(),
     };
@@ -109,8 +113,14 @@ fn summarise(version: i64, bytes: &[u8]) -> Result<LogEntry, serde_json::Error> 
             let parameters = &info["operationParameters"];
             entry.query_id = parameters["queryId"].as_str().map(str::to_string);
             entry.epoch = number(&parameters["epochId"]);
-        } else if action.get("add").is_some() {
+        } else if let Some(add) = action.get("add") {
             entry.added += 1;
+            if add["dataChange"].as_bool() != Some(false) {
+                // The statistics are a JSON document in a string.
+                let stats: serde_json::Value =
+                    serde_json::from_str(add["stats"].as_str().unwrap_or("{}"))?;
+                entry.rows_added += stats["numRecords"].as_u64().unwrap_or(0);
+            }
         } else if action.get("remove").is_some() {
             entry.removed += 1;
         } else if let Some(txn) = action.get("txn") {

@@ -18,7 +18,7 @@
 //! | `orphans` | hidden parts of this lineage no checkpoint refers to, removed at each start |
 //! | `segments`, `compaction` | with compaction on: committed files in segment directories, merged a segment at a time and swapped in atomically |
 //! | `writer`, `committer`, `sink` | the `sink-api` implementation |
-//! | `object_output`, `upload`, `upload_commit`, `upload_orphans`, `memory_store` | on an object store (feature `object-store`): the output, a part as a multipart upload, its commit, uploads no checkpoint names, an in-memory store for tests |
+//! | `object_output`, `upload`, `upload_commit`, `upload_orphans`, `upload_listing`, `memory_store` | on an object store (feature `object-store`): the output, a part as a multipart upload, its commit, uploads no checkpoint names, the uploads in progress into a key, an in-memory store for tests |
 //! | `multipart_limits` | S3's limits on multipart uploads |
 //!
 //! Everything not yet committed has a hidden name (a leading dot), so a crash
@@ -75,6 +75,8 @@ mod upload;
 #[cfg(feature = "object-store")]
 mod upload_commit;
 #[cfg(feature = "object-store")]
+mod upload_listing;
+#[cfg(feature = "object-store")]
 mod upload_orphans;
 mod writer;
 
@@ -97,6 +99,8 @@ pub use rolling::{PartInfo, RollingPolicy};
 pub use sink::{FileSink, FileSinkBuilder};
 pub use state::{FileCommittable, InProgressState, Upload, UploadedPart};
 pub use stats::{FileSinkStats, FileSinkStatsSnapshot};
+#[cfg(feature = "object-store")]
+pub use upload_listing::ListUploads;
 #[cfg(feature = "object-store")]
 pub use upload_orphans::clear_object_output;
 pub use writer::{FileWriter, FileWriterState};

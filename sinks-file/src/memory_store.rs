@@ -57,6 +57,15 @@ impl MemoryObjectStore {
         self.uploads.lock().map(|u| u.len()).unwrap_or(0)
     }
 
+    /// The ids of the uploads in progress into `key`.
+    pub(crate) fn upload_ids_into(&self, key: &Path) -> Vec<MultipartId> {
+        self.lock()
+            .iter()
+            .filter(|(_, upload)| &upload.path == key)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     fn not_found(id: &str) -> object_store::Error {
         object_store::Error::NotFound {
             path: id.to_string(),

@@ -17,6 +17,8 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use sink_api::SinkError;
 
+use crate::upload_listing::ListUploads;
+
 /// What the file sink needs of an object store: plain objects and multipart
 /// uploads whose ids survive the process (to complete an upload after a
 /// restart). Implemented by every store that implements both traits of
@@ -39,6 +41,8 @@ pub struct ObjectOutput {
     pub(crate) location: String,
     /// The smallest part the store accepts (but the last).
     pub(crate) minimum_part_size: usize,
+    /// How uploads in progress into a key are found, if the store can say.
+    pub(crate) upload_listing: Option<Arc<dyn ListUploads>>,
 }
 
 impl std::fmt::Debug for ObjectOutput {
@@ -65,7 +69,18 @@ impl ObjectOutput {
             prefix,
             location: location.into().trim_end_matches('/').to_string(),
             minimum_part_size: 1,
+            upload_listing: None,
         }
+    }
+
+    /// How this output finds the multipart uploads in progress into a key
+    /// (on S3, `ListMultipartUploads`; [`ObjectOutput::s3`] sets it). With
+    /// it, a start aborts an upload that a crashed start created but had not
+    /// yet recorded; without it, such an upload is left to the bucket's
+    /// lifecycle rule, with a warning.
+    pub fn with_upload_listing(mut self, listing: Arc<dyn ListUploads>) -> ObjectOutput {
+        self.upload_listing = Some(listing);
+        self
     }
 
     /// The smallest part (but the last) the store accepts in a multipart
@@ -91,8 +106,12 @@ impl ObjectOutput {
         let s3 = sink_object_store::s3(url, options).map_err(|problem| {
             SinkError::msg(format!("the output URL {url} is not usable: {problem}")).permanent()
         })?;
-        let (store, prefix) = (s3.store, s3.prefix);
-        Ok(ObjectOutput::new(Arc::new(store), prefix, url).minimum_part_size(S3_MINIMUM_PART_SIZE))
+        let output = ObjectOutput::new(Arc::new(s3.store), s3.prefix, url)
+            .minimum_part_size(S3_MINIMUM_PART_SIZE);
+        Ok(match s3.uploads {
+            Some(uploads) => output.with_upload_listing(Arc::new(uploads)),
+            None => output,
+        })
     }
 
     /// The store the output writes to, for readers and tools that need it

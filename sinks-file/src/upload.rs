@@ -1,7 +1,8 @@
 //! The life of one part on an object store: a multipart upload.
 //!
 //! ```text
-//!  create      create the upload (its id), put its marker .uploads/<lineage>/<generation>/<writer id>-<n>
+//!  create      put its marker .uploads/<lineage>/<generation>/<writer id>-<n> (the key), create the
+//!              upload, put the marker again with the upload's id
 //!  write       append to the tail; each time the tail holds a part's worth, that part is
 //!              uploaded in the background (at most `parts_in_flight` at once)
 //!  checkpoint  wait for the parts in flight; the state records the upload id, every part's
@@ -32,12 +33,17 @@ use crate::rolling::PartInfo;
 use crate::state::{FileCommittable, InProgressState, Upload, UploadedPart};
 
 /// What an upload's marker object holds.
+///
+/// Written before the upload is created, without its id, then again with
+/// it: a crash in between leaves a marker without an id, and a later start
+/// finds the upload by its key (`ListUploads`).
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Marker {
     /// The object's path relative to the prefix.
     pub target: String,
-    /// The upload's id.
-    pub upload_id: String,
+    /// The upload's id, once created.
+    #[serde(default)]
+    pub upload_id: Option<String>,
 }
 
 /// The marker's path (relative to the prefix) of the upload of the part
@@ -67,6 +73,27 @@ pub(crate) fn marker_generation(relative: &str) -> Option<u64> {
     let mut parts = relative.rsplit('/');
     parts.next()?;
     parts.next()?.parse().ok()
+}
+
+/// Writes the marker `marker` of the upload into `target`, with its id
+/// once known.
+async fn put_marker(
+    output: &ObjectOutput,
+    marker: &str,
+    target: &str,
+    upload_id: Option<&str>,
+) -> Result<(), SinkError> {
+    let body = serde_json::to_vec(&Marker {
+        target: target.to_string(),
+        upload_id: upload_id.map(str::to_string),
+    })
+    .map_err(|e| SinkError::msg(format!("encoding an upload marker: {e}")))?;
+    output
+        .store
+        .put(&output.path(marker), PutPayload::from(body))
+        .await
+        .map_err(|e| output.error("writing the upload marker", marker, e))?;
+    Ok(())
 }
 
 /// A part being written into a multipart upload.
@@ -103,21 +130,20 @@ impl UploadPart {
         now_ms: u64,
     ) -> Result<UploadPart, SinkError> {
         let path = output.path(&target);
+        // The marker first: an upload is never made that no marker names.
+        put_marker(output, &marker, &target, None).await?;
         let upload_id = output
             .store
             .create_multipart(&path)
             .await
             .map_err(|e| output.error("starting a multipart upload of", &target, e))?;
-        let body = serde_json::to_vec(&Marker {
-            target: target.clone(),
-            upload_id: upload_id.clone(),
-        })
-        .map_err(|e| SinkError::msg(format!("encoding an upload marker: {e}")))?;
-        output
-            .store
-            .put(&output.path(&marker), PutPayload::from(body))
-            .await
-            .map_err(|e| output.error("writing the upload marker", &marker, e))?;
+        // A crash with the upload made and its id not recorded (crash
+        // tests only).
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("file-upload-created", |_| Err(SinkError::msg(
+            "failpoint file-upload-created: the upload is made, its id not recorded"
+        )));
+        put_marker(output, &marker, &target, Some(&upload_id)).await?;
         Ok(UploadPart {
             output: output.clone(),
             target,

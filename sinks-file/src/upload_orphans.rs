@@ -10,9 +10,11 @@
 //! start that restores none: the checkpoint storage keeps the lineage across
 //! such starts), and removes those markers (a newer instance started
 //! meanwhile keeps its own). An
-//! upload whose marker was never written (a crash right after the upload was
-//! created) is left to the bucket's lifecycle rule (see
-//! `docs/file-sink.md`).
+//! upload is never made before its marker: a marker written without the
+//! upload's id (a crash came before the id was recorded) stands for every
+//! upload in progress into its key, as the store lists them
+//! (`upload_listing`; on a store that cannot list them, they are left to
+//! the bucket's lifecycle rule, with a warning).
 
 use std::collections::HashSet;
 
@@ -61,27 +63,37 @@ pub(crate) async fn abort_orphaned_uploads(
             warn!(marker = %object.url_of(&relative), "an upload marker that cannot be read is left alone");
             continue;
         };
-        if kept.contains(&marker.upload_id) {
+        // A checkpoint names it: the upload lives on, and so does its marker.
+        if marker
+            .upload_id
+            .as_ref()
+            .is_some_and(|id| kept.contains(id))
+        {
             continue;
         }
-        match object
-            .store
-            .abort_multipart(&object.path(&marker.target), &marker.upload_id)
-            .await
-        {
-            Ok(()) => {
-                aborted += 1;
-                info!(object = %object.url_of(&marker.target), upload = %marker.upload_id,
-                    "aborted a multipart upload an earlier start left and no checkpoint refers to");
+        for upload_id in upload_ids(object, &marker).await? {
+            if kept.contains(&upload_id) {
+                continue;
             }
-            // Completed (its marker outlived the commit) or aborted before.
-            Err(e) if ObjectOutput::is_absent(&e) => {}
-            Err(e) => {
-                return Err(object.error(
-                    &format!("aborting the orphaned upload {} of", marker.upload_id),
-                    &marker.target,
-                    e,
-                ))
+            match object
+                .store
+                .abort_multipart(&object.path(&marker.target), &upload_id)
+                .await
+            {
+                Ok(()) => {
+                    aborted += 1;
+                    info!(object = %object.url_of(&marker.target), upload = %upload_id,
+                        "aborted a multipart upload an earlier start left and no checkpoint refers to");
+                }
+                // Completed (its marker outlived the commit) or aborted before.
+                Err(e) if ObjectOutput::is_absent(&e) => {}
+                Err(e) => {
+                    return Err(object.error(
+                        &format!("aborting the orphaned upload {upload_id} of"),
+                        &marker.target,
+                        e,
+                    ))
+                }
             }
         }
         match object.store.delete(&meta.location).await {
@@ -130,14 +142,18 @@ pub async fn clear_object_output(
                     "an upload marker that cannot be read: its upload, if any, is left to the bucket's lifecycle rule");
             }
             if let Some(marker) = marker {
-                match object
-                    .store
-                    .abort_multipart(&object.path(&marker.target), &marker.upload_id)
-                    .await
-                {
-                    Ok(()) => {}
-                    Err(e) if ObjectOutput::is_absent(&e) => {}
-                    Err(e) => return Err(object.error("aborting an upload of", &marker.target, e)),
+                for upload_id in upload_ids(object, &marker).await? {
+                    match object
+                        .store
+                        .abort_multipart(&object.path(&marker.target), &upload_id)
+                        .await
+                    {
+                        Ok(()) => {}
+                        Err(e) if ObjectOutput::is_absent(&e) => {}
+                        Err(e) => {
+                            return Err(object.error("aborting an upload of", &marker.target, e))
+                        }
+                    }
                 }
             }
         }
@@ -148,6 +164,25 @@ pub async fn clear_object_output(
         }
     }
     Ok(())
+}
+
+/// The uploads `marker` stands for: its upload, or, for a marker written
+/// before its upload was created (a crash may have come between the two),
+/// every upload in progress into its key, as the store lists them. Without
+/// a way to list them, none, with a warning.
+async fn upload_ids(object: &ObjectOutput, marker: &Marker) -> Result<Vec<String>, SinkError> {
+    if let Some(id) = &marker.upload_id {
+        return Ok(vec![id.clone()]);
+    }
+    match &object.upload_listing {
+        Some(listing) => listing.uploads_into(&object.path(&marker.target)).await,
+        None => {
+            warn!(object = %object.url_of(&marker.target),
+                "a start crashed while creating an upload of this object, and the store cannot list \
+                 uploads: an upload, if it was made, is left to the bucket's lifecycle rule");
+            Ok(Vec::new())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -173,7 +208,7 @@ mod tests {
         let marker = marker_path(lineage, Generation(generation), target, 0);
         let body = serde_json::to_vec(&Marker {
             target: target.into(),
-            upload_id: id.clone(),
+            upload_id: Some(id.clone()),
         })
         .unwrap();
         store.put(&object.path(&marker), body.into()).await.unwrap();
@@ -206,5 +241,53 @@ mod tests {
             assert_eq!(part.is_ok(), alive, "upload {id}");
         }
         assert_eq!(store.uploads_in_progress(), 3);
+    }
+
+    /// An upload made by a start that died before writing its id down (its
+    /// marker, written first, names only the key) is found by its key and
+    /// aborted, and only it: not an upload into another key that starts
+    /// with the same name. Without a way to list uploads, it is left, and
+    /// the marker removed.
+    #[tokio::test]
+    async fn an_upload_whose_id_was_not_recorded_is_found_by_its_key() {
+        for listing in [true, false] {
+            let store = Arc::new(MemoryObjectStore::new());
+            let mut object =
+                ObjectOutput::new(store.clone(), ObjectPath::from("out"), "memory://out");
+            if listing {
+                object = object.with_upload_listing(store.clone());
+            }
+            let ours = Lineage::new("0123abcd");
+            let unrecorded = store
+                .create_multipart(&object.path("part-a"))
+                .await
+                .unwrap();
+            let marker = marker_path(&ours, Generation(1), "w", 0);
+            let body = serde_json::to_vec(&Marker {
+                target: "part-a".into(),
+                upload_id: None,
+            })
+            .unwrap();
+            store.put(&object.path(&marker), body.into()).await.unwrap();
+            let longer_name = upload(&store, &object, &ours, 2, "part-ab").await;
+            let aborted = abort_orphaned_uploads(&object, &ours, Generation(2), &HashSet::new())
+                .await
+                .unwrap();
+            assert_eq!(aborted, u64::from(listing), "listing: {listing}");
+            assert_eq!(store.uploads_in_progress(), 2 - usize::from(listing));
+            assert_eq!(
+                store.upload_ids_into(&object.path("part-ab")),
+                [longer_name]
+            );
+            assert_eq!(
+                store.upload_ids_into(&object.path("part-a")).len(),
+                usize::from(!listing),
+                "{unrecorded}"
+            );
+            assert!(
+                store.get(&object.path(&marker)).await.is_err(),
+                "the marker is removed"
+            );
+        }
     }
 }

@@ -16,7 +16,10 @@
 //! Each record is one row `(id bigint, payload string)`: the id, and filler
 //! up to `--record-size` bytes. `--out` is the table's location; the
 //! checkpoints live in `--out/.state` unless `--state` says where. The
-//! summary counts rows and distinct ids by reading the table back.
+//! summary counts the rows this job committed from the table's log (the
+//! rows each of its transactions added, by its application id, so other
+//! writers of the table are not counted), and, when only this job writes
+//! there, checks the table's ids: each once.
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +27,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use examples::demo_job::{self, JobArgs, JobConfig, Mode, Preset, SourceKind};
 use serde::Serialize;
+use sink_api::Lineage;
 use sink_cli::location::{self, Location};
 use sink_runtime::{
     BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode, SequenceSource,
@@ -70,37 +74,57 @@ fn schema() -> Schema {
     ])
 }
 
+/// The demo's job name: with the lineage, its Delta application id.
+const JOB_NAME: &str = "delta-sink-demo";
+
 /// What the table holds after a run, read back from it.
 struct TableCount {
+    /// Rows this job's transactions added (its lineage's application id),
+    /// however many other writers the table has.
     rows: u64,
-    distinct_ids: u64,
-    /// Transactions that added files (one per checkpoint with data).
+    /// Rows in the table, every writer's.
+    table_rows: u64,
+    /// Distinct ids in the table; `None` when other writers' rows are in it
+    /// too (their ids may equal this job's without a duplicate).
+    distinct_ids: Option<u64>,
+    /// This job's transactions that added files (one per checkpoint with
+    /// data).
     delta_commits: usize,
     version: i64,
     /// Data files in the newest version.
     data_files: usize,
 }
 
-async fn count(table: &TableLocation) -> anyhow::Result<TableCount> {
+/// The table after a run of the job in `lineage`, counted from the log's
+/// entries (each transaction's added rows, by application id) and the
+/// table's ids.
+async fn count(table: &TableLocation, lineage: Option<&Lineage>) -> anyhow::Result<TableCount> {
     let entries = sinks_delta::read::log_entries(table).await?;
     let Some(last) = entries.last() else {
         return Ok(TableCount {
             rows: 0,
-            distinct_ids: 0,
+            table_rows: 0,
+            distinct_ids: Some(0),
             delta_commits: 0,
             version: -1,
             data_files: 0,
         });
     };
+    let app_id = lineage.map(|lineage| format!("{JOB_NAME}/{lineage}"));
+    let adding: Vec<_> = entries.iter().filter(|e| e.rows_added > 0).collect();
+    let (ours, others): (Vec<_>, Vec<_>) = adding
+        .into_iter()
+        .partition(|e| app_id.is_some() && e.query_id == app_id);
     let ids = sinks_delta::read::int64_column(table, "id", None).await?;
-    let distinct: std::collections::BTreeSet<i64> = ids.iter().copied().collect();
+    let distinct = others.is_empty().then(|| {
+        let distinct: std::collections::BTreeSet<i64> = ids.iter().copied().collect();
+        distinct.len() as u64
+    });
     Ok(TableCount {
-        rows: ids.len() as u64,
-        distinct_ids: distinct.len() as u64,
-        delta_commits: entries
-            .iter()
-            .filter(|e| e.operation == "STREAMING UPDATE" && e.added > 0)
-            .count(),
+        rows: ours.iter().map(|e| e.rows_added).sum(),
+        table_rows: ids.len() as u64,
+        distinct_ids: distinct,
+        delta_commits: ours.len(),
         version: last.version,
         data_files: sinks_delta::read::active_files(table).await?.len(),
     })
@@ -129,7 +153,7 @@ async fn run(config: &JobConfig, compaction: bool, show_progress: bool) -> anyho
     }
     .paced(config.rate);
     let source = sink_runtime::source::Source::map(source, move |id| DemoRow::new(id, record_size));
-    let mut builder = Job::builder("delta-sink-demo", source, sink)
+    let mut builder = Job::builder(JOB_NAME, source, sink)
         .parallelism(config.parallelism)
         .mode(match config.mode {
             Mode::Streaming => RuntimeMode::Streaming,
@@ -168,16 +192,20 @@ async fn run(config: &JobConfig, compaction: bool, show_progress: bool) -> anyho
         bar.finish_and_clear();
     }
     let wall = started.elapsed();
-    let table = count(&table)
+    let table = count(&table, report.lineage.as_ref())
         .await
         .with_context(|| format!("reading the table {} back", config.out))?;
-    if table.rows != table.distinct_ids {
-        bail!(
-            "the table {} holds {} rows but only {} distinct ids",
-            config.out,
-            table.rows,
-            table.distinct_ids
-        );
+    // Only this job writes there: each of its rows once, and nothing else.
+    if let Some(distinct) = table.distinct_ids {
+        if table.table_rows != distinct || table.rows != table.table_rows {
+            bail!(
+                "the table {} holds {} rows, {} distinct ids, and the job's transactions added {}",
+                config.out,
+                table.table_rows,
+                distinct,
+                table.rows
+            );
+        }
     }
     Ok(Outcome {
         report,
@@ -268,6 +296,7 @@ async fn main() -> anyhow::Result<()> {
             "parallelism": config.parallelism,
             "written": m.records_written,
             "committed": outcome.table.rows,
+            "table_rows": outcome.table.table_rows,
             "distinct_ids": outcome.table.distinct_ids,
             "prepare_commit_calls": m.prepare_commit_calls,
             "commit_calls": m.commit_calls,
@@ -282,12 +311,17 @@ async fn main() -> anyhow::Result<()> {
         println!("{summary}");
     } else {
         println!(
-            "{label}: {:?}; written {}, {} rows in the table ({} distinct ids), {} prepare_commit \
-             calls, {} checkpoints, {} Delta commits, table version {}, {} data files, {:.2} s",
+            "{label}: {:?}; written {}, {} rows committed by this job, {} in the table ({}), \
+             {} prepare_commit calls, {} checkpoints, {} Delta commits, table version {}, {} data \
+             files, {:.2} s",
             outcome.report.status,
             m.records_written,
             outcome.table.rows,
-            outcome.table.distinct_ids,
+            outcome.table.table_rows,
+            match outcome.table.distinct_ids {
+                Some(distinct) => format!("{distinct} distinct ids"),
+                None => "other writers' rows too".to_string(),
+            },
             m.prepare_commit_calls,
             m.checkpoints_completed,
             outcome.table.delta_commits,

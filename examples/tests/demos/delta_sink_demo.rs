@@ -242,3 +242,38 @@ fn on_s3_killed_and_resumed_it_commits_every_row_once() {
     assert_eq!(read["rows"], 60_000, "{read}");
     assert_eq!(read["distinct_ids"], 60_000, "{read}");
 }
+
+/// Two jobs writing one table (two state directories, so two lineages):
+/// each reports the rows it committed, not the table's, and leaves out the
+/// ids check that the other job's ids would fail. It used to report every
+/// row of the table, or stop on the "duplicates" of the other job.
+#[test]
+fn a_table_shared_with_another_job_counts_only_this_jobs_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("shared");
+    let run = |state: &str, records: &str| {
+        let state = dir.path().join(state);
+        let state = state.to_str().expect("a UTF-8 path");
+        summary(&demo(
+            &table,
+            &[
+                "--state",
+                state,
+                "--records",
+                records,
+                "--checkpoint-interval",
+                "200ms",
+                "--json",
+            ],
+        ))
+    };
+    let first = run("first-state", "500");
+    assert_eq!(first["committed"], 500, "{first}");
+    assert_eq!(first["table_rows"], 500, "{first}");
+    assert_eq!(first["distinct_ids"], 500, "{first}");
+    let second = run("second-state", "300");
+    assert_eq!(second["status"], "Finished", "{second}");
+    assert_eq!(second["committed"], 300, "{second}");
+    assert_eq!(second["table_rows"], 800, "{second}");
+    assert!(second["distinct_ids"].is_null(), "{second}");
+}

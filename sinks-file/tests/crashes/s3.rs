@@ -241,6 +241,45 @@ async fn objects_of_several_parts_survive_a_stop_and_orphaned_uploads_are_aborte
     );
 }
 
+/// A start that dies right after creating an upload, before the upload's
+/// id is written down, leaves nothing open: the upload's marker, written
+/// before the upload, names its key, and the next start finds the upload
+/// there (ListMultipartUploads) and aborts it. Before, the marker came
+/// after the upload, and such an upload stayed open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_made_but_not_recorded_is_aborted_by_the_next_start() {
+    let Some((endpoint, bucket)) = server() else {
+        return;
+    };
+    let output = output(&bucket);
+    let prefix = prefix_of(&output);
+    let storage = MemoryCheckpointStorage::new(2);
+    const RECORDS: u64 = 1000;
+    fail::cfg("file-upload-created", "1*return->off").expect("a valid failpoint");
+    let failed = padded_job(&output, &storage, SequenceSource::bounded(RECORDS))
+        .run()
+        .await;
+    fail::remove("file-upload-created");
+    let error = failed.expect_err("the job stops at the failpoint");
+    assert!(error.to_string().contains("file-upload-created"), "{error}");
+    let left = uploads_in_progress(&endpoint, &bucket, &prefix).await;
+    assert!(left >= 1, "the crash left the upload it made open");
+
+    let report = padded_job(&output, &storage, SequenceSource::bounded(RECORDS))
+        .run()
+        .await
+        .expect("the next start finishes");
+    assert_eq!(report.status, JobStatus::Finished);
+    let mut ids = committed_ids(&output).await;
+    ids.sort_unstable();
+    assert!(ids == (0..RECORDS).collect::<Vec<_>>(), "{} ids", ids.len());
+    assert_eq!(
+        uploads_in_progress(&endpoint, &bucket, &prefix).await,
+        0,
+        "an upload is left open ({left} after the crash)"
+    );
+}
+
 /// A bucket that does not exist fails the job at its start, before any
 /// writer, with a message that says so; it is not restarted.
 /// Runs a job on `output` and returns the message of the error it must
