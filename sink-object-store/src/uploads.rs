@@ -270,6 +270,28 @@ mod tests {
         assert_eq!(ids, ["id-1", "id-2"]);
     }
 
+    /// No answer, or a busy or failing server, is worth another try; a
+    /// refusal (credentials, a missing bucket) or an unreadable answer is
+    /// not.
+    #[test]
+    fn only_a_missing_answer_or_a_busy_server_is_transient() {
+        let refused = |status| ListUploadsError::Refused {
+            status,
+            body: String::new(),
+        };
+        for (error, transient) in [
+            (refused(503), true),
+            (refused(500), true),
+            (refused(429), true),
+            (refused(403), false),
+            (refused(404), false),
+            (ListUploadsError::Answer("x".into()), false),
+            (ListUploadsError::TooManyPages, false),
+        ] {
+            assert_eq!(error.is_transient(), transient, "{error}");
+        }
+    }
+
     #[test]
     fn an_empty_listing_is_read() {
         let page: ListPage = quick_xml::de::from_str(

@@ -206,6 +206,42 @@ mod tests {
         );
     }
 
+    /// An entry the cache would read next was cleaned up (after a log
+    /// checkpoint): the cache starts over from delta-rs' answer instead of
+    /// skipping the entry and its `txn`.
+    #[tokio::test]
+    async fn a_cleaned_up_entry_sends_the_question_back_to_delta_rs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut table = table(dir.path(), &[]).await;
+        let mut versions = AppVersions::default();
+        for version in 1..=3 {
+            commit(&mut table, &[Transaction::new("job/a", version)]).await;
+        }
+        assert_eq!(
+            both(&mut versions, &table, "job/a").await,
+            (Some(3), Some(3))
+        );
+        commit(&mut table, &[Transaction::new("job/a", 4)]).await;
+        commit(&mut table, &[Transaction::new("job/b", 1)]).await;
+        deltalake_core::checkpoints::create_checkpoint(&table, None)
+            .await
+            .unwrap();
+        let log = dir.path().join("table/_delta_log");
+        for version in 0..table.version().unwrap() {
+            std::fs::remove_file(log.join(format!("{version:020}.json"))).unwrap();
+        }
+        let reopened = TableLocation::local(dir.path().join("table"))
+            .unwrap()
+            .open()
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            both(&mut versions, &reopened, "job/a").await,
+            (Some(4), Some(4))
+        );
+    }
+
     /// A `txn` with `lastUpdated` may be expired by the table's
     /// `delta.setTransactionRetentionDuration`: the cache does not answer
     /// for it, delta-rs does (here: expired, so the older `txn` counts).

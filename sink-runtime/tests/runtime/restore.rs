@@ -309,7 +309,8 @@ async fn restarts_are_bounded() {
     assert!(store.committed().is_empty());
 }
 
-/// A finished job is recognised as finished and not run again.
+/// A finished job is recognised as finished and not run again; both
+/// reports name the lineage it ran in (the one its transactions carry).
 #[tokio::test(start_paused = true)]
 async fn a_finished_job_is_not_run_again() {
     let store = MemoryStore::<u64>::new();
@@ -325,9 +326,14 @@ async fn a_finished_job_is_not_run_again() {
         .unwrap()
         .run()
     };
-    assert_eq!(run().await.unwrap().status, JobStatus::Finished);
+    let first = run().await.unwrap();
+    assert_eq!(first.status, JobStatus::Finished);
+    let ran_in: Vec<_> = lineages(&store).into_iter().collect();
+    let reported = first.lineage.as_ref().map(|l| l.to_string());
+    assert_eq!(reported.as_ref(), ran_in.first(), "{ran_in:?}");
     let again = run().await.unwrap();
     assert_eq!(again.status, JobStatus::AlreadyFinished);
+    assert_eq!(again.lineage, first.lineage);
     assert_eq!(again.metrics.records_written, 0);
     assert_eq!(store.stats().writers_created, 1);
     assert_exactly_once("committed", &store.committed(), 100);

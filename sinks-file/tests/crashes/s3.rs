@@ -280,6 +280,48 @@ async fn an_upload_made_but_not_recorded_is_aborted_by_the_next_start() {
     );
 }
 
+/// The server's uploads in progress are listed by key prefix with the ids
+/// it gave them (ListMultipartUploads, signed as the output's client signs);
+/// `ListUploads` keeps those into exactly the key; an aborted upload is no
+/// longer listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_in_progress_are_listed_by_their_key() {
+    use object_store::multipart::MultipartStore;
+    use object_store::path::Path;
+    use sinks_file::ListUploads;
+    let Some((_, bucket)) = server() else {
+        return;
+    };
+    let prefix = uuid::Uuid::new_v4().simple().to_string();
+    let s3 = sink_object_store::s3(&format!("s3://{bucket}/{prefix}"), &[]).expect("a client");
+    let uploads = s3.uploads.expect("S3 uploads can be listed");
+    let key = Path::from(format!("{prefix}/part-a"));
+    let a = s3.store.create_multipart(&key).await.unwrap();
+    let ab = s3
+        .store
+        .create_multipart(&Path::from(format!("{prefix}/part-ab")))
+        .await
+        .unwrap();
+    let mut listed: Vec<String> = uploads
+        .list(&key)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.upload_id)
+        .collect();
+    listed.sort();
+    let mut both = vec![a.clone(), ab.clone()];
+    both.sort();
+    assert_eq!(listed, both, "the key prefix matches both");
+    assert_eq!(
+        uploads.uploads_into(&key).await.unwrap(),
+        std::slice::from_ref(&a)
+    );
+    s3.store.abort_multipart(&key, &a).await.unwrap();
+    assert!(uploads.uploads_into(&key).await.unwrap().is_empty());
+    assert_eq!(uploads.list(&key).await.unwrap().len(), 1, "{ab} is left");
+}
+
 /// A bucket that does not exist fails the job at its start, before any
 /// writer, with a message that says so; it is not restarted.
 /// Runs a job on `output` and returns the message of the error it must
@@ -333,6 +375,38 @@ async fn refused_credentials_are_refused_at_start() {
     let message = refused_at_start(output).await;
     assert!(message.contains("the credentials are"), "{message}");
     assert!(message.contains("AWS_ACCESS_KEY_ID"), "{message}");
+}
+
+/// A listing of uploads with credentials the server refuses fails at
+/// once, as permanent, with the server's answer in the message (the start
+/// that needed it stops with the cause instead of retrying).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_with_refused_credentials_is_a_permanent_error_with_the_answer() {
+    use sinks_file::ListUploads;
+    let Ok(refusing) = std::env::var("S3_TEST_REFUSING_ENDPOINT") else {
+        println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
+        return;
+    };
+    let s3 = sink_object_store::s3("s3://eo-test/out", &[("endpoint".into(), refusing)])
+        .expect("a valid URL");
+    let uploads = s3.uploads.expect("S3 uploads can be listed");
+    let key = object_store::path::Path::from("out/part-a");
+    let error = uploads.list(&key).await.expect_err("refused");
+    assert!(
+        matches!(
+            error,
+            sink_object_store::ListUploadsError::Refused { status: 403, .. }
+        ),
+        "{error:?}"
+    );
+    assert!(!error.is_transient());
+    let error = uploads.uploads_into(&key).await.expect_err("refused");
+    assert!(error.is_permanent(), "{error}");
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("out/part-a") && message.contains("403"),
+        "{message}"
+    );
 }
 
 /// A server of this test's own (`MOTO_SERVER` from `scripts/with-s3`), so
