@@ -378,6 +378,50 @@ async fn small_files_are_compacted_after_commit_and_every_row_stays_once() {
     assert!(added - removed <= 3 * 4, "at most min_files - 1 small files per partition, plus merged ones: {added} added, {removed} removed");
 }
 
+/// What the log says each job added (`LogEntry::rows_added`, which the
+/// demo reports as committed): every row once, under the job's own
+/// application id, whatever the compaction rewrote (its adds change no
+/// data) and whatever another job added to the same table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_counts_each_jobs_rows_once_through_compaction() {
+    let (_dir, location) = local();
+    let compacted = || {
+        DeltaSink::builder(location.clone(), schema())
+            .partition_by(["day"])
+            .compaction(Compaction {
+                min_files: 2,
+                ..Compaction::default()
+            })
+            .build()
+            .unwrap()
+    };
+    let first = job("first", compacted(), 1_500, 10_000, Some(ms(30)), 2)
+        .run()
+        .await
+        .unwrap();
+    let second = job("second", compacted(), 700, 10_000, Some(ms(30)), 2)
+        .run()
+        .await
+        .unwrap();
+    let entries = log_entries(&location).await.unwrap();
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.operation == "OPTIMIZE" && e.rows_added == 0),
+        "a compaction ran, adding no rows: {entries:?}"
+    );
+    for (name, report, rows) in [("first", first, 1_500), ("second", second, 700)] {
+        let app_id = format!("{name}/{}", report.lineage.expect("a lineage"));
+        let added: u64 = entries
+            .iter()
+            .filter(|e| e.query_id.as_deref() == Some(app_id.as_str()))
+            .map(|e| e.rows_added)
+            .sum();
+        assert_eq!(added, rows, "{name}");
+    }
+    assert_eq!(entries.iter().map(|e| e.rows_added).sum::<u64>(), 2_200);
+}
+
 #[tokio::test]
 async fn a_table_of_another_schema_is_refused_naming_both() {
     let (_dir, location) = local();
