@@ -464,7 +464,9 @@ impl IngestService {
         if let (Destination::Files, Location::Local(data_dir)) = (&config.destination, &data) {
             // Created here, not by the first writer, so a bad directory is
             // reported at once instead of failing (and restarting) the job.
-            std::fs::create_dir_all(data_dir).with_context(|| {
+            // Durable with every entry above it before anything is
+            // acknowledged (docs/semantics.md, "Durability").
+            sink_local_fs::create_dir_all(data_dir).with_context(|| {
                 format!(
                     "creating the data directory {}; pass an --output-dir you can write to",
                     data_dir.display()

@@ -237,7 +237,7 @@ pub fn delta_table(
 ) -> anyhow::Result<sinks_delta::TableLocation> {
     Ok(match location {
         Location::Local(dir) => {
-            std::fs::create_dir_all(dir).with_context(|| {
+            sink_local_fs::create_dir_all(dir).with_context(|| {
                 format!(
                     "creating the table directory {}; pass an --out you can write to",
                     dir.display()

@@ -50,6 +50,7 @@ mod decoders;
 mod destination;
 mod modes;
 mod outcomes;
+pub mod power_loss;
 mod remainder;
 mod report;
 mod runner;

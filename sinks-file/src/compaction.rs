@@ -758,15 +758,13 @@ pub(crate) fn probe(base: &Path, fresh: bool) -> Result<(), SinkError> {
         if !fresh {
             return Ok(());
         }
-        fs::create_dir_all(base).map_err(|e| {
+        // With every entry above it durable.
+        sink_local_fs::create_dir_all(base).map_err(|e| {
             io_error(
                 format!("creating the output directory {}", base.display()),
                 e,
             )
         })?;
-        if let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fsync_dir(parent)?;
-        }
     }
     let listing = |e| io_error(format!("listing {}", base.display()), e);
     for entry in fs::read_dir(base).map_err(listing)? {

@@ -7,7 +7,7 @@
 //! sink (never process-global): a sync by another sink in the same process
 //! is not counted, which only costs a redundant fsync.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +26,9 @@ pub(crate) struct DirSyncs {
     sequence: AtomicU64,
     /// Per directory, the number at which its latest fsync started.
     synced: Mutex<BTreeMap<PathBuf, u64>>,
+    /// Directories whose name, and every name above them up to the base
+    /// directory, this sink has made durable.
+    durable: Mutex<BTreeSet<PathBuf>>,
 }
 
 impl Default for DirSyncs {
@@ -33,6 +36,7 @@ impl Default for DirSyncs {
         DirSyncs {
             sequence: AtomicU64::new(1),
             synced: Mutex::new(BTreeMap::new()),
+            durable: Mutex::new(BTreeSet::new()),
         }
     }
 }
@@ -51,6 +55,21 @@ impl DirSyncs {
         let latest = synced.entry(dir.to_path_buf()).or_default();
         *latest = (*latest).max(started);
         Ok(())
+    }
+
+    /// Records that `dir`'s name, and every name above it up to the base
+    /// directory, are durable: synced by this sink, or known to be.
+    pub(crate) fn durable_dir(&self, dir: &Path) {
+        let mut durable = self.durable.lock().unwrap_or_else(|e| e.into_inner());
+        durable.insert(dir.to_path_buf());
+    }
+
+    /// Whether [`durable_dir`](Self::durable_dir) recorded `dir`: a part
+    /// created in it needs only `dir` itself synced, not the directories
+    /// above it.
+    pub(crate) fn is_durable(&self, dir: &Path) -> bool {
+        let durable = self.durable.lock().unwrap_or_else(|e| e.into_inner());
+        durable.contains(dir)
     }
 
     /// Makes durable a name created in `dir` at sequence `created`, unless a

@@ -152,27 +152,27 @@ impl InProgressPart {
     ) -> Result<InProgressPart, SinkError> {
         assert_blocking("creating a part file");
         let path = base.join(&relative);
-        // Directories whose entries change: the file's own, and the parent of
-        // every directory created for it. They are synced at the first
-        // persist, before a checkpoint can refer to the file.
+        // Directories whose entries the file's name depends on: its own,
+        // and, until this sink has synced them, the parent of every
+        // directory between the base and it, whoever created them (another
+        // subtask, which may not have synced yet; an earlier run, killed
+        // before it did). They are synced at the first persist, before a
+        // checkpoint can refer to the file.
         let mut unsynced_dirs = Vec::new();
         if let Some(dir) = path.parent() {
-            let mut missing = dir;
-            while !missing.exists() {
-                match missing.parent() {
-                    Some(parent) => {
-                        unsynced_dirs.push(parent.to_path_buf());
-                        missing = parent;
-                    }
-                    None => break,
-                }
-            }
             fs::create_dir_all(dir).map_err(|e| {
                 io_error(
                     format!("creating the bucket directory {}", dir.display()),
                     e,
                 )
             })?;
+            if !syncs.is_durable(dir) {
+                let mut below = dir;
+                while let Some(parent) = below.parent().filter(|_| below != base) {
+                    unsynced_dirs.push(parent.to_path_buf());
+                    below = parent;
+                }
+            }
             unsynced_dirs.push(dir.to_path_buf());
         }
         let file = OpenOptions::new()
@@ -347,6 +347,11 @@ impl Unsynced {
         // The file's name must survive a power loss too, not only its data.
         for dir in &self.dirs {
             self.syncs.sync_dir_since(dir, self.created_seq)?;
+        }
+        // The file's own directory comes last: it and every name above it
+        // (up to the base) are durable now.
+        if let Some(dir) = self.dirs.last() {
+            self.syncs.durable_dir(dir);
         }
         Ok(())
     }

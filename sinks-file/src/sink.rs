@@ -379,6 +379,8 @@ where
         blocking(move || {
             let base = &base;
             if let Some(state) = restored_states.first() {
+                // A completed checkpoint refers to it: durable.
+                config.syncs.durable_dir(base);
                 let output = identity::read(base)?.ok_or_else(|| {
                     identity::mismatch(
                         base,
@@ -397,19 +399,16 @@ where
                     restored_states,
                 );
             }
-            let created = !base.exists();
-            std::fs::create_dir_all(base).map_err(|e| {
+            // Its name, and every name above it, must survive a power cut:
+            // synced whether this start created it or an earlier one, killed
+            // before it synced, did.
+            sink_local_fs::create_dir_all(base).map_err(|e| {
                 io_error(
                     format!("creating the output directory {}", base.display()),
                     e,
                 )
             })?;
-            if created {
-                // The new directory's name must survive a power loss.
-                if let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    config.syncs.sync_dir(parent)?;
-                }
-            }
+            config.syncs.durable_dir(base);
             let output = identity::ensure(base)?;
             FileWriter::new(
                 config.clone(),

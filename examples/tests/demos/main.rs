@@ -13,3 +13,4 @@ mod output;
 mod postgres_sink_demo;
 #[cfg(feature = "postgres")]
 mod postgres_sink_demo_no_server;
+mod power_loss;

@@ -103,7 +103,9 @@ impl LocalCheckpointStorage {
         retained: usize,
     ) -> Result<LocalCheckpointStorage, StorageError> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir).map_err(|e| {
+        // Its entry, and each above it, durable: a checkpoint reported
+        // complete must not vanish with a directory that was never synced.
+        sink_local_fs::create_dir_all(&dir).map_err(|e| {
             StorageError::io(format!("creating the state directory {}", dir.display()), e)
         })?;
         let lock_path = dir.join(LOCK_FILE);

@@ -9,4 +9,5 @@ mod common;
 mod end_to_end;
 mod lifecycle;
 mod object_commit;
+mod power_loss;
 mod relocation;

@@ -1,0 +1,152 @@
+//! The file sink demo through power cuts: one run traced, the states a
+//! power cut could leave of its output and checkpoints built at sampled
+//! points, and from each, the demo run again (`docs/semantics.md`,
+//! "Durability").
+//!
+//! What must hold in each state, given what the run had said before the
+//! power went:
+//! - a checkpoint reported complete (the runtime's "checkpoint completed"
+//!   log line) is restored, or a later one;
+//! - a job reported finished (its summary on standard output) is found
+//!   finished, and nothing is written again;
+//! - the run from the state ends well, with every record in the finished
+//!   files exactly once.
+//!
+//! `POWER_LOSS_FULL=1` checks every crash point of the run.
+
+use std::path::Path;
+use std::process::Command;
+
+use sink_testkit::power_loss::{self, CrashState, Plan, Recording, Summary};
+
+const RECORDS: u64 = 240;
+
+fn demo(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"));
+    command
+        .current_dir(dir)
+        .args(["--out", "out", "--parallelism", "2", "--json"])
+        .args(["--records", &RECORDS.to_string()])
+        .args(["--rate", "1500", "--checkpoint-interval", "25ms"])
+        .env("RUST_LOG", "sink_runtime=info");
+    command
+}
+
+/// The number after `key=` in `line`.
+fn field(line: &str, key: &str) -> Option<u64> {
+    let rest = &line[line.find(key)? + key.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Recovers from one crash state and says what was violated.
+fn verdict(recording: &Recording, state: &CrashState) -> Result<(), String> {
+    let said: String = recording
+        .outputs_before(state.point)
+        .iter()
+        .map(|o| o.text())
+        .collect();
+    let reported_checkpoint = said
+        .lines()
+        .filter(|line| line.contains("checkpoint completed"))
+        .filter_map(|line| field(line, "checkpoint="))
+        .max();
+    let reported_finished = said.contains("\"status\":\"Finished\"");
+
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    state.write_to(dir.path()).map_err(|e| e.to_string())?;
+    let run = demo(dir.path()).output().map_err(|e| e.to_string())?;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    if !run.status.success() {
+        return Err(format!(
+            "the run from it failed ({}): {}",
+            run.status,
+            stderr.trim()
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    // A job found finished has gone past every checkpoint.
+    let found_finished = stdout.contains("\"status\":\"AlreadyFinished\"");
+    if reported_finished && !found_finished {
+        return Err(format!(
+            "the job had reported it finished, and the run from it did not find it finished: {}",
+            stdout.trim()
+        ));
+    }
+    if let Some(reported) = reported_checkpoint.filter(|_| !found_finished) {
+        let restored = stderr
+            .lines()
+            .find(|line| line.contains("job starting"))
+            .and_then(|line| field(line, "restored=Some(CheckpointId("));
+        if restored.is_none_or(|restored| restored < reported) {
+            return Err(format!(
+                "checkpoint {reported} was reported complete, and the run from it restored {restored:?}"
+            ));
+        }
+    }
+    let mut ids = Vec::new();
+    let out = dir.path().join("out");
+    let files = match out.exists() {
+        true => sinks_file::finished_files(&out).map_err(|e| e.to_string())?,
+        false => Vec::new(),
+    };
+    for path in files {
+        let content = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        for line in content.lines() {
+            let id: u64 = line
+                .get(..20)
+                .and_then(|id| id.parse().ok())
+                .ok_or_else(|| format!("{} holds a damaged record {line:?}", path.display()))?;
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    if ids != (0..RECORDS).collect::<Vec<_>>() {
+        let mut seen = std::collections::BTreeMap::<u64, u32>::new();
+        for id in &ids {
+            *seen.entry(*id).or_default() += 1;
+        }
+        let missing = (0..RECORDS).filter(|id| !seen.contains_key(id)).count();
+        let twice = seen.values().filter(|&&n| n > 1).count();
+        return Err(format!(
+            "after the run from it, {missing} records are missing and {twice} are there more than once"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn after_a_power_cut_at_any_point_the_demo_keeps_what_it_reported_and_every_record_once() {
+    if !power_loss::strace_available() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let recording = power_loss::record(&demo(root.path()), root.path()).unwrap();
+    assert!(
+        recording.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recording.stderr)
+    );
+    let completed = recording
+        .outputs()
+        .iter()
+        .filter(|o| o.text().contains("checkpoint completed"))
+        .count();
+    assert!(
+        completed >= 2,
+        "the traced run completed {completed} checkpoints"
+    );
+    let plan = match std::env::var_os("POWER_LOSS_FULL") {
+        Some(_) => Plan::full(1, 2),
+        None => Plan::sample(1, 24, 1),
+    };
+    let mut summary = Summary::default();
+    for state in recording.crash_states(&plan) {
+        summary.check(&state, verdict(&recording, &state));
+    }
+    println!(
+        "file-sink-demo, {} operations traced: {summary}",
+        recording.operations()
+    );
+    summary.assert_no_violations();
+}

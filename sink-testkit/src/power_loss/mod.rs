@@ -1,0 +1,417 @@
+//! What a power cut can leave of a program's files, built from the program's
+//! own system calls, for a test to recover from.
+//!
+//! Killing a process proves little about durability: the kernel's page
+//! cache outlives it, so a write never fsynced, or a name whose directory
+//! was never fsynced, still looks durable. A power cut, a kernel panic or a
+//! host failure drops exactly those. This harness (after ALICE, OSDI 2014,
+//! and CrashMonkey, OSDI 2018) runs a program once under `strace`, replays
+//! its writes, renames, creations, removals and fsyncs into a model of the
+//! file system that knows what is durable at each point, and builds, at
+//! chosen crash points, the states a power cut there allows: unsynced bytes
+//! lost, kept or torn at a page; unsynced directory entries missing, a prefix
+//! of them kept per directory; renames not yet durable. A test writes each
+//! state to a fresh directory, recovers from it (typically by running the
+//! same program again), and checks that everything the program had reported
+//! (what it wrote to its output or a socket before the crash point, see
+//! [`Recording::outputs_before`]) holds.
+//!
+//! ```no_run
+//! use std::process::Command;
+//! use sink_testkit::power_loss::{self, Plan, Summary};
+//!
+//! let root = tempfile::tempdir().unwrap();
+//! let mut command = Command::new("my-job");
+//! command.current_dir(root.path()).args(["--out", "out"]);
+//! let recording = power_loss::record(&command, root.path()).unwrap();
+//! let mut summary = Summary::default();
+//! for state in recording.crash_states(&Plan::sample(7, 20, 2)) {
+//!     let dir = tempfile::tempdir().unwrap();
+//!     state.write_to(dir.path()).unwrap();
+//!     // Run the job again in `dir`; compare what it finds with
+//!     // `recording.outputs_before(state.point)`.
+//!     summary.check(&state, Ok(()));
+//! }
+//! println!("{summary}");
+//! summary.assert_no_violations();
+//! ```
+//!
+//! The program runs under `strace -f -xx` (every traced call, every byte
+//! written, in hex). Why a trace of system calls rather than a file-system
+//! trait or a preloaded library: it sees the program exactly as users run
+//! it, every crate's I/O included, with nothing in the product routed
+//! through a test-only abstraction (`docs/architecture.md`). What it does
+//! not model is refused with an error, not skipped: another process,
+//! `io_uring`, symbolic links, `RENAME_EXCHANGE`. Writes through `mmap` are
+//! not seen at all; a program that makes them cannot be checked here. The
+//! model is checked against the disk after every recording: what it says the
+//! program left must be what the program left.
+
+mod model;
+mod trace;
+mod tree;
+
+use std::collections::{BTreeSet, HashSet};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+
+pub use tree::{Entry, Tree};
+
+use model::{Choice, Model};
+use trace::Op;
+
+/// Why a run could not be recorded or modelled.
+#[derive(Debug, thiserror::Error)]
+pub enum PowerLossError {
+    /// strace is not installed (Debian's package `strace`) or may not trace.
+    #[error("strace could not be started (install Debian's package `strace`): {0}")]
+    NoStrace(#[source] io::Error),
+    /// Reading or writing the files of the recording failed.
+    #[error("{0}: {1}")]
+    Io(String, #[source] io::Error),
+    /// The trace holds something the harness cannot model (named).
+    #[error("the trace cannot be modelled: {0}")]
+    Trace(String),
+    /// The model and the files the program left disagree: a call the
+    /// harness does not know changed them.
+    #[error("the model of the run and the files it left disagree at {0}")]
+    Disagrees(String),
+}
+
+/// Whether strace can be run here. Prints `skipped: no strace` when it
+/// cannot, the way [`crate::servers`] prints a missing server, so that the
+/// project's test command (which installs it) fails on a skipped test.
+pub fn strace_available() -> bool {
+    let ok = Command::new("strace")
+        .args(["-f", "-qq", "-o", "/dev/null", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !ok {
+        println!("skipped: no strace (install Debian's package `strace`)");
+    }
+    ok
+}
+
+/// Something the program wrote outside the root (its standard output or
+/// error, a socket): what it reported, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// The first crash point after the write: a crash there or later
+    /// happened after the program said this.
+    pub point: usize,
+    /// The descriptor written to (1 for the standard output, 2 for errors).
+    pub fd: i32,
+    /// The bytes written.
+    pub bytes: Vec<u8>,
+}
+
+impl Output {
+    /// The bytes as text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// One traced run of a program: made by [`record`], asked for crash states.
+#[derive(Debug)]
+pub struct Recording {
+    root: PathBuf,
+    cwd: PathBuf,
+    initial: Tree,
+    ops: Vec<(usize, Op)>,
+    outputs: Vec<Output>,
+    /// How the program ended.
+    pub status: ExitStatus,
+    /// Its standard output.
+    pub stdout: Vec<u8>,
+    /// Its standard error.
+    pub stderr: Vec<u8>,
+}
+
+/// Runs `command` to its end under strace, recording what it does to the
+/// files under `root` (which it may create things in; what is there before
+/// is taken as durable). Its standard input is empty; its output is kept.
+///
+/// Fails when strace cannot run, when the trace holds a call that cannot be
+/// modelled, or when the model of the run disagrees with the files the
+/// program left.
+pub fn record(command: &Command, root: &Path) -> Result<Recording, PowerLossError> {
+    let root = root
+        .canonicalize()
+        .map_err(|e| PowerLossError::Io(format!("resolving the root {}", root.display()), e))?;
+    let cwd = match command.get_current_dir() {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::current_dir()
+            .map_err(|e| PowerLossError::Io("reading the working directory".into(), e))?,
+    };
+    let cwd = cwd
+        .canonicalize()
+        .map_err(|e| PowerLossError::Io(format!("resolving {}", cwd.display()), e))?;
+    let initial = Tree::read(&root)
+        .map_err(|e| PowerLossError::Io(format!("reading {}", root.display()), e))?;
+    let trace_file = tempfile::NamedTempFile::new()
+        .map_err(|e| PowerLossError::Io("creating the trace file".into(), e))?;
+    let mut strace = Command::new("strace");
+    strace
+        .args(["-f", "-qq", "--seccomp-bpf", "-xx", "-s", "268435456"])
+        .args(["-e", "signal=none", "-e"])
+        .arg(format!("trace={}", trace::TRACED_CALLS))
+        .arg("-o")
+        .arg(trace_file.path())
+        .arg("--")
+        .arg(command.get_program())
+        .args(command.get_args())
+        .current_dir(&cwd)
+        .stdin(Stdio::null());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => strace.env(key, value),
+            None => strace.env_remove(key),
+        };
+    }
+    let output = strace.output().map_err(PowerLossError::NoStrace)?;
+    let text = std::fs::read_to_string(trace_file.path())
+        .map_err(|e| PowerLossError::Io("reading the trace".into(), e))?;
+    if text.is_empty() && !output.status.success() {
+        return Err(PowerLossError::NoStrace(io::Error::other(format!(
+            "strace traced nothing and ended with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))));
+    }
+    let ops = trace::parse(&text)?;
+    let mut recording = Recording {
+        root,
+        cwd,
+        initial,
+        ops,
+        outputs: Vec::new(),
+        status: output.status,
+        stdout: output.stdout,
+        stderr: output.stderr,
+    };
+    // Replay the whole run once: every call modelled, what it wrote out
+    // collected, and the result compared with the disk.
+    let mut model = recording.model();
+    for (index, (line, op)) in recording.ops.iter().enumerate() {
+        match model.apply(op) {
+            Ok(Some((fd, bytes))) => recording.outputs.push(Output {
+                point: index + 1,
+                fd,
+                bytes,
+            }),
+            Ok(None) => {}
+            Err(why) => return Err(PowerLossError::Trace(format!("line {line}: {why}"))),
+        }
+    }
+    let left = Tree::read(&recording.root)
+        .map_err(|e| PowerLossError::Io(format!("reading {}", recording.root.display()), e))?;
+    if let Some(difference) = model.logical_tree().difference(&left) {
+        return Err(PowerLossError::Disagrees(difference));
+    }
+    Ok(recording)
+}
+
+/// Which crash points, and how many states at each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Seeds the choice of points and of the random states.
+    pub seed: u64,
+    /// At most this many crash points; `None`: every point of the run.
+    pub points: Option<usize>,
+    /// Random states per point, besides the minimal one (nothing unsynced
+    /// survives).
+    pub random_states: usize,
+}
+
+impl Plan {
+    /// A bounded sample: `points` crash points (first those right after the
+    /// program wrote something out, then those right before an fsync, then
+    /// any; the end of the run always), each with the minimal state and
+    /// `random_states` random ones.
+    pub fn sample(seed: u64, points: usize, random_states: usize) -> Plan {
+        Plan {
+            seed,
+            points: Some(points),
+            random_states,
+        }
+    }
+
+    /// Every crash point of the run.
+    pub fn full(seed: u64, random_states: usize) -> Plan {
+        Plan {
+            seed,
+            points: None,
+            random_states,
+        }
+    }
+}
+
+/// One state a power cut can leave, at one point of the run.
+#[derive(Debug, Clone)]
+pub struct CrashState {
+    /// The crash point: the number of traced operations that happened
+    /// before the power went.
+    pub point: usize,
+    /// Which state of that point ("minimal" or "random #n"), and the last
+    /// operation before it, for a violation's message.
+    pub description: String,
+    /// The files and directories left.
+    pub tree: Tree,
+}
+
+impl CrashState {
+    /// Creates the state's files under `dir` (existing, empty), at the
+    /// paths they had under the recording's root.
+    pub fn write_to(&self, dir: &Path) -> io::Result<()> {
+        self.tree.write_to(dir)
+    }
+}
+
+impl Recording {
+    /// Everything the program wrote outside the root, in order.
+    pub fn outputs(&self) -> &[Output] {
+        &self.outputs
+    }
+
+    /// What the program had written out before a crash at `point`.
+    pub fn outputs_before(&self, point: usize) -> &[Output] {
+        let end = self.outputs.partition_point(|output| output.point <= point);
+        &self.outputs[..end]
+    }
+
+    /// The number of traced operations: crash points are `0..=operations()`.
+    pub fn operations(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// The crash states of `plan`, each distinct state (with what the
+    /// program had said before it) once.
+    pub fn crash_states(&self, plan: &Plan) -> Vec<CrashState> {
+        let mut rng = fastrand::Rng::with_seed(plan.seed);
+        let points = self.points(plan, &mut rng);
+        let mut states = Vec::new();
+        let mut seen = HashSet::new();
+        let mut model = self.model();
+        let mut applied = 0;
+        for point in points {
+            while applied < point {
+                // Replayed without error once already, by `record`.
+                let _ = model.apply(&self.ops[applied].1);
+                applied += 1;
+            }
+            let last = match point.checked_sub(1) {
+                Some(i) => format!("after trace line {}", self.ops[i].0),
+                None => "before the first operation".into(),
+            };
+            let said = self.outputs_before(point).len();
+            for n in 0..=plan.random_states {
+                let (tree, which) = match n {
+                    0 => (
+                        model.crash_tree(&mut Choice::Minimal),
+                        "minimal".to_string(),
+                    ),
+                    n => (
+                        model.crash_tree(&mut Choice::Random(&mut rng)),
+                        format!("random #{n}"),
+                    ),
+                };
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                (&tree, said).hash(&mut hasher);
+                if seen.insert(hasher.finish()) {
+                    states.push(CrashState {
+                        point,
+                        description: format!("crash point {point} ({last}), {which} state"),
+                        tree,
+                    });
+                }
+            }
+        }
+        states
+    }
+
+    fn model(&self) -> Model {
+        Model::new(&self.root, &self.cwd, &self.initial)
+    }
+
+    /// The crash points of `plan`, in order.
+    fn points(&self, plan: &Plan, rng: &mut fastrand::Rng) -> Vec<usize> {
+        let end = self.ops.len();
+        let Some(wanted) = plan.points else {
+            return (0..=end).collect();
+        };
+        let mut after_output: Vec<usize> = self.outputs.iter().map(|o| o.point).collect();
+        let mut before_sync: Vec<usize> = (self.ops.iter().enumerate())
+            .filter(|(_, (_, op))| matches!(op, Op::Sync { .. } | Op::SyncAll))
+            .map(|(i, _)| i)
+            .collect();
+        let mut any: Vec<usize> = (0..end).collect();
+        rng.shuffle(&mut after_output);
+        rng.shuffle(&mut before_sync);
+        rng.shuffle(&mut any);
+        let mut chosen = BTreeSet::from([end]);
+        for point in after_output.into_iter().chain(before_sync).chain(any) {
+            if chosen.len() >= wanted.max(1) {
+                break;
+            }
+            chosen.insert(point);
+        }
+        chosen.into_iter().collect()
+    }
+}
+
+/// The verdicts of a power-loss run: its crash points, its states, and what
+/// was violated.
+#[derive(Debug, Default)]
+pub struct Summary {
+    points: BTreeSet<usize>,
+    states: usize,
+    violations: Vec<String>,
+}
+
+impl Summary {
+    /// Records the verdict on one crash state: `Err` says what was violated.
+    pub fn check(&mut self, state: &CrashState, verdict: Result<(), String>) {
+        self.points.insert(state.point);
+        self.states += 1;
+        if let Err(why) = verdict {
+            self.violations
+                .push(format!("{}: {why}", state.description));
+        }
+    }
+
+    /// The violations found, each naming its crash state.
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    /// Panics with the violations (the first ten), if any.
+    pub fn assert_no_violations(&self) {
+        if !self.violations.is_empty() {
+            let shown: Vec<&str> = self
+                .violations
+                .iter()
+                .take(10)
+                .map(String::as_str)
+                .collect();
+            panic!("{self}:\n{}", shown.join("\n"));
+        }
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "power-loss: {} crash points, {} crash states, {} violations",
+            self.points.len(),
+            self.states,
+            self.violations.len()
+        )
+    }
+}
