@@ -43,7 +43,8 @@ use crate::restore;
 use crate::source::Source;
 use crate::spec::{JobSpec, NoticeDelivery, NotificationFaults};
 use crate::storage::{
-    CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot,
+    CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, LostOutput, StorageError,
+    SubtaskSnapshot,
 };
 use crate::task::committer::CommitterTask;
 use crate::task::global::GlobalTask;
@@ -156,9 +157,21 @@ where
     if let Some(marker) = spec.storage.finished().await? {
         info!(generation = %marker.generation, last_checkpoint = ?marker.last_checkpoint,
             "the job already finished on this checkpoint storage; nothing to do");
+        let lost = marker.lost;
+        if lost.commits_failed > 0 {
+            warn!(
+                commits_failed = lost.commits_failed,
+                records_lost = lost.records_lost,
+                "the job finished earlier and lost output then: commits failed with a known reason (see the report's known_failures)"
+            );
+        }
+        // The loss the finished job recorded is this report's too.
+        let mut counters = metrics.snapshot();
+        counters.commits_failed = lost.commits_failed;
+        counters.records_lost = lost.records_lost;
         return Ok(JobReport {
             status: JobStatus::AlreadyFinished,
-            metrics: metrics.snapshot(),
+            metrics: counters,
             last_checkpoint: marker.last_checkpoint,
             // The lineage it finished in, as its newest checkpoint says (a
             // report only: an unreadable one is not this start's error).
@@ -169,7 +182,7 @@ where
                 .ok()
                 .flatten()
                 .and_then(|c| c.lineage),
-            known_failures: Vec::new(),
+            known_failures: lost.known_failures,
         });
     }
     let generation = spec.storage.begin().await?;
@@ -304,16 +317,24 @@ where
     coordinator.settle_store().await;
     let status = outcome?;
     let last = Some(coordinator.last_completed).filter(|&id| id > CheckpointId::NONE);
+    let metrics = coordinator.metrics.snapshot();
     if status == JobStatus::Finished && spec.mark_finished {
+        // What was lost goes into the marker: a start that finds the job
+        // finished reports it again, even if this process dies before its
+        // report reaches anyone.
         coordinator
             .storage
             .mark_finished(FinishedMarker {
                 generation: coordinator.generation,
                 last_checkpoint: last,
+                lost: LostOutput {
+                    commits_failed: metrics.commits_failed,
+                    records_lost: metrics.records_lost,
+                    known_failures: coordinator.metrics.known_failures(),
+                },
             })
             .await?;
     }
-    let metrics = coordinator.metrics.snapshot();
     info!(
         ?status,
         records_written = metrics.records_written,

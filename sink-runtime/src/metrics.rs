@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, CounterValue, SinkMetrics, SubtaskIndex};
 
 /// How many known commit failures a job keeps with their reasons; the
@@ -21,8 +22,9 @@ pub const MAX_KEPT_FAILURES: usize = 100;
 /// A committable that failed with a known reason and was dropped: output the
 /// job will never deliver. Kept by the runtime for the job's report and its
 /// handle, so that a loss is reported where the job's outcome is, not only in
-/// a log line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// a log line, and in the job's finished marker, so that a later start that
+/// finds the job finished reports it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct KnownCommitFailure {
     /// The checkpoint whose commit failed.
@@ -34,6 +36,25 @@ pub struct KnownCommitFailure {
     /// Records lost with it, when the committer said how many (see
     /// `CommitRequest::signal_records_lost`).
     pub records_lost: Option<u64>,
+}
+
+impl KnownCommitFailure {
+    /// A failure of the commit of `checkpoint_id` by `subtask`. Made by the
+    /// runtime when a committer drops a committable with a known reason;
+    /// public for tests and tools that build reports or finished markers.
+    pub fn new(
+        checkpoint_id: CheckpointId,
+        subtask: SubtaskIndex,
+        reason: impl Into<String>,
+        records_lost: Option<u64>,
+    ) -> KnownCommitFailure {
+        KnownCommitFailure {
+            checkpoint_id,
+            subtask,
+            reason: reason.into(),
+            records_lost,
+        }
+    }
 }
 
 /// A copy of a job's counters at one moment.

@@ -669,4 +669,38 @@ fn a_run_that_lost_records_exits_non_zero_and_names_the_files() {
     let mut unique = ids.clone();
     unique.dedup();
     assert_eq!(unique.len(), ids.len(), "no duplicates");
+
+    // The finished marker keeps the loss: a run that finds the job finished
+    // (as one does after a kill between the marker and the exit) exits
+    // non-zero and names it again, writing nothing.
+    let again = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+        .arg("--out")
+        .arg(&out)
+        .args(LONG_RUN)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the demo runs");
+    let stderr_again = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success(),
+        "a finished job's loss is a failure every time: {}",
+        text(&again)
+    );
+    let report: serde_json::Value = serde_json::from_str(
+        String::from_utf8_lossy(&again.stdout)
+            .lines()
+            .last()
+            .expect("a summary"),
+    )
+    .expect("JSON");
+    assert_eq!(report["status"], "AlreadyFinished", "{report}");
+    assert_eq!(report["losses"]["commits_failed"].as_u64(), Some(failed));
+    for failure in failures {
+        let reason = failure["reason"].as_str().unwrap();
+        assert!(
+            stderr_again.contains(reason),
+            "named again: {reason}\n{stderr_again}"
+        );
+    }
+    assert_eq!(finished_ids(&out), ids, "nothing written again");
 }

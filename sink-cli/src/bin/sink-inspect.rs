@@ -148,9 +148,17 @@ async fn main() -> anyhow::Result<()> {
     let report = json!({
         "state_dir": args.state_dir.to_string(),
         "generation": state.generation.map(|g| g.0),
-        "finished": state.finished.map(|f| json!({
+        "finished": state.finished.as_ref().map(|f| json!({
             "generation": f.generation.0,
             "last_checkpoint": f.last_checkpoint.map(|c| c.0),
+            "commits_failed": f.lost.commits_failed,
+            "records_lost": f.lost.records_lost,
+            "known_failures": f.lost.known_failures.iter().map(|failure| json!({
+                "checkpoint": failure.checkpoint_id.0,
+                "subtask": failure.subtask,
+                "records_lost": failure.records_lost,
+                "reason": failure.reason,
+            })).collect::<Vec<_>>(),
         })),
         "in_use": state.locked,
         "checkpoints": checkpoints,
@@ -168,9 +176,16 @@ async fn main() -> anyhow::Result<()> {
         "finished         {}",
         match state.finished {
             Some(f) => format!(
-                "yes, by generation {} (last checkpoint {})",
+                "yes, by generation {} (last checkpoint {}){}",
                 f.generation,
-                f.last_checkpoint.map_or("none".into(), |c| c.to_string())
+                f.last_checkpoint.map_or("none".into(), |c| c.to_string()),
+                match f.lost.commits_failed {
+                    0 => String::new(),
+                    failed => format!(
+                        "; it lost output: {failed} commit(s) failed, {} record(s) counted as lost",
+                        f.lost.records_lost
+                    ),
+                }
             ),
             None => "no".into(),
         }

@@ -20,13 +20,15 @@ use sink_api::{
 };
 
 use super::{
-    CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, StorageError, SubtaskSnapshot,
+    CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, LostOutput, StorageError,
+    SubtaskSnapshot,
 };
 
 const MAGIC: &[u8; 6] = b"EOSINK";
 /// The version of the frame and of the payloads this build writes: 2 since
-/// checkpoints carry the job's lineage.
-pub(super) const FORMAT_VERSION: u32 = 2;
+/// checkpoints carry the job's lineage, 3 since the finished marker keeps
+/// what the job lost.
+pub(super) const FORMAT_VERSION: u32 = 3;
 /// The oldest version this build reads (format 1: checkpoints without a
 /// lineage; `tests/data/checkpoints/v1` holds files of it).
 const OLDEST_READ_VERSION: u32 = 1;
@@ -66,15 +68,34 @@ pub(super) fn encode<T: Serialize + DeserializeOwned>(
     let payload = BincodeSerializer::<T>::new(FORMAT_VERSION)
         .serialize(value)
         .map_err(|e| StorageError::Message(format!("encoding {what}: {e}")))?;
+    Ok(frame_of(kind, FORMAT_VERSION, &payload))
+}
+
+/// A frame of format `version` around `value`, as an older build wrote it:
+/// for tests that read the older formats.
+#[cfg(test)]
+pub(super) fn encode_as<T: Serialize + DeserializeOwned>(
+    kind: Kind,
+    value: &T,
+    version: u32,
+) -> Vec<u8> {
+    let payload = BincodeSerializer::<T>::new(version)
+        .serialize(value)
+        .expect("a test value encodes");
+    frame_of(kind, version, &payload)
+}
+
+/// The frame of `payload`: the header, then the payload.
+fn frame_of(kind: Kind, version: u32, payload: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
     frame.extend_from_slice(MAGIC);
     frame.push(kind as u8);
     frame.push(0);
-    frame.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    frame.extend_from_slice(&version.to_le_bytes());
     frame.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    frame.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-    frame.extend_from_slice(&payload);
-    Ok(frame)
+    frame.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    frame.extend_from_slice(payload);
+    frame
 }
 
 /// Checks what can be checked of a frame of `size` bytes at `location`
@@ -196,7 +217,47 @@ pub(super) trait Framed: Serialize + DeserializeOwned {
 
 impl Framed for u64 {}
 
-impl Framed for FinishedMarker {}
+impl Framed for FinishedMarker {
+    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
+        match version {
+            1 | 2 => BincodeSerializer::<FinishedMarkerV2>::new(version)
+                .deserialize(version, payload)
+                .map(FinishedMarker::from),
+            _ => BincodeSerializer::<Self>::new(version).deserialize(version, payload),
+        }
+    }
+}
+
+/// A finished marker of formats 1 and 2: without what the job lost.
+#[derive(Serialize, Deserialize)]
+pub(super) struct FinishedMarkerV2 {
+    generation: Generation,
+    last_checkpoint: Option<CheckpointId>,
+}
+
+impl FinishedMarkerV2 {
+    /// A marker of format 2, for tests of the formats that embed one.
+    #[cfg(test)]
+    pub(super) fn new(
+        generation: Generation,
+        last_checkpoint: Option<CheckpointId>,
+    ) -> FinishedMarkerV2 {
+        FinishedMarkerV2 {
+            generation,
+            last_checkpoint,
+        }
+    }
+}
+
+impl From<FinishedMarkerV2> for FinishedMarker {
+    fn from(old: FinishedMarkerV2) -> FinishedMarker {
+        FinishedMarker {
+            generation: old.generation,
+            last_checkpoint: old.last_checkpoint,
+            lost: LostOutput::default(),
+        }
+    }
+}
 
 impl Framed for Lineage {}
 

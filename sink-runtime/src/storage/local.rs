@@ -581,6 +581,7 @@ mod tests {
             let marker = FinishedMarker {
                 generation: Generation(2),
                 last_checkpoint: Some(CheckpointId(9)),
+                lost: Default::default(),
             };
             storage.mark_finished(marker).await.unwrap();
         }
@@ -604,6 +605,7 @@ mod tests {
         let marker = FinishedMarker {
             generation: Generation(2),
             last_checkpoint: Some(CheckpointId(4)),
+            lost: Default::default(),
         };
         storage.mark_finished(marker).await.unwrap();
 

@@ -91,7 +91,7 @@ impl CheckpointStorage for MemoryCheckpointStorage {
     }
 
     async fn finished(&self) -> Result<Option<FinishedMarker>, StorageError> {
-        Ok(self.lock().finished)
+        Ok(self.lock().finished.clone())
     }
 
     async fn lineage(&self, fresh: Lineage) -> Result<Lineage, StorageError> {

@@ -24,6 +24,7 @@ use sink_api::{
 };
 
 use crate::core::ledger::SubtaskPart;
+use crate::metrics::KnownCommitFailure;
 
 pub use crate::core::ledger::CommittableSummary;
 
@@ -239,12 +240,31 @@ impl StorageError {
 
 /// Written when a job ended with everything committed, so that running it
 /// again does not process its input a second time by accident.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinishedMarker {
     /// The generation that finished the job.
     pub generation: Generation,
     /// Its last completed checkpoint, if it took any.
     pub last_checkpoint: Option<CheckpointId>,
+    /// What the job lost on its way (none in a marker of format 1 or 2,
+    /// which did not keep it): a start that finds the job finished reports
+    /// it again, so a run killed between the marker and its exit cannot
+    /// hide a loss.
+    pub lost: LostOutput,
+}
+
+/// The output a finished job lost: commits that failed with a known reason.
+/// Kept in its [`FinishedMarker`] by the coordinator when the job ends, and
+/// reported again by every later start that finds the job finished.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostOutput {
+    /// Commits that failed with a known reason.
+    pub commits_failed: u64,
+    /// Records counted as lost with them.
+    pub records_lost: u64,
+    /// The failures with their reasons (the first
+    /// [`MAX_KEPT_FAILURES`](crate::MAX_KEPT_FAILURES)).
+    pub known_failures: Vec<KnownCommitFailure>,
 }
 
 /// Keeps completed checkpoints.

@@ -53,11 +53,13 @@ use async_trait::async_trait;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, Generation, Lineage};
+use sink_api::{
+    BincodeSerializer, CheckpointId, Generation, Lineage, SerializerError, VersionedSerializer,
+};
 use tokio::sync::Mutex;
 use tracing::{info, warn};
 
-use super::frame::{self, Framed, Kind};
+use super::frame::{self, FinishedMarkerV2, Framed, Kind};
 use super::{
     CheckpointFile, CheckpointStorage, CompletedCheckpoint, FinishedMarker, StateDirectory,
     StorageError,
@@ -92,7 +94,28 @@ struct Head {
     finished: Option<FinishedMarker>,
 }
 
-impl Framed for Head {}
+impl Framed for Head {
+    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
+        match version {
+            1 | 2 => BincodeSerializer::<HeadV2>::new(version)
+                .deserialize(version, payload)
+                .map(|old| Head {
+                    generation: old.generation,
+                    checkpoints: old.checkpoints,
+                    finished: old.finished.map(FinishedMarker::from),
+                }),
+            _ => BincodeSerializer::<Self>::new(version).deserialize(version, payload),
+        }
+    }
+}
+
+/// `HEAD` of formats 1 and 2: its finished marker without what was lost.
+#[derive(Serialize, Deserialize)]
+struct HeadV2 {
+    generation: u64,
+    checkpoints: Vec<(CheckpointId, Generation)>,
+    finished: Option<FinishedMarkerV2>,
+}
 
 /// `HEAD` as this instance last wrote it, with the etag its next
 /// conditional write must match.
@@ -919,12 +942,40 @@ mod tests {
         let marker = FinishedMarker {
             generation: Generation(1),
             last_checkpoint: Some(CheckpointId(4)),
+            lost: crate::storage::LostOutput {
+                commits_failed: 1,
+                records_lost: 5,
+                known_failures: vec![crate::KnownCommitFailure::new(
+                    CheckpointId(3),
+                    0,
+                    "gone",
+                    Some(5),
+                )],
+            },
         };
-        storage.mark_finished(marker).await.unwrap();
+        storage.mark_finished(marker.clone()).await.unwrap();
         let again = self::storage(&store);
         assert_eq!(again.finished().await.unwrap(), Some(marker));
         assert_eq!(again.begin().await.unwrap(), Generation(2));
         assert_eq!(again.latest().await.unwrap(), Some(checkpoint(4)));
+    }
+
+    /// A `HEAD` written by a build of format 2 (whose finished marker kept
+    /// no loss) is read, its marker with nothing lost.
+    #[tokio::test]
+    async fn a_head_of_format_2_is_read() {
+        let old = HeadV2 {
+            generation: 4,
+            checkpoints: vec![(CheckpointId(9), Generation(4))],
+            finished: Some(FinishedMarkerV2::new(Generation(4), Some(CheckpointId(9)))),
+        };
+        let bytes = frame::encode_as(Kind::Head, &old, 2);
+        let head: Head = frame::decode(&bytes, Kind::Head, "HEAD").unwrap();
+        assert_eq!(head.generation, 4);
+        assert_eq!(head.checkpoints, vec![(CheckpointId(9), Generation(4))]);
+        let finished = head.finished.unwrap();
+        assert_eq!(finished.last_checkpoint, Some(CheckpointId(9)));
+        assert_eq!(finished.lost, crate::storage::LostOutput::default());
     }
 
     #[tokio::test]
@@ -951,6 +1002,7 @@ mod tests {
         let marker = FinishedMarker {
             generation: Generation(1),
             last_checkpoint: Some(CheckpointId(2)),
+            lost: Default::default(),
         };
         assert!(matches!(
             older.mark_finished(marker).await,

@@ -15,6 +15,7 @@
 //! |---|---|---|
 //! | `v1` | 1 | the first format |
 //! | `v2` | 2 | checkpoints carry the job's lineage (read from `v1` as none) |
+//! | `v3` | 3 | the finished marker keeps what the job lost (read from `v1` and `v2` as nothing) |
 
 use std::path::{Path, PathBuf};
 
@@ -25,9 +26,9 @@ use sink_api::{
 use sink_runtime::source::RangeSplit;
 use sink_runtime::storage::{
     CheckpointStorage, CommittableSummary, CompletedCheckpoint, FinishedMarker,
-    GlobalCommitterSnapshot, PendingCommittables, SubtaskSnapshot,
+    GlobalCommitterSnapshot, LostOutput, PendingCommittables, SubtaskSnapshot,
 };
-use sink_runtime::LocalCheckpointStorage;
+use sink_runtime::{KnownCommitFailure, LocalCheckpointStorage};
 use sinks_memory::{MemoryCommittable, MemoryWriterState};
 
 fn data(version: &str) -> PathBuf {
@@ -73,11 +74,26 @@ fn pending(checkpoint: u64, subtask: usize, committables: Vec<Vec<u8>>) -> Pendi
 }
 
 /// The folders of every format, oldest first, with the lineage their
-/// checkpoint is read with.
-fn formats() -> Vec<(&'static str, Option<Lineage>)> {
+/// checkpoint is read with and their finished marker.
+fn formats() -> Vec<(&'static str, Option<Lineage>, FinishedMarker)> {
+    let lineage = Lineage::new("5f0c2d3a9b8e4f1a8c7d6e5f4a3b2c1d");
     vec![
-        ("v1", None),
-        ("v2", Some(Lineage::new("5f0c2d3a9b8e4f1a8c7d6e5f4a3b2c1d"))),
+        ("v1", None, finished(LostOutput::default())),
+        ("v2", Some(lineage.clone()), finished(LostOutput::default())),
+        (
+            "v3",
+            Some(lineage),
+            finished(LostOutput {
+                commits_failed: 1,
+                records_lost: 10,
+                known_failures: vec![KnownCommitFailure::new(
+                    CheckpointId(6),
+                    1,
+                    "the pending file part-3-1.txt is gone",
+                    Some(10),
+                )],
+            }),
+        ),
     ]
 }
 
@@ -114,31 +130,35 @@ fn expected(lineage: Option<Lineage>) -> CompletedCheckpoint {
     }
 }
 
-const FINISHED: FinishedMarker = FinishedMarker {
-    generation: Generation(3),
-    last_checkpoint: Some(CheckpointId(7)),
-};
+/// The golden finished marker, with what its format keeps of a loss.
+fn finished(lost: LostOutput) -> FinishedMarker {
+    FinishedMarker {
+        generation: Generation(3),
+        last_checkpoint: Some(CheckpointId(7)),
+        lost,
+    }
+}
 
 #[tokio::test]
 async fn golden_checkpoint_files_of_every_format_are_read_back() {
     let formats = formats();
     if std::env::var_os("GOLDEN_WRITE").is_some() {
-        let (current, lineage) = formats.last().cloned().unwrap();
+        let (current, lineage, marker) = formats.last().cloned().unwrap();
         let dir = data(current);
         let storage = LocalCheckpointStorage::open(&dir).unwrap();
         for _ in 0..3 {
             storage.begin().await.unwrap();
         }
         storage.store(&expected(lineage)).await.unwrap();
-        storage.mark_finished(FINISHED).await.unwrap();
+        storage.mark_finished(marker).await.unwrap();
         drop(storage);
         std::fs::remove_file(dir.join("LOCK")).unwrap();
     }
 
-    for (version, lineage) in formats {
+    for (version, lineage, marker) in formats {
         let state = LocalCheckpointStorage::inspect(data(version)).expect("the golden directory");
         assert_eq!(state.generation, Some(Generation(3)), "{version}");
-        assert_eq!(state.finished, Some(FINISHED), "{version}");
+        assert_eq!(state.finished, Some(marker), "{version}");
         assert_eq!(state.checkpoints.len(), 1, "{version}");
         let checkpoint = state.checkpoints[0]
             .content
@@ -178,7 +198,7 @@ async fn a_checkpoint_of_an_unknown_format_is_refused_naming_both_versions() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("format version 99") && error.contains("versions 1 to 2"),
+        error.contains("format version 99") && error.contains("versions 1 to 3"),
         "{error}"
     );
 }
