@@ -46,6 +46,7 @@ use crate::storage::{
     CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, LostOutput, StorageError,
     SubtaskSnapshot,
 };
+use crate::task::calls::CommitCalls;
 use crate::task::committer::CommitterTask;
 use crate::task::global::GlobalTask;
 use crate::task::subtask::{Serializers, SubtaskSettings, SubtaskTask};
@@ -104,10 +105,16 @@ where
     let span = info_span!("job", name = %spec.name);
     async move {
         let mut restarts = 0;
+        // Every commit call of every attempt, waited for before the job
+        // restarts or returns (see `CommitCalls`).
+        let calls = CommitCalls::new();
         loop {
             let mut tasks = JoinSet::new();
-            let result = run_attempt(&spec, metrics.clone(), &mut cancelled, &mut tasks).await;
+            let result =
+                run_attempt(&spec, metrics.clone(), &mut cancelled, &mut tasks, &calls).await;
             let Err(error) = result else {
+                drop(tasks);
+                calls.settle(CLOSE_GRACE).await;
                 return result;
             };
             let error = fenced_instead(&spec, error).await;
@@ -121,6 +128,8 @@ where
             if drained.is_err() {
                 tasks.shutdown().await;
             }
+            drop(tasks);
+            calls.settle(CLOSE_GRACE).await;
             restarts += 1;
             let delay = match spec.restart.delay_before(restarts, fastrand::f64()) {
                 Some(delay) if error.is_restartable() && !*cancelled.borrow() => delay,
@@ -143,6 +152,7 @@ async fn run_attempt<Src, S>(
     metrics: Arc<Metrics>,
     cancelled: &mut watch::Receiver<bool>,
     tasks: &mut JoinSet<(TaskId, Result<(), JobError>)>,
+    calls: &CommitCalls,
 ) -> Result<JobReport, JobError>
 where
     Src: Source<Record = InputOf<S>>,
@@ -212,7 +222,7 @@ where
         controls,
         mut events,
         cancel: cancel_tx,
-    } = start_tasks(spec, plan, &metrics, &serializers, tasks).await?;
+    } = start_tasks(spec, plan, &metrics, &serializers, tasks, calls).await?;
 
     let mut coordinator = Coordinator {
         name: spec.name.clone(),
@@ -376,6 +386,7 @@ async fn start_tasks<Src, S>(
     metrics: &Arc<Metrics>,
     serializers: &Serializers<S, Src>,
     tasks: &mut JoinSet<(TaskId, Result<(), JobError>)>,
+    calls: &CommitCalls,
 ) -> Result<Started, JobError>
 where
     Src: Source<Record = InputOf<S>>,
@@ -461,7 +472,8 @@ where
         let committer_task = CommitterTask {
             index,
             name: format!("{name} committer"),
-            committer,
+            committer: Some(committer),
+            calls: calls.clone(),
             jobs: jobs_rx,
             done: done_tx,
             metrics: Arc::clone(metrics),
@@ -525,7 +537,8 @@ where
                 .map_err(|e| JobError::invariant("global committer", e))?;
         }
         let task = GlobalTask {
-            committer,
+            committer: Some(committer),
+            calls: calls.clone(),
             parallelism: spec.parallelism,
             ledger,
             input,

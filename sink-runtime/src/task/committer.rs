@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
+use super::calls::CommitCalls;
 use crate::core::commit_round::{CommitRound, RoundStep};
 use crate::core::ledger::{CommittableSummary, SubtaskPart};
 use crate::core::retry::RetryPolicy;
@@ -58,7 +59,10 @@ pub(crate) struct CommitDone<C> {
 pub(crate) struct CommitterTask<K: Committer> {
     pub index: SubtaskIndex,
     pub name: String,
-    pub committer: K,
+    /// The committer, away while a call of it runs in a task of its own
+    /// (see [`CommitCalls`]); lost only to a call that panicked.
+    pub committer: Option<K>,
+    pub calls: CommitCalls,
     pub jobs: mpsc::UnboundedReceiver<CommitJob<K::Committable>>,
     /// Every job's report, in order; a failure is reported here too, before
     /// the committer is closed.
@@ -73,7 +77,8 @@ pub(crate) struct CommitterTask<K: Committer> {
 
 /// The committer task's handle, aborting the task when dropped: a subtask
 /// stopped from outside (the coordinator's grace period ran out) takes its
-/// committer with it.
+/// committer task with it. A commit call under way is not stopped: it runs
+/// in a task of its own, which the coordinator waits for (`CommitCalls`).
 pub(crate) struct CommitterHandle(pub JoinHandle<Result<(), JobError>>);
 
 impl Drop for CommitterHandle {
@@ -109,14 +114,16 @@ impl<K: Committer> CommitterTask<K> {
                 }
             }
         }
-        self.committer
-            .close()
-            .await
-            .map_err(|source| JobError::Sink {
-                task: self.name.clone(),
-                action: "close the committer",
-                source,
-            })
+        // A committer lost to a panicked call is not closed: the panic
+        // failed the job already.
+        let Some(committer) = self.committer.as_mut() else {
+            return Ok(());
+        };
+        committer.close().await.map_err(|source| JobError::Sink {
+            task: self.name.clone(),
+            action: "close the committer",
+            source,
+        })
     }
 
     async fn commit_all(&mut self) -> Result<(), JobError> {
@@ -204,14 +211,25 @@ impl<K: Committer> CommitterTask<K> {
             // stays in the last checkpoint and is committed after a restore.
             self.check_cancelled()?;
             metrics::add(&self.metrics.commit_calls, 1);
-            self.committer
-                .commit(&mut requests)
-                .await
-                .map_err(|source| JobError::Sink {
-                    task: self.name.clone(),
-                    action: "commit",
-                    source,
-                })?;
+            let mut committer = self.committer.take().ok_or_else(|| {
+                JobError::invariant(&self.name, "the committer was lost to a panicked call")
+            })?;
+            // A call of its own, run to its end even if this task is
+            // stopped: see `CommitCalls`.
+            let (committer, called, result) = self
+                .calls
+                .run(&self.name, async move {
+                    let result = committer.commit(&mut requests).await;
+                    (committer, requests, result)
+                })
+                .await?;
+            self.committer = Some(committer);
+            let requests = called;
+            result.map_err(|source| JobError::Sink {
+                task: self.name.clone(),
+                action: "commit",
+                source,
+            })?;
             let step = round.settle(requests, &self.retry);
             // Reported at once: a round cut short below hides no loss.
             records_lost = records_lost.saturating_add(

@@ -20,6 +20,7 @@ use sink_api::{CheckpointId, GlobalCommitter, SubtaskIndex, VersionedSerializer}
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info};
 
+use super::calls::CommitCalls;
 use super::{GlobalMessage, TaskEvent, TaskState};
 use crate::core::alignment::{Aligned, AlignerInput, BarrierAligner};
 use crate::core::checkpoints::TaskId;
@@ -33,7 +34,10 @@ const TASK: &str = "global committer";
 
 /// The global committer's task.
 pub(crate) struct GlobalTask<C: Send + 'static> {
-    pub committer: Box<dyn GlobalCommitter<Committable = C>>,
+    /// The global committer, away while a call of it runs in a task of its
+    /// own (see [`CommitCalls`]); lost only to a call that panicked.
+    pub committer: Option<Box<dyn GlobalCommitter<Committable = C>>>,
+    pub calls: CommitCalls,
     pub parallelism: usize,
     pub ledger: CommitLedger<C>,
     pub input: mpsc::Receiver<GlobalMessage<C>>,
@@ -114,14 +118,20 @@ impl<C: Send + 'static> GlobalTask<C> {
                 }
                 info!("end of input");
                 self.end_of_input_called = true;
-                self.committer
-                    .end_of_input()
-                    .await
-                    .map_err(|source| JobError::Sink {
-                        task: TASK.into(),
-                        action: "end_of_input",
-                        source,
+                let mut committer = self.take_committer()?;
+                let (committer, result) = self
+                    .calls
+                    .run(TASK, async move {
+                        let result = committer.end_of_input().await;
+                        (committer, result)
                     })
+                    .await?;
+                self.committer = Some(committer);
+                result.map_err(|source| JobError::Sink {
+                    task: TASK.into(),
+                    action: "end_of_input",
+                    source,
+                })
             }
             GlobalMessage::Barrier { .. } => Err(JobError::invariant(
                 TASK,
@@ -141,19 +151,35 @@ impl<C: Send + 'static> GlobalTask<C> {
                 self.progress.send_replace(ready.checkpoint_id);
                 continue;
             }
-            self.committer
-                .commit_checkpoint(ready.checkpoint_id, committables)
-                .await
-                .map_err(|source| JobError::Sink {
-                    task: TASK.into(),
-                    action: "commit_checkpoint",
-                    source,
-                })?;
+            // A call of its own, run to its end even if this task is
+            // stopped: see `CommitCalls`.
+            let mut committer = self.take_committer()?;
+            let id = ready.checkpoint_id;
+            let (committer, result) = self
+                .calls
+                .run(TASK, async move {
+                    let result = committer.commit_checkpoint(id, committables).await;
+                    (committer, result)
+                })
+                .await?;
+            self.committer = Some(committer);
+            result.map_err(|source| JobError::Sink {
+                task: TASK.into(),
+                action: "commit_checkpoint",
+                source,
+            })?;
             metrics::add(&self.metrics.global_commits, 1);
             self.progress.send_replace(ready.checkpoint_id);
             failpoint!("after-global-commit");
         }
         Ok(())
+    }
+
+    /// The global committer, for a call that hands it back.
+    fn take_committer(&mut self) -> Result<Box<dyn GlobalCommitter<Committable = C>>, JobError> {
+        self.committer.take().ok_or_else(|| {
+            JobError::invariant(TASK, "the global committer was lost to a panicked call")
+        })
     }
 
     fn acknowledge(&self, checkpoint_id: CheckpointId) -> Result<(), JobError> {

@@ -23,6 +23,7 @@
 //! per checkpoint each way and are unbounded; the subtask stops reading
 //! past a backlog (see `subtask::MAX_COMMIT_BACKLOG`).
 
+pub(crate) mod calls;
 pub(crate) mod committer;
 pub(crate) mod global;
 pub(crate) mod subtask;

@@ -7,6 +7,8 @@
 
 use crate::common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -24,11 +26,20 @@ const COMMIT_CALL: Duration = Duration::from_secs(2);
 struct SlowCommits {
     inner: MemorySink<u64>,
     delay: Duration,
+    calls: Arc<Calls>,
+}
+
+/// Commit calls started, and ended (applied), over every committer.
+#[derive(Debug, Default)]
+struct Calls {
+    started: AtomicUsize,
+    ended: AtomicUsize,
 }
 
 struct SlowCommitter {
     inner: MemoryCommitter<u64>,
     delay: Duration,
+    calls: Arc<Calls>,
 }
 
 #[async_trait]
@@ -48,6 +59,7 @@ impl Sink for SlowCommits {
         Ok(SlowCommitter {
             inner: self.inner.create_committer(context).await?,
             delay: self.delay,
+            calls: self.calls.clone(),
         })
     }
 }
@@ -60,8 +72,11 @@ impl Committer for SlowCommitter {
         &mut self,
         requests: &mut [CommitRequest<MemoryCommittable>],
     ) -> Result<(), SinkError> {
+        self.calls.started.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
-        self.inner.commit(requests).await
+        let result = self.inner.commit(requests).await;
+        self.calls.ended.fetch_add(1, Ordering::SeqCst);
+        result
     }
 
     async fn close(&mut self) -> Result<(), SinkError> {
@@ -76,6 +91,7 @@ async fn written_in(span: Duration, delay: Duration) -> u64 {
     let sink = SlowCommits {
         inner: MemorySink::new(store.clone()),
         delay,
+        calls: Default::default(),
     };
     // 100 records every 10 ms: 10 000 a second, far more than `span` reads.
     let handle = Job::builder(
@@ -120,6 +136,7 @@ async fn a_slow_committer_still_commits_everything_once_before_the_job_ends() {
     let sink = SlowCommits {
         inner: MemorySink::new(store.clone()),
         delay: COMMIT_CALL,
+        calls: Default::default(),
     };
     let report = Job::builder("slow", ThrottledSource::bounded(5_000, 100, ms(10)), sink)
         .parallelism(2)
@@ -148,6 +165,7 @@ async fn commits_in_flight_at_a_stop_reach_the_global_committer_once_after_the_r
         let sink = SlowCommits {
             inner: MemorySink::new(store.clone()),
             delay,
+            calls: Default::default(),
         };
         Job::builder("slow", source, sink)
             .parallelism(parallelism)
@@ -194,6 +212,7 @@ async fn a_failed_subtask_closes_its_committer() {
     let sink = SlowCommits {
         inner: MemorySink::new(store.clone()),
         delay: ms(300),
+        calls: Default::default(),
     };
     let handle = Job::builder("slow", ThrottledSource::unbounded(5_000, 10, ms(10)), sink)
         .parallelism(2)
@@ -208,4 +227,40 @@ async fn a_failed_subtask_closes_its_committer() {
     let stats = store.stats();
     assert_eq!(stats.committers_created, 2);
     assert_eq!(stats.committer_closes, 2, "{stats:?}");
+}
+
+/// A commit call still running when the job is cancelled is not cut off
+/// when the job's grace period (5 s) ends: the job returns only once the
+/// call has ended. Cut off, what a sink handed to a blocking thread or a
+/// server could still take effect after the job (or its next attempt, which
+/// commits the same committables again) moved on.
+#[tokio::test(start_paused = true)]
+async fn a_commit_call_running_past_the_grace_period_is_waited_for() {
+    let store = MemoryStore::<u64>::new();
+    let calls = Arc::new(Calls::default());
+    let sink = SlowCommits {
+        inner: MemorySink::new(store.clone()),
+        delay: Duration::from_secs(30),
+        calls: calls.clone(),
+    };
+    let handle = Job::builder("slow", ThrottledSource::unbounded(5_000, 10, ms(10)), sink)
+        .parallelism(2)
+        .checkpointing(CheckpointConfig::every(ms(100)))
+        .build()
+        .unwrap()
+        .start();
+    tokio::time::sleep(ms(450)).await;
+    assert!(
+        calls.started.load(Ordering::SeqCst) > 0,
+        "a call is under way"
+    );
+    handle.cancel();
+    let report = handle.join().await.unwrap();
+    assert_eq!(report.status, JobStatus::Cancelled);
+    assert_eq!(
+        calls.ended.load(Ordering::SeqCst),
+        calls.started.load(Ordering::SeqCst),
+        "every commit call ended before the job returned"
+    );
+    assert_no_violations(&store);
 }
