@@ -125,6 +125,7 @@ pub struct Recording {
     initial: Tree,
     ops: Vec<(usize, Op)>,
     outputs: Vec<Output>,
+    trace: String,
     /// How the program ended.
     pub status: ExitStatus,
     /// Its standard output.
@@ -191,6 +192,7 @@ pub fn record(command: &Command, root: &Path) -> Result<Recording, PowerLossErro
         initial,
         ops,
         outputs: Vec::new(),
+        trace: text,
         status: output.status,
         stdout: output.stdout,
         stderr: output.stderr,
@@ -283,6 +285,12 @@ impl Recording {
     pub fn outputs_before(&self, point: usize) -> &[Output] {
         let end = self.outputs.partition_point(|output| output.point <= point);
         &self.outputs[..end]
+    }
+
+    /// strace's output, whose line numbers a [`CrashState`]'s description
+    /// names: the calls around a violation, for its diagnosis.
+    pub fn trace(&self) -> &str {
+        &self.trace
     }
 
     /// The number of traced operations: crash points are `0..=operations()`.

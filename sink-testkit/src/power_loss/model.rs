@@ -247,6 +247,29 @@ impl Model {
                     (None, None) => {}
                 }
             }
+            Op::Exchange { a, b } => {
+                let (a_path, b_path) = (self.absolute(a)?, self.absolute(b)?);
+                let (Some(a_names), Some(b_names)) = (self.inside(&a_path), self.inside(&b_path))
+                else {
+                    return Err(format!(
+                        "{} and {} were exchanged across the root's edge",
+                        a_path.display(),
+                        b_path.display()
+                    ));
+                };
+                let (a_ino, b_ino) = (
+                    self.existing(&a_names, &a_path)?,
+                    self.existing(&b_names, &b_path)?,
+                );
+                let (a_dir, a_name) = self.parent_of(&a_names, &a_path)?;
+                let (b_dir, b_name) = self.parent_of(&b_names, &b_path)?;
+                if a_dir == b_dir {
+                    self.change(a_dir, vec![(a_name, Some(b_ino)), (b_name, Some(a_ino))]);
+                } else {
+                    self.change(a_dir, vec![(a_name, Some(b_ino))]);
+                    self.change(b_dir, vec![(b_name, Some(a_ino))]);
+                }
+            }
             Op::Link { from, to } => {
                 let (from_path, to_path) = (self.absolute(from)?, self.absolute(to)?);
                 if let Some(to_names) = self.inside(&to_path) {
@@ -717,6 +740,48 @@ mod tests {
             torn(&new, &[], PAGE, true),
             [&new[..PAGE], &vec![0; 2 * PAGE][..]].concat()
         );
+    }
+
+    #[test]
+    fn an_unsynced_exchange_leaves_both_names_swapped_or_neither() {
+        let sync = |path: &str, fd: i32| {
+            [
+                Op::Open {
+                    at: at(path),
+                    flags: OpenFlags::default(),
+                    fd,
+                },
+                Op::Sync { fd },
+            ]
+        };
+        let mut ops = vec![
+            Op::Mkdir { at: at("a") },
+            Op::Mkdir { at: at("b") },
+            open("a/x", 3),
+            open("b/y", 4),
+        ];
+        ops.extend(sync(".", 5));
+        ops.extend(sync("a", 6));
+        ops.extend(sync("b", 7));
+        ops.push(Op::Exchange {
+            a: at("a"),
+            b: at("b"),
+        });
+        let m = model(&ops);
+        let before = vec!["a/", "a/x=", "b/", "b/y="];
+        let after = vec!["a/", "a/y=", "b/", "b/x="];
+        assert_eq!(paths(&m.logical_tree()), after);
+        assert_eq!(paths(&m.crash_tree(&mut Choice::Minimal)), before);
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..50 {
+            seen.insert(paths(&m.crash_tree(&mut Choice::Random(&mut rng))));
+        }
+        let both: std::collections::BTreeSet<Vec<String>> = [before, after]
+            .into_iter()
+            .map(|v| v.into_iter().map(String::from).collect())
+            .collect();
+        assert_eq!(seen, both);
     }
 
     #[test]
