@@ -4,5 +4,6 @@
 
 mod ingest_load;
 mod ingest_service;
+mod power_loss;
 #[cfg(feature = "delta")]
 mod scale_out;

@@ -54,9 +54,10 @@ mod tree;
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 pub use tree::{Entry, Tree};
 
@@ -142,6 +143,51 @@ pub struct Recording {
 /// modelled, or when the model of the run disagrees with the files the
 /// program left.
 pub fn record(command: &Command, root: &Path) -> Result<Recording, PowerLossError> {
+    record_with(command, root, |_| ()).map(|(recording, ())| recording)
+}
+
+/// The traced program while [`record_with`]'s driver runs it.
+#[derive(Debug)]
+pub struct Traced {
+    strace: Child,
+}
+
+impl Traced {
+    /// The program's standard output, for the driver to read as it runs (a
+    /// line saying where a server listens, say). What the driver takes is
+    /// not in [`Recording::stdout`].
+    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
+        self.strace.stdout.take()
+    }
+
+    /// The traced program's process id (strace's child), to signal it:
+    /// waits up to 5 s for strace to start it.
+    pub fn pid(&self) -> io::Result<u32> {
+        let strace = self.strace.id();
+        let children = format!("/proc/{strace}/task/{strace}/children");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = std::fs::read_to_string(&children)?;
+            if let Some(pid) = text.split_whitespace().next() {
+                return pid.parse().map_err(io::Error::other);
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::other("strace started no program in 5 s"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// [`record`], for a program that needs a driver: `drive` runs while the
+/// program does (sending it requests, say) and must make it end (with a
+/// signal to [`Traced::pid`], say); its result is handed back with the
+/// recording.
+pub fn record_with<R>(
+    command: &Command,
+    root: &Path,
+    drive: impl FnOnce(&mut Traced) -> R,
+) -> Result<(Recording, R), PowerLossError> {
     let root = root
         .canonicalize()
         .map_err(|e| PowerLossError::Io(format!("resolving the root {}", root.display()), e))?;
@@ -168,21 +214,37 @@ pub fn record(command: &Command, root: &Path) -> Result<Recording, PowerLossErro
         .arg(command.get_program())
         .args(command.get_args())
         .current_dir(&cwd)
-        .stdin(Stdio::null());
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (key, value) in command.get_envs() {
         match value {
             Some(value) => strace.env(key, value),
             None => strace.env_remove(key),
         };
     }
-    let output = strace.output().map_err(PowerLossError::NoStrace)?;
+    let mut child = strace.spawn().map_err(PowerLossError::NoStrace)?;
+    // Read as the program writes, so that it never blocks on a full pipe.
+    let stderr = child.stderr.take().map(read_in_background);
+    let mut traced = Traced { strace: child };
+    let driven = drive(&mut traced);
+    let stdout = traced.take_stdout().map(read_in_background);
+    let status = traced
+        .strace
+        .wait()
+        .map_err(|e| PowerLossError::Io("waiting for strace".into(), e))?;
+    let collect = |reader: Option<std::thread::JoinHandle<Vec<u8>>>| {
+        reader
+            .map(|r| r.join().unwrap_or_default())
+            .unwrap_or_default()
+    };
+    let (stdout, stderr) = (collect(stdout), collect(stderr));
     let text = std::fs::read_to_string(trace_file.path())
         .map_err(|e| PowerLossError::Io("reading the trace".into(), e))?;
-    if text.is_empty() && !output.status.success() {
+    if text.is_empty() && !status.success() {
         return Err(PowerLossError::NoStrace(io::Error::other(format!(
-            "strace traced nothing and ended with {}: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
+            "strace traced nothing and ended with {status}: {}",
+            String::from_utf8_lossy(&stderr).trim()
         ))));
     }
     let ops = trace::parse(&text)?;
@@ -193,9 +255,9 @@ pub fn record(command: &Command, root: &Path) -> Result<Recording, PowerLossErro
         ops,
         outputs: Vec::new(),
         trace: text,
-        status: output.status,
-        stdout: output.stdout,
-        stderr: output.stderr,
+        status,
+        stdout,
+        stderr,
     };
     // Replay the whole run once: every call modelled, what it wrote out
     // collected, and the result compared with the disk.
@@ -216,7 +278,16 @@ pub fn record(command: &Command, root: &Path) -> Result<Recording, PowerLossErro
     if let Some(difference) = model.logical_tree().difference(&left) {
         return Err(PowerLossError::Disagrees(difference));
     }
-    Ok(recording)
+    Ok((recording, driven))
+}
+
+/// Reads `stream` to its end on a thread of its own.
+fn read_in_background(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stream.read_to_end(&mut bytes);
+        bytes
+    })
 }
 
 /// Which crash points, and how many states at each.
