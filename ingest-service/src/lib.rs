@@ -53,8 +53,9 @@
 //! also the idle timeout, and a cap on open connections
 //! ([`ConnectionLimits`]). With [`Config::tokens`] every request to
 //! `/events` and `/metrics` needs a bearer token ([`auth`]); its tenant is
-//! stored with each event ([`TENANT_FIELD`]), scopes its idempotency keys,
-//! and holds at most its share of the requests in flight. The service
+//! stored with each event ([`TENANT_FIELD`]), scopes its idempotency keys
+//! and their retention budget ([`Config::key_namespaces`]), and holds at
+//! most its share of the requests in flight. The service
 //! reads no other identity: not the peer address, nor `X-Forwarded-*`.
 //! [`Reloader`] reads tokens and certificate again.
 //!
@@ -112,7 +113,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use sink_runtime::pipeline::{
-    IdempotencyKey, KeyRetention, Pipeline, PipelineState, Refusal, SendError, TicketError,
+    IdempotencyKey, KeyNamespaces, KeyRetention, Pipeline, PipelineState, Refusal, SendError,
+    TicketError,
 };
 use sink_runtime::{CheckpointConfig, RestartStrategy, RetryPolicy};
 use sinks_file::{JsonLinesEncoder, RollingPolicy};
@@ -184,7 +186,12 @@ pub struct Config {
     /// Requests each subtask takes in and has not answered yet, before it
     /// lets them queue (see `PipelineBuilder::max_in_flight`). Default 16 384.
     pub max_in_flight: usize,
-    /// How long idempotency keys are remembered. Default 100 000 keys, 1 h.
+    /// How long idempotency keys are remembered: `max_age` (default 1 h),
+    /// and `max_keys` (default 100 000) per tenant with
+    /// [`tokens`](Self::tokens), for the whole service without. A tenant's
+    /// new keys push out only its own oldest ones, never another tenant's
+    /// (see [`key_namespaces`](Self::key_namespaces)); with `T` tenants
+    /// sending keys, up to `T × max_keys` are kept, each in every checkpoint.
     pub key_retention: KeyRetention,
     /// The longest a request waits for its commit before it is answered 503
     /// (its events may still be committed: the client retries with its key).
@@ -216,7 +223,9 @@ pub struct Config {
     /// Only requests with `Authorization: Bearer <token>` of a token from
     /// here may write and read `/metrics` (401 otherwise, nothing written);
     /// each event is stored with its tenant in [`TENANT_FIELD`], and
-    /// idempotency keys are kept per tenant. Default none: anyone who
+    /// idempotency keys are kept per tenant, each tenant with its own
+    /// retention budget ([`key_retention`](Self::key_retention)). Default
+    /// none: anyone who
     /// reaches the listener may write. The binary asks for `--tokens` (or
     /// `--tokens-env`) or an explicit `--no-auth`.
     pub tokens: Option<TokenSource>,
@@ -261,6 +270,19 @@ impl Config {
             limits: ConnectionLimits::default(),
             body_read_timeout: Duration::from_secs(30),
             tenant_max_in_flight: None,
+        }
+    }
+
+    /// Which idempotency keys share the `max_keys` budget of
+    /// [`key_retention`](Self::key_retention): with [`tokens`](Self::tokens),
+    /// each tenant's (the service keeps a key as `<tenant>/<key>`, and a
+    /// tenant's name holds no `/`), so one tenant's new keys never push out
+    /// another's; without, all keys share one budget (a client's key may
+    /// hold `/`, and there are no tenants). Read by [`IngestService::start`].
+    pub fn key_namespaces(&self) -> KeyNamespaces {
+        match self.tokens {
+            Some(_) => KeyNamespaces::Prefix { separator: '/' },
+            None => KeyNamespaces::Single,
         }
     }
 
@@ -676,6 +698,7 @@ where
         .capacity(config.capacity)
         .max_in_flight(config.max_in_flight)
         .key_retention(config.key_retention)
+        .key_namespaces(config.key_namespaces())
         // A failed task restarts the job from its last checkpoint; past
         // ten restarts the pipeline stops and the service exits 1.
         .restart_strategy(RestartStrategy::ExponentialBackoff(RetryPolicy {
@@ -889,6 +912,17 @@ fn stamp_tenant(events: &mut [Event], tenant: &Tenant) -> Result<(), String> {
     Ok(())
 }
 
+/// The idempotency key the pipeline keeps for a request's `key`: with
+/// tokens `<tenant>/<key>` (a tenant's name holds no `/`), so one tenant's
+/// key never matches another's, and [`Config::key_namespaces`] budgets
+/// the key's retention under its tenant; without, the key as sent.
+fn scoped_key(tenant: Option<&Tenant>, key: String) -> String {
+    match tenant {
+        Some(tenant) => format!("{tenant}/{key}"),
+        None => key,
+    }
+}
+
 /// `POST /events`: validate everything, send once, answer after the commit.
 async fn post_events(
     State(app): State<AppState>,
@@ -986,16 +1020,11 @@ async fn post_events(
     let count = events.len();
     // The key is kept with the body's fingerprint: a retry (the same body)
     // is a duplicate, another body under the same key is refused (422).
-    // With tokens it is kept per tenant: `<tenant>/<key>` (a tenant's name
-    // holds no `/`), so one tenant's key never matches another's.
     let sent = match key {
         Some(key) => app.pipeline.try_send_keyed(
             events,
-            IdempotencyKey::new(match &tenant {
-                Some(tenant) => format!("{tenant}/{key}"),
-                None => key,
-            })
-            .with_fingerprint(body_fingerprint(&body)),
+            IdempotencyKey::new(scoped_key(tenant.as_ref(), key))
+                .with_fingerprint(body_fingerprint(&body)),
         ),
         None => app.pipeline.try_send(events, None),
     };
@@ -1170,6 +1199,26 @@ mod tests {
                 StatusCode::SERVICE_UNAVAILABLE
             );
         }
+    }
+
+    #[test]
+    fn with_tokens_a_key_s_retention_namespace_is_its_tenant() {
+        let tenant = Tenant::new("alpha").expect("a valid tenant name");
+        // A client's key may hold `/` itself: the tenant is still the
+        // namespace, since a tenant's name holds none.
+        let key = scoped_key(Some(&tenant), "orders/17".to_string());
+        assert_eq!(key, "alpha/orders/17");
+        let with_tokens = Config {
+            tokens: Some(TokenSource::Env("TOKENS".into())),
+            ..Config::new("x")
+        };
+        assert_eq!(with_tokens.key_namespaces().namespace(&key), "alpha");
+        // Without tokens, one budget for every key as sent.
+        let key = scoped_key(None, "orders/17".to_string());
+        assert_eq!(key, "orders/17");
+        let without = Config::new("x");
+        assert_eq!(without.key_namespaces(), KeyNamespaces::Single);
+        assert_eq!(without.key_namespaces().namespace(&key), "");
     }
 
     #[test]

@@ -127,7 +127,9 @@ struct Args {
     /// requests queue (then get 503) while commits catch up.
     #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     max_in_flight: u64,
-    /// About how many idempotency keys are remembered.
+    /// About how many idempotency keys are remembered: per tenant with
+    /// tokens (a tenant's new keys push out only its own oldest ones), in
+    /// all without.
     #[arg(long, value_name = "COUNT", default_value_t = 100_000,
           value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     key_retention: u64,

@@ -2153,6 +2153,79 @@ async fn one_greedy_tenant_cannot_starve_a_polite_one() {
     );
 }
 
+/// Posts one event with the id `<key>-0` under the `Idempotency-Key` `key`;
+/// panics unless it is answered 200. Returns the answer's JSON.
+async fn post_keyed(client: &reqwest::Client, url: &str, key: &str) -> Value {
+    let answer = post(client, url, body(&ids(key, 1), false), Some(key))
+        .await
+        .unwrap_or_else(|e| panic!("{key}: {e}"));
+    assert_eq!(answer.status, 200, "{key}: {answer:?}");
+    answer.json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_sending_new_keys_fast_does_not_push_out_another_tenants_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    // 128 keys per tenant: 2 in each of the pipeline's 64 key partitions.
+    let service = Service::start(
+        dir.path(),
+        &[
+            "--key-retention",
+            "128",
+            "--checkpoint-interval",
+            "on-demand",
+        ],
+    );
+    let url = service.url("/events");
+    let pem = &shared().cert.pem;
+    let greedy = client_of(TOKENS[2].1, pem);
+    let polite = client_of(TOKENS[3].1, pem);
+    // The polite tenant's two keys: at most 2 in any partition, within its
+    // budget.
+    let mut first = BTreeMap::new();
+    for key in ["polite-0", "polite-1"] {
+        let answer = post_keyed(&polite, &url, key).await;
+        assert_eq!(answer["duplicate"], false, "{key}: {answer}");
+        first.insert(key, answer["checkpoint"].clone());
+    }
+    // The greedy tenant's first key, then 639 more, 16 at a time (about 10
+    // a partition: five times its budget), each answered 200, so committed,
+    // before the retries below.
+    post_keyed(&greedy, &url, "greedy-0").await;
+    let mut sending = tokio::task::JoinSet::new();
+    for worker in 0..16 {
+        let (greedy, url) = (greedy.clone(), url.clone());
+        sending.spawn(async move {
+            for i in (1 + worker..640).step_by(16) {
+                post_keyed(&greedy, &url, &format!("greedy-{i}")).await;
+            }
+        });
+    }
+    while let Some(sent) = sending.join_next().await {
+        sent.unwrap();
+    }
+    // The polite tenant's retries are recognised: duplicates of the first
+    // requests, nothing stored again.
+    for (key, checkpoint) in &first {
+        let answer = post_keyed(&polite, &url, key).await;
+        assert_eq!(
+            answer["duplicate"], true,
+            "{key} was forgotten, pushed out by another tenant's new keys: {answer}"
+        );
+        assert_eq!(&answer["checkpoint"], checkpoint, "{key}: {answer}");
+    }
+    // The greedy tenant's own oldest key went: past its budget, its retry
+    // is stored again.
+    let answer = post_keyed(&greedy, &url, "greedy-0").await;
+    assert_eq!(answer["duplicate"], false, "{answer}");
+    service.stop();
+    let ids = output_ids(dir.path());
+    assert_eq!(ids.len(), 642);
+    assert_eq!(ids["polite-0-0"], 1);
+    assert_eq!(ids["polite-1-0"], 1);
+    assert_eq!(ids["greedy-0-0"], 2);
+}
+
 #[test]
 fn tls_and_token_flags_are_asked_for_and_bad_files_refused_with_the_fix() {
     let files = tempfile::tempdir().unwrap();

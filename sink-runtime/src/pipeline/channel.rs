@@ -22,7 +22,9 @@ use sink_api::{CheckpointId, SubtaskIndex};
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
-use super::keys::{partition_of, IdempotencyKey, KeyPartition, KeyRetention, KeyTable, Seen};
+use super::keys::{
+    partition_of, IdempotencyKey, KeyNamespaces, KeyPartition, KeyRetention, KeyTable, Seen,
+};
 use super::ticket::{TicketError, Waiter};
 use crate::source::{Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SplitReader};
 
@@ -117,6 +119,8 @@ pub(crate) struct ChannelSource<R> {
     pub shared: Arc<Shared<R>>,
     pub partitions: u32,
     pub retention: KeyRetention,
+    /// Which keys share a retention budget.
+    pub namespaces: KeyNamespaces,
     /// Most sends a reader takes in before their commit; past it, it reads
     /// nothing more and the channel fills up.
     pub max_in_flight: usize,
@@ -189,7 +193,7 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
             .into_iter()
             .map(|split| {
                 let index = split.index;
-                let table = KeyTable::restore(split).map_err(|why| {
+                let table = KeyTable::restore(split, self.namespaces).map_err(|why| {
                     SourceError(format!(
                         "key partition {index}: {why}; the checkpoint is damaged"
                     ))
@@ -257,6 +261,7 @@ pub(crate) struct ChannelReader<R> {
     /// The partition count, when this reader owns any partition.
     of: Option<u32>,
     tables: BTreeMap<u32, KeyTable>,
+    /// The committed keys each namespace may keep in each partition.
     max_keys: usize,
     max_age: Duration,
     max_in_flight: usize,

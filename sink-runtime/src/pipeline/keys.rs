@@ -13,6 +13,14 @@
 //! it for the [`KeyRetention`] window. An expired key is forgotten: a send
 //! repeated after that is written again. That is the limit of the guarantee.
 //!
+//! The count of that window is a budget per namespace ([`KeyNamespaces`]):
+//! a key's namespace is derived from the key itself (for the
+//! `ingest-service` example, its tenant: keys there are `<tenant>/<key>`),
+//! and a namespace over its budget forgets its own oldest committed keys,
+//! never another namespace's. Since the namespace is a function of the key
+//! and of the pipeline's setting, it is not stored: a restore derives it
+//! again, and the stored format does not depend on it.
+//!
 //! A key may carry a [`Fingerprint`] of the send's content (the service's
 //! hash of its request). It is kept with the key, in memory and in the
 //! checkpoints, and a send that repeats a known key with another fingerprint
@@ -156,14 +164,22 @@ impl From<&str> for IdempotencyKey {
 
 /// How long a committed idempotency key is remembered.
 ///
-/// Given to `PipelineBuilder::key_retention`. A committed key is forgotten
-/// once it is older than `max_age` (counted from when it was accepted), or
-/// once its key partition holds more than `max_keys / key_partitions`
-/// (rounded up) newer keys, whichever comes first. Keys whose records are not
-/// committed yet are never forgotten.
+/// Given to [`PipelineBuilder::key_retention`](super::PipelineBuilder::key_retention).
+/// A committed key is forgotten once it is older than `max_age` (counted
+/// from when it was accepted), or once its key partition holds more than
+/// `max_keys / key_partitions` (rounded up) newer keys *of its namespace*
+/// ([`KeyNamespaces`]), whichever comes first. Keys of other namespaces never
+/// count against it: one namespace's new keys cannot push out another's.
+/// Keys whose records are not committed yet are never forgotten.
+///
+/// Memory: at most about `max_keys` committed keys per namespace that holds
+/// keys (exactly, at most `key_partitions` × `max_keys / key_partitions`
+/// rounded up), plus the keys of sends not committed yet. With the default
+/// single namespace, that is `max_keys` for the whole pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyRetention {
-    /// About how many committed keys are kept over all partitions.
+    /// About how many committed keys are kept per namespace, over all
+    /// partitions (with [`KeyNamespaces::Single`], over the whole pipeline).
     pub max_keys: usize,
     /// How long after it was accepted a committed key is kept.
     pub max_age: Duration,
@@ -175,6 +191,54 @@ impl Default for KeyRetention {
         KeyRetention {
             max_keys: 100_000,
             max_age: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Which idempotency keys share a [`KeyRetention::max_keys`] budget: the
+/// keys of one namespace do, and the keys of different namespaces never
+/// push each other out.
+///
+/// Given to [`PipelineBuilder::key_namespaces`](super::PipelineBuilder::key_namespaces)
+/// by a service whose keys belong to different owners (tenants, clients), so
+/// that one owner sending many new keys forgets only its own oldest ones. A
+/// key's namespace is derived from the key's text alone, every time the
+/// pipeline needs it (also after a restore: it is not stored), so the rule
+/// must put a key in the same namespace in every process that shares the
+/// checkpoint storage. Changing the rule between two starts changes only
+/// which keys share a budget, never which keys are known: keys and their
+/// partitions do not depend on it.
+///
+/// Every namespace that holds keys may keep `max_keys` of them: the set of
+/// namespaces must be bounded (a service's tenants, not its clients'
+/// addresses), or the memory is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyNamespaces {
+    /// One namespace for every key: `max_keys` counts all of the pipeline's
+    /// keys. The default.
+    #[default]
+    Single,
+    /// A key's namespace is its text before the first `separator`; the keys
+    /// without it (or starting with it) share the namespace `""`.
+    /// `ingest-service` uses `/` with tokens, its keys being
+    /// `<tenant>/<key>` and its tenant names free of `/`.
+    Prefix {
+        /// What ends the namespace in a key.
+        separator: char,
+    },
+}
+
+impl KeyNamespaces {
+    /// The namespace of `key` under this rule: a prefix of it (`""` for
+    /// every key with [`Single`](KeyNamespaces::Single)). Called by the
+    /// pipeline for each key it accepts, restores or expires; public so that
+    /// a service can check its key scheme against it.
+    pub fn namespace<'k>(&self, key: &'k str) -> &'k str {
+        match *self {
+            KeyNamespaces::Single => "",
+            KeyNamespaces::Prefix { separator } => key
+                .split_once(separator)
+                .map_or("", |(namespace, _)| namespace),
         }
     }
 }
@@ -422,31 +486,43 @@ struct Entry {
 pub(crate) struct KeyTable {
     index: u32,
     of: u32,
+    /// Which keys share a retention budget.
+    namespaces: KeyNamespaces,
     /// Keys in the order they were accepted, so also in checkpoint order.
     order: VecDeque<String>,
     entries: HashMap<String, Entry>,
+    /// How many keys of each namespace `entries` holds; a namespace without
+    /// keys has no entry (owners that come and go leave nothing behind).
+    held: HashMap<String, usize>,
     /// The format-3 encodings of the keys assigned to a checkpoint, which
     /// are the oldest ones of `order`, from `encoded_start` on: what a
     /// snapshot stores.
     encoded: Vec<u8>,
     encoded_start: usize,
-    /// The length of each of those encodings, oldest first.
+    /// The length of each of those encodings, oldest first: the one of
+    /// `order[i]` is `encoded_lens[i]`.
     encoded_lens: VecDeque<usize>,
 }
 
 impl KeyTable {
-    /// The table a stored partition describes. Every key in it is
-    /// committed: it was restored from a checkpoint, and the restore commits
-    /// that checkpoint before anything is read. Fails (saying why) for a
-    /// partition whose keys cannot be read; those decoded from a checkpoint
-    /// were checked already.
-    pub(crate) fn restore(partition: KeyPartition) -> Result<KeyTable, String> {
+    /// The table a stored partition describes, its keys grouped by
+    /// `namespaces` (derived from the keys: it is not stored). Every key in
+    /// it is committed: it was restored from a checkpoint, and the restore
+    /// commits that checkpoint before anything is read. Fails (saying why)
+    /// for a partition whose keys cannot be read; those decoded from a
+    /// checkpoint were checked already.
+    pub(crate) fn restore(
+        partition: KeyPartition,
+        namespaces: KeyNamespaces,
+    ) -> Result<KeyTable, String> {
         let keys = decode_keys(partition.count, &partition.encoded)?;
         let mut table = KeyTable {
             index: partition.index,
             of: partition.of,
+            namespaces,
             order: VecDeque::with_capacity(keys.len()),
             entries: HashMap::with_capacity(keys.len()),
+            held: HashMap::new(),
             encoded: Vec::new(),
             encoded_start: 0,
             encoded_lens: VecDeque::new(),
@@ -457,12 +533,49 @@ impl KeyTable {
                 accepted_at_ms: stored.accepted_at_ms,
                 fingerprint: stored.fingerprint,
             };
-            if table.entries.insert(stored.key.clone(), entry).is_none() {
-                table.order.push_back(stored.key);
-            }
+            table.insert(stored.key, entry);
         }
         table.encode_from(0);
         Ok(table)
+    }
+
+    /// Adds `key` at the back of the order, unless it is known already
+    /// (then only its entry is replaced).
+    fn insert(&mut self, key: String, entry: Entry) {
+        if self.entries.insert(key.clone(), entry).is_some() {
+            return;
+        }
+        let namespace = self.namespaces.namespace(&key);
+        match self.held.get_mut(namespace) {
+            Some(held) => *held += 1,
+            None => {
+                self.held.insert(namespace.to_string(), 1);
+            }
+        }
+        self.order.push_back(key);
+    }
+
+    /// Removes `key`'s entry and counts it out of its namespace; its place
+    /// in `order` and its encoding are the caller's to remove.
+    fn remove_entry(&mut self, key: &str) {
+        if self.entries.remove(key).is_none() {
+            return;
+        }
+        let namespace = self.namespaces.namespace(key);
+        if let Some(held) = self.held.get_mut(namespace) {
+            *held -= 1;
+            if *held == 0 {
+                self.held.remove(namespace);
+            }
+        }
+    }
+
+    /// How many keys of `key`'s namespace the table holds.
+    fn held_with(&self, key: &str) -> usize {
+        self.held
+            .get(self.namespaces.namespace(key))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Appends the encodings of the keys of `order` from position `from`
@@ -499,6 +612,34 @@ impl KeyTable {
         } else if self.encoded_start > 64 * 1024 && self.encoded_start * 2 > self.encoded.len() {
             self.encoded.drain(..self.encoded_start);
             self.encoded_start = 0;
+        }
+    }
+
+    /// Removes the keys for which `doomed(position in order, key, entry)`
+    /// holds, wherever they are in the order, with their encodings (the
+    /// others' are copied, not encoded again). One pass over the table.
+    fn remove_where(&mut self, mut doomed: impl FnMut(usize, &str, Option<&Entry>) -> bool) {
+        let old_order = std::mem::take(&mut self.order);
+        let old_lens = std::mem::take(&mut self.encoded_lens);
+        let old_encoded = std::mem::take(&mut self.encoded);
+        let mut offset = self.encoded_start;
+        self.encoded_start = 0;
+        self.order.reserve(old_order.len());
+        self.encoded
+            .reserve(old_encoded.len().saturating_sub(offset));
+        for (position, key) in old_order.into_iter().enumerate() {
+            let len = old_lens.get(position).copied();
+            if doomed(position, &key, self.entries.get(&key)) {
+                self.remove_entry(&key);
+            } else {
+                if let Some(len) = len {
+                    self.encoded
+                        .extend_from_slice(&old_encoded[offset..offset + len]);
+                    self.encoded_lens.push_back(len);
+                }
+                self.order.push_back(key);
+            }
+            offset += len.unwrap_or(0);
         }
     }
 
@@ -560,9 +701,7 @@ impl KeyTable {
             accepted_at_ms: now_ms,
             fingerprint,
         };
-        if self.entries.insert(key.clone(), entry).is_none() {
-            self.order.push_back(key);
-        }
+        self.insert(key, entry);
     }
 
     /// Every key accepted since the last call belongs to `checkpoint`; their
@@ -586,25 +725,14 @@ impl KeyTable {
     /// Forgets the keys of `checkpoint`, whose commit lost output: a repeated
     /// send must be written again.
     pub(crate) fn forget_checkpoint(&mut self, checkpoint: CheckpointId) {
-        let entries = &mut self.entries;
-        self.order.retain(|key| {
-            let lost = entries
-                .get(key)
-                .is_some_and(|entry| entry.checkpoint == Some(checkpoint));
-            if lost {
-                entries.remove(key);
-            }
-            !lost
-        });
-        // Rare (a commit lost output): the encodings are made again.
-        self.encoded.clear();
-        self.encoded_start = 0;
-        self.encoded_lens.clear();
-        self.encode_from(0);
+        // Rare (a commit lost output): one pass over the table.
+        self.remove_where(|_, _, entry| entry.is_some_and(|e| e.checkpoint == Some(checkpoint)));
     }
 
-    /// Forgets the oldest committed keys beyond `max_keys` or older than
-    /// `max_age` at `now_ms`.
+    /// Forgets the committed keys older than `max_age` at `now_ms`, and in
+    /// each namespace that holds more than `max_keys` keys, its oldest
+    /// committed ones beyond that: a namespace's keys never make another's
+    /// go.
     pub(crate) fn expire(
         &mut self,
         committed_through: CheckpointId,
@@ -613,6 +741,8 @@ impl KeyTable {
         now_ms: u64,
     ) {
         let max_age_ms = u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX);
+        // The oldest keys of the table first: too old, or of a namespace
+        // over its budget (with a single namespace, the only case).
         while let Some(oldest) = self.order.front() {
             let Some(entry) = self.entries.get(oldest) else {
                 // Not a key any more (never encoded).
@@ -620,16 +750,65 @@ impl KeyTable {
                 continue;
             };
             let committed = entry.checkpoint.is_some_and(|c| c <= committed_through);
-            let too_many = self.entries.len() > max_keys;
+            let too_many = self.held_with(oldest) > max_keys;
             let too_old = now_ms.saturating_sub(entry.accepted_at_ms) >= max_age_ms;
             if !committed || !(too_many || too_old) {
                 break;
             }
             if let Some(key) = self.order.pop_front() {
-                self.entries.remove(&key);
+                self.remove_entry(&key);
                 self.drop_oldest_encoding();
             }
         }
+        self.expire_over_budget(committed_through, max_keys);
+    }
+
+    /// Forgets, in each namespace still over `max_keys`, its oldest
+    /// committed keys beyond that, from behind the front of the order
+    /// (where another namespace's older keys are, within their budget).
+    fn expire_over_budget(&mut self, committed_through: CheckpointId, max_keys: usize) {
+        let mut excess: HashMap<&str, usize> = self
+            .held
+            .iter()
+            .filter(|(_, held)| **held > max_keys)
+            .map(|(namespace, held)| (namespace.as_str(), held - max_keys))
+            .collect();
+        let mut left: usize = excess.values().sum();
+        if left == 0 {
+            return;
+        }
+        let mut doomed = Vec::new();
+        for (position, key) in self.order.iter().enumerate() {
+            if left == 0 {
+                break;
+            }
+            let Some(over) = excess.get_mut(self.namespaces.namespace(key)) else {
+                continue;
+            };
+            if *over == 0 {
+                continue;
+            }
+            let committed = self
+                .entries
+                .get(key)
+                .and_then(|entry| entry.checkpoint)
+                .is_some_and(|c| c <= committed_through);
+            if committed {
+                doomed.push(position);
+                *over -= 1;
+                left -= 1;
+            } else {
+                // Its namespace's newer keys are in later checkpoints (or
+                // none yet): not committed either.
+                left -= *over;
+                *over = 0;
+            }
+        }
+        if doomed.is_empty() {
+            return;
+        }
+        let mut doomed = doomed.into_iter().peekable();
+        self.remove_where(|position, _, _| doomed.next_if_eq(&position).is_some());
     }
 
     /// How many keys the table holds.
@@ -646,7 +825,7 @@ mod tests {
     const HOUR: Duration = Duration::from_secs(3600);
 
     fn table() -> KeyTable {
-        KeyTable::restore(KeyPartition::empty(0, 1)).unwrap()
+        KeyTable::restore(KeyPartition::empty(0, 1), KeyNamespaces::Single).unwrap()
     }
 
     #[test]
@@ -689,7 +868,7 @@ mod tests {
         keys.accept("a".into(), None, 5);
         keys.accept("b".into(), None, 6);
         keys.assign(CheckpointId(4));
-        let restored = KeyTable::restore(keys.snapshot()).unwrap();
+        let restored = KeyTable::restore(keys.snapshot(), KeyNamespaces::Single).unwrap();
         assert_eq!(restored.newest_checkpoint(), CheckpointId(4));
         assert_eq!(
             restored.seen("b", None, restored.newest_checkpoint()),
@@ -737,6 +916,144 @@ mod tests {
 
     const FP_A: Fingerprint = Fingerprint::new([0xA; 16]);
     const FP_B: Fingerprint = Fingerprint::new([0xB; 16]);
+
+    /// Keys `<tenant>/<key>` budgeted per tenant, as `ingest-service` does.
+    const BY_TENANT: KeyNamespaces = KeyNamespaces::Prefix { separator: '/' };
+
+    /// The keys a snapshot of `keys` stores, in their stored order.
+    fn stored_keys(keys: &KeyTable) -> Vec<String> {
+        let snapshot = keys.snapshot();
+        decode_keys(snapshot.count, &snapshot.encoded)
+            .unwrap()
+            .into_iter()
+            .map(|k| k.key)
+            .collect()
+    }
+
+    #[test]
+    fn a_namespace_sending_new_keys_fast_forgets_only_its_own_oldest_keys() {
+        let mut keys = KeyTable::restore(KeyPartition::empty(0, 1), BY_TENANT).unwrap();
+        // The slow tenant's two keys, committed first: the oldest of the
+        // table, and within its budget of 5.
+        keys.accept("slow/a".into(), Some(FP_A), 0);
+        keys.accept("slow/b".into(), None, 1);
+        keys.assign(CheckpointId(1));
+        keys.expire(CheckpointId(1), 5, HOUR, 2);
+        // The fast one sends 100 new keys over ten checkpoints, each
+        // committed (and expired after) before the next.
+        for i in 0..100u64 {
+            keys.accept(format!("fast/{i}"), None, 10 + i);
+            if i % 10 == 9 {
+                let checkpoint = CheckpointId(i / 10 + 2);
+                keys.assign(checkpoint);
+                keys.expire(checkpoint, 5, HOUR, 200);
+            }
+        }
+        // The slow tenant's retries are still recognised, as what they were.
+        let committed = CheckpointId(11);
+        assert_eq!(
+            keys.seen("slow/a", Some(FP_A), committed),
+            Seen::Committed(CheckpointId(1))
+        );
+        assert_eq!(
+            keys.seen("slow/a", Some(FP_B), committed),
+            Seen::Reused(Some(CheckpointId(1)))
+        );
+        assert_eq!(
+            keys.seen("slow/b", None, committed),
+            Seen::Committed(CheckpointId(1))
+        );
+        // The fast one keeps its newest five: its own oldest went.
+        assert_eq!(keys.seen("fast/94", None, committed), Seen::New);
+        assert_eq!(keys.seen("fast/0", None, committed), Seen::New);
+        assert_eq!(
+            keys.seen("fast/95", None, committed),
+            Seen::Committed(CheckpointId(11))
+        );
+        assert_eq!(keys.len(), 7);
+        // Snapshots hold what is left, oldest first, and restore to it.
+        let left = [
+            "slow/a", "slow/b", "fast/95", "fast/96", "fast/97", "fast/98", "fast/99",
+        ];
+        assert_eq!(stored_keys(&keys), left);
+        let restored = KeyTable::restore(keys.snapshot(), BY_TENANT).unwrap();
+        assert_eq!(stored_keys(&restored), left);
+        // Keys not committed yet stay, however far over the budget.
+        for i in 100..110u64 {
+            keys.accept(format!("fast/{i}"), None, 300);
+        }
+        keys.assign(CheckpointId(12));
+        keys.expire(committed, 5, HOUR, 400);
+        assert_eq!(keys.seen("fast/99", None, committed), Seen::New);
+        assert_eq!(
+            keys.seen("fast/100", None, committed),
+            Seen::Pending(Some(CheckpointId(12)))
+        );
+        assert_eq!(keys.len(), 12);
+        // A lost checkpoint takes its keys, wherever they are; a namespace
+        // left without keys leaves nothing behind.
+        keys.forget_checkpoint(CheckpointId(12));
+        assert_eq!(stored_keys(&keys), ["slow/a", "slow/b"]);
+        assert_eq!(keys.held.get("slow"), Some(&2));
+        assert!(!keys.held.contains_key("fast"), "{:?}", keys.held);
+    }
+
+    #[test]
+    fn with_a_single_namespace_new_keys_push_out_everyone_s_oldest() {
+        // The default, and what every pipeline did before namespaces.
+        let mut keys = table();
+        keys.accept("slow/a".into(), None, 0);
+        keys.assign(CheckpointId(1));
+        for i in 0..10u64 {
+            keys.accept(format!("fast/{i}"), None, 1 + i);
+        }
+        keys.assign(CheckpointId(2));
+        keys.expire(CheckpointId(2), 5, HOUR, 100);
+        assert_eq!(keys.seen("slow/a", None, CheckpointId(2)), Seen::New);
+        assert_eq!(keys.len(), 5);
+    }
+
+    #[test]
+    fn namespaces_are_not_stored_and_are_derived_again_after_a_restore() {
+        let fill = |namespaces| {
+            let mut keys = KeyTable::restore(KeyPartition::empty(2, 4), namespaces).unwrap();
+            keys.accept("slow/a".into(), Some(FP_A), 1);
+            for i in 0..4u64 {
+                keys.accept(format!("fast/{i}"), None, 2 + i);
+            }
+            keys.assign(CheckpointId(1));
+            keys
+        };
+        // The same keys are the same stored bytes, whatever the rule: the
+        // format is format 3 either way.
+        let stored = fill(BY_TENANT).snapshot();
+        assert_eq!(stored, fill(KeyNamespaces::Single).snapshot());
+        // Restored with the rule, the budget is per namespace again.
+        let mut restored = KeyTable::restore(stored, BY_TENANT).unwrap();
+        for i in 4..20u64 {
+            restored.accept(format!("fast/{i}"), None, 100);
+        }
+        restored.assign(CheckpointId(2));
+        restored.expire(CheckpointId(2), 3, HOUR, 200);
+        assert_eq!(
+            restored.seen("slow/a", Some(FP_A), CheckpointId(2)),
+            Seen::Committed(CheckpointId(1))
+        );
+        assert_eq!(
+            stored_keys(&restored),
+            ["slow/a", "fast/17", "fast/18", "fast/19"]
+        );
+    }
+
+    #[test]
+    fn a_key_s_namespace_is_its_text_before_the_separator() {
+        assert_eq!(BY_TENANT.namespace("alpha/req-1"), "alpha");
+        assert_eq!(BY_TENANT.namespace("alpha/a/b"), "alpha");
+        assert_eq!(BY_TENANT.namespace("no-separator"), "");
+        assert_eq!(BY_TENANT.namespace("/leading"), "");
+        assert_eq!(KeyNamespaces::Single.namespace("alpha/req-1"), "");
+        assert_eq!(KeyNamespaces::default(), KeyNamespaces::Single);
+    }
 
     #[test]
     fn a_key_with_another_fingerprint_is_reused_in_flight_and_after_its_commit() {
@@ -786,7 +1103,8 @@ mod tests {
     #[test]
     fn fingerprints_survive_a_checkpoint() {
         use sink_api::{deserialize_versioned, serialize_versioned};
-        let mut keys = KeyTable::restore(KeyPartition::empty(3, 64)).unwrap();
+        let mut keys =
+            KeyTable::restore(KeyPartition::empty(3, 64), KeyNamespaces::Single).unwrap();
         keys.accept("k".into(), Some(FP_A), 7);
         keys.accept("plain".into(), None, 8);
         keys.assign(CheckpointId(5));
@@ -794,7 +1112,7 @@ mod tests {
         let blob = serialize_versioned(&serializer, &vec![keys.snapshot()]).unwrap();
         let mut stored = deserialize_versioned(&serializer, &blob).unwrap();
         assert_eq!(stored, vec![keys.snapshot()]);
-        let restored = KeyTable::restore(stored.remove(0)).unwrap();
+        let restored = KeyTable::restore(stored.remove(0), KeyNamespaces::Single).unwrap();
         assert_eq!(restored.index(), 3);
         assert_eq!(
             restored.seen("k", Some(FP_B), CheckpointId(5)),
@@ -867,7 +1185,7 @@ mod tests {
             ]
         );
         // A format-1 key is matched by the key alone, whatever the fingerprint.
-        let restored = KeyTable::restore(read[1].clone()).unwrap();
+        let restored = KeyTable::restore(read[1].clone(), KeyNamespaces::Single).unwrap();
         assert_eq!(
             restored.seen("a", Some(FP_B), CheckpointId(300)),
             Seen::Committed(CheckpointId(4))
@@ -914,7 +1232,7 @@ mod tests {
         assert_eq!((read[0].index, read[0].of), (3, 8));
         assert_eq!(decode_keys(read[0].count, &read[0].encoded).unwrap(), keys);
         // Restored, and stored again (format 3): the same keys.
-        let table = KeyTable::restore(read[0].clone()).unwrap();
+        let table = KeyTable::restore(read[0].clone(), KeyNamespaces::Single).unwrap();
         assert_eq!(
             table.seen("a", Some(FP_B), CheckpointId(9)),
             Seen::Reused(Some(CheckpointId(4)))
@@ -957,7 +1275,7 @@ mod tests {
         let left = stored(&keys);
         assert_eq!(left.len(), 1099);
         assert!(left.iter().all(|(_, checkpoint)| *checkpoint != 45));
-        let restored = KeyTable::restore(keys.snapshot()).unwrap();
+        let restored = KeyTable::restore(keys.snapshot(), KeyNamespaces::Single).unwrap();
         assert_eq!(stored(&restored), left);
     }
 

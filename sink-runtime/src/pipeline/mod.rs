@@ -20,6 +20,8 @@
 //! owns their key partition and kept in its checkpoints (see
 //! [`KeyRetention`]), so a send repeated after a lost answer, or after a
 //! crash, is answered with the first one's checkpoint and not written again.
+//! Their count is budgeted per namespace ([`KeyNamespaces`], such as a
+//! service's tenants): one namespace's new keys never push out another's.
 //! A key sent with a [`Fingerprint`] of its content
 //! ([`Pipeline::send_keyed`]) keeps it: the same key with another
 //! fingerprint is refused ([`TicketError::KeyReused`]), not mistaken for a
@@ -70,7 +72,7 @@ use crate::{
 };
 use channel::{ChannelSource, Envelope, Shared};
 
-pub use keys::{Fingerprint, IdempotencyKey, KeyPartition, KeyRetention};
+pub use keys::{Fingerprint, IdempotencyKey, KeyNamespaces, KeyPartition, KeyRetention};
 pub use ticket::{Ack, Ticket, TicketError};
 
 /// Where a pipeline stands, as [`Pipeline::state`] sees it.
@@ -159,6 +161,7 @@ pub struct PipelineBuilder<S: Sink> {
     capacity: usize,
     partitions: u32,
     retention: KeyRetention,
+    namespaces: KeyNamespaces,
     max_in_flight: usize,
     checkpointing: bool,
 }
@@ -171,6 +174,7 @@ impl<S: Sink> std::fmt::Debug for PipelineBuilder<S> {
             .field("capacity", &self.capacity)
             .field("key_partitions", &self.partitions)
             .field("key_retention", &self.retention)
+            .field("key_namespaces", &self.namespaces)
             .field("max_in_flight", &self.max_in_flight)
             .finish_non_exhaustive()
     }
@@ -218,7 +222,8 @@ struct Inner<R> {
 impl<R: Send + 'static> Pipeline<R> {
     /// Starts building a pipeline named `name` into `sink`. Defaults:
     /// parallelism 1, 1024 queued sends per subtask, 64 key partitions,
-    /// [`KeyRetention::default`], checkpoints kept in memory (use
+    /// [`KeyRetention::default`] for one key namespace
+    /// ([`KeyNamespaces::Single`]), checkpoints kept in memory (use
     /// [`PipelineBuilder::checkpoint_storage`] to survive a crash of the
     /// process), commit retries per [`RetryPolicy::default`]. Checkpointing
     /// must be set: tickets resolve at checkpoint commits.
@@ -234,6 +239,7 @@ impl<R: Send + 'static> Pipeline<R> {
             capacity: 1024,
             partitions: 64,
             retention: KeyRetention::default(),
+            namespaces: KeyNamespaces::default(),
             max_in_flight: 16_384,
             checkpointing: false,
         }
@@ -314,9 +320,26 @@ impl<S: Sink> PipelineBuilder<S> {
         self
     }
 
-    /// How long committed idempotency keys are remembered.
+    /// How long committed idempotency keys are remembered: for
+    /// `max_age`, and `max_keys` of them per namespace (see
+    /// [`key_namespaces`](Self::key_namespaces)). Default
+    /// [`KeyRetention::default`].
     pub fn key_retention(mut self, retention: KeyRetention) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// Which idempotency keys share the `max_keys` budget of
+    /// [`key_retention`](Self::key_retention): called by a service whose keys
+    /// belong to different owners, such as tenants, so that one owner's new
+    /// keys push out only its own oldest ones, never another's still within
+    /// their retention. Default [`KeyNamespaces::Single`]: one budget for
+    /// all keys. The namespaces are derived from the keys, not stored: the
+    /// setting may change between two starts on the same storage (it changes
+    /// only which keys share a budget). Each namespace that holds keys may
+    /// keep `max_keys` of them, so the namespaces must be a bounded set.
+    pub fn key_namespaces(mut self, namespaces: KeyNamespaces) -> Self {
+        self.namespaces = namespaces;
         self
     }
 
@@ -351,6 +374,7 @@ impl<S: Sink> PipelineBuilder<S> {
             shared: shared.clone(),
             partitions: self.partitions,
             retention: self.retention,
+            namespaces: self.namespaces,
             max_in_flight: self.max_in_flight,
         };
         // A pipeline's input goes on after a clean shutdown: its storage is

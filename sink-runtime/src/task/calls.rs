@@ -121,7 +121,6 @@ mod tests {
         let error = calls
             .run("committer 3", async { panic!("boom") })
             .await
-            .map(|()| ())
             .unwrap_err();
         assert!(error.to_string().contains("committer 3"), "{error}");
         calls.settle(Duration::from_secs(1)).await;

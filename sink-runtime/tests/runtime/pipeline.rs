@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sink_runtime::pipeline::{
-    Ack, Fingerprint, IdempotencyKey, KeyRetention, Pipeline, PipelineBuilder, PipelineError,
-    PipelineState, Refusal, TicketError,
+    Ack, Fingerprint, IdempotencyKey, KeyNamespaces, KeyRetention, Pipeline, PipelineBuilder,
+    PipelineError, PipelineState, Refusal, Ticket, TicketError,
 };
 use sink_runtime::{CheckpointConfig, LocalCheckpointStorage, RestartStrategy, RetryPolicy};
 use sinks_memory::{InjectedCommitFailure, MemorySink, MemoryStore};
@@ -504,6 +504,73 @@ async fn expired_keys_are_forgotten_which_is_the_limit_of_the_guarantee() {
     assert!(!a.duplicate);
     pipeline.shutdown().await.unwrap();
     assert_eq!(counts(&store.committed())["a"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_sending_new_keys_fast_does_not_push_out_another_tenants_keys() {
+    let store = MemoryStore::<String>::new();
+    // Keys `<tenant>/<key>`, budgeted per tenant as ingest-service keeps
+    // them: 40 per tenant, so 10 in each of the 4 partitions.
+    let pipeline = Pipeline::builder("tenants", MemorySink::new(store.clone()))
+        .parallelism(2)
+        .checkpointing(every(20))
+        .key_partitions(4)
+        .key_retention(KeyRetention {
+            max_keys: 40,
+            max_age: Duration::from_secs(3600),
+        })
+        .key_namespaces(KeyNamespaces::Prefix { separator: '/' })
+        .start()
+        .await
+        .unwrap();
+    // Each send's record is its key; returns its ticket.
+    async fn send(pipeline: &Pipeline<String>, key: String) -> Ticket {
+        pipeline
+            .send_keyed(vec![key.clone()], IdempotencyKey::new(key))
+            .await
+            .unwrap()
+    }
+    // The polite tenant's 5 keys: at most 5 in any partition, within its
+    // budget.
+    let polite: Vec<String> = (0..5).map(|i| format!("polite/{i}")).collect();
+    let mut first = BTreeMap::new();
+    for key in &polite {
+        let ack = send(&pipeline, key.clone()).await.await.unwrap();
+        first.insert(key.clone(), ack.checkpoint_id);
+    }
+    // The greedy one sends 400 new keys (about 100 a partition, ten times
+    // its budget), every one committed before the retries below.
+    let mut tickets = Vec::new();
+    for i in 0..400 {
+        tickets.push(send(&pipeline, format!("greedy/{i}")).await);
+    }
+    for ticket in tickets {
+        assert!(!ticket.await.unwrap().duplicate);
+    }
+    // The polite tenant's retries are recognised: answered with the first
+    // checkpoint, not written again.
+    for key in &polite {
+        let ack = send(&pipeline, key.clone()).await.await.unwrap();
+        assert!(
+            ack.duplicate,
+            "{key} was pushed out by another tenant's new keys"
+        );
+        assert_eq!(ack.checkpoint_id, first[key], "{key}");
+    }
+    // The greedy tenant's own oldest keys went: past its budget, a retry of
+    // its first key is written again.
+    let again = send(&pipeline, "greedy/0".to_string()).await.await.unwrap();
+    assert!(
+        !again.duplicate,
+        "the greedy tenant kept more than its budget"
+    );
+    pipeline.shutdown().await.unwrap();
+    let counts = counts(&store.committed());
+    for key in &polite {
+        assert_eq!(counts[key], 1, "{key}");
+    }
+    assert_eq!(counts["greedy/0"], 2);
+    assert_eq!(counts.len(), 405);
 }
 
 #[tokio::test(flavor = "current_thread")]
