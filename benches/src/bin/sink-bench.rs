@@ -11,6 +11,7 @@
 //! | runtime overhead | a counting two-phase sink (prepare_commit returns the count, commit adds it up), sequence source, 50 M records, parallelism 2, 1 s checkpoints | two threads generating the same batches and counting them |
 //! | file sink | 10 M demo lines (101 bytes), parallelism 2, 1 s checkpoints | two threads writing the same bytes through a buffered writer, fsync at the end |
 //! | checkpoint cost | the file-sink job with 100 ms checkpoints | the same with checkpointing off |
+//! | durability cost | the file-sink job with 100 ms checkpoints | two threads writing the same bytes, making them durable every 100 ms as a careful plain writer would: fsync the file, rename it to its final name, fsync the directory, start the next file |
 //! | peak RSS, start-up | the file-sink job, alone in its process | - |
 //!
 //! Each job runs in a child process of its own (the same binary, with
@@ -245,6 +246,72 @@ fn file_job(records: u64, dir: &Path, interval: Option<Duration>) -> anyhow::Res
     }))
 }
 
+/// Two threads writing the same lines, each making what it wrote durable
+/// every `interval` as a careful plain writer would: fsync the file, rename
+/// it to its final name, fsync the directory, go on in a new file. The
+/// baseline of the durability cost: the same fsyncs a power cut asks for,
+/// without a runtime, a checkpoint or a commit.
+fn file_loop_synced(records: u64, dir: &Path, interval: Duration) -> anyhow::Result<Value> {
+    let dir = dir.join("plain-synced");
+    std::fs::create_dir_all(&dir)?;
+    let started = Instant::now();
+    let (bytes, fsyncs): (u64, u64) = std::thread::scope(|scope| -> anyhow::Result<(u64, u64)> {
+        let halves = [(0, records / 2), (records / 2, records)];
+        let workers: Vec<_> = halves
+            .iter()
+            .enumerate()
+            .map(|(i, &(from, to))| {
+                let dir = dir.clone();
+                scope.spawn(move || -> anyhow::Result<(u64, u64)> {
+                    let (mut bytes, mut fsyncs, mut part) = (0u64, 0u64, 0u64);
+                    let hidden = |part: u64| dir.join(format!(".plain-{i}-{part}"));
+                    let open = |part: u64| -> std::io::Result<std::io::BufWriter<std::fs::File>> {
+                        let file = std::fs::File::create(hidden(part))?;
+                        Ok(std::io::BufWriter::with_capacity(256 * 1024, file))
+                    };
+                    let seal = |writer: std::io::BufWriter<std::fs::File>,
+                                part: u64|
+                     -> anyhow::Result<()> {
+                        let file = writer.into_inner().map_err(|e| e.into_error())?;
+                        file.sync_data()?;
+                        std::fs::rename(hidden(part), dir.join(format!("plain-{i}-{part}")))?;
+                        std::fs::File::open(&dir)?.sync_all()?;
+                        Ok(())
+                    };
+                    let mut writer = open(part)?;
+                    let mut line = Vec::with_capacity(128);
+                    let mut next_seal = Instant::now() + interval;
+                    for id in from..to {
+                        line.clear();
+                        LINE.append(id, &mut line);
+                        writer.write_all(&line)?;
+                        bytes += line.len() as u64;
+                        if id % 1024 == 0 && Instant::now() >= next_seal {
+                            seal(writer, part)?;
+                            fsyncs += 2;
+                            part += 1;
+                            writer = open(part)?;
+                            next_seal = Instant::now() + interval;
+                        }
+                    }
+                    seal(writer, part)?;
+                    fsyncs += 2;
+                    Ok((bytes, fsyncs))
+                })
+            })
+            .collect();
+        workers.into_iter().try_fold((0, 0), |(b, f), w| {
+            let (bytes, fsyncs) = w
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("a writer thread panicked")))?;
+            Ok((b + bytes, f + fsyncs))
+        })
+    })?;
+    let seconds = started.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(json!({"seconds": seconds, "bytes": bytes, "fsyncs": fsyncs}))
+}
+
 /// Two threads writing the same lines through a buffered writer, fsync at
 /// the end.
 fn file_loop(records: u64, dir: &Path) -> anyhow::Result<Value> {
@@ -294,6 +361,7 @@ fn child(what: &str, records: u64, dir: &Path) -> anyhow::Result<Value> {
         "file-job-100ms" => file_job(records, dir, Some(Duration::from_millis(100))),
         "file-job-off" => file_job(records, dir, None),
         "file-loop" => file_loop(records, dir),
+        "file-loop-synced-100ms" => file_loop_synced(records, dir, Duration::from_millis(100)),
         other => bail!("unknown measurement '{other}'"),
     }
 }
@@ -348,6 +416,7 @@ fn main() -> anyhow::Result<()> {
     let file_job = measure("file-job", file_records, &dir)?;
     let file_100ms = measure("file-job-100ms", file_records, &dir)?;
     let file_off = measure("file-job-off", file_records, &dir)?;
+    let synced_100ms = measure("file-loop-synced-100ms", file_records, &dir)?;
 
     let rate = |records: u64, v: &Value| records as f64 / seconds(v);
     let report = json!({
@@ -372,6 +441,12 @@ fn main() -> anyhow::Result<()> {
             "checkpoints_100ms": file_100ms["checkpoints"],
             "ratio": seconds(&file_off) / seconds(&file_100ms),
             "target": 0.9,
+        },
+        "durability_cost": {
+            "records_per_s_job_100ms": rate(file_records, &file_100ms),
+            "records_per_s_plain_synced_100ms": rate(file_records, &synced_100ms),
+            "plain_fsyncs": synced_100ms["fsyncs"],
+            "ratio": seconds(&synced_100ms) / seconds(&file_100ms),
         },
         "peak_rss_mib": file_job["peak_rss_bytes"].as_f64().unwrap_or(0.0) / (1024.0 * 1024.0),
         "peak_rss_target_mib": 64,
