@@ -192,8 +192,13 @@ impl<C> CommitRequest<C> {
 /// # Guarantees the committer must give
 ///
 /// - **Idempotence.** A committable may be committed again after a crash,
-///   because the commit happened but the checkpoint that records it did not.
-///   Committing it again must not duplicate data; signal
+///   because the commit happened but the checkpoint that records it did not;
+///   and by the same committer, without any restart, when a call applied
+///   but its answer was lost (a timeout) and the request was set to
+///   [`retry_later`](CommitRequest::retry_later). Committing it again must
+///   not duplicate data: tell a replay from the destination at every call,
+///   never from what the committer loaded when it was created or from
+///   having asked for the retry; signal
 ///   [`CommitRequest::signal_already_committed`] when it can tell.
 /// - A committable whose data cannot be found at all is a failure, never a
 ///   silent success: signal a known or unknown reason.

@@ -30,6 +30,7 @@
 //! | `rescale/2-to-3`, `rescale/3-to-1` | stopped and restarted with another parallelism: every record once |
 //! | `rescale/2-to-1-to-2`, `rescale/1-to-3-to-2` | stopped and restored through several parallelisms: every record once |
 //! | `unknown-outcome/<where>` | a commit applied but its answer lost (first call, middle or last of a batch; the global committer's first checkpoint, for sinks that bring one), then a restart; or a slow commit: every record once |
+//! | `unknown-outcome/retried-in-place` | a commit call applied but its answer lost, reported as `retry_later` and retried by the same committer, without a restart (the job's first call, then a call in the middle of the job): every record once, the lost call's requests back at the same committer (a global committer has no retry in place: its errors fail the job, covered by `unknown-outcome/global-commit`) |
 //! | `simulation` | seeded scenarios: random parallelism (changed at restarts in one seed of two), checkpoint interval, crash point and timing |
 //!
 //! A property the kit could not check fails [`Report::assert_passed`] unless
@@ -48,6 +49,7 @@ mod contract;
 mod crashes;
 mod decoders;
 mod destination;
+mod in_place;
 mod modes;
 mod outcomes;
 pub mod power_loss;
@@ -400,6 +402,29 @@ where
         )
         .await;
     }
+    kit.check(
+        "unknown-outcome/retried-in-place",
+        "a commit applied but its answer lost, retried by the same committer without a restart: every record once",
+        async {
+            for position in in_place::Position::ALL {
+                match in_place::retry_in_place(
+                    &new_destination().await,
+                    &record,
+                    records,
+                    p,
+                    position,
+                )
+                .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => return Verdict::NotChecked(position.not_fired().into()),
+                    Err(why) => return Verdict::Failed(why),
+                }
+            }
+            Verdict::Passed
+        },
+    )
+    .await;
     kit.check(
         "simulation",
         "seeded scenarios of crashes, timings and parallelism: every record once",

@@ -41,6 +41,18 @@ enum Flaw {
     /// committer of a later start is reported as data lost, although the
     /// data is there: a service would tell its clients to send again.
     ReplayedByAnotherLost,
+    /// Recognises replays from what the destination held when the
+    /// committer was made (read once, in `create_committer`, as a committer
+    /// that loads "what is committed" at start-up), never from the
+    /// destination at the call: a replay after a restart is recognised, the
+    /// retry of a call whose answer was lost, by the same committer, is
+    /// applied again.
+    RemembersFromCreation,
+    /// Looks a batch up in the destination on its first attempt only: a
+    /// request it is asked to retry it takes for one its earlier attempt
+    /// did not apply ("it asked for a retry, so it failed"), and applies it
+    /// blindly.
+    TrustsRetry,
     /// Not a flaw: its destination fails the first request of every
     /// committer half-way, and it asks for a retry, as a correct sink does.
     AsksRetryOnce,
@@ -61,8 +73,9 @@ struct Table {
 struct Toy {
     table: Arc<Mutex<Table>>,
     flaw: Flaw,
-    /// The committer's own memory of applied batches (`ForgetfulDedup`):
-    /// new with every committer.
+    /// The committer's own memory of applied batches: new with every
+    /// committer, empty (`ForgetfulDedup`) or the destination's batches at
+    /// its creation (`RemembersFromCreation`).
     seen: Arc<Mutex<HashSet<String>>>,
 }
 
@@ -135,8 +148,12 @@ impl Sink for Toy {
     }
 
     async fn create_committer(&self, _: &InitContext) -> Result<Toy, SinkError> {
+        let seen = match self.flaw {
+            Flaw::RemembersFromCreation => self.table.lock().unwrap().batches.clone(),
+            _ => HashSet::new(),
+        };
         Ok(Toy {
-            seen: Arc::default(),
+            seen: Arc::new(Mutex::new(seen)),
             ..self.clone()
         })
     }
@@ -281,7 +298,10 @@ impl Committer for Toy {
             }
             let batch = request.committable();
             let replay = match self.flaw {
-                Flaw::ForgetfulDedup => self.seen.lock().unwrap().contains(&batch.id),
+                Flaw::ForgetfulDedup | Flaw::RemembersFromCreation => {
+                    self.seen.lock().unwrap().contains(&batch.id)
+                }
+                Flaw::TrustsRetry if request.retry_count() > 0 => false,
                 _ => table.batches.contains(&batch.id),
             };
             if self.flaw == Flaw::ForgetfulDedup {
@@ -536,4 +556,63 @@ async fn a_sink_asking_to_retry_a_commit_passes() {
 async fn a_sink_naming_batches_by_checkpoint_passes() {
     let report = certify_toy(Flaw::CheckpointNamed).await;
     report.assert_passed();
+}
+
+/// The in-place retry class (issue 33): a committer that recognises a
+/// replay only after a restore.
+const RETRIED_IN_PLACE: &str = "unknown-outcome/retried-in-place";
+
+/// A committer that recognises a replay only after a restore (from what it
+/// loaded at its creation, or by trusting that a request it is asked to
+/// retry was never applied) is caught by `unknown-outcome/retried-in-place`
+/// in every run, 10 runs of the property alone for each: the first commit
+/// call of every job loses its answer, and the same committer applies it
+/// again, whatever the timing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_recognising_replays_only_after_a_restore_is_caught_every_time() {
+    for flaw in [Flaw::RemembersFromCreation, Flaw::TrustsRetry] {
+        for run in 0..10 {
+            let knobs = Knobs {
+                records: 200,
+                only: vec![RETRIED_IN_PLACE.into()],
+                ..Knobs::default()
+            };
+            let report = certify_with(
+                knobs,
+                move || async move {
+                    ToyDestination(Toy {
+                        table: Arc::default(),
+                        flaw,
+                        seen: Arc::default(),
+                    })
+                },
+                |id| id,
+            )
+            .await;
+            assert_eq!(report.properties.len(), 1, "{report}");
+            let why = failure(&report, RETRIED_IN_PLACE);
+            assert!(
+                why.contains("the first commit call of the job")
+                    && why.contains("retried it in place")
+                    && why.contains("committed twice"),
+                "{flaw:?}, run {run}: {why}"
+            );
+        }
+    }
+}
+
+/// The same committers pass every other property: only an in-place retry
+/// shows their flaw, so this test is what proves the property adds a check
+/// (it fails if an older property starts catching them, or if the new one
+/// stops). Every scenario with a restart hands the replay to a new
+/// committer, which recognises it; the contract checks make a committer per
+/// commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_recognising_replays_only_after_a_restore_passes_every_other_property() {
+    for flaw in [Flaw::RemembersFromCreation, Flaw::TrustsRetry] {
+        let report = certify_toy(flaw).await;
+        let failed: Vec<&str> = report.failures().iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(failed, vec![RETRIED_IN_PLACE], "{flaw:?}:\n{report}");
+        assert!(report.unchecked().is_empty(), "{flaw:?}:\n{report}");
+    }
 }
