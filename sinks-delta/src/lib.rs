@@ -26,6 +26,7 @@ mod app_versions;
 mod committable;
 mod committer;
 mod compaction;
+mod durable_store;
 mod errors;
 mod global_committer;
 mod location;

@@ -24,13 +24,13 @@ use deltalake_core::logstore::{default_logstore, LogStoreRef, StorageConfig};
 use deltalake_core::operations::create::CreateBuilder;
 use deltalake_core::protocol::SaveMode;
 use deltalake_core::{DeltaTable, DeltaTableConfig, DeltaTableError};
-use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::ObjectStore;
 use sink_api::SinkError;
 use url::Url;
 
+use crate::durable_store::DurableLocalStore;
 use crate::errors::delta_error;
 
 /// Where the sink's Delta table lives. Given to
@@ -47,16 +47,17 @@ pub struct TableLocation {
 }
 
 impl TableLocation {
-    /// A table in the local directory `dir`, created if missing. Data files
-    /// and log entries are made durable with `fsync` (object_store's local
-    /// file system does not sync by itself).
+    /// A table in the local directory `dir`, created if missing with every
+    /// entry above it synced. Its objects are written through
+    /// `DurableLocalStore`: each is fsynced before it is placed under its
+    /// name (object_store's local file system does not sync at all).
     ///
     /// # Errors
     /// A permanent error if the directory cannot be created or its path is
     /// not absolute after canonicalisation.
     pub fn local(dir: impl AsRef<FsPath>) -> Result<TableLocation, SinkError> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir)
+        sink_local_fs::create_dir_all(dir)
             .and_then(|()| dir.canonicalize())
             .map_err(|e| {
                 SinkError::io(
@@ -74,7 +75,8 @@ impl TableLocation {
                     .permanent()
                 })?;
                 Ok(TableLocation {
-                    root: Arc::new(LocalFileSystem::new()),
+                    // Every write on disk before it is visible by name.
+                    root: Arc::new(DurableLocalStore::default()),
                     url,
                     local_dir: Some(dir),
                 })
@@ -148,31 +150,63 @@ impl TableLocation {
             SinkError::other("the sink's Arrow schema has no Delta equivalent", e).permanent()
         })?;
         let opening = || format!("opening the Delta table {}", self.url);
-        if let Some(table) = self.open().await.map_err(|e| delta_error(opening(), e))? {
-            self.check(&table, &wanted, partition_by)?;
-            return Ok(table);
-        }
-        let created = CreateBuilder::new()
-            .with_log_store(self.log_store())
-            .with_columns(wanted.fields().cloned())
-            .with_partition_columns(partition_by.to_vec())
-            .with_save_mode(SaveMode::ErrorIfExists)
-            .await;
-        match created {
-            Ok(table) => Ok(table),
-            Err(e) => match self.open().await.map_err(|e| delta_error(opening(), e))? {
-                // Another job created it meanwhile (the log's first entry
-                // is a conditional create): open theirs and check it.
-                Some(table) => {
-                    self.check(&table, &wanted, partition_by)?;
-                    Ok(table)
+        let table = match self.open().await.map_err(|e| delta_error(opening(), e))? {
+            Some(table) => {
+                self.check(&table, &wanted, partition_by)?;
+                table
+            }
+            None => {
+                let created = CreateBuilder::new()
+                    .with_log_store(self.log_store())
+                    .with_columns(wanted.fields().cloned())
+                    .with_partition_columns(partition_by.to_vec())
+                    .with_save_mode(SaveMode::ErrorIfExists)
+                    .await;
+                match created {
+                    Ok(table) => table,
+                    Err(e) => match self.open().await.map_err(|e| delta_error(opening(), e))? {
+                        // Another job created it meanwhile (the log's first
+                        // entry is a conditional create): open theirs and
+                        // check it.
+                        Some(table) => {
+                            self.check(&table, &wanted, partition_by)?;
+                            table
+                        }
+                        None => {
+                            return Err(delta_error(
+                                format!("creating the Delta table {}", self.url),
+                                e,
+                            ))
+                        }
+                    },
                 }
-                None => Err(delta_error(
-                    format!("creating the Delta table {}", self.url),
-                    e,
-                )),
-            },
-        }
+            }
+        };
+        // Whatever made the log (this start's create, a start killed before
+        // it synced), what the table's state stands on is durable before a
+        // checkpoint can depend on it.
+        self.make_log_durable().await.map_err(|e| {
+            SinkError::io(
+                format!("making the log of the Delta table {} durable", self.url),
+                e,
+            )
+        })?;
+        Ok(table)
+    }
+
+    /// Makes durable, for a local table, what its current state is read
+    /// from: the log's JSON entries from its newest log checkpoint on (all
+    /// of them without one), that checkpoint and `_last_checkpoint`, and the
+    /// directories up to the file system's root. Called at each start: the
+    /// create of the table, and entries an earlier start wrote before it
+    /// was killed, were never synced. Does nothing for object stores.
+    pub(crate) async fn make_log_durable(&self) -> std::io::Result<()> {
+        let Some(dir) = self.local_dir.clone() else {
+            return Ok(());
+        };
+        tokio::task::spawn_blocking(move || sync_log(&dir))
+            .await
+            .map_err(std::io::Error::other)?
     }
 
     fn check(
@@ -310,6 +344,39 @@ fn sync_txn_entry(root: &FsPath, app_id: &str, version: i64, newest: i64) -> std
         }
     }
     Ok(())
+}
+
+/// `fsync` of the log entries a local table's state is read from (see
+/// [`TableLocation::make_log_durable`]), of `_delta_log`, and of the table
+/// directory and every one above it.
+fn sync_log(root: &FsPath) -> std::io::Result<()> {
+    let log = root.join("_delta_log");
+    let from = match std::fs::read_to_string(log.join("_last_checkpoint")) {
+        Ok(text) => serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["version"].as_i64())
+            .unwrap_or(0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(e),
+    };
+    for entry in std::fs::read_dir(&log)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        // `<version>.json`, `<version>.checkpoint[.<part>.<parts>].parquet`.
+        let version = name.split('.').next().and_then(|v| v.parse::<i64>().ok());
+        let needed = match version {
+            Some(v) if name.ends_with(".json") => v >= from,
+            Some(v) if name.contains(".checkpoint") => v == from,
+            _ => name == "_last_checkpoint",
+        };
+        if needed && entry.file_type()?.is_file() {
+            std::fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    std::fs::File::open(&log)?.sync_all()?;
+    std::fs::File::open(root)?.sync_all()?;
+    sink_local_fs::sync_entries_of(root)
 }
 
 /// `fsync` of each file under `root`, then of each directory from the

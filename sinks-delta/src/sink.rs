@@ -257,6 +257,7 @@ where
             rows,
             app_id(context),
             self.target_file_size,
+            self.location.clone(),
             self.counters.clone(),
         ))
     }

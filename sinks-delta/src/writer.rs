@@ -5,7 +5,13 @@
 //!                   ─▶ delta-rs' RecordBatchWriter: one Parquet file per partition, in memory
 //!                   ─▶ a file past the target size: written to the table's location now
 //! prepare_commit(n) ─▶ every open file written out ─▶ DataFile committables
+//! durability(n)     ─▶ on a local table, those files fsynced with their directories
 //! ```
+//!
+//! A checkpoint recording a file is acknowledged only once the file is on
+//! disk (`SinkWriter::durability`): a power cut after the checkpoint
+//! completed cannot leave its committable pointing at a file that was still
+//! in the page cache (object stores hold what they acknowledged).
 //!
 //! A Parquet file is finished by its footer and cannot be reopened, so a
 //! writer has nothing to resume after a restore: every checkpoint closes
@@ -20,10 +26,11 @@ use arrow_json::reader::Decoder;
 use async_trait::async_trait;
 use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter};
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, Counter, SinkError, SinkWriter};
+use sink_api::{CheckpointId, Counter, Durability, SinkError, SinkWriter};
 
 use crate::committable::DataFile;
 use crate::errors::delta_error;
+use crate::location::TableLocation;
 
 /// The state of a [`DeltaSinkWriter`]: none. A Parquet file cannot be
 /// resumed after a restart, so every checkpoint closes the writer's files
@@ -51,6 +58,10 @@ pub struct DeltaSinkWriter<T> {
     app_id: String,
     target_file_size: usize,
     finished: Vec<DataFile>,
+    /// Where the files are: what makes them durable.
+    location: TableLocation,
+    /// Files handed out whose durability no checkpoint waited for yet.
+    unsynced: Vec<String>,
     counters: WriterCounters,
     _records: PhantomData<fn(T)>,
 }
@@ -61,6 +72,7 @@ impl<T> DeltaSinkWriter<T> {
         rows: Decoder,
         app_id: String,
         target_file_size: usize,
+        location: TableLocation,
         counters: WriterCounters,
     ) -> DeltaSinkWriter<T> {
         DeltaSinkWriter {
@@ -69,6 +81,8 @@ impl<T> DeltaSinkWriter<T> {
             app_id,
             target_file_size,
             finished: Vec::new(),
+            location,
+            unsynced: Vec::new(),
             counters,
             _records: PhantomData,
         }
@@ -132,7 +146,28 @@ where
     /// out every file finished since the last call.
     async fn prepare_commit(&mut self, _: CheckpointId) -> Result<Vec<DataFile>, SinkError> {
         self.close_files().await?;
-        Ok(std::mem::take(&mut self.finished))
+        let finished = std::mem::take(&mut self.finished);
+        self.unsynced
+            .extend(finished.iter().map(|file| file.path.clone()));
+        Ok(finished)
+    }
+
+    /// Fsyncs the files handed out since the last checkpoint, with their
+    /// directories, on a blocking thread (a local table; nothing to do on
+    /// an object store): the checkpoint that records them is acknowledged
+    /// once they are on disk.
+    fn durability(&mut self, _: CheckpointId) -> Option<Durability> {
+        if self.unsynced.is_empty() || self.location.local_dir().is_none() {
+            self.unsynced.clear();
+            return None;
+        }
+        let (location, paths) = (self.location.clone(), std::mem::take(&mut self.unsynced));
+        Some(Box::pin(async move {
+            location
+                .make_durable(paths)
+                .await
+                .map_err(|e| SinkError::io("making data files durable", e))
+        }))
     }
 
     /// Drops what was not handed out; files already written stay unnamed by

@@ -150,3 +150,99 @@ fn after_a_power_cut_at_any_point_the_demo_keeps_what_it_reported_and_every_reco
     );
     summary.assert_no_violations();
 }
+
+/// The Delta demo on a local table through power cuts: the same checks as
+/// the file sink demo's, the rows read from the table (`table_rows`,
+/// `distinct_ids` in the run's summary).
+#[cfg(feature = "delta")]
+mod delta {
+    use super::*;
+
+    fn delta_demo(dir: &Path) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_delta-sink-demo"));
+        command
+            .current_dir(dir)
+            .args(["--out", "out", "--parallelism", "2", "--json"])
+            .args(["--records", &RECORDS.to_string()])
+            .args(["--rate", "1500", "--checkpoint-interval", "25ms"])
+            .env("RUST_LOG", "sink_runtime=info");
+        command
+    }
+
+    fn delta_verdict(recording: &Recording, state: &CrashState) -> Result<(), String> {
+        let said: String = recording
+            .outputs_before(state.point)
+            .iter()
+            .map(|o| o.text())
+            .collect();
+        let reported_checkpoint = said
+            .lines()
+            .filter(|line| line.contains("checkpoint completed"))
+            .filter_map(|line| field(line, "checkpoint="))
+            .max();
+        let reported_finished = said.contains("\"status\":\"Finished\"");
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        state.write_to(dir.path()).map_err(|e| e.to_string())?;
+        let run = delta_demo(dir.path()).output().map_err(|e| e.to_string())?;
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        if !run.status.success() {
+            return Err(format!(
+                "the run from it failed ({}): {}",
+                run.status,
+                stderr.trim()
+            ));
+        }
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+            .map_err(|e| format!("no summary ({e}): {stdout}"))?;
+        let found_finished = summary["status"] == "AlreadyFinished";
+        if reported_finished && !found_finished {
+            return Err(format!("reported finished, not found finished: {summary}"));
+        }
+        if let Some(reported) = reported_checkpoint.filter(|_| !found_finished) {
+            let restored = stderr
+                .lines()
+                .find(|line| line.contains("job starting"))
+                .and_then(|line| field(line, "restored=Some(CheckpointId("));
+            if restored.is_none_or(|restored| restored < reported) {
+                return Err(format!(
+                    "checkpoint {reported} was reported complete, and the run from it restored {restored:?}"
+                ));
+            }
+        }
+        if summary["table_rows"] != RECORDS || summary["distinct_ids"] != RECORDS {
+            return Err(format!(
+                "after the run from it the table holds {} rows, {} distinct ids",
+                summary["table_rows"], summary["distinct_ids"]
+            ));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn after_a_power_cut_at_any_point_the_delta_demo_keeps_what_it_reported_and_every_row_once() {
+        if !power_loss::strace_available() {
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let recording = power_loss::record(&delta_demo(root.path()), root.path()).unwrap();
+        assert!(
+            recording.status.success(),
+            "{}",
+            String::from_utf8_lossy(&recording.stderr)
+        );
+        let plan = match std::env::var_os("POWER_LOSS_FULL") {
+            Some(_) => Plan::full(4, 2),
+            None => Plan::sample(4, 16, 1),
+        };
+        let mut summary = Summary::default();
+        for state in recording.crash_states(&plan) {
+            summary.check(&state, delta_verdict(&recording, &state));
+        }
+        println!(
+            "delta-sink-demo on a local table, {} operations traced: {summary}",
+            recording.operations()
+        );
+        summary.assert_no_violations();
+    }
+}
