@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use sink_testkit::power_loss::{self, CrashState, Plan, Recording, Summary};
+use sink_testkit::power_loss::{self, CrashState, Plan, Recording};
 
 const RECORDS: u64 = 240;
 
@@ -39,8 +39,16 @@ fn field(line: &str, key: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Recovers from one crash state and says what was violated.
-fn verdict(recording: &Recording, state: &CrashState) -> Result<(), String> {
+/// Runs `demo` on one crash state of its own recording and checks what the
+/// run from it found against what the recording had reported before the
+/// crash point: a checkpoint reported complete (the runtime's log line) is
+/// restored or passed, a job reported finished is found finished. Returns
+/// the run's summary and the directory, for the destination's own checks.
+fn recover(
+    recording: &Recording,
+    state: &CrashState,
+    demo: fn(&Path) -> Command,
+) -> Result<(serde_json::Value, tempfile::TempDir), String> {
     let said: String = recording
         .outputs_before(state.point)
         .iter()
@@ -65,12 +73,13 @@ fn verdict(recording: &Recording, state: &CrashState) -> Result<(), String> {
         ));
     }
     let stdout = String::from_utf8_lossy(&run.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .map_err(|e| format!("the run from it printed no summary ({e}): {stdout}"))?;
     // A job found finished has gone past every checkpoint.
-    let found_finished = stdout.contains("\"status\":\"AlreadyFinished\"");
+    let found_finished = summary["status"] == "AlreadyFinished";
     if reported_finished && !found_finished {
         return Err(format!(
-            "the job had reported it finished, and the run from it did not find it finished: {}",
-            stdout.trim()
+            "the job had reported it finished, and the run from it did not find it finished: {summary}"
         ));
     }
     if let Some(reported) = reported_checkpoint.filter(|_| !found_finished) {
@@ -84,6 +93,13 @@ fn verdict(recording: &Recording, state: &CrashState) -> Result<(), String> {
             ));
         }
     }
+    Ok((summary, dir))
+}
+
+/// Recovers from one crash state of the file sink demo: every record in
+/// the finished files once.
+fn verdict(recording: &Recording, state: &CrashState) -> Result<(), String> {
+    let (_, dir) = recover(recording, state, demo)?;
     let mut ids = Vec::new();
     let out = dir.path().join("out");
     let files = match out.exists() {
@@ -136,14 +152,9 @@ fn after_a_power_cut_at_any_point_the_demo_keeps_what_it_reported_and_every_reco
         completed >= 2,
         "the traced run completed {completed} checkpoints"
     );
-    let plan = match std::env::var_os("POWER_LOSS_FULL") {
-        Some(_) => Plan::full(1, 2),
-        None => Plan::sample(1, 24, 1),
-    };
-    let mut summary = Summary::default();
-    for state in recording.crash_states(&plan) {
-        summary.check(&state, verdict(&recording, &state));
-    }
+    let summary = recording.check(&Plan::from_env(1, 24, 1), |state| {
+        verdict(&recording, state)
+    });
     println!(
         "file-sink-demo, {} operations traced: {summary}",
         recording.operations()
@@ -169,47 +180,10 @@ mod delta {
         command
     }
 
+    /// Recovers from one crash state of the Delta demo: every row in the
+    /// table once (the run's `table_rows` and `distinct_ids`).
     fn delta_verdict(recording: &Recording, state: &CrashState) -> Result<(), String> {
-        let said: String = recording
-            .outputs_before(state.point)
-            .iter()
-            .map(|o| o.text())
-            .collect();
-        let reported_checkpoint = said
-            .lines()
-            .filter(|line| line.contains("checkpoint completed"))
-            .filter_map(|line| field(line, "checkpoint="))
-            .max();
-        let reported_finished = said.contains("\"status\":\"Finished\"");
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        state.write_to(dir.path()).map_err(|e| e.to_string())?;
-        let run = delta_demo(dir.path()).output().map_err(|e| e.to_string())?;
-        let stderr = String::from_utf8_lossy(&run.stderr);
-        if !run.status.success() {
-            return Err(format!(
-                "the run from it failed ({}): {}",
-                run.status,
-                stderr.trim()
-            ));
-        }
-        let stdout = String::from_utf8_lossy(&run.stdout);
-        let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
-            .map_err(|e| format!("no summary ({e}): {stdout}"))?;
-        let found_finished = summary["status"] == "AlreadyFinished";
-        if reported_finished && !found_finished {
-            return Err(format!("reported finished, not found finished: {summary}"));
-        }
-        if let Some(reported) = reported_checkpoint.filter(|_| !found_finished) {
-            let restored = stderr
-                .lines()
-                .find(|line| line.contains("job starting"))
-                .and_then(|line| field(line, "restored=Some(CheckpointId("));
-            if restored.is_none_or(|restored| restored < reported) {
-                return Err(format!(
-                    "checkpoint {reported} was reported complete, and the run from it restored {restored:?}"
-                ));
-            }
-        }
+        let (summary, _dir) = recover(recording, state, delta_demo)?;
         if summary["table_rows"] != RECORDS || summary["distinct_ids"] != RECORDS {
             return Err(format!(
                 "after the run from it the table holds {} rows, {} distinct ids",
@@ -231,14 +205,9 @@ mod delta {
             "{}",
             String::from_utf8_lossy(&recording.stderr)
         );
-        let plan = match std::env::var_os("POWER_LOSS_FULL") {
-            Some(_) => Plan::full(4, 2),
-            None => Plan::sample(4, 16, 1),
-        };
-        let mut summary = Summary::default();
-        for state in recording.crash_states(&plan) {
-            summary.check(&state, delta_verdict(&recording, &state));
-        }
+        let summary = recording.check(&Plan::from_env(4, 16, 1), |state| {
+            delta_verdict(&recording, state)
+        });
         println!(
             "delta-sink-demo on a local table, {} operations traced: {summary}",
             recording.operations()

@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use sink_testkit::power_loss::{self, CrashState, Plan, Recording, Summary};
+use sink_testkit::power_loss::{self, CrashState, Plan, Recording};
 
 const REQUESTS: usize = 5;
 const EVENTS: usize = 3;
@@ -176,14 +176,9 @@ fn after_a_power_cut_every_event_answered_200_is_stored_once() {
         "{}",
         String::from_utf8_lossy(&recording.stderr)
     );
-    let plan = match std::env::var_os("POWER_LOSS_FULL") {
-        Some(_) => Plan::full(5, 2),
-        None => Plan::sample(5, 16, 1),
-    };
-    let mut summary = Summary::default();
-    for state in recording.crash_states(&plan) {
-        summary.check(&state, verdict(&recording, &state));
-    }
+    let summary = recording.check(&Plan::from_env(5, 16, 1), |state| {
+        verdict(&recording, state)
+    });
     println!(
         "the ingest service, {} operations traced: {summary}",
         recording.operations()

@@ -18,20 +18,19 @@
 //!
 //! ```no_run
 //! use std::process::Command;
-//! use sink_testkit::power_loss::{self, Plan, Summary};
+//! use sink_testkit::power_loss::{self, Plan};
 //!
 //! let root = tempfile::tempdir().unwrap();
 //! let mut command = Command::new("my-job");
 //! command.current_dir(root.path()).args(["--out", "out"]);
 //! let recording = power_loss::record(&command, root.path()).unwrap();
-//! let mut summary = Summary::default();
-//! for state in recording.crash_states(&Plan::sample(7, 20, 2)) {
-//!     let dir = tempfile::tempdir().unwrap();
-//!     state.write_to(dir.path()).unwrap();
+//! let summary = recording.check(&Plan::from_env(7, 20, 2), |state| {
+//!     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+//!     state.write_to(dir.path()).map_err(|e| e.to_string())?;
 //!     // Run the job again in `dir`; compare what it finds with
-//!     // `recording.outputs_before(state.point)`.
-//!     summary.check(&state, Ok(()));
-//! }
+//!     // `recording.outputs_before(state.point)`; `Err` says what broke.
+//!     Ok(())
+//! });
 //! println!("{summary}");
 //! summary.assert_no_violations();
 //! ```
@@ -315,6 +314,17 @@ impl Plan {
         }
     }
 
+    /// [`sample`](Self::sample), or, when the environment variable
+    /// `POWER_LOSS_FULL` is set, [`full`](Self::full) with one more random
+    /// state per point: how a test offers both, the sample in the test
+    /// command and every point on demand.
+    pub fn from_env(seed: u64, points: usize, random_states: usize) -> Plan {
+        match std::env::var_os("POWER_LOSS_FULL") {
+            Some(_) => Plan::full(seed, random_states + 1),
+            None => Plan::sample(seed, points, random_states),
+        }
+    }
+
     /// Every crash point of the run.
     pub fn full(seed: u64, random_states: usize) -> Plan {
         Plan {
@@ -412,6 +422,21 @@ impl Recording {
             }
         }
         states
+    }
+
+    /// Checks every crash state of `plan` with `verdict` (`Err` says what
+    /// was violated) and sums them up.
+    pub fn check(
+        &self,
+        plan: &Plan,
+        mut verdict: impl FnMut(&CrashState) -> Result<(), String>,
+    ) -> Summary {
+        let mut summary = Summary::default();
+        for state in self.crash_states(plan) {
+            let result = verdict(&state);
+            summary.check(&state, result);
+        }
+        summary
     }
 
     fn model(&self) -> Model {

@@ -26,7 +26,7 @@ use sink_api::{
     SinkWriter,
 };
 use sink_runtime::{CheckpointConfig, Job, JobStatus, LocalCheckpointStorage, SequenceSource};
-use sink_testkit::power_loss::{self, CrashState, Entry, Plan, Recording, Summary};
+use sink_testkit::power_loss::{self, CrashState, Entry, Plan, Recording};
 use sinks_file::{CompactionPolicy, FileSink, FnBucketAssigner, LineEncoder, RollingPolicy};
 
 use crate::common::{exactly_once_problem, visible_numbers};
@@ -131,8 +131,8 @@ fn what_a_committer_reported_committed_survives_a_power_cut_in_a_bucket_another_
         "{stdout}{}",
         String::from_utf8_lossy(&recording.stderr)
     );
-    let mut summary = Summary::default();
-    for state in recording.crash_states(&Plan::full(2, 3)) {
+    // No recovery to run: each state is checked as it is, so every point.
+    let summary = recording.check(&Plan::full(2, 3), |state| {
         let reported: Vec<u64> = recording
             .outputs_before(state.point)
             .iter()
@@ -158,14 +158,13 @@ fn what_a_committer_reported_committed_survives_a_power_cut_in_a_bucket_another_
             .copied()
             .filter(|id| !finished.contains(id))
             .collect();
-        let verdict = match lost.is_empty() {
+        match lost.is_empty() {
             true => Ok(()),
             false => Err(format!(
                 "reported committed and not in a finished file: {lost:?}"
             )),
-        };
-        summary.check(&state, verdict);
-    }
+        }
+    });
     println!(
         "the file sink, a bucket made by another subtask, {} operations traced: {summary}",
         recording.operations()
@@ -297,14 +296,9 @@ fn with_compaction_a_power_cut_at_any_point_keeps_what_was_reported_and_every_re
         "{stdout}{}",
         String::from_utf8_lossy(&recording.stderr)
     );
-    let plan = match std::env::var_os("POWER_LOSS_FULL") {
-        Some(_) => Plan::full(3, 2),
-        None => Plan::sample(3, 16, 1),
-    };
-    let mut summary = Summary::default();
-    for state in recording.crash_states(&plan) {
-        summary.check(&state, compacted_verdict(&recording, &state));
-    }
+    let summary = recording.check(&Plan::from_env(3, 16, 1), |state| {
+        compacted_verdict(&recording, state)
+    });
     println!(
         "the file sink with compaction, {} operations traced: {summary}",
         recording.operations()
