@@ -212,6 +212,16 @@ impl Work {
                     ))
                 }
             }
+            // A durable pending file moves into it next: its own name must be
+            // durable first, or a power cut between the two leaves neither
+            // the pending name nor the segment (found by the power-loss
+            // harness). Once per segment and sink, whoever created it.
+            if !self.syncs.is_durable(segment) {
+                if let Some(parent) = segment.parent() {
+                    self.syncs.sync_dir(parent)?;
+                }
+                self.syncs.durable_dir(segment);
+            }
         }
         if let Err(error) = std::fs::rename(&pending, &destination) {
             return Ok(Outcome::Unknown(format!(

@@ -425,15 +425,36 @@ impl Recording {
     }
 
     /// Checks every crash state of `plan` with `verdict` (`Err` says what
-    /// was violated) and sums them up.
+    /// was violated) and sums them up. With the environment variable
+    /// `POWER_LOSS_KEEP` set to a directory, the trace and every state that
+    /// violated something (with a `VIOLATION` file saying what) are kept
+    /// there, for a diagnosis.
     pub fn check(
         &self,
         plan: &Plan,
         mut verdict: impl FnMut(&CrashState) -> Result<(), String>,
     ) -> Summary {
+        let keep = std::env::var_os("POWER_LOSS_KEEP").map(PathBuf::from);
         let mut summary = Summary::default();
         for state in self.crash_states(plan) {
             let result = verdict(&state);
+            if let (Some(keep), Err(why)) = (&keep, &result) {
+                let dir = keep.join(format!(
+                    "{:03}-point-{}",
+                    summary.violations.len(),
+                    state.point
+                ));
+                // Best effort: a diagnosis aid, not part of the verdict.
+                let _ = std::fs::create_dir_all(&dir)
+                    .and_then(|()| state.write_to(&dir))
+                    .and_then(|()| {
+                        std::fs::write(
+                            keep.join(format!("{:03}-VIOLATION", summary.violations.len())),
+                            format!("{}\n{why}\n", state.description),
+                        )
+                    })
+                    .and_then(|()| std::fs::write(keep.join("trace"), &self.trace));
+            }
             summary.check(&state, result);
         }
         summary

@@ -14,6 +14,9 @@
 //! - entries not yet durable reach the disk in the order they were made, a
 //!   prefix of them per directory, independently of other directories (a
 //!   rename within one directory is one entry change, so it is atomic);
+//! - a rename (or an exchange) across two directories is one change too, as
+//!   every journaling file system commits it: done in both directories or
+//!   in neither, and durable once either directory is synced after it;
 //! - a file's bytes not yet durable may be lost, kept, or torn at a page:
 //!   the pages before the tear new, those after it old, or zeros where
 //!   there were none.
@@ -37,6 +40,10 @@ type Ino = usize;
 /// removed (`None`).
 type Change = Vec<(OsString, Option<Ino>)>;
 
+/// A rename (or an exchange) across two directories: an index into
+/// [`Model::links`], which says whether it is durable.
+type Link = usize;
+
 #[derive(Debug, Clone)]
 enum Node {
     File {
@@ -46,8 +53,9 @@ enum Node {
     Dir {
         entries: BTreeMap<OsString, Ino>,
         synced: BTreeMap<OsString, Ino>,
-        /// The changes since the latest sync, in order.
-        pending: Vec<Change>,
+        /// The changes since the latest sync, in order, each with the
+        /// rename across directories it is half of, if it is.
+        pending: Vec<(Change, Option<Link>)>,
     },
 }
 
@@ -85,6 +93,9 @@ pub(crate) struct Model {
     /// Descriptor numbers to open file descriptions (shared by `dup`).
     fds: HashMap<i32, usize>,
     descriptions: Vec<Description>,
+    /// Per rename across directories, whether it is durable (either of its
+    /// directories was synced after it).
+    links: Vec<bool>,
 }
 
 impl Model {
@@ -102,6 +113,7 @@ impl Model {
             }],
             fds: HashMap::new(),
             descriptions: Vec::new(),
+            links: Vec::new(),
         };
         let mut inos: HashMap<PathBuf, Ino> = HashMap::from([(PathBuf::new(), 0)]);
         for (path, entry) in initial.entries() {
@@ -233,8 +245,9 @@ impl Model {
                                 self.change(from_dir, vec![(from_name, None), (to_name, Some(ino))]);
                             }
                         } else {
-                            self.change(to_dir, vec![(to_name, Some(ino))]);
-                            self.change(from_dir, vec![(from_name, None)]);
+                            let link = self.link();
+                            self.linked_change(to_dir, vec![(to_name, Some(ino))], Some(link));
+                            self.linked_change(from_dir, vec![(from_name, None)], Some(link));
                         }
                     }
                     (Some(from_names), None) => self.unlink(&from_names, &from_path)?,
@@ -266,8 +279,9 @@ impl Model {
                 if a_dir == b_dir {
                     self.change(a_dir, vec![(a_name, Some(b_ino)), (b_name, Some(a_ino))]);
                 } else {
-                    self.change(a_dir, vec![(a_name, Some(b_ino))]);
-                    self.change(b_dir, vec![(b_name, Some(a_ino))]);
+                    let link = self.link();
+                    self.linked_change(a_dir, vec![(a_name, Some(b_ino))], Some(link));
+                    self.linked_change(b_dir, vec![(b_name, Some(a_ino))], Some(link));
                 }
             }
             Op::Link { from, to } => {
@@ -362,6 +376,16 @@ impl Model {
 
     /// One state a power cut at this point can leave.
     pub(crate) fn crash_tree(&self, choice: &mut Choice<'_>) -> Tree {
+        // Each rename across directories is done in both or in neither.
+        let done: Vec<bool> = (self.links.iter())
+            .map(|&durable| {
+                durable
+                    || match choice {
+                        Choice::Minimal => false,
+                        Choice::Random(rng) => rng.bool(),
+                    }
+            })
+            .collect();
         let mut tree = Tree::default();
         self.walk(0, PathBuf::new(), &mut tree, &mut |node| match node {
             Node::Dir {
@@ -372,8 +396,14 @@ impl Model {
                     Choice::Random(rng) => rng.usize(0..=pending.len()),
                 };
                 let mut entries = synced.clone();
-                for change in &pending[..kept] {
-                    apply_change(&mut entries, change);
+                for (i, (change, link)) in pending.iter().enumerate() {
+                    let persisted = match link {
+                        Some(link) => done[*link],
+                        None => i < kept,
+                    };
+                    if persisted {
+                        apply_change(&mut entries, change);
+                    }
                 }
                 DirOrFile::Dir(entries)
             }
@@ -505,13 +535,25 @@ impl Model {
     }
 
     fn change(&mut self, dir: Ino, change: Change) {
+        self.linked_change(dir, change, None);
+    }
+
+    /// A change of `dir`'s entries, half of the rename across directories
+    /// `link` if it is one.
+    fn linked_change(&mut self, dir: Ino, change: Change, link: Option<Link>) {
         if let Node::Dir {
             entries, pending, ..
         } = &mut self.nodes[dir]
         {
             apply_change(entries, &change);
-            pending.push(change);
+            pending.push((change, link));
         }
+    }
+
+    /// A new rename across directories, not durable yet.
+    fn link(&mut self) -> Link {
+        self.links.push(false);
+        self.links.len() - 1
     }
 
     fn new_file(&mut self) -> Ino {
@@ -572,7 +614,12 @@ impl Model {
                 pending,
             } => {
                 synced.clone_from(entries);
-                pending.clear();
+                // A rename across directories is durable with either's sync.
+                for (_, link) in pending.drain(..) {
+                    if let Some(link) = link {
+                        self.links[link] = true;
+                    }
+                }
             }
         }
     }
@@ -782,6 +829,57 @@ mod tests {
             .map(|v| v.into_iter().map(String::from).collect())
             .collect();
         assert_eq!(seen, both);
+    }
+
+    #[test]
+    fn a_rename_across_directories_is_done_in_both_or_neither_and_durable_with_either_sync() {
+        let sync = |path: &str, fd: i32| {
+            [
+                Op::Open {
+                    at: at(path),
+                    flags: OpenFlags::default(),
+                    fd,
+                },
+                Op::Sync { fd },
+            ]
+        };
+        let mut ops = vec![
+            Op::Mkdir { at: at("a") },
+            Op::Mkdir { at: at("b") },
+            open("a/x", 3),
+        ];
+        ops.extend(sync(".", 4));
+        ops.extend(sync("a", 5));
+        ops.push(Op::Rename {
+            from: at("a/x"),
+            to: at("b/x"),
+        });
+        // Another change in `a`, synced by nobody: a prefix may keep it.
+        ops.push(open("a/y", 6));
+        let m = model(&ops);
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let tree = paths(&m.crash_tree(&mut Choice::Random(&mut rng)));
+            let x: Vec<&String> = tree.iter().filter(|p| p.ends_with("/x=")).collect();
+            assert_eq!(
+                x.len(),
+                1,
+                "the file under one name, never none or both: {tree:?}"
+            );
+            seen.insert(x[0].clone());
+        }
+        assert_eq!(seen.len(), 2, "either name: {seen:?}");
+        // Synced in its source directory only, it is durable: the new name.
+        let mut m = m;
+        for op in sync("a", 7) {
+            m.apply(&op).unwrap();
+        }
+        for _ in 0..50 {
+            let tree = paths(&m.crash_tree(&mut Choice::Random(&mut rng)));
+            assert!(tree.contains(&"b/x=".to_string()), "{tree:?}");
+        }
+        assert!(paths(&m.crash_tree(&mut Choice::Minimal)).contains(&"b/x=".to_string()));
     }
 
     #[test]
