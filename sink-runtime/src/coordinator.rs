@@ -344,6 +344,8 @@ where
                 },
             })
             .await?;
+        // A process killed here has reported nothing: the marker must.
+        failpoint!("after-mark-finished");
     }
     info!(
         ?status,

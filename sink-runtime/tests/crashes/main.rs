@@ -6,5 +6,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod crash_matrix;
+mod finished_loss;
 mod pipeline_crashes;
 mod recommit_first;
