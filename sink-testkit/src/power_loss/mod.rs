@@ -125,6 +125,9 @@ pub struct Recording {
     initial: Tree,
     ops: Vec<(usize, Op)>,
     outputs: Vec<Output>,
+    /// The operations that sync a directory, by index: the points right
+    /// before them hold the most unsynced entries.
+    dir_syncs: Vec<usize>,
     trace: String,
     /// How the program ended.
     pub status: ExitStatus,
@@ -253,6 +256,7 @@ pub fn record_with<R>(
         initial,
         ops,
         outputs: Vec::new(),
+        dir_syncs: Vec::new(),
         trace: text,
         status,
         stdout,
@@ -262,6 +266,11 @@ pub fn record_with<R>(
     // collected, and the result compared with the disk.
     let mut model = recording.model();
     for (index, (line, op)) in recording.ops.iter().enumerate() {
+        if let Op::Sync { fd } = op {
+            if model.is_directory(*fd) {
+                recording.dir_syncs.push(index);
+            }
+        }
         match model.apply(op) {
             Ok(Some((fd, bytes))) => recording.outputs.push(Output {
                 point: index + 1,
@@ -303,9 +312,10 @@ pub struct Plan {
 
 impl Plan {
     /// A bounded sample: `points` crash points (first those right after the
-    /// program wrote something out, then those right before an fsync, then
-    /// any; the end of the run always), each with the minimal state and
-    /// `random_states` random ones.
+    /// program wrote something out, then those right before the fsync of a
+    /// directory, where the most entry changes wait, then those right before
+    /// any fsync, then any; the end of the run always), each with the
+    /// minimal state and `random_states` random ones.
     pub fn sample(seed: u64, points: usize, random_states: usize) -> Plan {
         Plan {
             seed,
@@ -471,16 +481,22 @@ impl Recording {
             return (0..=end).collect();
         };
         let mut after_output: Vec<usize> = self.outputs.iter().map(|o| o.point).collect();
+        let mut before_dir_sync = self.dir_syncs.clone();
         let mut before_sync: Vec<usize> = (self.ops.iter().enumerate())
             .filter(|(_, (_, op))| matches!(op, Op::Sync { .. } | Op::SyncAll))
             .map(|(i, _)| i)
             .collect();
         let mut any: Vec<usize> = (0..end).collect();
         rng.shuffle(&mut after_output);
+        rng.shuffle(&mut before_dir_sync);
         rng.shuffle(&mut before_sync);
         rng.shuffle(&mut any);
         let mut chosen = BTreeSet::from([end]);
-        for point in after_output.into_iter().chain(before_sync).chain(any) {
+        let ordered = (after_output.into_iter())
+            .chain(before_dir_sync)
+            .chain(before_sync)
+            .chain(any);
+        for point in ordered {
             if chosen.len() >= wanted.max(1) {
                 break;
             }

@@ -564,6 +564,12 @@ impl Model {
         self.nodes.len() - 1
     }
 
+    /// Whether `fd` is an open directory under the root.
+    pub(crate) fn is_directory(&self, fd: i32) -> bool {
+        self.inode_of(fd)
+            .is_some_and(|ino| matches!(self.nodes[ino], Node::Dir { .. }))
+    }
+
     fn inode_of(&self, fd: i32) -> Option<Ino> {
         match &self.descriptions[*self.fds.get(&fd)?].target {
             Target::Inside(ino, _) => Some(*ino),
