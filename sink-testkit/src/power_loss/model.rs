@@ -692,6 +692,18 @@ mod tests {
         }
     }
 
+    /// Opens `path` as `fd` and fsyncs it.
+    fn sync(path: &str, fd: i32) -> [Op; 2] {
+        [
+            Op::Open {
+                at: at(path),
+                flags: OpenFlags::default(),
+                fd,
+            },
+            Op::Sync { fd },
+        ]
+    }
+
     fn model(ops: &[Op]) -> Model {
         let mut model = Model::new(Path::new("/r"), Path::new("/r"), &Tree::default());
         for op in ops {
@@ -797,16 +809,6 @@ mod tests {
 
     #[test]
     fn an_unsynced_exchange_leaves_both_names_swapped_or_neither() {
-        let sync = |path: &str, fd: i32| {
-            [
-                Op::Open {
-                    at: at(path),
-                    flags: OpenFlags::default(),
-                    fd,
-                },
-                Op::Sync { fd },
-            ]
-        };
         let mut ops = vec![
             Op::Mkdir { at: at("a") },
             Op::Mkdir { at: at("b") },
@@ -839,16 +841,6 @@ mod tests {
 
     #[test]
     fn a_rename_across_directories_is_done_in_both_or_neither_and_durable_with_either_sync() {
-        let sync = |path: &str, fd: i32| {
-            [
-                Op::Open {
-                    at: at(path),
-                    flags: OpenFlags::default(),
-                    fd,
-                },
-                Op::Sync { fd },
-            ]
-        };
         let mut ops = vec![
             Op::Mkdir { at: at("a") },
             Op::Mkdir { at: at("b") },
