@@ -149,6 +149,21 @@ pub trait Sink: Send + Sync + 'static {
         None
     }
 
+    /// How long the destination keeps data this sink wrote uncommitted,
+    /// from the first record of a committable to its commit, before it
+    /// drops it by itself (a Kafka transaction's timeout); `None` (the
+    /// default): until the sink commits it or cleans it up.
+    ///
+    /// Called by the job builder once. When it returns a duration, the
+    /// build refuses checkpoint settings under which a committable could
+    /// wait longer for its commit: the longest checkpoint interval, plus
+    /// the checkpoint timeout, plus every backoff of the commit retry
+    /// policy. A committable the destination dropped before its commit is
+    /// data lost; the build's refusal names the setting to change.
+    fn uncommitted_lifetime(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// The serializer for writer states in checkpoints.
     fn writer_state_serializer(&self) -> Arc<dyn VersionedSerializer<WriterStateOf<Self>>> {
         Arc::new(BincodeSerializer::<WriterStateOf<Self>>::default())

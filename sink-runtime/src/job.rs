@@ -288,6 +288,34 @@ where
             if config.max_concurrent == 0 {
                 return Err(invalid("at least one checkpoint must be allowed in flight"));
             }
+            if let Some(lifetime) = self.spec.sink.uncommitted_lifetime() {
+                // From the first record after a barrier to its commit: the
+                // next barrier, the checkpoint's completion, and the
+                // commit's retries.
+                let retries = self.spec.retry.longest_backoff();
+                let longest = config
+                    .interval
+                    .saturating_add(config.min_pause)
+                    .saturating_add(config.timeout)
+                    .saturating_add(retries);
+                if longest > lifetime {
+                    let room = lifetime
+                        .saturating_sub(config.interval)
+                        .saturating_sub(config.min_pause)
+                        .saturating_sub(retries);
+                    return Err(invalid(&format!(
+                        "the sink's destination drops uncommitted data after {lifetime:?} (for \
+                         Kafka: the transaction timeout), but a checkpoint's data may wait {longest:?} \
+                         for its commit (checkpoint interval {:?} + minimum pause {:?} + checkpoint \
+                         timeout {:?} + commit retries' backoff {retries:?}), and would be lost. \
+                         Lower the checkpoint timeout (CheckpointConfig::timeout) to at most {room:?}, \
+                         shorten the interval or the commit retries (JobBuilder::commit_retry), or \
+                         raise the sink's timeout (KafkaSinkBuilder::transaction_timeout, up to the \
+                         broker's transaction.max.timeout.ms)",
+                        config.interval, config.min_pause, config.timeout
+                    )));
+                }
+            }
         } else if unbounded {
             if !self.allow_uncommitted {
                 return Err(BuildError::UnboundedWithoutCheckpointing { job });

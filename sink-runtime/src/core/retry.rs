@@ -32,6 +32,16 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The longest time all retries of one committable may wait in
+    /// backoff, added up: each retry's delay without jitter. Read by the
+    /// job builder to bound how long a committable may wait for its
+    /// commit.
+    pub fn longest_backoff(&self) -> Duration {
+        (1..=self.max_retries)
+            .map(|retry| self.backoff(retry, 1.0))
+            .fold(Duration::ZERO, Duration::saturating_add)
+    }
+
     /// The delay before retry number `retry` (1 for the first retry).
     ///
     /// `jitter` is a random number in `[0, 1)`; the delay is the exponential

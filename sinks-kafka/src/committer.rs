@@ -1,0 +1,153 @@
+//! The committer: `EndTxn` for each prepared transaction, from this process
+//! or a new one, with the outcome read from the commit marker.
+//!
+//! | the cluster says | outcome |
+//! |---|---|
+//! | the marker names this transaction, or a later one of its id | already committed (a replay) |
+//! | the id's current producer and epoch are the transaction's, and it is open or committing | `EndTxn(commit)`, then the marker, read once stable: this transaction's ─▶ committed |
+//! | the marker, stable, names another transaction or none | failed with a known reason: aborted (its timeout passed, or a newer producer fenced it before its commit); its records are counted lost |
+//! | a broker unreachable, a coordinator moving, no answer in time | retry later; the runtime's retry policy bounds the retries, then the job fails |
+//! | anything else | failed with an unknown reason: the job fails and restarts |
+//!
+//! `EndTxn` is never sent for a producer id other than the one the
+//! coordinator holds for the transactional id (a wrong producer id wedges a
+//! partition of some brokers, noida-db among them), and its answer alone
+//! never decides the outcome: Kafka answers `NONE` to a repeated commit,
+//! noida-db also to a commit of an aborted transaction.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sink_api::{CommitRequest, Committer, SinkError};
+use tracing::{debug, warn};
+
+use crate::marker::{self, Marker, Verdict};
+use crate::slots::Slots;
+use crate::stats::Stats;
+use crate::transaction::{describe, end};
+use crate::wire::{Cluster, WireError};
+use crate::writer::KafkaCommittable;
+
+/// Commits prepared transactions of any subtask. Made by
+/// [`KafkaSink`](crate::KafkaSink)'s `create_committer`.
+pub struct KafkaCommitter {
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) topic: Arc<str>,
+    pub(crate) slots: Arc<Slots>,
+    pub(crate) stats: Arc<Stats>,
+}
+
+impl std::fmt::Debug for KafkaCommitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaCommitter")
+            .field("brokers", &self.cluster.brokers())
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one commit came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Committed,
+    AlreadyCommitted,
+    Lost(String),
+}
+
+impl KafkaCommitter {
+    async fn commit_one(&self, committable: &KafkaCommittable) -> Result<Outcome, WireError> {
+        let identity = &committable.transaction;
+        let id = identity.transactional_id.as_str();
+        let before = marker::read(&self.cluster, id, &self.topic, false).await?;
+        if Marker::verdict(before, identity, committable.checkpoint) != Verdict::NotCommitted {
+            return Ok(Outcome::AlreadyCommitted);
+        }
+        let now = describe(&self.cluster, id).await?;
+        let ours = now.producer_id == identity.producer_id && now.epoch == identity.epoch;
+        if ours && matches!(now.state.as_str(), "Ongoing" | "PrepareCommit") {
+            #[cfg(feature = "failpoints")]
+            fail::fail_point!("kafka-before-end-txn", |_| Err(WireError::Protocol(
+                "simulated crash at failpoint kafka-before-end-txn".into()
+            )));
+            if let Err(error) = end(&self.cluster, identity, true).await {
+                // Fenced: a newer producer of the id aborted it; the marker
+                // below says so. Anything else is for the caller.
+                if !error.is_fenced() {
+                    return Err(error);
+                }
+                debug!(%identity, %error, "fenced at commit; reading the marker");
+            }
+        } else {
+            debug!(%identity, state = %now.state, now.producer_id, now.epoch,
+                "the coordinator holds another transaction or none; reading the marker");
+        }
+        let after = marker::read(&self.cluster, id, &self.topic, true).await?;
+        Ok(
+            match Marker::verdict(after, identity, committable.checkpoint) {
+                Verdict::This => Outcome::Committed,
+                Verdict::Later => Outcome::AlreadyCommitted,
+                Verdict::NotCommitted => Outcome::Lost(format!(
+                    "transaction {identity} of checkpoint {} was aborted before its commit (the \
+                 coordinator holds {} at producer {} epoch {}; the commit marker names {}): \
+                 its {} records are lost. Keep the checkpoint timeout and the commit retries \
+                 within the transaction timeout (docs/kafka.md)",
+                    committable.checkpoint,
+                    now.state,
+                    now.producer_id,
+                    now.epoch,
+                    after.map_or("no transaction".to_string(), |m| format!(
+                        "checkpoint {} (producer {} epoch {})",
+                        m.checkpoint, m.producer_id, m.epoch
+                    )),
+                    committable.records
+                )),
+            },
+        )
+    }
+}
+
+#[async_trait]
+impl Committer for KafkaCommitter {
+    type Committable = KafkaCommittable;
+
+    async fn commit(
+        &mut self,
+        requests: &mut [CommitRequest<KafkaCommittable>],
+    ) -> Result<(), SinkError> {
+        for request in requests.iter_mut() {
+            let committable = request.committable().clone();
+            match self.commit_one(&committable).await {
+                Ok(outcome) => {
+                    self.slots.give_back(committable.subtask, committable.slot);
+                    match outcome {
+                        Outcome::Committed => {
+                            self.stats.committed(committable.records);
+                            request.signal_committed();
+                        }
+                        Outcome::AlreadyCommitted => {
+                            self.stats.replayed();
+                            request.signal_already_committed();
+                        }
+                        Outcome::Lost(reason) => {
+                            warn!(%reason, "a prepared transaction was lost");
+                            self.stats.lost(committable.records);
+                            request.signal_records_lost(committable.records, reason);
+                        }
+                    }
+                }
+                Err(error) if error.is_retriable() => {
+                    self.stats.commit_retried();
+                    warn!(transaction = %committable.transaction, %error, "commit retried later");
+                    request.retry_later();
+                }
+                Err(error) => {
+                    request.signal_failed_with_unknown_reason(format!(
+                        "committing transaction {} of checkpoint {}: {error}",
+                        committable.transaction, committable.checkpoint
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,69 @@
+//! A Kafka sink with real two-phase commit: each checkpoint's records of
+//! each subtask in one Kafka transaction, flushed at the barrier, committed
+//! with `EndTxn` once the checkpoint completed: by this process, or by a
+//! new one after a crash, from the identity the checkpoint kept.
+//!
+//! ```text
+//!  every start ─▶ Sink::on_start: InitProducerId(<prefix>.<lineage>.owner)   fences older instances
+//!                 abort the lineage's open transactions no restored checkpoint holds
+//!  records ─▶ writer[i]: a free slot k of its pool; InitProducerId(<prefix>.<lineage>.s<i>.t<k>)
+//!             AddPartitionsToTxn; Produce batches (pipelined)
+//!  barrier n ─▶ AddOffsetsToTxn + TxnOffsetCommit (the commit marker: offset n); flush
+//!             ─▶ committable (transactional id, producer id, epoch, n)
+//!  checkpoint n completed ─▶ committer: marker says committed? ─▶ already committed
+//!                            else EndTxn(commit) ─▶ marker (stable) names it ─▶ committed;
+//!                                                   names none ─▶ lost, counted, never silent
+//! ```
+//!
+//! - The client is this crate's own, on the `kafka-protocol` crate's
+//!   message types (`docs/architecture.md` says why not librdkafka): it
+//!   can end a transaction it did not begin, and knows every producer id
+//!   and epoch.
+//! - Transactional ids come from the job's lineage, the subtask and a slot
+//!   of a bounded pool (see [`TransactionalIdName`]); each transaction
+//!   takes a new epoch, so no commit meant for one transaction can commit
+//!   another.
+//! - The outcome of a commit is read from the cluster (a commit marker),
+//!   never taken from an `EndTxn` answer alone.
+//! - The job's build refuses checkpoint settings under which a transaction
+//!   could outlive the transaction timeout before its commit
+//!   ([`Sink::uncommitted_lifetime`](sink_api::Sink::uncommitted_lifetime)).
+//! - [`read_committed`] reads a topic as a `read_committed` consumer sees
+//!   it, to check what was committed.
+//!
+//! See the project's `docs/kafka.md`: the transaction's lifecycle, the
+//! settings a real cluster needs, and what was tested against which broker.
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod committer;
+mod errors;
+mod marker;
+mod names;
+mod owner;
+mod read;
+mod record;
+mod recovery;
+mod settings;
+mod sink;
+mod slots;
+mod stats;
+mod topic;
+mod transaction;
+mod wire;
+mod writer;
+
+pub use committer::KafkaCommitter;
+pub use names::TransactionalIdName;
+pub use read::{read_committed, CommittedMessage, CommittedTopic};
+pub use record::KafkaRecord;
+pub use settings::KafkaSinkBuilder;
+pub use sink::{ConnectError, KafkaSink};
+pub use stats::KafkaStats;
+pub use transaction::TransactionIdentity;
+pub use wire::WireError;
+pub use writer::{KafkaCommittable, KafkaWriter};
+
+#[cfg(all(test, feature = "kafka-tests"))]
+mod broker_tests;

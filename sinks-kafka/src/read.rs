@@ -1,0 +1,192 @@
+//! Reading a topic back as a `read_committed` consumer sees it: what the
+//! kit, the tests and the demos check the sink's output with.
+//!
+//! The broker returns a partition's records up to its last stable offset
+//! (the first offset of the oldest open transaction) with the list of
+//! transactions aborted in that range; the reader drops the records of
+//! aborted transactions and the control records, as Kafka's consumers do.
+//! It also reports each partition's last stable offset and high watermark:
+//! the two differ while a transaction is open on the partition.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+use kafka_protocol::records::RecordBatchDecoder;
+
+use crate::topic::Topic;
+use crate::transaction::str_bytes;
+use crate::wire::{ClientConfig, Cluster, WireError};
+
+/// One committed message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedMessage {
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Its key.
+    pub key: Option<Vec<u8>>,
+    /// Its value.
+    pub value: Vec<u8>,
+}
+
+/// What a `read_committed` consumer sees of a topic now.
+#[derive(Debug, Clone, Default)]
+pub struct CommittedTopic {
+    /// Every committed message, partition by partition, in offset order.
+    pub messages: Vec<CommittedMessage>,
+    /// Partitions whose last stable offset is below their high watermark:
+    /// a transaction is open on them (its records are not readable yet).
+    pub open_partitions: Vec<i32>,
+}
+
+/// How many bytes one fetch asks for per partition.
+const FETCH_BYTES: i32 = 4 << 20;
+
+/// Reads every committed message of `topic` on the cluster reached through
+/// `brokers`, as a `read_committed` consumer would, up to each partition's
+/// last stable offset. Called by tests and demos to check what the sink
+/// committed; a topic that does not exist reads as empty.
+pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic, WireError> {
+    let cluster = Cluster::new(ClientConfig {
+        bootstrap: brokers.split(',').map(|b| b.trim().to_string()).collect(),
+        client_id: "eo-kafka-reader".to_string(),
+        connect_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(30),
+    });
+    let Some(described) = Topic::describe(&cluster, topic).await? else {
+        return Ok(CommittedTopic::default());
+    };
+    let mut read = CommittedTopic::default();
+    for (partition, leader) in described.leaders.iter().enumerate() {
+        let partition = partition as i32;
+        let mut offset = 0;
+        loop {
+            let link = cluster.broker(*leader).await?;
+            let request = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(0)
+                .with_min_bytes(1)
+                .with_max_bytes(FETCH_BYTES)
+                .with_isolation_level(1)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(TopicName(str_bytes(topic)))
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_current_leader_epoch(-1)
+                        .with_last_fetched_epoch(-1)
+                        .with_log_start_offset(-1)
+                        .with_partition_max_bytes(FETCH_BYTES)])]);
+            let answer = cluster.call(&link, &request).await?;
+            WireError::check("Fetch", || topic.to_string(), answer.error_code)?;
+            let data = answer
+                .responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .find(|p| p.partition_index == partition)
+                .ok_or_else(|| {
+                    WireError::Protocol(format!("Fetch of {topic}/{partition} answered nothing"))
+                })?;
+            if let Some(code) = ResponseError::try_from_code(data.error_code) {
+                return Err(WireError::Broker {
+                    api: "Fetch",
+                    subject: format!("{topic}/{partition}"),
+                    code,
+                    message: None,
+                });
+            }
+            let stable = data.last_stable_offset.max(0);
+            let end = if data.last_stable_offset < 0 {
+                data.high_watermark
+            } else {
+                stable
+            };
+            let aborted: Vec<(i64, i64)> = data
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .map(|a| (a.first_offset, a.producer_id.0))
+                .collect();
+            let before = offset;
+            if let Some(records) = &data.records {
+                let mut bytes = records.clone();
+                offset = take_committed(&mut bytes, partition, offset, end, &aborted, &mut read)?;
+            }
+            if offset >= end || offset == before {
+                if data.last_stable_offset >= 0 && data.last_stable_offset < data.high_watermark {
+                    read.open_partitions.push(partition);
+                }
+                if offset < end {
+                    return Err(WireError::Protocol(format!(
+                        "{topic}/{partition}: no progress at offset {offset} (end {end})"
+                    )));
+                }
+                break;
+            }
+        }
+    }
+    Ok(read)
+}
+
+/// Decodes the batches in `bytes`, keeps the committed data records at or
+/// after `from` and before `end`, and returns the offset to fetch next.
+fn take_committed(
+    bytes: &mut bytes::Bytes,
+    partition: i32,
+    from: i64,
+    end: i64,
+    aborted: &[(i64, i64)],
+    read: &mut CommittedTopic,
+) -> Result<i64, WireError> {
+    // Aborted transactions by first offset: a producer's records are
+    // dropped from its aborted transaction's first offset to its abort
+    // marker.
+    let mut aborted = aborted.to_vec();
+    aborted.sort_unstable();
+    let mut aborted = aborted.into_iter().peekable();
+    let mut dropping: HashSet<i64> = HashSet::new();
+    let mut next = from;
+    let sets = RecordBatchDecoder::decode_all(bytes)
+        .map_err(|e| WireError::Protocol(format!("a fetched batch cannot be read: {e}")))?;
+    for set in sets {
+        for record in set.records {
+            if record.offset < from {
+                continue;
+            }
+            if record.offset >= end {
+                return Ok(next);
+            }
+            next = record.offset + 1;
+            while let Some((_, producer)) = aborted.next_if(|(first, _)| *first <= record.offset) {
+                dropping.insert(producer);
+            }
+            if record.control {
+                // An abort marker (type 0) ends the producer's aborted
+                // transaction.
+                let is_abort = record
+                    .key
+                    .as_ref()
+                    .is_some_and(|k| k.len() >= 4 && k[2] == 0 && k[3] == 0);
+                if is_abort {
+                    dropping.remove(&record.producer_id);
+                }
+                continue;
+            }
+            if record.transactional && dropping.contains(&record.producer_id) {
+                continue;
+            }
+            read.messages.push(CommittedMessage {
+                partition,
+                offset: record.offset,
+                key: record.key.map(|k| k.to_vec()),
+                value: record.value.map(|v| v.to_vec()).unwrap_or_default(),
+            });
+        }
+    }
+    Ok(next)
+}

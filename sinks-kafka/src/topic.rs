@@ -1,0 +1,126 @@
+//! The sink's topic: its partitions and their leaders, and its creation
+//! when missing.
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
+
+use crate::transaction::{millis, str_bytes};
+use crate::wire::{Cluster, WireError};
+
+/// A topic as the last metadata described it.
+#[derive(Debug, Clone)]
+pub(crate) struct Topic {
+    /// The leader of each partition, by index.
+    pub(crate) leaders: Vec<i32>,
+}
+
+/// What became of the topic at the sink's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    Existing,
+    Created,
+}
+
+impl Topic {
+    /// The partitions of `name` and their leaders; `None` when the topic
+    /// does not exist. Waits (up to the request timeout) for partitions
+    /// that have no leader yet (a topic just created).
+    pub(crate) async fn describe(
+        cluster: &Cluster,
+        name: &str,
+    ) -> Result<Option<Topic>, WireError> {
+        let deadline = Instant::now() + cluster.config.request_timeout;
+        loop {
+            let answer = cluster.metadata(&[name]).await?;
+            let Some(topic) = answer
+                .topics
+                .iter()
+                .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+            else {
+                return Err(WireError::Protocol(format!(
+                    "the cluster's metadata does not mention the topic {name}"
+                )));
+            };
+            match ResponseError::try_from_code(topic.error_code) {
+                Some(ResponseError::UnknownTopicOrPartition) => return Ok(None),
+                Some(ResponseError::LeaderNotAvailable) if Instant::now() < deadline => {}
+                Some(code) => {
+                    return Err(WireError::Broker {
+                        api: "Metadata",
+                        subject: format!("topic {name}"),
+                        code,
+                        message: None,
+                    })
+                }
+                None => {
+                    let mut partitions: Vec<(i32, i32)> = topic
+                        .partitions
+                        .iter()
+                        .map(|p| (p.partition_index, p.leader_id.0))
+                        .collect();
+                    partitions.sort_unstable();
+                    let complete = !partitions.is_empty()
+                        && partitions
+                            .iter()
+                            .enumerate()
+                            .all(|(i, (index, leader))| *index == i as i32 && *leader >= 0);
+                    if complete {
+                        return Ok(Some(Topic {
+                            leaders: partitions.into_iter().map(|(_, l)| l).collect(),
+                        }));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(WireError::Protocol(format!(
+                            "the topic {name} has partitions without a leader"
+                        )));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The topic `name`, created with `partitions` partitions of
+    /// `replication` replicas if it does not exist.
+    pub(crate) async fn describe_or_create(
+        cluster: &Cluster,
+        name: &str,
+        partitions: i32,
+        replication: i16,
+    ) -> Result<(Topic, Found), WireError> {
+        if let Some(topic) = Self::describe(cluster, name).await? {
+            return Ok((topic, Found::Existing));
+        }
+        let request = CreateTopicsRequest::default()
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(str_bytes(name)))
+                .with_num_partitions(partitions)
+                .with_replication_factor(replication)])
+            .with_timeout_ms(millis(cluster.config.request_timeout));
+        // Topics are created by the controller; any broker forwards.
+        let link = cluster.any().await?;
+        let answer = cluster.call(&link, &request).await?;
+        for topic in &answer.topics {
+            match ResponseError::try_from_code(topic.error_code) {
+                None | Some(ResponseError::TopicAlreadyExists) => {}
+                Some(code) => {
+                    return Err(WireError::Broker {
+                        api: "CreateTopics",
+                        subject: format!("topic {name}"),
+                        code,
+                        message: topic.error_message.as_ref().map(|m| m.to_string()),
+                    })
+                }
+            }
+        }
+        match Self::describe(cluster, name).await? {
+            Some(topic) => Ok((topic, Found::Created)),
+            None => Err(WireError::Protocol(format!(
+                "the topic {name} was created, but the cluster does not know it"
+            ))),
+        }
+    }
+}

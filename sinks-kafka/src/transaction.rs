@@ -1,0 +1,500 @@
+//! One Kafka transaction, from `InitProducerId` to the flush before the
+//! checkpoint; and the requests that end one, or ask about one, from any
+//! process.
+//!
+//! ```text
+//!  Transaction::begin   InitProducerId(id)            a new epoch: fences every older producer of the
+//!                                                     id, aborts a transaction it left open
+//!  Transaction::send    AddPartitionsToTxn (once per partition), then Produce batches,
+//!                       pipelined, each with the producer id, epoch and its sequence number
+//!  Transaction::mark    AddOffsetsToTxn + TxnOffsetCommit: the commit marker (see `marker`)
+//!  Transaction::flush   every Produce answered            ─▶ the committable: id, producer id, epoch
+//!  end (committer)      EndTxn(id, producer id, epoch, commit), from this or a new process
+//! ```
+//!
+//! Every transaction begins with its own `InitProducerId`, so each has an
+//! epoch of its own: an `EndTxn` meant for an older transaction of the same
+//! id can never commit a newer one (Flink's FLINK-8132, where a reused id
+//! committed the wrong transaction), and sequence numbers start at 0.
+//!
+//! A `Produce` that fails fails the transaction: the writer reports the
+//! error, the job restarts from its last checkpoint, the start aborts the
+//! transaction (a new `InitProducerId`), and the source writes the records
+//! again. No batch is retried inside a transaction, so no sequence gap or
+//! reordering can arise.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+    GroupId, InitProducerIdRequest, ProduceRequest, ProduceResponse, ProducerId, TopicName,
+    TransactionalId, TxnOffsetCommitRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tracing::debug;
+
+use crate::wire::{Cluster, CoordinatorKind, WireError};
+
+/// Who a transaction is: what the committer needs to end it from any
+/// process.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TransactionIdentity {
+    /// The transactional id (see [`TransactionalIdName`](crate::TransactionalIdName)).
+    pub transactional_id: String,
+    /// The producer id the coordinator gave it.
+    pub producer_id: i64,
+    /// The producer epoch of this transaction: one of its own.
+    pub epoch: i16,
+}
+
+impl std::fmt::Display for TransactionIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (producer {}, epoch {})",
+            self.transactional_id, self.producer_id, self.epoch
+        )
+    }
+}
+
+/// What the coordinator says of a transactional id now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TransactionState {
+    /// `Ongoing`, `PrepareCommit`, `CompleteCommit`, `Empty`, …
+    pub(crate) state: String,
+    pub(crate) producer_id: i64,
+    pub(crate) epoch: i16,
+}
+
+/// How long to go on while the coordinator answers that an earlier
+/// transaction of the id is still completing, or that it is moving.
+const BUSY_RETRY: Duration = Duration::from_millis(50);
+
+/// Produce requests of one transaction in flight at once (Kafka keeps the
+/// order and deduplicates within 5 per partition).
+const MAX_IN_FLIGHT: usize = 5;
+
+/// An open transaction of one transactional id, writing to one topic.
+#[derive(Debug)]
+pub(crate) struct Transaction {
+    cluster: Arc<Cluster>,
+    topic: Arc<str>,
+    identity: TransactionIdentity,
+    added: HashSet<i32>,
+    /// The next sequence number of each partition.
+    sequences: HashMap<i32, i32>,
+    in_flight: VecDeque<JoinHandle<Result<(), WireError>>>,
+    /// Whether the commit marker's offsets were added.
+    offsets_added: bool,
+}
+
+impl Transaction {
+    /// Begins a transaction of `transactional_id`: a new epoch, which
+    /// fences every older producer of the id and aborts the transaction it
+    /// left open, if any. `timeout` is the transaction timeout the
+    /// coordinator enforces.
+    pub(crate) async fn begin(
+        cluster: Arc<Cluster>,
+        topic: Arc<str>,
+        transactional_id: &str,
+        timeout: Duration,
+    ) -> Result<Transaction, WireError> {
+        let (producer_id, epoch) = init_producer_id(&cluster, transactional_id, timeout).await?;
+        Ok(Transaction {
+            cluster,
+            topic,
+            identity: TransactionIdentity {
+                transactional_id: transactional_id.to_string(),
+                producer_id,
+                epoch,
+            },
+            added: HashSet::new(),
+            sequences: HashMap::new(),
+            in_flight: VecDeque::new(),
+            offsets_added: false,
+        })
+    }
+
+    /// Who this transaction is.
+    pub(crate) fn identity(&self) -> &TransactionIdentity {
+        &self.identity
+    }
+
+    /// Sends `records` to `partition` as one batch (or more, if the encoder
+    /// splits it), adding the partition to the transaction first. Returns
+    /// once the request is queued; [`flush`](Self::flush) waits for the
+    /// answers. `leader` is the partition's leader.
+    pub(crate) async fn send(
+        &mut self,
+        partition: i32,
+        leader: i32,
+        mut records: Vec<Record>,
+    ) -> Result<(), WireError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if !self.added.contains(&partition) {
+            self.add_partition(partition).await?;
+        }
+        let sequence = self.sequences.entry(partition).or_insert(0);
+        let count = i32::try_from(records.len())
+            .map_err(|_| WireError::Protocol("a batch of more than 2^31 records".into()))?;
+        for (i, record) in records.iter_mut().enumerate() {
+            let i = i as i32;
+            record.producer_id = self.identity.producer_id;
+            record.producer_epoch = self.identity.epoch;
+            record.sequence = sequence.wrapping_add(i) & i32::MAX;
+            record.offset = i64::from(i);
+        }
+        *sequence = sequence.wrapping_add(count) & i32::MAX;
+        let mut batch = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut batch,
+            records.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .map_err(|e| WireError::Encode {
+            api: "Produce",
+            reason: e.to_string(),
+        })?;
+        let request = ProduceRequest::default()
+            .with_transactional_id(Some(TransactionalId(str_bytes(
+                &self.identity.transactional_id,
+            ))))
+            .with_acks(-1)
+            .with_timeout_ms(millis(self.cluster.config.request_timeout))
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(str_bytes(&self.topic)))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(batch.freeze()))])]);
+        while self.in_flight.len() >= MAX_IN_FLIGHT {
+            self.wait_oldest().await?;
+        }
+        let link = self.cluster.broker(leader).await?;
+        let answer = self.cluster.send(&link, &request).await?;
+        let timeout = self.cluster.config.request_timeout;
+        let topic = self.topic.clone();
+        self.in_flight.push_back(tokio::spawn(async move {
+            let answer = answer.wait(timeout).await?;
+            check_produce(&answer, &topic, partition)
+        }));
+        Ok(())
+    }
+
+    async fn wait_oldest(&mut self) -> Result<(), WireError> {
+        if let Some(task) = self.in_flight.pop_front() {
+            task.await
+                .map_err(|e| WireError::Protocol(format!("a produce task failed: {e}")))??;
+        }
+        Ok(())
+    }
+
+    /// Waits until every batch sent was written (acknowledged by every
+    /// in-sync replica).
+    pub(crate) async fn flush(&mut self) -> Result<(), WireError> {
+        while !self.in_flight.is_empty() {
+            self.wait_oldest().await?;
+        }
+        Ok(())
+    }
+
+    async fn add_partition(&mut self, partition: i32) -> Result<(), WireError> {
+        let request = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(str_bytes(
+                &self.identity.transactional_id,
+            )))
+            .with_v3_and_below_producer_id(ProducerId(self.identity.producer_id))
+            .with_v3_and_below_producer_epoch(self.identity.epoch)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(str_bytes(&self.topic)))
+                .with_partitions(vec![partition])]);
+        let id = self.identity.transactional_id.clone();
+        let subject = format!("{id} on {}/{partition}", self.topic);
+        self.with_coordinator(&id, |cluster, link| {
+            let request = &request;
+            let subject = subject.clone();
+            async move {
+                let answer = cluster.call(&link, request).await?;
+                WireError::check("AddPartitionsToTxn", || subject.clone(), answer.error_code)?;
+                for topic in &answer.results_by_topic_v3_and_below {
+                    for result in &topic.results_by_partition {
+                        WireError::check(
+                            "AddPartitionsToTxn",
+                            || subject.clone(),
+                            result.partition_error_code,
+                        )?;
+                    }
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        self.added.insert(partition);
+        Ok(())
+    }
+
+    /// Adds the commit marker to the transaction: offset `checkpoint` of
+    /// partition 0 of the topic, in group `group`, with `metadata`; it
+    /// becomes visible (to `OffsetFetch`) when, and only when, the
+    /// transaction commits.
+    pub(crate) async fn mark(
+        &mut self,
+        group: &str,
+        checkpoint: u64,
+        metadata: &str,
+    ) -> Result<(), WireError> {
+        let id = self.identity.transactional_id.clone();
+        if !self.offsets_added {
+            let request = AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(str_bytes(&id)))
+                .with_producer_id(ProducerId(self.identity.producer_id))
+                .with_producer_epoch(self.identity.epoch)
+                .with_group_id(GroupId(str_bytes(group)));
+            self.with_coordinator(&id, |cluster, link| {
+                let request = &request;
+                let id = id.clone();
+                async move {
+                    let answer = cluster.call(&link, request).await?;
+                    WireError::check("AddOffsetsToTxn", || id, answer.error_code)
+                }
+            })
+            .await?;
+            self.offsets_added = true;
+        }
+        let offset = i64::try_from(checkpoint)
+            .map_err(|_| WireError::Protocol(format!("checkpoint {checkpoint} is too large")))?;
+        let request = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(str_bytes(&id)))
+            .with_group_id(GroupId(str_bytes(group)))
+            .with_producer_id(ProducerId(self.identity.producer_id))
+            .with_producer_epoch(self.identity.epoch)
+            .with_generation_id(-1)
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(str_bytes(&self.topic)))
+                .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset)
+                    .with_committed_leader_epoch(-1)
+                    .with_committed_metadata(Some(str_bytes(metadata)))])]);
+        let deadline = Instant::now() + self.cluster.config.request_timeout;
+        loop {
+            let link = self
+                .cluster
+                .coordinator(CoordinatorKind::Group, group)
+                .await?;
+            let result = async {
+                let answer = self.cluster.call(&link, &request).await?;
+                for topic in &answer.topics {
+                    for partition in &topic.partitions {
+                        WireError::check(
+                            "TxnOffsetCommit",
+                            || format!("group {group}"),
+                            partition.error_code,
+                        )?;
+                    }
+                }
+                Ok::<_, WireError>(())
+            }
+            .await;
+            match result {
+                Err(error) if error.is_retriable() && Instant::now() < deadline => {
+                    if error.is_misdirected() {
+                        self.cluster
+                            .forget_coordinator(CoordinatorKind::Group, group)
+                            .await;
+                    }
+                    tokio::time::sleep(BUSY_RETRY).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs `request` against the coordinator of this transaction's id,
+    /// again while it answers that it is busy or moving.
+    async fn with_coordinator<F, Fut>(&self, id: &str, request: F) -> Result<(), WireError>
+    where
+        F: Fn(Arc<Cluster>, Arc<crate::wire::Link>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), WireError>>,
+    {
+        with_transaction_coordinator(&self.cluster, id, |link| {
+            request(self.cluster.clone(), link)
+        })
+        .await
+    }
+}
+
+/// Runs `request` against the coordinator of `id`, again while the answer
+/// is retriable (the coordinator moving or loading, an earlier transaction
+/// of the id still completing), up to the request timeout.
+async fn with_transaction_coordinator<T, F, Fut>(
+    cluster: &Cluster,
+    id: &str,
+    request: F,
+) -> Result<T, WireError>
+where
+    F: Fn(Arc<crate::wire::Link>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, WireError>>,
+{
+    let deadline = Instant::now() + cluster.config.request_timeout;
+    loop {
+        let result = match cluster.coordinator(CoordinatorKind::Transaction, id).await {
+            Ok(link) => request(link).await,
+            Err(error) => Err(error),
+        };
+        match result {
+            Err(error) if error.is_retriable() && Instant::now() < deadline => {
+                if error.is_misdirected() {
+                    cluster
+                        .forget_coordinator(CoordinatorKind::Transaction, id)
+                        .await;
+                }
+                debug!(id, %error, "asking the transaction coordinator again");
+                tokio::time::sleep(BUSY_RETRY).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// `InitProducerId` for `id`: its producer id and a new epoch. Fences
+/// every older producer of the id and aborts the transaction it left
+/// open. Also how a start aborts a lingering transaction.
+pub(crate) async fn init_producer_id(
+    cluster: &Cluster,
+    id: &str,
+    timeout: Duration,
+) -> Result<(i64, i16), WireError> {
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(str_bytes(id))))
+        .with_transaction_timeout_ms(millis(timeout))
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    with_transaction_coordinator(cluster, id, |link| {
+        let request = &request;
+        async move {
+            let answer = cluster.call(&link, request).await?;
+            WireError::check("InitProducerId", || id.to_string(), answer.error_code)?;
+            Ok((answer.producer_id.0, answer.producer_epoch))
+        }
+    })
+    .await
+}
+
+/// `EndTxn` for `identity`: commits (or aborts) it. Kafka answers `NONE`
+/// also to a repeated commit; noida-db answers `NONE` in more cases (an
+/// aborted transaction, an unknown id), so the caller learns the outcome
+/// from the commit marker, never from this answer alone.
+pub(crate) async fn end(
+    cluster: &Cluster,
+    identity: &TransactionIdentity,
+    commit: bool,
+) -> Result<(), WireError> {
+    let request = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(str_bytes(&identity.transactional_id)))
+        .with_producer_id(ProducerId(identity.producer_id))
+        .with_producer_epoch(identity.epoch)
+        .with_committed(commit);
+    let id = identity.transactional_id.as_str();
+    with_transaction_coordinator(cluster, id, |link| {
+        let request = &request;
+        async move {
+            let answer = cluster.call(&link, request).await?;
+            WireError::check("EndTxn", || identity.to_string(), answer.error_code)
+        }
+    })
+    .await
+}
+
+/// What the coordinator says of `id` now (`DescribeTransactions`).
+pub(crate) async fn describe(cluster: &Cluster, id: &str) -> Result<TransactionState, WireError> {
+    let request = DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![TransactionalId(str_bytes(id))]);
+    with_transaction_coordinator(cluster, id, |link| {
+        let request = &request;
+        async move {
+            let answer = cluster.call(&link, request).await?;
+            let state = answer
+                .transaction_states
+                .into_iter()
+                .find(|s| s.transactional_id.0.as_str() == id)
+                .ok_or_else(|| {
+                    WireError::Protocol(format!("DescribeTransactions did not describe {id}"))
+                })?;
+            WireError::check("DescribeTransactions", || id.to_string(), state.error_code)?;
+            Ok(TransactionState {
+                state: state.transaction_state.to_string(),
+                producer_id: state.producer_id.0,
+                epoch: state.producer_epoch,
+            })
+        }
+    })
+    .await
+}
+
+/// A record of the sink's, as the batch encoder takes it.
+pub(crate) fn record(key: Option<Bytes>, value: Bytes, timestamp: i64) -> Record {
+    Record {
+        transactional: true,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: 0,
+        timestamp,
+        key,
+        value: Some(value),
+        headers: IndexMap::new(),
+    }
+}
+
+fn check_produce(answer: &ProduceResponse, topic: &str, partition: i32) -> Result<(), WireError> {
+    for topic_answer in &answer.responses {
+        for p in &topic_answer.partition_responses {
+            if let Some(code) = ResponseError::try_from_code(p.error_code) {
+                return Err(WireError::Broker {
+                    api: "Produce",
+                    subject: format!("{topic}/{}", p.index),
+                    code,
+                    message: p.error_message.as_ref().map(|m| m.to_string()),
+                });
+            }
+        }
+    }
+    if answer.responses.is_empty() {
+        return Err(WireError::Protocol(format!(
+            "Produce to {topic}/{partition} was answered without a result"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+pub(crate) fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}

@@ -1,0 +1,264 @@
+//! The writer of one subtask: records into batches per partition, batches
+//! into the subtask's open transaction, and at each checkpoint the
+//! transaction's identity as the committable.
+//!
+//! ```text
+//!  write ─▶ partition (key: murmur2; no key: the subtask's current partition)
+//!        ─▶ batch of the partition; full ─▶ Produce in the open transaction
+//!           (the first batch after a checkpoint takes a slot and begins one)
+//!  prepare_commit(n) ─▶ the rest of the batches; the commit marker (offset n);
+//!                       every Produce answered ─▶ KafkaCommittable(id, producer id, epoch, n)
+//! ```
+//!
+//! A checkpoint without records since the last one prepares nothing: no
+//! empty transactions.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use kafka_protocol::records::Record;
+use serde::{Deserialize, Serialize};
+use sink_api::{CheckpointId, SinkError, SinkWriter};
+
+use crate::marker::Marker;
+use crate::names::TransactionalIdName;
+use crate::owner::Owner;
+use crate::record::{partition_of_key, KafkaRecord};
+use crate::settings::Settings;
+use crate::slots::Slots;
+use crate::stats::Stats;
+use crate::topic::Topic;
+use crate::transaction::{record, Transaction, TransactionIdentity};
+use crate::wire::Cluster;
+
+/// A prepared transaction: what the committer needs to commit it, from
+/// this process or another.
+///
+/// Made by [`KafkaWriter::prepare_commit`]; kept in checkpoints until
+/// committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaCommittable {
+    /// The transaction.
+    pub transaction: TransactionIdentity,
+    /// The checkpoint it belongs to (its commit marker's offset).
+    pub checkpoint: u64,
+    /// The writer subtask that wrote it.
+    pub subtask: usize,
+    /// The slot of the subtask's pool it holds until committed.
+    pub slot: u32,
+    /// Its records, for the count of records lost should it be found
+    /// aborted.
+    pub records: u64,
+}
+
+/// Writes one subtask's records into Kafka transactions. Made by
+/// [`KafkaSink`](crate::KafkaSink)'s `create_writer`.
+pub struct KafkaWriter {
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) slots: Arc<Slots>,
+    pub(crate) owner: Arc<Owner>,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) topic: Topic,
+    pub(crate) prefix: String,
+    pub(crate) lineage: String,
+    pub(crate) subtask: usize,
+    /// The partition records without a key go to now.
+    pub(crate) sticky: usize,
+    pub(crate) batches: Vec<Batch>,
+    pub(crate) open: Option<Open>,
+}
+
+impl std::fmt::Debug for KafkaWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaWriter")
+            .field("topic", &self.settings.topic)
+            .field("subtask", &self.subtask)
+            .field(
+                "open",
+                &self.open.as_ref().map(|o| o.transaction.identity()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// The records of one partition waiting to be sent.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    records: Vec<Record>,
+    bytes: usize,
+}
+
+/// The subtask's open transaction.
+#[derive(Debug)]
+pub(crate) struct Open {
+    transaction: Transaction,
+    slot: u32,
+    records: u64,
+}
+
+impl KafkaWriter {
+    fn now_ms() -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Sends the batch of `partition`, beginning a transaction first if
+    /// none is open.
+    async fn send(&mut self, partition: usize) -> Result<(), SinkError> {
+        let batch = std::mem::take(&mut self.batches[partition]);
+        if batch.records.is_empty() {
+            return Ok(());
+        }
+        if self.open.is_none() {
+            self.open = Some(self.begin().await?);
+        }
+        let Some(open) = self.open.as_mut() else {
+            return Ok(());
+        };
+        open.records += batch.records.len() as u64;
+        let leader = self.topic.leaders[partition];
+        let sent = open
+            .transaction
+            .send(partition as i32, leader, batch.records)
+            .await;
+        if let Err(error) = sent {
+            let doing = format!(
+                "writing to {}/{partition} in transaction {}",
+                self.settings.topic,
+                open.transaction.identity()
+            );
+            return Err(self.owner.explain(doing, error).await);
+        }
+        if partition == self.sticky {
+            self.sticky = (self.sticky + 1) % self.batches.len();
+        }
+        Ok(())
+    }
+
+    /// Takes a free slot and begins a transaction in it.
+    async fn begin(&mut self) -> Result<Open, SinkError> {
+        let slot = self.slots.take(self.subtask).await;
+        let id = TransactionalIdName {
+            prefix: self.prefix.clone(),
+            lineage: self.lineage.clone(),
+            subtask: self.subtask,
+            slot,
+        }
+        .to_string();
+        match Transaction::begin(
+            self.cluster.clone(),
+            self.settings.topic.clone(),
+            &id,
+            self.settings.transaction_timeout,
+        )
+        .await
+        {
+            Ok(transaction) => Ok(Open {
+                transaction,
+                slot,
+                records: 0,
+            }),
+            Err(error) => {
+                self.slots.give_back(self.subtask, slot);
+                Err(self
+                    .owner
+                    .explain(format!("beginning a transaction of {id}"), error)
+                    .await)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SinkWriter for KafkaWriter {
+    type Input = KafkaRecord;
+    type Committable = KafkaCommittable;
+    type State = ();
+
+    async fn write(&mut self, record: KafkaRecord) -> Result<(), SinkError> {
+        self.write_batch(vec![record]).await
+    }
+
+    async fn write_batch(&mut self, records: Vec<KafkaRecord>) -> Result<(), SinkError> {
+        let now = Self::now_ms();
+        let partitions = self.batches.len();
+        for input in records {
+            let size = input.size();
+            if size > self.settings.max_record_bytes {
+                return Err(SinkError::msg(format!(
+                    "a record of {size} bytes is larger than the sink sends ({} bytes, \
+                     KafkaSinkBuilder::max_record_bytes; the broker's message.max.bytes and the \
+                     topic's max.message.bytes bound it): split it, or raise both",
+                    self.settings.max_record_bytes
+                ))
+                .permanent());
+            }
+            let partition = match &input.key {
+                Some(key) => partition_of_key(key, partitions),
+                None => self.sticky,
+            };
+            let batch = &mut self.batches[partition];
+            batch.bytes += size;
+            batch.records.push(record(
+                input.key.map(Bytes::from),
+                Bytes::from(input.value),
+                now,
+            ));
+            if batch.bytes >= self.settings.batch_bytes {
+                self.send(partition).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self, _end_of_input: bool) -> Result<(), SinkError> {
+        for partition in 0..self.batches.len() {
+            self.send(partition).await?;
+        }
+        Ok(())
+    }
+
+    async fn prepare_commit(
+        &mut self,
+        checkpoint_id: CheckpointId,
+    ) -> Result<Vec<KafkaCommittable>, SinkError> {
+        // `flush` ran right before; a direct caller may not have.
+        for partition in 0..self.batches.len() {
+            self.send(partition).await?;
+        }
+        let Some(mut open) = self.open.take() else {
+            return Ok(Vec::new());
+        };
+        let identity = open.transaction.identity().clone();
+        let marked = open
+            .transaction
+            .mark(
+                &identity.transactional_id,
+                checkpoint_id.0,
+                &Marker::metadata(&identity),
+            )
+            .await;
+        let flushed = match marked {
+            Ok(()) => open.transaction.flush().await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = flushed {
+            // The slot stays taken: the transaction is open until the
+            // restart aborts it, and the restart resets the pool.
+            let doing = format!("preparing transaction {identity} for checkpoint {checkpoint_id}");
+            return Err(self.owner.explain(doing, error).await);
+        }
+        self.stats.prepared(open.records);
+        Ok(vec![KafkaCommittable {
+            transaction: identity,
+            checkpoint: checkpoint_id.0,
+            subtask: self.subtask,
+            slot: open.slot,
+            records: open.records,
+        }])
+    }
+}
