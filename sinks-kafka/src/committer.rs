@@ -118,7 +118,12 @@ impl Committer for KafkaCommitter {
             let committable = request.committable().clone();
             match self.commit_one(&committable).await {
                 Ok(outcome) => {
-                    self.slots.give_back(committable.subtask, committable.slot);
+                    let identity = &committable.transaction;
+                    self.slots.give_back(
+                        committable.subtask,
+                        committable.slot,
+                        Some((identity.producer_id, identity.epoch)),
+                    );
                     match outcome {
                         Outcome::Committed => {
                             self.stats.committed(committable.records);

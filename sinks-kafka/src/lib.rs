@@ -56,7 +56,7 @@ mod writer;
 
 pub use committer::KafkaCommitter;
 pub use names::TransactionalIdName;
-pub use read::{read_committed, CommittedMessage, CommittedTopic};
+pub use read::{open_transactions, read_committed, CommittedMessage, CommittedTopic};
 pub use record::KafkaRecord;
 pub use settings::KafkaSinkBuilder;
 pub use sink::{ConnectError, KafkaSink};

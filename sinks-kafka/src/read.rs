@@ -16,6 +16,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use kafka_protocol::records::RecordBatchDecoder;
 
+use crate::recovery::transactions;
 use crate::topic::Topic;
 use crate::transaction::str_bytes;
 use crate::wire::{ClientConfig, Cluster, WireError};
@@ -43,6 +44,31 @@ pub struct CommittedTopic {
     pub open_partitions: Vec<i32>,
 }
 
+/// The transactional ids starting with `prefix` whose transaction is open
+/// now (`Ongoing`), on the cluster reached through `brokers`. Called by
+/// tests and operators to check that a job left no transaction open: the
+/// sink's ids start with its prefix (by default the job's name).
+pub async fn open_transactions(brokers: &str, prefix: &str) -> Result<Vec<String>, WireError> {
+    let cluster = reader_cluster(brokers);
+    let mut open: Vec<String> = transactions(&cluster, prefix)
+        .await?
+        .into_iter()
+        .filter(|(_, state)| state == "Ongoing")
+        .map(|(id, _)| id)
+        .collect();
+    open.sort();
+    Ok(open)
+}
+
+fn reader_cluster(brokers: &str) -> Cluster {
+    Cluster::new(ClientConfig {
+        bootstrap: brokers.split(',').map(|b| b.trim().to_string()).collect(),
+        client_id: "eo-kafka-reader".to_string(),
+        connect_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(30),
+    })
+}
+
 /// How many bytes one fetch asks for per partition.
 const FETCH_BYTES: i32 = 4 << 20;
 
@@ -51,12 +77,7 @@ const FETCH_BYTES: i32 = 4 << 20;
 /// last stable offset. Called by tests and demos to check what the sink
 /// committed; a topic that does not exist reads as empty.
 pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic, WireError> {
-    let cluster = Cluster::new(ClientConfig {
-        bootstrap: brokers.split(',').map(|b| b.trim().to_string()).collect(),
-        client_id: "eo-kafka-reader".to_string(),
-        connect_timeout: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(30),
-    });
+    let cluster = reader_cluster(brokers);
     let Some(described) = Topic::describe(&cluster, topic).await? else {
         return Ok(CommittedTopic::default());
     };

@@ -34,6 +34,19 @@ pub(crate) async fn lineage_transactions(
     lineage: &str,
 ) -> Result<Vec<(String, String)>, WireError> {
     let ids = TransactionalIdName::lineage_prefix(prefix, lineage);
+    Ok(transactions(cluster, &ids)
+        .await?
+        .into_iter()
+        .filter(|(id, _)| TransactionalIdName::parse(id).is_some())
+        .collect())
+}
+
+/// The transactional ids starting with `ids` that the cluster knows, with
+/// the state each is in.
+pub(crate) async fn transactions(
+    cluster: &Cluster,
+    ids: &str,
+) -> Result<Vec<(String, String)>, WireError> {
     let metadata = cluster.metadata(&[]).await?;
     let mut found = Vec::new();
     let mut seen = HashSet::new();
@@ -52,10 +65,7 @@ pub(crate) async fn lineage_transactions(
         )?;
         for state in answer.transaction_states {
             let id = state.transactional_id.0.to_string();
-            if id.starts_with(&ids)
-                && TransactionalIdName::parse(&id).is_some()
-                && seen.insert(id.clone())
-            {
+            if id.starts_with(ids) && seen.insert(id.clone()) {
                 found.push((id, state.transaction_state.to_string()));
             }
         }

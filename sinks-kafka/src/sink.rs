@@ -266,12 +266,11 @@ impl Sink for KafkaSink {
             self.stats.aborted_at_start(aborted);
             info!(aborted, "open transactions of earlier starts aborted");
         }
-        self.slots.reset(
-            start
-                .restored_committables
-                .iter()
-                .map(|c| (c.subtask, c.slot)),
-        );
+        self.slots
+            .reset(start.restored_committables.iter().map(|c| {
+                let holder = (c.transaction.producer_id, c.transaction.epoch);
+                (c.subtask, c.slot, Some(holder))
+            }));
         Ok(())
     }
 

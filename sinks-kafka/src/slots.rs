@@ -10,21 +10,30 @@
 //! When every slot is taken (commits fall behind by the pool's size), the
 //! writer waits for one: back-pressure, not a lost transaction.
 //!
+//! A slot is given back for one transaction only: the committer names the
+//! transaction it settled, and a slot that holds another (a commit settled
+//! twice, as when an applied commit whose answer was lost is retried in
+//! place after the writer took the slot again) stays taken.
+//!
 //! Kept by the sink, shared by its writers and committers in this process,
 //! and set again at every start from what the restored checkpoint holds
 //! (its committables' slots are taken until committed; every other
 //! transaction of the lineage was aborted by the start).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use tokio::sync::Notify;
 
-/// The taken slots of every subtask.
+/// The transaction a slot holds: its producer id and epoch, or `None`
+/// while the writer is beginning it.
+pub(crate) type Holder = Option<(i64, i16)>;
+
+/// The taken slots of every subtask, with the transaction each holds.
 #[derive(Debug)]
 pub(crate) struct Slots {
     size: u32,
-    taken: Mutex<HashMap<usize, BTreeSet<u32>>>,
+    taken: Mutex<HashMap<usize, BTreeMap<u32, Holder>>>,
     freed: Notify,
 }
 
@@ -38,13 +47,13 @@ impl Slots {
         }
     }
 
-    /// Sets the taken slots to `taken` (subtask, slot), all others free.
-    /// Called at every start of the job.
-    pub(crate) fn reset(&self, taken: impl IntoIterator<Item = (usize, u32)>) {
+    /// Sets the taken slots to `taken` (subtask, slot, transaction), all
+    /// others free. Called at every start of the job.
+    pub(crate) fn reset(&self, taken: impl IntoIterator<Item = (usize, u32, Holder)>) {
         let mut map = self.lock();
         map.clear();
-        for (subtask, slot) in taken {
-            map.entry(subtask).or_default().insert(slot);
+        for (subtask, slot, holder) in taken {
+            map.entry(subtask).or_default().insert(slot, holder);
         }
         drop(map);
         self.freed.notify_waiters();
@@ -61,8 +70,8 @@ impl Slots {
             {
                 let mut map = self.lock();
                 let taken = map.entry(subtask).or_default();
-                if let Some(slot) = (0..self.size).find(|s| !taken.contains(s)) {
-                    taken.insert(slot);
+                if let Some(slot) = (0..self.size).find(|s| !taken.contains_key(s)) {
+                    taken.insert(slot, None);
                     return slot;
                 }
             }
@@ -70,16 +79,27 @@ impl Slots {
         }
     }
 
-    /// Gives `slot` of `subtask` back. Called by committers once a commit
-    /// is settled, and by a writer whose transaction could not begin.
-    pub(crate) fn give_back(&self, subtask: usize, slot: u32) {
-        if let Some(taken) = self.lock().get_mut(&subtask) {
-            taken.remove(&slot);
+    /// Records that `slot` of `subtask` holds the transaction `holder`.
+    /// Called by the writer once its transaction began.
+    pub(crate) fn hold(&self, subtask: usize, slot: u32, holder: Holder) {
+        self.lock().entry(subtask).or_default().insert(slot, holder);
+    }
+
+    /// Gives `slot` of `subtask` back if it still holds `holder`. Called by
+    /// committers once the commit of `holder` is settled, and by a writer
+    /// whose transaction could not begin (`None`).
+    pub(crate) fn give_back(&self, subtask: usize, slot: u32, holder: Holder) {
+        let mut map = self.lock();
+        if let Some(taken) = map.get_mut(&subtask) {
+            if taken.get(&slot) == Some(&holder) {
+                taken.remove(&slot);
+            }
         }
+        drop(map);
         self.freed.notify_waiters();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, BTreeSet<u32>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, BTreeMap<u32, Holder>>> {
         self.taken.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -94,8 +114,9 @@ mod tests {
     #[tokio::test]
     async fn a_slot_is_not_handed_out_again_before_it_is_given_back() {
         let slots = Arc::new(Slots::new(2));
-        slots.reset([(0, 0)]);
+        slots.reset([(0, 0, Some((7, 1)))]);
         assert_eq!(slots.take(0).await, 1);
+        slots.hold(0, 1, Some((7, 2)));
         assert_eq!(slots.take(1).await, 0, "subtasks have pools of their own");
         // Both of subtask 0's slots are taken: the next writer waits.
         let waiting = tokio::spawn({
@@ -104,7 +125,11 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiting.is_finished(), "no slot was free");
-        slots.give_back(0, 0);
+        // A transaction the slot no longer holds gives nothing back.
+        slots.give_back(0, 0, Some((7, 0)));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "slot 0 holds another transaction");
+        slots.give_back(0, 0, Some((7, 1)));
         let slot = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("woken when a slot was given back")

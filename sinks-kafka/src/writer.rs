@@ -157,13 +157,21 @@ impl KafkaWriter {
         )
         .await
         {
-            Ok(transaction) => Ok(Open {
-                transaction,
-                slot,
-                records: 0,
-            }),
+            Ok(transaction) => {
+                let identity = transaction.identity();
+                self.slots.hold(
+                    self.subtask,
+                    slot,
+                    Some((identity.producer_id, identity.epoch)),
+                );
+                Ok(Open {
+                    transaction,
+                    slot,
+                    records: 0,
+                })
+            }
             Err(error) => {
-                self.slots.give_back(self.subtask, slot);
+                self.slots.give_back(self.subtask, slot, None);
                 Err(self
                     .owner
                     .explain(format!("beginning a transaction of {id}"), error)
