@@ -9,8 +9,9 @@ use std::time::Duration;
 use crate::marker::{self, Marker};
 use crate::read::read_committed;
 use crate::recovery::lineage_transactions;
+use crate::session::record;
 use crate::topic::Topic;
-use crate::transaction::{describe, end, init_producer_id, record, Transaction};
+use crate::transaction::{describe, end, init_producer_id, Transaction};
 use crate::wire::{ClientConfig, Cluster};
 
 fn brokers() -> String {

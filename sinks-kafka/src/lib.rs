@@ -37,6 +37,8 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod baseline;
+mod batcher;
 mod committer;
 mod errors;
 mod marker;
@@ -45,6 +47,7 @@ mod owner;
 mod read;
 mod record;
 mod recovery;
+mod session;
 mod settings;
 mod sink;
 mod slots;
@@ -54,6 +57,7 @@ mod transaction;
 mod wire;
 mod writer;
 
+pub use baseline::IdempotentProducer;
 pub use committer::KafkaCommitter;
 pub use names::TransactionalIdName;
 pub use read::{open_transactions, read_committed, CommittedMessage, CommittedTopic};
@@ -61,6 +65,7 @@ pub use record::KafkaRecord;
 pub use settings::KafkaSinkBuilder;
 pub use sink::{ConnectError, KafkaSink};
 pub use stats::KafkaStats;
+pub use topic::delete_topic;
 pub use transaction::TransactionIdentity;
 pub use wire::WireError;
 pub use writer::{KafkaCommittable, KafkaWriter};

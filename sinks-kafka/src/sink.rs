@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use sink_api::{InitContext, JobStart, Sink, SinkError};
 use tracing::info;
 
+use crate::batcher::Batcher;
 use crate::committer::KafkaCommitter;
 use crate::errors::sink_error;
 use crate::names::check_prefix;
@@ -19,7 +20,7 @@ use crate::slots::Slots;
 use crate::stats::{KafkaStats, Stats};
 use crate::topic::{Found, Topic};
 use crate::wire::{ClientConfig, Cluster, WireError};
-use crate::writer::{Batch, KafkaCommittable, KafkaWriter};
+use crate::writer::{KafkaCommittable, KafkaWriter};
 
 /// Why [`KafkaSinkBuilder::connect`] refused.
 #[derive(Debug, thiserror::Error)]
@@ -303,8 +304,12 @@ impl Sink for KafkaSink {
             prefix,
             lineage: context.lineage.as_str().to_string(),
             subtask: context.subtask_index,
-            sticky: context.subtask_index % partitions,
-            batches: (0..partitions).map(|_| Batch::default()).collect(),
+            batcher: Batcher::new(
+                partitions,
+                context.subtask_index,
+                self.settings.batch_bytes,
+                self.settings.max_record_bytes,
+            ),
             open: None,
         })
     }

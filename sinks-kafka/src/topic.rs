@@ -5,10 +5,53 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
+use kafka_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest, TopicName};
 
 use crate::transaction::{millis, str_bytes};
-use crate::wire::{Cluster, WireError};
+use crate::wire::{ClientConfig, Cluster, WireError};
+
+/// Deletes `topic` on the cluster reached through `brokers`, and waits
+/// until the cluster no longer knows it; `false` if it did not exist.
+/// Called by demos that start over (`--fresh`); every record of the topic
+/// is gone, committed or not.
+pub async fn delete_topic(brokers: &str, topic: &str) -> Result<bool, WireError> {
+    let cluster = Cluster::new(ClientConfig {
+        bootstrap: brokers.split(',').map(|b| b.trim().to_string()).collect(),
+        client_id: "eo-kafka-admin".to_string(),
+        connect_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(30),
+    });
+    let request = DeleteTopicsRequest::default()
+        .with_topic_names(vec![TopicName(str_bytes(topic))])
+        .with_timeout_ms(millis(cluster.config.request_timeout));
+    let link = cluster.any().await?;
+    let answer = cluster.call(&link, &request).await?;
+    for result in &answer.responses {
+        match ResponseError::try_from_code(result.error_code) {
+            None => {}
+            Some(ResponseError::UnknownTopicOrPartition) => return Ok(false),
+            Some(code) => {
+                return Err(WireError::Broker {
+                    api: "DeleteTopics",
+                    subject: format!("topic {topic}"),
+                    code,
+                    message: result.error_message.as_ref().map(|m| m.to_string()),
+                })
+            }
+        }
+    }
+    let deadline = Instant::now() + cluster.config.request_timeout;
+    while Topic::describe(&cluster, topic).await?.is_some() {
+        if Instant::now() >= deadline {
+            return Err(WireError::Protocol(format!(
+                "the topic {topic} still exists {:?} after its deletion",
+                cluster.config.request_timeout
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(true)
+}
 
 /// A topic as the last metadata described it.
 #[derive(Debug, Clone)]

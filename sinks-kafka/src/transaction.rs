@@ -23,31 +23,24 @@
 //! again. No batch is retried inside a transaction, so no sequence gap or
 //! reordering can arise.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::error::ResponseError;
-use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
-    GroupId, InitProducerIdRequest, ProduceRequest, ProduceResponse, ProducerId, TopicName,
-    TransactionalId, TxnOffsetCommitRequest,
+    GroupId, InitProducerIdRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Record;
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinHandle;
 use tracing::debug;
 
+use crate::session::Session;
 use crate::wire::{Cluster, CoordinatorKind, WireError};
 
 /// Who a transaction is: what the committer needs to end it from any
@@ -85,21 +78,13 @@ pub(crate) struct TransactionState {
 /// transaction of the id is still completing, or that it is moving.
 const BUSY_RETRY: Duration = Duration::from_millis(50);
 
-/// Produce requests of one transaction in flight at once (Kafka keeps the
-/// order and deduplicates within 5 per partition).
-const MAX_IN_FLIGHT: usize = 5;
-
 /// An open transaction of one transactional id, writing to one topic.
 #[derive(Debug)]
 pub(crate) struct Transaction {
-    cluster: Arc<Cluster>,
-    topic: Arc<str>,
+    session: Session,
     identity: TransactionIdentity,
     added: HashSet<i32>,
-    /// The next sequence number of each partition.
-    sequences: HashMap<i32, i32>,
-    in_flight: VecDeque<JoinHandle<Result<(), WireError>>>,
-    /// Whether the commit marker's offsets were added.
+    /// Whether the commit marker's group was added.
     offsets_added: bool,
 }
 
@@ -116,16 +101,19 @@ impl Transaction {
     ) -> Result<Transaction, WireError> {
         let (producer_id, epoch) = init_producer_id(&cluster, transactional_id, timeout).await?;
         Ok(Transaction {
-            cluster,
-            topic,
+            session: Session::new(
+                cluster,
+                topic,
+                Some(transactional_id.to_string()),
+                producer_id,
+                epoch,
+            ),
             identity: TransactionIdentity {
                 transactional_id: transactional_id.to_string(),
                 producer_id,
                 epoch,
             },
             added: HashSet::new(),
-            sequences: HashMap::new(),
-            in_flight: VecDeque::new(),
             offsets_added: false,
         })
     }
@@ -135,15 +123,14 @@ impl Transaction {
         &self.identity
     }
 
-    /// Sends `records` to `partition` as one batch (or more, if the encoder
-    /// splits it), adding the partition to the transaction first. Returns
-    /// once the request is queued; [`flush`](Self::flush) waits for the
-    /// answers. `leader` is the partition's leader.
+    /// Sends `records` to `partition` (led by broker `leader`), adding the
+    /// partition to the transaction first. Returns once the request is
+    /// queued; [`flush`](Self::flush) waits for the answers.
     pub(crate) async fn send(
         &mut self,
         partition: i32,
         leader: i32,
-        mut records: Vec<Record>,
+        records: Vec<Record>,
     ) -> Result<(), WireError> {
         if records.is_empty() {
             return Ok(());
@@ -151,70 +138,16 @@ impl Transaction {
         if !self.added.contains(&partition) {
             self.add_partition(partition).await?;
         }
-        let sequence = self.sequences.entry(partition).or_insert(0);
-        let count = i32::try_from(records.len())
-            .map_err(|_| WireError::Protocol("a batch of more than 2^31 records".into()))?;
-        for (i, record) in records.iter_mut().enumerate() {
-            let i = i as i32;
-            record.producer_id = self.identity.producer_id;
-            record.producer_epoch = self.identity.epoch;
-            record.sequence = sequence.wrapping_add(i) & i32::MAX;
-            record.offset = i64::from(i);
-        }
-        *sequence = sequence.wrapping_add(count) & i32::MAX;
-        let mut batch = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut batch,
-            records.iter(),
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .map_err(|e| WireError::Encode {
-            api: "Produce",
-            reason: e.to_string(),
-        })?;
-        let request = ProduceRequest::default()
-            .with_transactional_id(Some(TransactionalId(str_bytes(
-                &self.identity.transactional_id,
-            ))))
-            .with_acks(-1)
-            .with_timeout_ms(millis(self.cluster.config.request_timeout))
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(str_bytes(&self.topic)))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(batch.freeze()))])]);
-        while self.in_flight.len() >= MAX_IN_FLIGHT {
-            self.wait_oldest().await?;
-        }
-        let link = self.cluster.broker(leader).await?;
-        let answer = self.cluster.send(&link, &request).await?;
-        let timeout = self.cluster.config.request_timeout;
-        let topic = self.topic.clone();
-        self.in_flight.push_back(tokio::spawn(async move {
-            let answer = answer.wait(timeout).await?;
-            check_produce(&answer, &topic, partition)
-        }));
-        Ok(())
+        self.session.send(partition, leader, records).await
     }
 
-    async fn wait_oldest(&mut self) -> Result<(), WireError> {
-        if let Some(task) = self.in_flight.pop_front() {
-            task.await
-                .map_err(|e| WireError::Protocol(format!("a produce task failed: {e}")))??;
-        }
-        Ok(())
-    }
-
-    /// Waits until every batch sent was written (acknowledged by every
-    /// in-sync replica).
+    /// Waits until every batch sent was written.
     pub(crate) async fn flush(&mut self) -> Result<(), WireError> {
-        while !self.in_flight.is_empty() {
-            self.wait_oldest().await?;
-        }
-        Ok(())
+        self.session.flush().await
+    }
+
+    fn cluster(&self) -> &Arc<Cluster> {
+        &self.session.cluster
     }
 
     async fn add_partition(&mut self, partition: i32) -> Result<(), WireError> {
@@ -225,10 +158,10 @@ impl Transaction {
             .with_v3_and_below_producer_id(ProducerId(self.identity.producer_id))
             .with_v3_and_below_producer_epoch(self.identity.epoch)
             .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-                .with_name(TopicName(str_bytes(&self.topic)))
+                .with_name(TopicName(str_bytes(&self.session.topic)))
                 .with_partitions(vec![partition])]);
         let id = self.identity.transactional_id.clone();
-        let subject = format!("{id} on {}/{partition}", self.topic);
+        let subject = format!("{id} on {}/{partition}", self.session.topic);
         self.with_coordinator(&id, |cluster, link| {
             let request = &request;
             let subject = subject.clone();
@@ -289,20 +222,20 @@ impl Transaction {
             .with_producer_epoch(self.identity.epoch)
             .with_generation_id(-1)
             .with_topics(vec![TxnOffsetCommitRequestTopic::default()
-                .with_name(TopicName(str_bytes(&self.topic)))
+                .with_name(TopicName(str_bytes(&self.session.topic)))
                 .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
                     .with_partition_index(0)
                     .with_committed_offset(offset)
                     .with_committed_leader_epoch(-1)
                     .with_committed_metadata(Some(str_bytes(metadata)))])]);
-        let deadline = Instant::now() + self.cluster.config.request_timeout;
+        let deadline = Instant::now() + self.cluster().config.request_timeout;
         loop {
             let link = self
-                .cluster
+                .cluster()
                 .coordinator(CoordinatorKind::Group, group)
                 .await?;
             let result = async {
-                let answer = self.cluster.call(&link, &request).await?;
+                let answer = self.cluster().call(&link, &request).await?;
                 for topic in &answer.topics {
                     for partition in &topic.partitions {
                         WireError::check(
@@ -318,7 +251,7 @@ impl Transaction {
             match result {
                 Err(error) if error.is_retriable() && Instant::now() < deadline => {
                     if error.is_misdirected() {
-                        self.cluster
+                        self.cluster()
                             .forget_coordinator(CoordinatorKind::Group, group)
                             .await;
                     }
@@ -336,8 +269,8 @@ impl Transaction {
         F: Fn(Arc<Cluster>, Arc<crate::wire::Link>) -> Fut,
         Fut: std::future::Future<Output = Result<(), WireError>>,
     {
-        with_transaction_coordinator(&self.cluster, id, |link| {
-            request(self.cluster.clone(), link)
+        with_transaction_coordinator(self.cluster(), id, |link| {
+            request(self.cluster().clone(), link)
         })
         .await
     }
@@ -449,46 +382,6 @@ pub(crate) async fn describe(cluster: &Cluster, id: &str) -> Result<TransactionS
         }
     })
     .await
-}
-
-/// A record of the sink's, as the batch encoder takes it.
-pub(crate) fn record(key: Option<Bytes>, value: Bytes, timestamp: i64) -> Record {
-    Record {
-        transactional: true,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: 0,
-        timestamp,
-        key,
-        value: Some(value),
-        headers: IndexMap::new(),
-    }
-}
-
-fn check_produce(answer: &ProduceResponse, topic: &str, partition: i32) -> Result<(), WireError> {
-    for topic_answer in &answer.responses {
-        for p in &topic_answer.partition_responses {
-            if let Some(code) = ResponseError::try_from_code(p.error_code) {
-                return Err(WireError::Broker {
-                    api: "Produce",
-                    subject: format!("{topic}/{}", p.index),
-                    code,
-                    message: p.error_message.as_ref().map(|m| m.to_string()),
-                });
-            }
-        }
-    }
-    if answer.responses.is_empty() {
-        return Err(WireError::Protocol(format!(
-            "Produce to {topic}/{partition} was answered without a result"
-        )));
-    }
-    Ok(())
 }
 
 pub(crate) fn str_bytes(s: &str) -> StrBytes {

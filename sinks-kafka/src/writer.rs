@@ -14,23 +14,21 @@
 //! empty transactions.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use kafka_protocol::records::Record;
 use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, SinkError, SinkWriter};
 
+use crate::batcher::{Batcher, TooLarge};
 use crate::marker::Marker;
 use crate::names::TransactionalIdName;
 use crate::owner::Owner;
-use crate::record::{partition_of_key, KafkaRecord};
+use crate::record::KafkaRecord;
 use crate::settings::Settings;
 use crate::slots::Slots;
 use crate::stats::Stats;
 use crate::topic::Topic;
-use crate::transaction::{record, Transaction, TransactionIdentity};
+use crate::transaction::{Transaction, TransactionIdentity};
 use crate::wire::Cluster;
 
 /// A prepared transaction: what the committer needs to commit it, from
@@ -65,9 +63,7 @@ pub struct KafkaWriter {
     pub(crate) prefix: String,
     pub(crate) lineage: String,
     pub(crate) subtask: usize,
-    /// The partition records without a key go to now.
-    pub(crate) sticky: usize,
-    pub(crate) batches: Vec<Batch>,
+    pub(crate) batcher: Batcher,
     pub(crate) open: Option<Open>,
 }
 
@@ -84,13 +80,6 @@ impl std::fmt::Debug for KafkaWriter {
     }
 }
 
-/// The records of one partition waiting to be sent.
-#[derive(Debug, Default)]
-pub(crate) struct Batch {
-    records: Vec<Record>,
-    bytes: usize,
-}
-
 /// The subtask's open transaction.
 #[derive(Debug)]
 pub(crate) struct Open {
@@ -100,17 +89,11 @@ pub(crate) struct Open {
 }
 
 impl KafkaWriter {
-    fn now_ms() -> i64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-    }
-
     /// Sends the batch of `partition`, beginning a transaction first if
     /// none is open.
     async fn send(&mut self, partition: usize) -> Result<(), SinkError> {
-        let batch = std::mem::take(&mut self.batches[partition]);
-        if batch.records.is_empty() {
+        let records = self.batcher.take(partition);
+        if records.is_empty() {
             return Ok(());
         }
         if self.open.is_none() {
@@ -119,11 +102,11 @@ impl KafkaWriter {
         let Some(open) = self.open.as_mut() else {
             return Ok(());
         };
-        open.records += batch.records.len() as u64;
+        open.records += records.len() as u64;
         let leader = self.topic.leaders[partition];
         let sent = open
             .transaction
-            .send(partition as i32, leader, batch.records)
+            .send(partition as i32, leader, records)
             .await;
         if let Err(error) = sent {
             let doing = format!(
@@ -132,9 +115,6 @@ impl KafkaWriter {
                 open.transaction.identity()
             );
             return Err(self.owner.explain(doing, error).await);
-        }
-        if partition == self.sticky {
-            self.sticky = (self.sticky + 1) % self.batches.len();
         }
         Ok(())
     }
@@ -192,39 +172,27 @@ impl SinkWriter for KafkaWriter {
     }
 
     async fn write_batch(&mut self, records: Vec<KafkaRecord>) -> Result<(), SinkError> {
-        let now = Self::now_ms();
-        let partitions = self.batches.len();
+        let now = Batcher::now_ms();
         for input in records {
-            let size = input.size();
-            if size > self.settings.max_record_bytes {
-                return Err(SinkError::msg(format!(
-                    "a record of {size} bytes is larger than the sink sends ({} bytes, \
-                     KafkaSinkBuilder::max_record_bytes; the broker's message.max.bytes and the \
-                     topic's max.message.bytes bound it): split it, or raise both",
-                    self.settings.max_record_bytes
-                ))
-                .permanent());
-            }
-            let partition = match &input.key {
-                Some(key) => partition_of_key(key, partitions),
-                None => self.sticky,
-            };
-            let batch = &mut self.batches[partition];
-            batch.bytes += size;
-            batch.records.push(record(
-                input.key.map(Bytes::from),
-                Bytes::from(input.value),
-                now,
-            ));
-            if batch.bytes >= self.settings.batch_bytes {
-                self.send(partition).await?;
+            match self.batcher.push(input, now) {
+                Ok(None) => {}
+                Ok(Some(full)) => self.send(full).await?,
+                Err(TooLarge(size)) => {
+                    return Err(SinkError::msg(format!(
+                        "a record of {size} bytes is larger than the sink sends ({} bytes, \
+                         KafkaSinkBuilder::max_record_bytes; the broker's message.max.bytes and \
+                         the topic's max.message.bytes bound it): split it, or raise both",
+                        self.settings.max_record_bytes
+                    ))
+                    .permanent())
+                }
             }
         }
         Ok(())
     }
 
     async fn flush(&mut self, _end_of_input: bool) -> Result<(), SinkError> {
-        for partition in 0..self.batches.len() {
+        for partition in 0..self.batcher.partitions() {
             self.send(partition).await?;
         }
         Ok(())
@@ -235,7 +203,7 @@ impl SinkWriter for KafkaWriter {
         checkpoint_id: CheckpointId,
     ) -> Result<Vec<KafkaCommittable>, SinkError> {
         // `flush` ran right before; a direct caller may not have.
-        for partition in 0..self.batches.len() {
+        for partition in 0..self.batcher.partitions() {
             self.send(partition).await?;
         }
         let Some(mut open) = self.open.take() else {

@@ -59,6 +59,7 @@ calls! {
     ApiVersionsRequest => ApiVersionsResponse, ApiVersions, 0..=2;
     MetadataRequest => MetadataResponse, Metadata, 1..=12;
     CreateTopicsRequest => CreateTopicsResponse, CreateTopics, 2..=7;
+    DeleteTopicsRequest => DeleteTopicsResponse, DeleteTopics, 1..=5;
     FindCoordinatorRequest => FindCoordinatorResponse, FindCoordinator, 1..=3;
     InitProducerIdRequest => InitProducerIdResponse, InitProducerId, 0..=4;
     AddPartitionsToTxnRequest => AddPartitionsToTxnResponse, AddPartitionsToTxn, 0..=3;
