@@ -1,6 +1,6 @@
 //! The demos, run as a user runs them. One executable, each file a module;
 //! the demos of other destinations with their features (`s3`,
-//! `postgres`, `delta`). The custom sink's certification is in
+//! `postgres`, `delta`, `kafka`). The custom sink's certification is in
 //! `tests/crashes`.
 
 #[cfg(feature = "delta")]
@@ -8,6 +8,8 @@ mod delta_sink_demo;
 mod file_sink_demo;
 #[cfg(feature = "s3")]
 mod file_sink_demo_s3;
+#[cfg(feature = "kafka")]
+mod kafka_sink_demo;
 mod output;
 #[cfg(feature = "postgres")]
 mod postgres_sink_demo;

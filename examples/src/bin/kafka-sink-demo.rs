@@ -1,0 +1,280 @@
+//! The Kafka sink demo: the file sink demo's records, into a Kafka topic,
+//! committed exactly once with Kafka transactions.
+//!
+//! ```text
+//! cargo run --release -p examples --features kafka --bin kafka-sink-demo -- \
+//!     --brokers 127.0.0.1:9092 --topic demo-records --records 1000000 --json --fresh
+//! ```
+//!
+//! Each record is one message whose value is the file demo's line without
+//! its newline: the id in 20 digits, a comma, filler up to
+//! `--record-size` bytes. The topic is created when missing (with
+//! `--partitions` partitions, by default the parallelism); the checkpoints
+//! live in `--state`, so the same command run again after a crash (even
+//! SIGKILL) resumes, and commits the transactions the crashed process had
+//! prepared. The summary reads the topic back as a `read_committed`
+//! consumer does and checks that every id is there once; `--baseline`
+//! first writes the same records with a plain idempotent producer, for the
+//! ratio.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use examples::demo_line::DemoLine;
+use sink_cli::flags::parse_duration;
+use sink_runtime::source::Source;
+use sink_runtime::{CheckpointConfig, Job, JobStatus, LocalCheckpointStorage, SequenceSource};
+use sinks_kafka::{
+    delete_topic, open_transactions, read_committed, IdempotentProducer, KafkaRecord, KafkaSink,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "Two-phase-commit Kafka sink demo: the demo's records into a topic, exactly once"
+)]
+struct Args {
+    /// The brokers to start from, host:port, several separated by commas.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    /// The topic; created when missing.
+    #[arg(long, default_value = "kafka-demo-records")]
+    topic: String,
+    /// Partitions of the topic when the demo creates it. Default: the
+    /// parallelism.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    partitions: Option<u32>,
+    /// Where the checkpoints are kept.
+    #[arg(long, default_value = "./kafka-demo-state")]
+    state: PathBuf,
+    /// Records, with ids 0..N over all subtasks.
+    #[arg(long, default_value_t = 160)]
+    records: u64,
+    /// Subtasks (each with its own transactions).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    parallelism: u64,
+    /// Time between checkpoints, such as 1s or 200ms, or `off`.
+    #[arg(long, default_value = "1s")]
+    checkpoint_interval: String,
+    /// Bytes per record (at least 21).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(21..=1_000_000))]
+    record_size: u64,
+    /// Records per second per subtask (0: as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Delete the topic and the checkpoints first, and start over.
+    #[arg(long)]
+    fresh: bool,
+    /// Also write the same records with a plain idempotent producer (no
+    /// transactions, no checkpoints) into a scratch topic, and report both
+    /// rates.
+    #[arg(long)]
+    baseline: bool,
+    /// Print one JSON object with the results on the last line of stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The message of record `id`: the file demo's line without its newline.
+fn message(line: DemoLine, id: u64) -> KafkaRecord {
+    let mut value = Vec::with_capacity(line.record_size + 1);
+    line.append(id, &mut value);
+    value.pop();
+    KafkaRecord::new(value)
+}
+
+/// Writes the records with a plain idempotent producer into `<topic>-baseline`
+/// (made anew); returns records per second.
+async fn baseline(args: &Args, partitions: u32, line: DemoLine) -> anyhow::Result<f64> {
+    let scratch = format!("{}-baseline", args.topic);
+    delete_topic(&args.brokers, &scratch).await?;
+    let mut producer = IdempotentProducer::connect(&args.brokers, &scratch, partitions).await?;
+    let started = Instant::now();
+    let mut ids = 0..args.records;
+    loop {
+        let chunk: Vec<KafkaRecord> = ids
+            .by_ref()
+            .take(4096)
+            .map(|id| message(line, id))
+            .collect();
+        if chunk.is_empty() {
+            break;
+        }
+        producer.send_batch(chunk).await?;
+    }
+    producer.flush().await?;
+    let seconds = started.elapsed().as_secs_f64();
+    delete_topic(&args.brokers, &scratch).await?;
+    Ok(args.records as f64 / seconds.max(1e-9))
+}
+
+/// Peak resident memory of this process so far, from /proc (Linux).
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// With the `kafka-pause-points` feature, `EO_PAUSE_AT=<point>` stops the
+/// process at that crash point (announced on stderr) for a minute, so that
+/// a test can kill it there with SIGKILL: `kafka-before-end-txn` is after
+/// the checkpoint completed and before the transaction's commit.
+fn pause_points() {
+    #[cfg(feature = "kafka-pause-points")]
+    if let Ok(point) = std::env::var("EO_PAUSE_AT") {
+        let name = point.clone();
+        let set = fail::cfg_callback(point, move || {
+            eprintln!("paused at {name}");
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        });
+        if let Err(e) = set {
+            eprintln!("EO_PAUSE_AT: {e}");
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    sink_cli::flags::init_tracing();
+    pause_points();
+    let args = Args::parse();
+    let parallelism = args.parallelism as usize;
+    let partitions = args.partitions.unwrap_or(args.parallelism as u32);
+    let job = format!("kafka-sink-demo-{}", args.topic);
+    let checkpoint_interval = match args.checkpoint_interval.as_str() {
+        "off" => None,
+        text => Some(parse_duration(text).map_err(anyhow::Error::msg)?),
+    };
+    let line = DemoLine {
+        record_size: args.record_size as usize,
+    };
+    if args.fresh {
+        delete_topic(&args.brokers, &args.topic)
+            .await
+            .with_context(|| format!("deleting the topic {}", args.topic))?;
+        if args.state.exists() {
+            std::fs::remove_dir_all(&args.state)
+                .with_context(|| format!("removing {}", args.state.display()))?;
+        }
+    }
+    let baseline_rate = match args.baseline {
+        true => Some(baseline(&args, partitions, line).await?),
+        false => None,
+    };
+    let sink = KafkaSink::builder(&args.brokers, &args.topic)
+        .partitions(partitions)
+        .connect()
+        .await?;
+    let stats = sink.stats_handle();
+    let source = SequenceSource::bounded(args.records)
+        .paced(args.rate)
+        .map(move |id| message(line, id));
+    let storage = LocalCheckpointStorage::open(&args.state)
+        .with_context(|| format!("opening the state directory {}", args.state.display()))?;
+    let builder = Job::builder(job.clone(), source, sink)
+        .parallelism(parallelism)
+        .checkpoint_storage(storage);
+    let builder = match checkpoint_interval {
+        Some(interval) => builder.checkpointing(CheckpointConfig::every(interval)),
+        None => builder,
+    };
+    let started = Instant::now();
+    let report = builder.build()?.run().await?;
+    let wall = started.elapsed();
+    if report.status == JobStatus::AlreadyFinished {
+        eprintln!(
+            "the job in {} has finished already; nothing was written (pass --fresh to start over)",
+            args.state.display()
+        );
+    }
+    let read = read_committed(&args.brokers, &args.topic)
+        .await
+        .with_context(|| format!("reading {} back", args.topic))?;
+    let mut ids: Vec<u64> = Vec::with_capacity(read.messages.len());
+    for m in &read.messages {
+        let id = std::str::from_utf8(&m.value)
+            .ok()
+            .and_then(|v| v.split(',').next())
+            .and_then(|id| id.parse().ok());
+        match id {
+            Some(id) => ids.push(id),
+            None => bail!(
+                "{}/{} offset {} is not a demo record",
+                args.topic,
+                m.partition,
+                m.offset
+            ),
+        }
+    }
+    let committed = ids.len() as u64;
+    ids.sort_unstable();
+    ids.dedup();
+    let distinct = ids.len() as u64;
+    if distinct != committed {
+        bail!(
+            "{} holds {committed} committed messages but only {distinct} distinct ids",
+            args.topic
+        );
+    }
+    let open = open_transactions(&args.brokers, &format!("{job}."))
+        .await
+        .context("listing the job's open transactions")?;
+    let m = &report.metrics;
+    let wall_s = wall.as_secs_f64();
+    let rate = if wall_s > 0.0 {
+        m.records_written as f64 / wall_s
+    } else {
+        0.0
+    };
+    let s = stats();
+    if args.json {
+        let summary = serde_json::json!({
+            "status": format!("{:?}", report.status),
+            "records": args.records,
+            "parallelism": parallelism,
+            "partitions": partitions,
+            "written": m.records_written,
+            "committed": committed,
+            "prepare_commit_calls": m.prepare_commit_calls,
+            "commit_calls": m.commit_calls,
+            "checkpoints_completed": m.checkpoints_completed,
+            "transactions_committed": s.transactions_committed,
+            "already_committed": s.already_committed,
+            "aborted_at_start": s.aborted_at_start,
+            "open_transactions": open,
+            "open_partitions": read.open_partitions,
+            "wall_s": wall_s,
+            "records_per_s": rate,
+            "baseline_idempotent_records_per_s": baseline_rate,
+            "ratio_to_baseline": baseline_rate.map(|b| rate / b),
+            "peak_rss_bytes": peak_rss_bytes(),
+            "losses": sink_cli::flags::losses_json(&report),
+        });
+        println!("{summary}");
+    } else {
+        println!(
+            "{:?}: written {}, committed {} messages in {} (read back read_committed), {} \
+             transactions committed, {} checkpoints, {:.2} s, {:.0} records/s, {} transactions \
+             of the job open",
+            report.status,
+            m.records_written,
+            committed,
+            args.topic,
+            s.transactions_committed,
+            m.checkpoints_completed,
+            wall_s,
+            rate,
+            open.len()
+        );
+        if let Some(base) = baseline_rate {
+            println!(
+                "baseline: a plain idempotent producer of the same records: {base:.0} records/s \
+                 (the sink: {:.2}x)",
+                rate / base
+            );
+        }
+    }
+    sink_cli::flags::fail_if_output_lost(&report)
+}
