@@ -72,3 +72,5 @@ pub use writer::{KafkaCommittable, KafkaWriter};
 
 #[cfg(all(test, feature = "kafka-tests"))]
 mod broker_tests;
+#[cfg(all(test, feature = "kafka-tests"))]
+mod fault_tests;

@@ -329,3 +329,51 @@ impl Sink for KafkaSink {
         Some(self.settings.transaction_timeout)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_broker_is_named_with_the_reason() {
+        // Nothing listens on port 1: the connection is refused at once.
+        let error = KafkaSink::builder("127.0.0.1:1", "t")
+            .connect()
+            .await
+            .expect_err("nothing listens on port 1");
+        let message = error.to_string();
+        assert!(matches!(error, ConnectError::Cluster { .. }), "{error:?}");
+        assert!(
+            message.starts_with(
+                "cannot reach the Kafka cluster at 127.0.0.1:1: no Kafka broker of 127.0.0.1:1 \
+                 could be reached (check the address, and that the broker listens there): cannot \
+                 connect to the Kafka broker 127.0.0.1:1: "
+            ),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_settings_are_refused_before_any_connection_naming_the_fix() {
+        for (builder, expected) in [
+            (KafkaSink::builder("", "t"), "no Kafka broker given"),
+            (
+                KafkaSink::builder("localhost", "t"),
+                "\"localhost\" is not host:port",
+            ),
+            (KafkaSink::builder("h:1", "a b"), "not a valid topic name"),
+            (
+                KafkaSink::builder("h:1", "t").pool_size(1),
+                "use at least 2",
+            ),
+            (
+                KafkaSink::builder("h:1", "t").transactional_id_prefix("a/b"),
+                "transactional_id_prefix",
+            ),
+        ] {
+            let error = builder.connect().await.expect_err(expected);
+            assert!(matches!(error, ConnectError::Setting(_)), "{error:?}");
+            assert!(error.to_string().contains(expected), "{error}");
+        }
+    }
+}

@@ -17,4 +17,5 @@ mod simulation;
 mod slow_committer;
 mod start_hook;
 mod state_directory;
+mod uncommitted_lifetime;
 mod write_up_modes;
