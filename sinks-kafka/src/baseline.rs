@@ -10,9 +10,9 @@ use std::time::Duration;
 use kafka_protocol::messages::{InitProducerIdRequest, ProducerId};
 
 use crate::batcher::{Batcher, TooLarge};
+use crate::errors::ConnectError;
 use crate::record::KafkaRecord;
 use crate::session::Session;
-use crate::sink::ConnectError;
 use crate::topic::Topic;
 use crate::wire::{ClientConfig, Cluster, WireError};
 

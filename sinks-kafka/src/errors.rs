@@ -7,6 +7,39 @@ use sink_api::SinkError;
 
 use crate::wire::WireError;
 
+/// Why [`KafkaSinkBuilder::connect`](crate::KafkaSinkBuilder::connect) refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// A setting out of its range.
+    #[error("{0}")]
+    Setting(String),
+    /// The cluster could not be reached, or answered with an error.
+    #[error("cannot reach the Kafka cluster at {brokers}: {source}")]
+    Cluster {
+        /// The bootstrap brokers.
+        brokers: String,
+        /// Why.
+        #[source]
+        source: WireError,
+    },
+    /// The topic is missing and could not be created.
+    #[error(
+        "the topic {topic} does not exist and cannot be created with {partitions} partitions \
+         (create it yourself, or give the sink's principal the CREATE ACL, or fix the partitions \
+         and replication factor): {source}"
+    )]
+    CreateTopic {
+        /// The topic.
+        topic: String,
+        /// The partitions asked for.
+        partitions: i32,
+        /// The broker's refusal.
+        #[source]
+        source: WireError,
+    },
+}
+
 /// `error`, while doing `doing`, as a [`SinkError`] of the right class,
 /// with the fix named where there is one.
 pub(crate) fn sink_error(doing: impl Into<String>, error: WireError) -> SinkError {

@@ -6,7 +6,6 @@
 //! created. Inside the crate: some reach the client to do what the broker
 //! or another instance would.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +16,8 @@ use sink_runtime::{
     SequenceSource,
 };
 
+use crate::errors::ConnectError;
 use crate::read::{open_transactions, read_committed};
-use crate::sink::ConnectError;
 use crate::transaction::init_producer_id;
 use crate::wire::{ClientConfig, Cluster};
 use crate::{KafkaRecord, KafkaSink};

@@ -39,6 +39,7 @@
 
 mod baseline;
 mod batcher;
+mod builder;
 mod committer;
 mod errors;
 mod marker;
@@ -58,12 +59,13 @@ mod wire;
 mod writer;
 
 pub use baseline::IdempotentProducer;
+pub use builder::KafkaSinkBuilder;
 pub use committer::KafkaCommitter;
+pub use errors::ConnectError;
 pub use names::TransactionalIdName;
 pub use read::{open_transactions, read_committed, CommittedMessage, CommittedTopic};
 pub use record::KafkaRecord;
-pub use settings::KafkaSinkBuilder;
-pub use sink::{ConnectError, KafkaSink};
+pub use sink::KafkaSink;
 pub use stats::KafkaStats;
 pub use topic::delete_topic;
 pub use transaction::TransactionIdentity;

@@ -29,8 +29,8 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{GroupId, OffsetFetchRequest, TopicName};
 
-use crate::transaction::{str_bytes, TransactionIdentity};
-use crate::wire::{Cluster, CoordinatorKind, WireError};
+use crate::transaction::TransactionIdentity;
+use crate::wire::{str_bytes, Cluster, CoordinatorKind, WireError};
 
 /// The last transaction of an id that committed, as its marker says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

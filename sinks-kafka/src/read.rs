@@ -18,8 +18,7 @@ use kafka_protocol::records::RecordBatchDecoder;
 
 use crate::recovery::transactions;
 use crate::topic::Topic;
-use crate::transaction::str_bytes;
-use crate::wire::{ClientConfig, Cluster, WireError};
+use crate::wire::{str_bytes, ClientConfig, Cluster, WireError};
 
 /// One committed message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! A producer session: one producer id and epoch sending batches to the
 //! partitions of one topic, each batch with its sequence number, pipelined.
 //!
-//! Used by a [`Transaction`](crate::transaction::Transaction) (with its
+//! Used by a transaction of the `transaction` module (with its
 //! transactional id: the batches are transactional) and by the
 //! [`IdempotentProducer`](crate::IdempotentProducer) baseline (without).
 //! Requests of one session reach the broker in the order they were sent
@@ -23,8 +23,7 @@ use kafka_protocol::records::{
 };
 use tokio::task::JoinHandle;
 
-use crate::transaction::{millis, str_bytes};
-use crate::wire::{Cluster, WireError};
+use crate::wire::{millis, str_bytes, Cluster, WireError};
 
 /// Produce requests of one session in flight at once (Kafka keeps the
 /// order, and deduplicates, within 5 per partition).

@@ -15,45 +15,12 @@ use crate::errors::sink_error;
 use crate::names::check_prefix;
 use crate::owner::Owner;
 use crate::recovery::abort_lingering;
-use crate::settings::{KafkaSinkBuilder, Settings};
+use crate::settings::Settings;
 use crate::slots::Slots;
 use crate::stats::{KafkaStats, Stats};
-use crate::topic::{Found, Topic};
-use crate::wire::{ClientConfig, Cluster, WireError};
+use crate::topic::Topic;
+use crate::wire::Cluster;
 use crate::writer::{KafkaCommittable, KafkaWriter};
-
-/// Why [`KafkaSinkBuilder::connect`] refused.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConnectError {
-    /// A setting out of its range.
-    #[error("{0}")]
-    Setting(String),
-    /// The cluster could not be reached, or answered with an error.
-    #[error("cannot reach the Kafka cluster at {brokers}: {source}")]
-    Cluster {
-        /// The bootstrap brokers.
-        brokers: String,
-        /// Why.
-        #[source]
-        source: WireError,
-    },
-    /// The topic is missing and could not be created.
-    #[error(
-        "the topic {topic} does not exist and cannot be created with {partitions} partitions \
-         (create it yourself, or give the sink's principal the CREATE ACL, or fix the partitions \
-         and replication factor): {source}"
-    )]
-    CreateTopic {
-        /// The topic.
-        topic: String,
-        /// The partitions asked for.
-        partitions: i32,
-        /// The broker's refusal.
-        #[source]
-        source: WireError,
-    },
-}
 
 /// A two-phase-commit sink into a Kafka topic: each checkpoint's records of
 /// each subtask in one Kafka transaction, flushed at the barrier and
@@ -70,12 +37,12 @@ pub enum ConnectError {
 /// # let _ = KafkaRecord::new("v"); Ok(()) }
 /// ```
 pub struct KafkaSink {
-    cluster: Arc<Cluster>,
-    settings: Arc<Settings>,
-    slots: Arc<Slots>,
-    owner: Arc<Owner>,
-    stats: Arc<Stats>,
-    created: bool,
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) slots: Arc<Slots>,
+    pub(crate) owner: Arc<Owner>,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) created: bool,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -88,116 +55,7 @@ impl std::fmt::Debug for KafkaSink {
 }
 
 impl KafkaSink {
-    /// A builder of a sink writing to `topic` on the cluster reached
-    /// through `brokers` (`host:port`, several separated by commas).
-    pub fn builder(brokers: &str, topic: &str) -> KafkaSinkBuilder {
-        KafkaSinkBuilder::new(brokers, topic)
-    }
-
-    pub(crate) async fn connect(builder: KafkaSinkBuilder) -> Result<KafkaSink, ConnectError> {
-        let bootstrap: Vec<String> = builder
-            .brokers
-            .split(',')
-            .map(str::trim)
-            .filter(|b| !b.is_empty())
-            .map(str::to_string)
-            .collect();
-        if bootstrap.is_empty() {
-            return Err(ConnectError::Setting(
-                "no Kafka broker given: name at least one as host:port".to_string(),
-            ));
-        }
-        if let Some(bad) = bootstrap.iter().find(|b| {
-            b.rsplit_once(':')
-                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-        }) {
-            return Err(ConnectError::Setting(format!(
-                "the broker address {bad:?} is not host:port"
-            )));
-        }
-        let topic = builder.topic.as_str();
-        if topic.is_empty()
-            || topic.len() > 249
-            || !topic
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        {
-            return Err(ConnectError::Setting(format!(
-                "{topic:?} is not a valid topic name: 1 to 249 letters, digits, '.', '_' and '-'"
-            )));
-        }
-        if builder.pool_size < 2 {
-            return Err(ConnectError::Setting(format!(
-                "a pool of {} transactional ids per subtask is too small: one transaction waits \
-                 for its commit while the next one is written; use at least 2",
-                builder.pool_size
-            )));
-        }
-        if builder.partitions < 1 {
-            return Err(ConnectError::Setting(
-                "a topic needs at least 1 partition".to_string(),
-            ));
-        }
-        if let Some(prefix) = &builder.prefix {
-            check_prefix(prefix).map_err(ConnectError::Setting)?;
-        }
-        if builder.batch_bytes == 0 || builder.max_record_bytes == 0 {
-            return Err(ConnectError::Setting(
-                "batch_bytes and max_record_bytes must be at least 1".to_string(),
-            ));
-        }
-        let cluster = Arc::new(Cluster::new(ClientConfig {
-            bootstrap,
-            client_id: builder.client_id.clone(),
-            connect_timeout: builder.connect_timeout,
-            request_timeout: builder.request_timeout,
-        }));
-        let brokers = cluster.brokers();
-        cluster
-            .metadata(&[])
-            .await
-            .map_err(|source| ConnectError::Cluster {
-                brokers: brokers.clone(),
-                source,
-            })?;
-        let (_, found) = Topic::describe_or_create(
-            &cluster,
-            topic,
-            builder.partitions,
-            builder.replication_factor,
-        )
-        .await
-        .map_err(|source| match source {
-            WireError::Broker {
-                api: "CreateTopics",
-                ..
-            } => ConnectError::CreateTopic {
-                topic: topic.to_string(),
-                partitions: builder.partitions,
-                source,
-            },
-            source => ConnectError::Cluster {
-                brokers: brokers.clone(),
-                source,
-            },
-        })?;
-        Ok(KafkaSink {
-            owner: Arc::new(Owner::new(cluster.clone())),
-            cluster,
-            settings: Arc::new(Settings {
-                topic: builder.topic.clone().into(),
-                prefix: builder.prefix.clone(),
-                transaction_timeout: builder.transaction_timeout,
-                batch_bytes: builder.batch_bytes,
-                max_record_bytes: builder.max_record_bytes,
-            }),
-            slots: Arc::new(Slots::new(builder.pool_size)),
-            stats: Arc::new(Stats::default()),
-            created: found == Found::Created,
-        })
-    }
-
-    /// Whether [`connect`](KafkaSinkBuilder::connect) created the topic.
+    /// Whether [`connect`](crate::KafkaSinkBuilder::connect) created the topic.
     pub fn created_topic(&self) -> bool {
         self.created
     }
@@ -327,53 +185,5 @@ impl Sink for KafkaSink {
     /// it is aborted by the broker.
     fn uncommitted_lifetime(&self) -> Option<Duration> {
         Some(self.settings.transaction_timeout)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn an_unreachable_broker_is_named_with_the_reason() {
-        // Nothing listens on port 1: the connection is refused at once.
-        let error = KafkaSink::builder("127.0.0.1:1", "t")
-            .connect()
-            .await
-            .expect_err("nothing listens on port 1");
-        let message = error.to_string();
-        assert!(matches!(error, ConnectError::Cluster { .. }), "{error:?}");
-        assert!(
-            message.starts_with(
-                "cannot reach the Kafka cluster at 127.0.0.1:1: no Kafka broker of 127.0.0.1:1 \
-                 could be reached (check the address, and that the broker listens there): cannot \
-                 connect to the Kafka broker 127.0.0.1:1: "
-            ),
-            "{message}"
-        );
-    }
-
-    #[tokio::test]
-    async fn bad_settings_are_refused_before_any_connection_naming_the_fix() {
-        for (builder, expected) in [
-            (KafkaSink::builder("", "t"), "no Kafka broker given"),
-            (
-                KafkaSink::builder("localhost", "t"),
-                "\"localhost\" is not host:port",
-            ),
-            (KafkaSink::builder("h:1", "a b"), "not a valid topic name"),
-            (
-                KafkaSink::builder("h:1", "t").pool_size(1),
-                "use at least 2",
-            ),
-            (
-                KafkaSink::builder("h:1", "t").transactional_id_prefix("a/b"),
-                "transactional_id_prefix",
-            ),
-        ] {
-            let error = builder.connect().await.expect_err(expected);
-            assert!(matches!(error, ConnectError::Setting(_)), "{error:?}");
-            assert!(error.to_string().contains(expected), "{error}");
-        }
     }
 }

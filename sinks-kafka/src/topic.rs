@@ -7,8 +7,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest, TopicName};
 
-use crate::transaction::{millis, str_bytes};
-use crate::wire::{ClientConfig, Cluster, WireError};
+use crate::wire::{millis, str_bytes, ClientConfig, Cluster, WireError};
 
 /// Deletes `topic` on the cluster reached through `brokers`, and waits
 /// until the cluster no longer knows it; `false` if it did not exist.

@@ -35,13 +35,12 @@ use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
     GroupId, InitProducerIdRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Record;
 use serde::{Deserialize, Serialize};
 use tracing::debug;
 
 use crate::session::Session;
-use crate::wire::{Cluster, CoordinatorKind, WireError};
+use crate::wire::{millis, str_bytes, Cluster, CoordinatorKind, WireError};
 
 /// Who a transaction is: what the committer needs to end it from any
 /// process.
@@ -382,12 +381,4 @@ pub(crate) async fn describe(cluster: &Cluster, id: &str) -> Result<TransactionS
         }
     })
     .await
-}
-
-pub(crate) fn str_bytes(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_string())
-}
-
-pub(crate) fn millis(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }

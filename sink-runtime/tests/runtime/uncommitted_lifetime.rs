@@ -77,7 +77,7 @@ fn checkpoint_settings_that_could_outlive_the_destinations_timeout_are_refused_w
     let error = build(
         five,
         CheckpointConfig::every(Duration::from_secs(1)),
-        no_retries.clone(),
+        no_retries,
     )
     .expect_err("a 10-minute checkpoint timeout cannot fit 5 minutes");
     let message = error.to_string();
@@ -87,7 +87,7 @@ fn checkpoint_settings_that_could_outlive_the_destinations_timeout_are_refused_w
     build(
         five,
         CheckpointConfig::every(Duration::from_secs(1)).timeout(Duration::from_secs(298)),
-        no_retries.clone(),
+        no_retries,
     )
     .expect("299 s fit 300 s");
     // The commit retries count: 10 retries of up to 10 s each.
