@@ -1,5 +1,6 @@
 //! Where the ingest service's events go: finished JSON-lines files (local or
-//! on object storage), or a PostgreSQL table, one `jsonb` row per event.
+//! on object storage), a PostgreSQL table (one `jsonb` row per event), a
+//! Delta table, or a Kafka topic (one message per event).
 //! Chosen by [`Config::destination`](super::Config::destination); both are
 //! driven by the same pipeline, so the HTTP contract is the same.
 
@@ -46,6 +47,14 @@ pub enum Destination {
         /// The table: a plain lower-case SQL name (see [`parse_table_name`]).
         table: String,
     },
+    /// A Kafka topic, one message per event (its JSON text), created if
+    /// missing; readers use `isolation.level=read_committed`.
+    Kafka {
+        /// The brokers to start from, `host:port`, comma-separated.
+        brokers: String,
+        /// The topic.
+        topic: String,
+    },
 }
 
 impl Destination {
@@ -56,6 +65,9 @@ impl Destination {
             Destination::Files => data.to_string(),
             Destination::Delta => format!("the Delta table {data}"),
             Destination::Postgres { table, .. } => format!("the PostgreSQL table {table}"),
+            Destination::Kafka { brokers, topic } => {
+                format!("the Kafka topic {topic} on {brokers}")
+            }
         }
     }
 }

@@ -129,6 +129,7 @@ pub mod auth;
 pub mod delta;
 mod destination;
 pub mod files;
+pub mod kafka;
 mod metrics;
 mod request;
 pub mod routing;
@@ -521,6 +522,14 @@ impl IngestService {
                 "this ingest-service was built without Delta Lake support: build it with \
                  `cargo build --release -p examples --features delta`"
             ),
+            Destination::Kafka { brokers, topic } => {
+                let sink = sinks_kafka::KafkaSink::builder(brokers, topic)
+                    .partitions(u32::try_from(config.parallelism).unwrap_or(u32::MAX))
+                    .connect()
+                    .await
+                    .with_context(|| format!("connecting the sink to the Kafka topic {topic}"))?;
+                start_pipeline(&config, storage, kafka::EventTopic(sink)).await
+            }
             Destination::Postgres { url, table } => {
                 create_table(url, table).await?;
                 let sink = PostgresSink::<Event>::connect(url, table, config.parallelism)
@@ -799,10 +808,11 @@ pub fn is_fenced(error: &anyhow::Error) -> bool {
             #[cfg(feature = "delta")]
             {
                 cause.downcast_ref::<sinks_delta::TableFenced>().is_some()
+                    || cause.downcast_ref::<sinks_kafka::NewerInstance>().is_some()
             }
             #[cfg(not(feature = "delta"))]
             {
-                false
+                cause.downcast_ref::<sinks_kafka::NewerInstance>().is_some()
             }
         }
     })

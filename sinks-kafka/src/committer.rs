@@ -18,13 +18,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use kafka_protocol::error::ResponseError;
 use sink_api::{CommitRequest, Committer, SinkError};
 use tracing::{debug, warn};
 
 use crate::marker::{self, Marker, Verdict};
 use crate::slots::Slots;
 use crate::stats::Stats;
-use crate::transaction::{describe, end};
+use crate::transaction::{describe, end, TransactionState};
 use crate::wire::{Cluster, WireError};
 use crate::writer::KafkaCommittable;
 
@@ -62,7 +63,19 @@ impl KafkaCommitter {
         if Marker::verdict(before, identity, committable.checkpoint) != Verdict::NotCommitted {
             return Ok(Outcome::AlreadyCommitted);
         }
-        let now = describe(&self.cluster, id).await?;
+        let now = match describe(&self.cluster, id).await {
+            Ok(now) => now,
+            // The id expired (`transactional.id.expiration.ms`, 7 days by
+            // default): no transaction of it is open; the marker tells.
+            Err(error) if error.code() == Some(ResponseError::TransactionalIdNotFound) => {
+                TransactionState {
+                    state: "unknown to the coordinator".to_string(),
+                    producer_id: -1,
+                    epoch: -1,
+                }
+            }
+            Err(error) => return Err(error),
+        };
         let ours = now.producer_id == identity.producer_id && now.epoch == identity.epoch;
         if ours && matches!(now.state.as_str(), "Ongoing" | "PrepareCommit") {
             #[cfg(feature = "failpoints")]

@@ -63,6 +63,7 @@ pub use builder::KafkaSinkBuilder;
 pub use committer::KafkaCommitter;
 pub use errors::ConnectError;
 pub use names::TransactionalIdName;
+pub use owner::NewerInstance;
 pub use read::{open_transactions, read_committed, CommittedMessage, CommittedTopic};
 pub use record::KafkaRecord;
 pub use sink::KafkaSink;

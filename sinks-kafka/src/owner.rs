@@ -23,6 +23,27 @@ use crate::errors::sink_error;
 use crate::transaction::{describe, init_producer_id};
 use crate::wire::{Cluster, WireError};
 
+/// Why a writer or committer stopped for good: a newer instance of the job
+/// took the lineage (its start moved the owner id's epoch on). Found in the
+/// cause chain of the job's error; programs that supervise the job must not
+/// start this instance again (it would fence the newer one in turn).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "fenced by a newer instance of this job (the owner id {owner_id} moved from epoch {epoch} \
+     to {newer_epoch}): this instance stops, the newer one goes on"
+)]
+pub struct NewerInstance {
+    /// The lineage's owner id.
+    pub owner_id: String,
+    /// This instance's epoch of it.
+    pub epoch: i16,
+    /// The epoch the cluster holds now.
+    pub newer_epoch: i16,
+    /// The fenced request's error.
+    #[source]
+    pub source: WireError,
+}
+
 /// The owner id of this sink's current start. Shared by the sink, its
 /// writers and its committers.
 #[derive(Debug)]
@@ -83,12 +104,13 @@ impl Owner {
         match describe(&self.cluster, &claim.id).await {
             Ok(now) if now.producer_id != claim.producer_id || now.epoch != claim.epoch => {
                 SinkError::other(
-                    format!(
-                        "{doing}: fenced by a newer instance of this job (the owner id {} moved \
-                         from epoch {} to {}): this instance stops, the newer one goes on",
-                        claim.id, claim.epoch, now.epoch
-                    ),
-                    error,
+                    doing,
+                    NewerInstance {
+                        owner_id: claim.id,
+                        epoch: claim.epoch,
+                        newer_epoch: now.epoch,
+                        source: error,
+                    },
                 )
                 .permanent()
             }

@@ -65,8 +65,9 @@ struct Args {
     #[arg(long)]
     endpoint: Option<String>,
     /// Where the events go: files (under --output-dir or --out), a
-    /// PostgreSQL table (--url, --table), or a Delta Lake table at
-    /// DIR/data or --out (built with the delta feature).
+    /// PostgreSQL table (--url, --table), a Delta Lake table at DIR/data or
+    /// --out (built with the delta feature), or a Kafka topic (--brokers,
+    /// --topic).
     #[arg(long, value_enum, default_value = "files")]
     sink: SinkKind,
     /// This instance's id (1 to 64 of a-z, 0-9, - and _), when several
@@ -95,6 +96,14 @@ struct Args {
     /// the connection, instead of --url (whose password `ps` would show).
     #[arg(long, value_name = "VAR", conflicts_with = "url")]
     url_env: Option<String>,
+    /// With --sink kafka: the brokers to start from, host:port,
+    /// comma-separated.
+    #[arg(long, value_name = "HOST:PORT")]
+    brokers: Option<String>,
+    /// With --sink kafka: the topic, created if missing (with as many
+    /// partitions as --parallelism); one message per event, its JSON text.
+    #[arg(long, default_value = "ingest-events")]
+    topic: String,
     /// With --sink postgres: the table, created if missing with one column
     /// `event jsonb NOT NULL`.
     #[arg(long, default_value = "ingest_events", value_parser = parse_table_name)]
@@ -219,10 +228,25 @@ impl Args {
             })?),
             (None, None) => None,
         };
+        if self.brokers.is_some() && self.sink != SinkKind::Kafka {
+            bail!("--brokers goes with --sink kafka");
+        }
         let destination = match (self.sink, &url) {
             (SinkKind::Files, None) => Destination::Files,
             (SinkKind::Delta, None) => Destination::Delta,
-            (SinkKind::Files | SinkKind::Delta, Some(_)) => {
+            (SinkKind::Kafka, None) => {
+                if self.out.is_some() {
+                    bail!("--out names a file destination; with --sink kafka the events go to --topic");
+                }
+                let Some(brokers) = self.brokers.clone() else {
+                    bail!("--sink kafka needs --brokers HOST:PORT");
+                };
+                Destination::Kafka {
+                    brokers,
+                    topic: self.topic.clone(),
+                }
+            }
+            (SinkKind::Files | SinkKind::Delta | SinkKind::Kafka, Some(_)) => {
                 bail!("--url and --url-env go with --sink postgres")
             }
             (SinkKind::Postgres, None) => {
@@ -346,6 +370,8 @@ enum SinkKind {
     Postgres,
     /// A Delta Lake table.
     Delta,
+    /// A Kafka topic.
+    Kafka,
 }
 
 #[tokio::main]

@@ -139,6 +139,20 @@ impl Service {
                     .args(["--sink", "postgres", "--url-env", "INGEST_TEST_PG_URL"])
                     .args(["--table", table]);
             }
+            Output::Kafka {
+                brokers,
+                topic,
+                dir,
+            } => {
+                command.arg("--output-dir").arg(dir).args([
+                    "--sink",
+                    "kafka",
+                    "--brokers",
+                    brokers,
+                    "--topic",
+                    topic,
+                ]);
+            }
         }
         if !extra.contains(&"--checkpoint-interval") {
             command.args(["--checkpoint-interval", "100ms"]);
@@ -331,6 +345,12 @@ enum Output {
         table: String,
         dir: PathBuf,
     },
+    /// Events in a Kafka topic, checkpoints in `<dir>/checkpoints`.
+    Kafka {
+        brokers: String,
+        topic: String,
+        dir: PathBuf,
+    },
 }
 
 impl Output {
@@ -361,6 +381,19 @@ impl Output {
                 let text: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
                 let mut ids = BTreeMap::new();
                 count_ids(table, &text.join("\n"), &mut ids);
+                ids
+            }
+            Output::Kafka { brokers, topic, .. } => {
+                let read = sinks_kafka::read_committed(brokers, topic)
+                    .await
+                    .expect("reading the topic read_committed");
+                let text: Vec<String> = read
+                    .messages
+                    .iter()
+                    .map(|m| String::from_utf8_lossy(&m.value).into_owned())
+                    .collect();
+                let mut ids = BTreeMap::new();
+                count_ids(topic, &text.join("\n"), &mut ids);
                 ids
             }
         }
@@ -1455,6 +1488,31 @@ async fn on_postgres_on_demand_sigkill_under_load_then_retries_store_everything_
     sigkill_then_retries_with(
         out,
         "p",
+        &["--parallelism", "2", "--checkpoint-interval", "on-demand"],
+    )
+    .await;
+}
+
+/// Into Kafka, with checkpoints on demand: killed under load, started
+/// again, the requests without a 200 retried with their keys: every event
+/// is in the topic once, as a `read_committed` consumer sees it.
+#[cfg(feature = "kafka-tests")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_kafka_on_demand_sigkill_under_load_then_retries_store_everything_once() {
+    let brokers = std::env::var("KAFKA_TEST_BROKERS").unwrap_or_else(|_| {
+        panic!(
+            "KAFKA_TEST_BROKERS is not set: run under scripts/with-kafka (./scripts/test-all does)"
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = Output::Kafka {
+        brokers,
+        topic: format!("ingest-test-{}", fastrand::u32(..)),
+        dir: dir.path().to_path_buf(),
+    };
+    sigkill_then_retries_with(
+        out,
+        "k",
         &["--parallelism", "2", "--checkpoint-interval", "on-demand"],
     )
     .await;
