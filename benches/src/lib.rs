@@ -25,3 +25,39 @@ pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
+
+/// What a measurement's child process printed: its last line of stdout, as
+/// JSON; an error with its stderr when it failed. Called by each
+/// benchmark's parent on the `Output` of its child (this program run again
+/// with `--child`).
+pub fn measurement(what: &str, output: std::process::Output) -> anyhow::Result<serde_json::Value> {
+    if !output.status.success() {
+        anyhow::bail!(
+            "the {what} measurement failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last)
+        .map_err(|e| anyhow::anyhow!("reading the {what} measurement ({e}): {last}"))
+}
+
+/// The median over `runs` of `runs[i][amount] / runs[i]["seconds"]`: a
+/// rate (records, rows or bytes per second) of alternating measurements.
+pub fn median_rate(runs: &[serde_json::Value], amount: &str) -> f64 {
+    let mut rates: Vec<f64> = runs
+        .iter()
+        .map(|v| v[amount].as_f64().unwrap_or(0.0) / v["seconds"].as_f64().unwrap_or(f64::NAN))
+        .collect();
+    median(&mut rates)
+}
+
+/// The highest `peak_rss_bytes` over `runs`, in MiB.
+pub fn peak_rss_mib(runs: &[serde_json::Value]) -> f64 {
+    runs.iter()
+        .filter_map(|v| v["peak_rss_bytes"].as_u64())
+        .max()
+        .unwrap_or(0) as f64
+        / 1_048_576.0
+}

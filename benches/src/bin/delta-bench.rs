@@ -31,7 +31,7 @@ use deltalake_core::parquet::file::properties::WriterProperties;
 use deltalake_core::writer::{DeltaWriter, RecordBatchWriter};
 use serde::Serialize;
 use serde_json::{json, Value};
-use sink_benches::{median, peak_rss_bytes};
+use sink_benches::{measurement, median_rate, peak_rss_bytes, peak_rss_mib};
 use sink_runtime::source::Source;
 use sink_runtime::{CheckpointConfig, Job, LocalCheckpointStorage, SequenceSource};
 use sinks_delta::arrow_schema::{DataType, Field, Schema};
@@ -226,15 +226,7 @@ fn measure(args: &Args, dir: &std::path::Path, what: &str, run: usize) -> anyhow
         .output()
         .with_context(|| format!("running the {what} measurement"))?;
     let _ = std::fs::remove_dir_all(&table);
-    if !output.status.success() {
-        bail!(
-            "the {what} measurement failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).with_context(|| format!("reading the {what} measurement: {last}"))
+    measurement(what, output)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -260,29 +252,15 @@ fn main() -> anyhow::Result<()> {
         plain.push(measure(&args, &dir, "plain", run)?);
         sink.push(measure(&args, &dir, "sink", run)?);
     }
-    let rate = |all: &[Value]| {
-        let mut rates: Vec<f64> = all
-            .iter()
-            .map(|v| v["rows"].as_f64().unwrap_or(0.0) / v["seconds"].as_f64().unwrap_or(f64::NAN))
-            .collect();
-        median(&mut rates)
-    };
-    let peak = |all: &[Value]| {
-        all.iter()
-            .filter_map(|v| v["peak_rss_bytes"].as_u64())
-            .max()
-            .unwrap_or(0) as f64
-            / 1_048_576.0
-    };
-    let (sink_rate, plain_rate) = (rate(&sink), rate(&plain));
+    let (sink_rate, plain_rate) = (median_rate(&sink, "rows"), median_rate(&plain, "rows"));
     let summary = json!({
         "rows": args.rows,
         "runs": args.runs,
         "sink_rows_per_s": sink_rate,
         "plain_rows_per_s": plain_rate,
         "ratio": sink_rate / plain_rate,
-        "sink_peak_rss_mib": peak(&sink),
-        "plain_peak_rss_mib": peak(&plain),
+        "sink_peak_rss_mib": peak_rss_mib(&sink),
+        "plain_peak_rss_mib": peak_rss_mib(&plain),
         "sink": sink,
         "plain": plain,
     });
@@ -295,8 +273,8 @@ fn main() -> anyhow::Result<()> {
         );
         println!(
             "peak RSS: Delta sink {:.0} MiB, delta-rs' writer {:.0} MiB",
-            peak(&sink),
-            peak(&plain)
+            peak_rss_mib(&sink),
+            peak_rss_mib(&plain)
         );
     }
     Ok(())

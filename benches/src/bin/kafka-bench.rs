@@ -24,7 +24,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use examples::demo_line::DemoLine;
 use serde_json::{json, Value};
-use sink_benches::{median, peak_rss_bytes};
+use sink_benches::{measurement, median_rate, peak_rss_bytes, peak_rss_mib};
 use sink_runtime::source::Source;
 use sink_runtime::{CheckpointConfig, Job, LocalCheckpointStorage, SequenceSource};
 use sinks_kafka::{delete_topic, read_committed, IdempotentProducer, KafkaRecord, KafkaSink};
@@ -141,16 +141,7 @@ fn measure(args: &Args, what: &str, run: usize) -> anyhow::Result<Value> {
         .args(["--partitions", &args.partitions.to_string()])
         .output()
         .with_context(|| format!("running the {what} measurement"))?;
-    if !output.status.success() {
-        bail!(
-            "the {what} measurement failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
-    let mut value: Value = serde_json::from_str(last)
-        .with_context(|| format!("reading the {what} measurement: {last}"))?;
+    let mut value = measurement(what, output)?;
     // Counted as a read_committed consumer sees the topic, then dropped.
     let runtime = tokio::runtime::Runtime::new()?;
     let counted = runtime.block_on(async {
@@ -189,23 +180,10 @@ fn main() -> anyhow::Result<()> {
         plain.push(measure(&args, "plain", run)?);
         sink.push(measure(&args, "sink", run)?);
     }
-    let rate = |all: &[Value]| {
-        let mut rates: Vec<f64> = all
-            .iter()
-            .map(|v| {
-                v["records"].as_f64().unwrap_or(0.0) / v["seconds"].as_f64().unwrap_or(f64::NAN)
-            })
-            .collect();
-        median(&mut rates)
-    };
-    let peak = |all: &[Value]| {
-        all.iter()
-            .filter_map(|v| v["peak_rss_bytes"].as_u64())
-            .max()
-            .unwrap_or(0) as f64
-            / 1_048_576.0
-    };
-    let (sink_rate, plain_rate) = (rate(&sink), rate(&plain));
+    let (sink_rate, plain_rate) = (
+        median_rate(&sink, "records"),
+        median_rate(&plain, "records"),
+    );
     let summary = json!({
         "records": args.records,
         "parallelism": args.parallelism,
@@ -213,8 +191,8 @@ fn main() -> anyhow::Result<()> {
         "sink_records_per_s": sink_rate,
         "plain_records_per_s": plain_rate,
         "ratio": sink_rate / plain_rate,
-        "sink_peak_rss_mib": peak(&sink),
-        "plain_peak_rss_mib": peak(&plain),
+        "sink_peak_rss_mib": peak_rss_mib(&sink),
+        "plain_peak_rss_mib": peak_rss_mib(&plain),
         "sink": sink,
         "plain": plain,
     });
@@ -228,8 +206,8 @@ fn main() -> anyhow::Result<()> {
         );
         println!(
             "peak RSS: Kafka sink {:.0} MiB, plain producer {:.0} MiB",
-            peak(&sink),
-            peak(&plain)
+            peak_rss_mib(&sink),
+            peak_rss_mib(&plain)
         );
     }
     Ok(())

@@ -26,7 +26,7 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::WriteMultipart;
 use serde_json::{json, Value};
-use sink_benches::{median, peak_rss_bytes};
+use sink_benches::{measurement, median_rate, peak_rss_bytes, peak_rss_mib};
 use sink_cli::location::{object_output, s3_options};
 use sink_runtime::storage::ObjectCheckpointStorage;
 use sink_runtime::{CheckpointConfig, Job, SequenceSource};
@@ -196,15 +196,7 @@ fn measure(args: &Args, what: &str, run: usize) -> anyhow::Result<Value> {
         clear(&url, &options).await?;
         clear(&format!("{url}-state"), &options).await
     })?;
-    if !output.status.success() {
-        bail!(
-            "the {what} measurement failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).with_context(|| format!("reading the {what} measurement: {last}"))
+    measurement(what, output)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -228,23 +220,10 @@ fn main() -> anyhow::Result<()> {
         plain.push(measure(&args, "plain", run)?);
         sink.push(measure(&args, "sink", run)?);
     }
-    let throughput = |all: &[Value]| {
-        let mut rates: Vec<f64> = all
-            .iter()
-            .map(|v| {
-                v["bytes"].as_f64().unwrap_or(0.0) / v["seconds"].as_f64().unwrap_or(f64::NAN) / 1e6
-            })
-            .collect();
-        median(&mut rates)
-    };
-    let peak = |all: &[Value]| {
-        all.iter()
-            .filter_map(|v| v["peak_rss_bytes"].as_u64())
-            .max()
-            .unwrap_or(0) as f64
-            / 1_048_576.0
-    };
-    let (sink_mb_s, plain_mb_s) = (throughput(&sink), throughput(&plain));
+    let (sink_mb_s, plain_mb_s) = (
+        median_rate(&sink, "bytes") / 1e6,
+        median_rate(&plain, "bytes") / 1e6,
+    );
     let part_bytes = args.part_mib as f64;
     // Per object in progress: the tail (below a part, plus a record) and the
     // parts in flight; while a checkpoint is taken, a copy of the tail in the
@@ -259,8 +238,8 @@ fn main() -> anyhow::Result<()> {
         "sink_mb_per_s": sink_mb_s,
         "plain_mb_per_s": plain_mb_s,
         "ratio": sink_mb_s / plain_mb_s,
-        "sink_peak_rss_mib": peak(&sink),
-        "plain_peak_rss_mib": peak(&plain),
+        "sink_peak_rss_mib": peak_rss_mib(&sink),
+        "plain_peak_rss_mib": peak_rss_mib(&plain),
         "sink_buffer_bound_mib": bound_mib,
         "objects_per_run": sink.first().map(|v| v["objects"].clone()),
         "sink": sink,
@@ -275,8 +254,8 @@ fn main() -> anyhow::Result<()> {
         );
         println!(
             "peak RSS: file sink {:.0} MiB (its part buffers at most {bound_mib:.0} MiB), plain {:.0} MiB",
-            peak(&sink),
-            peak(&plain)
+            peak_rss_mib(&sink),
+            peak_rss_mib(&plain)
         );
     }
     Ok(())

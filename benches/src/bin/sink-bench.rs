@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 use sink_api::{
     async_trait, CheckpointId, CommitRequest, Committer, InitContext, Sink, SinkError, SinkWriter,
 };
-use sink_benches::peak_rss_bytes;
+use sink_benches::{measurement, peak_rss_bytes};
 use sink_runtime::{CheckpointConfig, Job, SequenceSource};
 use sinks_file::{FileSink, RollingPolicy};
 
@@ -374,15 +374,7 @@ fn measure(what: &str, records: u64, dir: &Path) -> anyhow::Result<Value> {
         .arg(dir)
         .output()
         .with_context(|| format!("running the {what} measurement"))?;
-    if !output.status.success() {
-        bail!(
-            "the {what} measurement failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).with_context(|| format!("reading the {what} measurement: {last}"))
+    measurement(what, output)
 }
 
 fn seconds(value: &Value) -> f64 {
