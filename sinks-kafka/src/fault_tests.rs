@@ -80,29 +80,57 @@ async fn sink(brokers: &str, topic: &str) -> KafkaSink {
         .expect("connecting")
 }
 
+/// Starts `sink` as generation `generation` of `lineage` (one subtask),
+/// and a writer that wrote and flushed the records `0..count`.
+async fn started_writer(
+    sink: &KafkaSink,
+    lineage: &Lineage,
+    generation: u64,
+    count: u64,
+) -> (InitContext, crate::KafkaWriter) {
+    let start = JobStart::fresh("job", lineage, Generation(generation), 1);
+    sink.on_start(&start).await.expect("start");
+    let context = InitContext::new("job", lineage.clone(), Generation(generation), 0, 1);
+    let mut writer = sink
+        .create_writer(&context, Vec::new())
+        .await
+        .expect("writer");
+    writer
+        .write_batch((0..count).map(record).collect())
+        .await
+        .expect("writing");
+    writer.flush(false).await.expect("flushing");
+    (context, writer)
+}
+
+/// Commits `committables` of checkpoint 1 with a committer of `sink`.
+async fn commit(
+    sink: &KafkaSink,
+    context: &InitContext,
+    committables: Vec<crate::KafkaCommittable>,
+) -> Vec<sink_api::CommitRequest<crate::KafkaCommittable>> {
+    let mut committer = sink.create_committer(context).await.expect("committer");
+    let mut requests: Vec<_> = committables
+        .into_iter()
+        .map(|c| sink_api::CommitRequest::new(c, CheckpointId(1), 0))
+        .collect();
+    sink_api::Committer::commit(&mut committer, &mut requests)
+        .await
+        .expect("commit");
+    requests
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_instance_fences_the_older_which_stops_while_the_newer_goes_on() {
     let brokers = brokers();
     let topic = unique("fenced");
     let lineage = Lineage::new("0123456789abcdef0123456789abcdef");
     let older = sink(&brokers, &topic).await;
-    let start = JobStart::fresh("job", &lineage, Generation(1), 1);
-    older.on_start(&start).await.expect("older start");
-    let context = InitContext::new("job", lineage.clone(), Generation(1), 0, 1);
-    let mut old_writer = older
-        .create_writer(&context, Vec::new())
-        .await
-        .expect("writer");
-    old_writer
-        .write_batch((0..10).map(record).collect())
-        .await
-        .expect("writing");
-    old_writer.flush(false).await.expect("flushing");
+    let (_, mut old_writer) = started_writer(&older, &lineage, 1, 10).await;
     // A second process restores the same lineage: its start fences the
     // older and aborts what it had open.
     let newer = sink(&brokers, &topic).await;
-    let start = JobStart::fresh("job", &lineage, Generation(2), 1);
-    newer.on_start(&start).await.expect("newer start");
+    let (context, mut writer) = started_writer(&newer, &lineage, 2, 10).await;
     let error = old_writer
         .prepare_commit(CheckpointId(1))
         .await
@@ -112,29 +140,12 @@ async fn a_newer_instance_fences_the_older_which_stops_while_the_newer_goes_on()
         error.to_string().contains("fenced by a newer instance"),
         "{error}"
     );
-    // The newer one writes and commits.
-    let context = InitContext::new("job", lineage.clone(), Generation(2), 0, 1);
-    let mut writer = newer
-        .create_writer(&context, Vec::new())
-        .await
-        .expect("writer");
-    writer
-        .write_batch((0..10).map(record).collect())
-        .await
-        .expect("writing");
-    writer.flush(false).await.expect("flushing");
+    // The newer one commits what it wrote.
     let committables = writer
         .prepare_commit(CheckpointId(1))
         .await
         .expect("prepare");
-    let mut committer = newer.create_committer(&context).await.expect("committer");
-    let mut requests: Vec<_> = committables
-        .into_iter()
-        .map(|c| sink_api::CommitRequest::new(c, CheckpointId(1), 0))
-        .collect();
-    sink_api::Committer::commit(&mut committer, &mut requests)
-        .await
-        .expect("commit");
+    let requests = commit(&newer, &context, committables).await;
     assert!(matches!(
         requests[0].outcome(),
         sink_api::CommitOutcome::Committed
@@ -199,18 +210,7 @@ async fn a_transaction_aborted_after_its_prepare_is_reported_lost_with_its_recor
     let topic = unique("aborted-prepared");
     let lineage = Lineage::new("abcdef0123456789abcdef0123456789");
     let sink = sink(&brokers, &topic).await;
-    sink.on_start(&JobStart::fresh("job", &lineage, Generation(1), 1))
-        .await
-        .expect("start");
-    let context = InitContext::new("job", lineage.clone(), Generation(1), 0, 1);
-    let mut writer = sink
-        .create_writer(&context, Vec::new())
-        .await
-        .expect("writer");
-    writer
-        .write_batch((0..25).map(record).collect())
-        .await
-        .expect("writing");
+    let (context, mut writer) = started_writer(&sink, &lineage, 1, 25).await;
     let committables = writer
         .prepare_commit(CheckpointId(1))
         .await
@@ -221,14 +221,7 @@ async fn a_transaction_aborted_after_its_prepare_is_reported_lost_with_its_recor
     init_producer_id(&cluster(&brokers), id, Duration::from_secs(60))
         .await
         .expect("aborting");
-    let mut committer = sink.create_committer(&context).await.expect("committer");
-    let mut requests: Vec<_> = committables
-        .into_iter()
-        .map(|c| sink_api::CommitRequest::new(c, CheckpointId(1), 0))
-        .collect();
-    sink_api::Committer::commit(&mut committer, &mut requests)
-        .await
-        .expect("commit");
+    let requests = commit(&sink, &context, committables).await;
     assert_eq!(
         requests[0].records_lost(),
         Some(25),
