@@ -5,6 +5,7 @@
 //! transaction's commit, then resumed: every record once in the
 //! `read_committed` view, no transaction of the job left open.
 
+use crate::output::summary;
 use std::process::Command;
 
 fn brokers() -> String {
@@ -29,17 +30,6 @@ fn demo(topic: &str, state: &std::path::Path, args: &[&str]) -> Command {
         .args(args)
         .env("RUST_LOG", "warn");
     command
-}
-
-fn summary(output: &std::process::Output) -> serde_json::Value {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the demo failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {last}"))
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! postgres-tests --test postgres_sink_demo`): its `--json` summary, and a
 //! run killed with SIGKILL and started again that leaves every row once.
 
+use crate::output::summary;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,17 +40,6 @@ fn committed_rows(table: &str) -> i64 {
             .await
             .map_or(0, |row| row.get(0))
     })
-}
-
-fn summary(output: &std::process::Output) -> serde_json::Value {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the demo failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {last}"))
 }
 
 #[test]
