@@ -119,7 +119,10 @@ impl KafkaSink {
                 batch_bytes: builder.batch_bytes,
                 max_record_bytes: builder.max_record_bytes,
             }),
-            slots: Arc::new(Slots::new(builder.pool_size)),
+            slots: Arc::new(Slots::new(
+                builder.pool_size,
+                builder.transaction_timeout / 2,
+            )),
             stats: Arc::new(Stats::default()),
             created: found == Found::Created,
         })
@@ -156,7 +159,7 @@ impl KafkaSinkBuilder {
             replication_factor: -1,
             prefix: None,
             transaction_timeout: Duration::from_secs(900),
-            pool_size: 4,
+            pool_size: 8,
             batch_bytes: 256 << 10,
             max_record_bytes: 1 << 20,
             request_timeout: Duration::from_secs(30),
@@ -197,9 +200,12 @@ impl KafkaSinkBuilder {
         self
     }
 
-    /// Transactional ids per subtask (default 4): how many checkpoints'
-    /// transactions of one subtask may wait for their commit at once before
-    /// the writer waits for one (at least 2: one prepared, one open).
+    /// Transactional ids per subtask (default 8): how many of one
+    /// subtask's transactions may wait for their commit at once (at least
+    /// 2: one prepared, one open). Usually two or three are in use; when
+    /// all are taken (commits falling behind the checkpoints), the writer
+    /// fails with a transient error and the job restarts from its last
+    /// checkpoint.
     pub fn pool_size(mut self, slots: u32) -> Self {
         self.pool_size = slots;
         self

@@ -60,7 +60,7 @@ impl KafkaCommitter {
         let identity = &committable.transaction;
         let id = identity.transactional_id.as_str();
         let before = marker::read(&self.cluster, id, &self.topic, false).await?;
-        if Marker::verdict(before, identity, committable.checkpoint) != Verdict::NotCommitted {
+        if Marker::verdict(before, identity) != Verdict::NotCommitted {
             return Ok(Outcome::AlreadyCommitted);
         }
         let now = match describe(&self.cluster, id).await {
@@ -95,27 +95,25 @@ impl KafkaCommitter {
                 "the coordinator holds another transaction or none; reading the marker");
         }
         let after = marker::read(&self.cluster, id, &self.topic, true).await?;
-        Ok(
-            match Marker::verdict(after, identity, committable.checkpoint) {
-                Verdict::This => Outcome::Committed,
-                Verdict::Later => Outcome::AlreadyCommitted,
-                Verdict::NotCommitted => Outcome::Lost(format!(
-                    "transaction {identity} of checkpoint {} was aborted before its commit (the \
+        Ok(match Marker::verdict(after, identity) {
+            Verdict::This => Outcome::Committed,
+            Verdict::Later => Outcome::AlreadyCommitted,
+            Verdict::NotCommitted => Outcome::Lost(format!(
+                "transaction {identity} of checkpoint {} was aborted before its commit (the \
                  coordinator holds {} at producer {} epoch {}; the commit marker names {}): \
                  its {} records are lost. Keep the checkpoint timeout and the commit retries \
                  within the transaction timeout (docs/kafka.md)",
-                    committable.checkpoint,
-                    now.state,
-                    now.producer_id,
-                    now.epoch,
-                    after.map_or("no transaction".to_string(), |m| format!(
-                        "checkpoint {} (producer {} epoch {})",
-                        m.checkpoint, m.producer_id, m.epoch
-                    )),
-                    committable.records
+                committable.checkpoint,
+                now.state,
+                now.producer_id,
+                now.epoch,
+                after.map_or("no transaction".to_string(), |m| format!(
+                    "checkpoint {} (producer {} epoch {})",
+                    m.checkpoint, m.producer_id, m.epoch
                 )),
-            },
-        )
+                committable.records
+            )),
+        })
     }
 }
 
@@ -131,12 +129,16 @@ impl Committer for KafkaCommitter {
             let committable = request.committable().clone();
             match self.commit_one(&committable).await {
                 Ok(outcome) => {
-                    let identity = &committable.transaction;
-                    self.slots.give_back(
-                        committable.subtask,
-                        committable.slot,
-                        Some((identity.producer_id, identity.epoch)),
-                    );
+                    // A lost transaction keeps its slot until the next
+                    // start (see `slots`).
+                    if !matches!(outcome, Outcome::Lost(_)) {
+                        let identity = &committable.transaction;
+                        self.slots.give_back(
+                            committable.subtask,
+                            committable.slot,
+                            Some((identity.producer_id, identity.epoch)),
+                        );
+                    }
                     match outcome {
                         Outcome::Committed => {
                             self.stats.committed(committable.records);

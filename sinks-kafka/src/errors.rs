@@ -49,10 +49,11 @@ pub(crate) fn sink_error(doing: impl Into<String>, error: WireError) -> SinkErro
             WireError::Unsupported { .. } | WireError::Encode { .. } => {
                 SinkError::other(doing, error).permanent()
             }
-            _ => SinkError::other(
+            _ if error.is_retriable() => SinkError::other(
                 format!("{doing} (the broker is down or unreachable; retried by restarting from the last checkpoint)"),
                 error,
             ),
+            _ => SinkError::other(doing, error),
         };
     };
     let (fix, permanent) = match code {
@@ -74,6 +75,16 @@ pub(crate) fn sink_error(doing: impl Into<String>, error: WireError) -> SinkErro
             "the sink's principal lacks an ACL: WRITE and DESCRIBE on the transactional ids and \
              READ on the groups of the sink's prefix, WRITE and DESCRIBE on the topic \
              (docs/kafka.md)",
+            true,
+        ),
+        ResponseError::InvalidRecord
+        | ResponseError::InvalidTimestamp
+        | ResponseError::PolicyViolation
+        | ResponseError::UnsupportedVersion
+        | ResponseError::UnsupportedForMessageFormat => (
+            "the broker refuses these records or this request as they are (a record without a \
+             key on a compacted topic, a timestamp out of the topic's range, a policy): writing \
+             them again cannot help",
             true,
         ),
         ResponseError::UnknownTopicOrPartition => (

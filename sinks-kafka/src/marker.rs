@@ -70,25 +70,23 @@ impl Marker {
         })
     }
 
-    /// What this marker says of the transaction `identity` of checkpoint
-    /// `checkpoint`.
-    pub(crate) fn verdict(
-        marker: Option<Marker>,
-        identity: &TransactionIdentity,
-        checkpoint: u64,
-    ) -> Verdict {
+    /// What this marker says of the transaction `identity`.
+    ///
+    /// Each transaction of an id takes a new epoch of its producer id, and
+    /// the coordinator hands out a new, larger producer id when an epoch
+    /// runs out: a marker of a larger (producer id, epoch) is a later
+    /// transaction of the slot. A slot is given back only after its
+    /// transaction was found committed (`slots`), so a later committed
+    /// transaction proves this one committed. Checkpoint ids are not
+    /// compared: they repeat after a restore from an older checkpoint.
+    pub(crate) fn verdict(marker: Option<Marker>, identity: &TransactionIdentity) -> Verdict {
         let Some(marker) = marker else {
             return Verdict::NotCommitted;
         };
         if marker.producer_id == identity.producer_id && marker.epoch == identity.epoch {
             return Verdict::This;
         }
-        // Each transaction of an id has an epoch of its own: the same
-        // producer at a higher epoch, for a later checkpoint, is a later
-        // transaction of the slot.
-        let later_epoch =
-            marker.producer_id == identity.producer_id && marker.epoch > identity.epoch;
-        if later_epoch && marker.checkpoint > checkpoint {
+        if (marker.producer_id, marker.epoch) > (identity.producer_id, identity.epoch) {
             Verdict::Later
         } else {
             Verdict::NotCommitted
@@ -169,19 +167,21 @@ mod tests {
                 epoch: 3
             })
         );
-        assert_eq!(Marker::verdict(marker, &identity(7, 3), 12), Verdict::This);
-        assert_eq!(Marker::verdict(marker, &identity(7, 2), 11), Verdict::Later);
+        assert_eq!(Marker::verdict(marker, &identity(7, 3)), Verdict::This);
+        assert_eq!(Marker::verdict(marker, &identity(7, 2)), Verdict::Later);
+        // The producer id the coordinator gave when an epoch ran out.
+        assert_eq!(Marker::verdict(marker, &identity(6, 32767)), Verdict::Later);
         // An earlier transaction's marker, or one of another producer.
         assert_eq!(
-            Marker::verdict(marker, &identity(7, 4), 13),
+            Marker::verdict(marker, &identity(7, 4)),
             Verdict::NotCommitted
         );
         assert_eq!(
-            Marker::verdict(marker, &identity(8, 1), 11),
+            Marker::verdict(marker, &identity(8, 0)),
             Verdict::NotCommitted
         );
         assert_eq!(
-            Marker::verdict(None, &identity(7, 3), 12),
+            Marker::verdict(None, &identity(7, 3)),
             Verdict::NotCommitted
         );
         // Offsets of others (no metadata, another format) are no marker.

@@ -85,6 +85,41 @@ impl Owner {
         Ok(())
     }
 
+    /// Fails with [`NewerInstance`] (permanent) when a newer start took the
+    /// lineage since this one claimed it. Called by writers before each
+    /// `InitProducerId`, which would otherwise abort the newer instance's
+    /// transactions of the same ids. A lookup that fails is transient.
+    pub(crate) async fn check(&self) -> Result<(), SinkError> {
+        let claim = self
+            .claimed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(claim) = claim else {
+            return Ok(());
+        };
+        let now = describe(&self.cluster, &claim.id)
+            .await
+            .map_err(|e| sink_error(format!("reading the owner id {}", claim.id), e))?;
+        if now.producer_id != claim.producer_id || now.epoch != claim.epoch {
+            let fenced = WireError::Protocol(format!(
+                "the owner id {} is at producer {} epoch {}",
+                claim.id, now.producer_id, now.epoch
+            ));
+            return Err(SinkError::other(
+                "beginning a transaction",
+                NewerInstance {
+                    owner_id: claim.id,
+                    epoch: claim.epoch,
+                    newer_epoch: now.epoch,
+                    source: fenced,
+                },
+            )
+            .permanent());
+        }
+        Ok(())
+    }
+
     /// `error`, met while `doing`, as the runtime should see it: a fenced
     /// producer is permanent when a newer start owns the lineage, and
     /// transient otherwise (the broker aborted the transaction).

@@ -19,6 +19,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::ListTransactionsRequest;
 use tracing::info;
 
@@ -88,7 +89,12 @@ pub(crate) async fn abort_lingering(
             continue;
         }
         // The list may be older than the answer to this: ask again.
-        let now = describe(cluster, &id).await?;
+        let now = match describe(cluster, &id).await {
+            Ok(now) => now,
+            // Expired since it was listed: nothing of it is open.
+            Err(error) if error.code() == Some(ResponseError::TransactionalIdNotFound) => continue,
+            Err(error) => return Err(error),
+        };
         if now.state != "Ongoing" {
             continue;
         }

@@ -23,7 +23,7 @@ use kafka_protocol::records::{
 };
 use tokio::task::JoinHandle;
 
-use crate::wire::{millis, str_bytes, Cluster, WireError};
+use crate::wire::{millis, str_bytes, Cluster, Link, WireError};
 
 /// Produce requests of one session in flight at once (Kafka keeps the
 /// order, and deduplicates, within 5 per partition).
@@ -39,6 +39,10 @@ pub(crate) struct Session {
     epoch: i16,
     /// The next sequence number of each partition.
     sequences: HashMap<i32, i32>,
+    /// The connection to each leader, kept for the session: batches of a
+    /// partition must reach the broker in order, which a second connection
+    /// opened meanwhile would not keep.
+    links: HashMap<i32, Arc<Link>>,
     in_flight: VecDeque<JoinHandle<Result<(), WireError>>>,
 }
 
@@ -57,6 +61,7 @@ impl Session {
             producer_id,
             epoch,
             sequences: HashMap::new(),
+            links: HashMap::new(),
             in_flight: VecDeque::new(),
         }
     }
@@ -114,7 +119,20 @@ impl Session {
         while self.in_flight.len() >= MAX_IN_FLIGHT {
             self.wait_oldest().await?;
         }
-        let link = self.cluster.broker(leader).await?;
+        let link = match self.links.get(&leader) {
+            Some(link) if link.is_broken() => {
+                return Err(WireError::Protocol(format!(
+                    "the connection to {} broke during the session; its batches may be lost",
+                    link.address()
+                )))
+            }
+            Some(link) => link.clone(),
+            None => {
+                let link = self.cluster.broker(leader).await?;
+                self.links.insert(leader, link.clone());
+                link
+            }
+        };
         let answer = self.cluster.send(&link, &request).await?;
         let timeout = self.cluster.config.request_timeout;
         let topic = self.topic.clone();
@@ -164,6 +182,16 @@ pub(crate) fn record(key: Option<Bytes>, value: Bytes, timestamp: i64) -> Record
 }
 
 fn check_produce(answer: &ProduceResponse, topic: &str, partition: i32) -> Result<(), WireError> {
+    let named = answer
+        .responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter())
+        .any(|p| p.index == partition);
+    if !named {
+        return Err(WireError::Protocol(format!(
+            "Produce to {topic}/{partition} was answered without that partition's result"
+        )));
+    }
     for topic_answer in &answer.responses {
         for p in &topic_answer.partition_responses {
             if let Some(code) = ResponseError::try_from_code(p.error_code) {

@@ -167,14 +167,21 @@ impl Transaction {
             async move {
                 let answer = cluster.call(&link, request).await?;
                 WireError::check("AddPartitionsToTxn", || subject.clone(), answer.error_code)?;
+                let mut named = false;
                 for topic in &answer.results_by_topic_v3_and_below {
                     for result in &topic.results_by_partition {
+                        named |= result.partition_index == partition;
                         WireError::check(
                             "AddPartitionsToTxn",
                             || subject.clone(),
                             result.partition_error_code,
                         )?;
                     }
+                }
+                if !named {
+                    return Err(WireError::Protocol(format!(
+                        "AddPartitionsToTxn for {subject} was answered without the partition"
+                    )));
                 }
                 Ok(())
             }
@@ -235,14 +242,21 @@ impl Transaction {
                 .await?;
             let result = async {
                 let answer = self.cluster().call(&link, &request).await?;
+                let mut named = false;
                 for topic in &answer.topics {
                     for partition in &topic.partitions {
+                        named |= partition.partition_index == 0;
                         WireError::check(
                             "TxnOffsetCommit",
                             || format!("group {group}"),
                             partition.error_code,
                         )?;
                     }
+                }
+                if !named {
+                    return Err(WireError::Protocol(format!(
+                        "TxnOffsetCommit for group {group} was answered without its partition"
+                    )));
                 }
                 Ok::<_, WireError>(())
             }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, SinkError, SinkWriter};
+use tracing::warn;
 
 use crate::batcher::{Batcher, TooLarge};
 use crate::marker::Marker;
@@ -25,10 +26,11 @@ use crate::names::TransactionalIdName;
 use crate::owner::Owner;
 use crate::record::KafkaRecord;
 use crate::settings::Settings;
+use crate::slots::NoSlot;
 use crate::slots::Slots;
 use crate::stats::Stats;
 use crate::topic::Topic;
-use crate::transaction::{Transaction, TransactionIdentity};
+use crate::transaction::{end, Transaction, TransactionIdentity};
 use crate::wire::Cluster;
 
 /// A prepared transaction: what the committer needs to commit it, from
@@ -119,9 +121,35 @@ impl KafkaWriter {
         Ok(())
     }
 
-    /// Takes a free slot and begins a transaction in it.
+    /// Takes a free slot and begins a transaction in it, unless a newer
+    /// instance of the job owns the lineage (its `InitProducerId` would
+    /// abort that instance's transactions).
     async fn begin(&mut self) -> Result<Open, SinkError> {
-        let slot = self.slots.take(self.subtask).await;
+        let slot = match self.slots.take(self.subtask) {
+            Ok(slot) => slot,
+            Err(NoSlot::AllTaken { size }) => {
+                return Err(SinkError::msg(format!(
+                    "all {size} transactional ids of subtask {} hold transactions whose commit \
+                     is not settled (checkpoints failing, or commits falling behind): the job \
+                     restarts from its last checkpoint before the broker's transaction timeout \
+                     could abort them; raise KafkaSinkBuilder::pool_size if commits are merely slow",
+                    self.subtask
+                )))
+            }
+            Err(NoSlot::Stale { slot, age }) => {
+                return Err(SinkError::msg(format!(
+                    "transactional id slot {slot} of subtask {} has held its transaction for \
+                     {age:?}, half the transaction timeout, without a settled commit \
+                     (checkpoints failing?): the job restarts from its last checkpoint before \
+                     the broker's timeout could abort it",
+                    self.subtask
+                )))
+            }
+        };
+        if let Err(error) = self.owner.check().await {
+            self.slots.give_back(self.subtask, slot, None);
+            return Err(error);
+        }
         let id = TransactionalIdName {
             prefix: self.prefix.clone(),
             lineage: self.lineage.clone(),
@@ -236,5 +264,19 @@ impl SinkWriter for KafkaWriter {
             slot: open.slot,
             records: open.records,
         }])
+    }
+
+    /// Aborts the transaction still open (its records were handed to no
+    /// committable), so that it does not hold `read_committed` readers back
+    /// until the broker's timeout. Best effort: a failure is logged, and
+    /// the next start aborts what is left.
+    async fn close(&mut self) -> Result<(), SinkError> {
+        if let Some(open) = self.open.take() {
+            let identity = open.transaction.identity().clone();
+            if let Err(error) = end(&self.cluster, &identity, false).await {
+                warn!(transaction = %identity, %error, "the open transaction could not be aborted at close");
+            }
+        }
+        Ok(())
     }
 }

@@ -64,6 +64,11 @@ impl Link {
     pub(crate) fn address(&self) -> &str {
         &self.connection.address
     }
+
+    /// Whether its connection broke.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.connection.is_broken()
+    }
 }
 
 /// Which kind of key a coordinator is looked up for.

@@ -33,6 +33,9 @@ use super::error::WireError;
 /// for (the reader asks for a few MiB), anything larger is a broken stream.
 pub(crate) const MAX_FRAME: usize = 256 << 20;
 
+/// The longest a request waits to be queued behind others on a connection.
+const QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Requests written but not answered yet, oldest first, and why the
 /// connection broke, once it did.
 type Waiting = Arc<Mutex<Queue>>;
@@ -158,12 +161,23 @@ impl Connection {
             body,
             reply,
         };
-        self.outgoing
-            .send(outgoing)
-            .await
-            .map_err(|_| WireError::Broken {
-                address: self.address.clone(),
-            })?;
+        // A broker that stopped reading fills the socket, then this queue:
+        // the caller is not held longer than an answer would be.
+        match tokio::time::timeout(QUEUE_TIMEOUT, self.outgoing.send(outgoing)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                return Err(WireError::Broken {
+                    address: self.address.clone(),
+                })
+            }
+            Err(_) => {
+                return Err(WireError::Timeout {
+                    api: R::NAME,
+                    address: self.address.clone(),
+                    after: QUEUE_TIMEOUT,
+                })
+            }
+        }
         Ok(Answer {
             answer,
             version,
@@ -276,11 +290,20 @@ async fn read_answers(mut socket: OwnedReadHalf, waiting: Waiting, address: Stri
         let Some(length) = usize::try_from(length).ok().filter(|l| *l <= MAX_FRAME) else {
             break format!("an answer of {length} bytes (at most {MAX_FRAME} are read)");
         };
-        let mut body = BytesMut::zeroed(length);
-        if let Err(e) = socket.read_exact(&mut body).await {
-            break e.to_string();
+        // Grown as the bytes arrive, not reserved from the length field.
+        let mut body = Vec::with_capacity(length.min(1 << 20));
+        match (&mut socket)
+            .take(length as u64)
+            .read_to_end(&mut body)
+            .await
+        {
+            Ok(read) if read == length => {}
+            Ok(read) => {
+                break format!("the connection closed {read} bytes into a {length}-byte answer")
+            }
+            Err(e) => break e.to_string(),
         }
-        let mut body = body.freeze();
+        let mut body = Bytes::from(body);
         let Some(pending) = lock(&waiting).pending.pop_front() else {
             break "an answer to no request".to_string();
         };
