@@ -159,7 +159,7 @@ impl KafkaSinkBuilder {
             replication_factor: -1,
             prefix: None,
             transaction_timeout: Duration::from_secs(900),
-            pool_size: 8,
+            pool_size: 64,
             batch_bytes: 256 << 10,
             max_record_bytes: 1 << 20,
             request_timeout: Duration::from_secs(30),
@@ -200,12 +200,13 @@ impl KafkaSinkBuilder {
         self
     }
 
-    /// Transactional ids per subtask (default 8): how many of one
+    /// Transactional ids per subtask (default 64): how many of one
     /// subtask's transactions may wait for their commit at once (at least
-    /// 2: one prepared, one open). Usually two or three are in use; when
-    /// all are taken (commits falling behind the checkpoints), the writer
-    /// fails with a transient error and the job restarts from its last
-    /// checkpoint.
+    /// 2: one prepared, one open). Ids are used lowest first, so usually
+    /// two or three are in use; more only while commits fall behind the
+    /// checkpoints (a commit retried with backoff while checkpoints keep
+    /// coming). When all are taken, the writer fails with a transient
+    /// error and the job restarts from its last checkpoint.
     pub fn pool_size(mut self, slots: u32) -> Self {
         self.pool_size = slots;
         self
