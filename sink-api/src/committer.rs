@@ -10,6 +10,7 @@
 //!                    ├─▶ AlreadyCommitted     (a replay after recovery)
 //! CommitRequest ─────┼─▶ RetryLater           (transient; the runtime retries with backoff)
 //!                    ├─▶ UpdatedAndRetryLater (partial progress; retry with the new committable)
+//!                    ├─▶ Superseded           (its source positions moved: another owner committed them)
 //!                    ├─▶ FailedWithKnownReason   (logged, counted, dropped; the job goes on)
 //!                    └─▶ FailedWithUnknownReason (the job fails and restarts from the last checkpoint)
 //! ```
@@ -38,6 +39,15 @@ pub enum CommitOutcome {
     /// Partial progress: the committable was replaced by an updated one, and
     /// the runtime retries with it later.
     UpdatedAndRetryLater,
+    /// The committable carries source positions the destination no longer
+    /// has (see the `positions` module): another owner of a split committed
+    /// its records, and nothing of this committable was applied. Its
+    /// records are not lost: they are in the destination through the other
+    /// owner, or are read again from where the destination says. In the
+    /// re-commit of a restored checkpoint the runtime drops it and counts
+    /// it; otherwise the job restarts, so that its source reads every split
+    /// again from the destination's positions.
+    Superseded(String),
     /// The committable can never be committed, for a reason the sink
     /// understands (for example its data expired). The runtime logs it, counts
     /// it and drops it; the job goes on.
@@ -129,6 +139,16 @@ impl<C> CommitRequest<C> {
     pub fn update_and_retry_later(&mut self, committable: C) {
         self.committable = committable;
         self.outcome = CommitOutcome::UpdatedAndRetryLater;
+    }
+
+    /// Nothing of the committable was applied, because a split it carries a
+    /// position of is not where it expects (`reason`, typically a
+    /// [`PositionConflict`](crate::PositionConflict)): another owner
+    /// committed that split's records. Check for a replay first: a
+    /// committable applied before has moved its splits itself, and is
+    /// [already committed](Self::signal_already_committed).
+    pub fn signal_superseded(&mut self, reason: impl std::fmt::Display) {
+        self.outcome = CommitOutcome::Superseded(reason.to_string());
     }
 
     /// The committable can never be committed, for a reason the sink

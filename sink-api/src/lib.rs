@@ -9,6 +9,11 @@
 //! | [`Committer`] | 2: commit | when a checkpoint completes (or at end of input without checkpoints), idempotently |
 //! | [`GlobalCommitter`] | after commit, optional | once per checkpoint, with every subtask's committed committables |
 //!
+//! A sink may also commit its job's source positions with the data (module
+//! `positions`: [`SplitKey`], [`PositionAdvance`], [`PositionTable`]), so
+//! that a split of the input can move to another instance of the job
+//! without a record read twice or skipped.
+//!
 //! ```text
 //!  records ─▶ SinkWriter ── prepare_commit at checkpoint n ─▶ committables(n)
 //!                                                                 │ checkpoint n completes
@@ -30,6 +35,7 @@ mod direct;
 mod error;
 mod global_committer;
 mod metrics;
+mod positions;
 mod serializer;
 mod sink;
 mod start;
@@ -42,6 +48,9 @@ pub use direct::{NoCommittable, NoCommitter};
 pub use error::{ErrorClass, SinkError};
 pub use global_committer::{GlobalCommitter, GlobalCommitterFactory};
 pub use metrics::{Counter, CounterValue, SinkMetrics};
+pub use positions::{
+    CommittedPositions, PositionAdvance, PositionConflict, PositionTable, SplitKey,
+};
 pub use serializer::{
     decode_bincode_bounded, deserialize_versioned, serialize_versioned, BincodeSerializer,
     SerializerError, VersionedSerializer, MAX_DECODED_PAYLOAD,

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::{
-    BincodeSerializer, Committer, GlobalCommitterFactory, InitContext, JobStart, SinkError,
-    SinkWriter, VersionedSerializer,
+    BincodeSerializer, CommittedPositions, Committer, GlobalCommitterFactory, InitContext,
+    JobStart, SinkError, SinkWriter, VersionedSerializer,
 };
 
 /// A two-phase-commit sink: the factory of its writers and committers.
@@ -162,6 +162,39 @@ pub trait Sink: Send + Sync + 'static {
     /// data lost; the build's refusal names the setting to change.
     fn uncommitted_lifetime(&self) -> Option<std::time::Duration> {
         None
+    }
+
+    /// Whether this sink commits source positions with its data: its
+    /// writers take [`SinkWriter::carry_positions`], its committers commit
+    /// them atomically with the data only from where the destination has
+    /// them (signalling [`superseded`](crate::CommitRequest::signal_superseded)
+    /// otherwise), and [`committed_positions`](Self::committed_positions)
+    /// reads them back. `false` by default.
+    ///
+    /// Read by the job builder: a source whose positions must be committed
+    /// with the data (one that can move splits between instances of the
+    /// job, such as a Kafka consumer group) is refused with a sink that
+    /// cannot.
+    fn commits_positions(&self) -> bool {
+        false
+    }
+
+    /// The positions the destination holds for `scope`: each split's next
+    /// offset to read, as the last commit that carried it left it.
+    ///
+    /// Called by the runtime at every start, once the restored checkpoint's
+    /// committables are committed again, so that each split is read from
+    /// where the destination's data of it ends (whoever committed it); and
+    /// by sources when splits are assigned to them while the job runs. Must
+    /// read the destination, never a cache: another instance may have
+    /// committed since. An unknown split is absent (read from its start).
+    ///
+    /// The default refuses, naming [`commits_positions`](Self::commits_positions).
+    async fn committed_positions(&self, scope: &str) -> Result<CommittedPositions, SinkError> {
+        Err(SinkError::msg(format!(
+            "this sink does not commit source positions, so it cannot say where the data of              {scope:?} ends (Sink::commits_positions is false)"
+        ))
+        .permanent())
     }
 
     /// The serializer for writer states in checkpoints.

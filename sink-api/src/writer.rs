@@ -6,7 +6,7 @@ use std::pin::Pin;
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::{CheckpointId, SinkError};
+use crate::{CheckpointId, PositionAdvance, SinkError};
 
 /// What is left of a checkpoint after the writer handed out its committables
 /// and its state: work that must be done before the checkpoint may complete,
@@ -86,6 +86,35 @@ pub trait SinkWriter: Send + 'static {
     async fn flush(&mut self, end_of_input: bool) -> Result<(), SinkError> {
         let _ = end_of_input;
         Ok(())
+    }
+
+    /// The source positions the records written since the last
+    /// `prepare_commit` advance: the committables of the coming
+    /// [`prepare_commit`](Self::prepare_commit) must carry them, and the
+    /// committer must commit them with the data, in one atomic step, only if
+    /// each split is still at the advance's `from` (see the `positions`
+    /// module).
+    ///
+    /// Called right before `prepare_commit` (after `flush`), at every
+    /// checkpoint and at end of input, when the job's source commits its
+    /// positions with the data and the sink said it can
+    /// ([`Sink::commits_positions`](crate::Sink::commits_positions)); with
+    /// an empty list when no split moved. The records of the coming
+    /// committables are exactly those of the advances: the source hands the
+    /// writer nothing else. A writer that returns several committables for
+    /// one checkpoint puts the advances where their commit is atomic with
+    /// all of them.
+    ///
+    /// The default refuses: a sink that does not commit positions never has
+    /// this called, since the job's build refuses it with such a source.
+    fn carry_positions(&mut self, advances: Vec<PositionAdvance>) -> Result<(), SinkError> {
+        if advances.is_empty() {
+            return Ok(());
+        }
+        Err(SinkError::msg(
+            "this sink does not commit source positions (Sink::commits_positions is false):              use a source that keeps its positions in the job's checkpoints",
+        )
+        .permanent())
     }
 
     /// Closes the current transaction (or set of them) and returns what must be

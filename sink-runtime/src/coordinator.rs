@@ -40,7 +40,7 @@ use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
 use crate::report::{JobReport, JobStatus};
 use crate::restore;
-use crate::source::Source;
+use crate::source::{PositionLookup, Source};
 use crate::spec::{JobSpec, NoticeDelivery, NotificationFaults};
 use crate::storage::{
     CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, LostOutput, StorageError,
@@ -49,7 +49,9 @@ use crate::storage::{
 use crate::task::calls::CommitCalls;
 use crate::task::committer::CommitterTask;
 use crate::task::global::GlobalTask;
-use crate::task::subtask::{Serializers, SubtaskSettings, SubtaskTask};
+use crate::task::subtask::{
+    RecommitGate, Serializers, SourcePositions, SubtaskSettings, SubtaskTask,
+};
 use crate::task::{Control, TaskEvent, TaskState, GLOBAL_CHANNEL_CAPACITY};
 
 /// How long tasks get to close after a failure or a cancel before they are
@@ -417,6 +419,13 @@ where
             .is_some_and(|c| c.trigger == TriggerMode::OnDemand),
     };
 
+    // A source whose positions are committed with the data reads each split
+    // from the destination's position, once every subtask re-committed.
+    let positions = spec.source.position_scope().map(|scope| SourcePositions {
+        scope,
+        lookup: PositionLookup::of_sink(Arc::clone(&spec.sink)),
+        recommitted: Arc::new(RecommitGate::new(spec.parallelism)),
+    });
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let mut controls = Vec::with_capacity(spec.parallelism);
     for (index, start_state) in plan.subtasks.into_iter().enumerate() {
@@ -509,6 +518,7 @@ where
             awaiting: std::collections::VecDeque::new(),
             global_progress: global_progress.as_ref().map(watch::Sender::subscribe),
             notices: VecDeque::new(),
+            positions: positions.clone(),
         };
         tasks.spawn(
             async move { (TaskId::Subtask(index), task.run().await) }

@@ -84,7 +84,7 @@ where
             spec: JobSpec {
                 name: name.into(),
                 source,
-                sink,
+                sink: Arc::new(sink),
                 parallelism: 1,
                 checkpointing: None,
                 global_committer,
@@ -261,6 +261,24 @@ where
                 "the sink brings its own global committer (Sink::global_committer); \
                  remove the call of JobBuilder::global_committer",
             ));
+        }
+        if let Some(scope) = self.spec.source.position_scope() {
+            if !self.spec.sink.commits_positions() {
+                return Err(invalid(&format!(
+                    "the source commits its positions with the data (scope {scope:?}), so that \
+                     its splits can move between instances of the job, but the sink cannot \
+                     (Sink::commits_positions is false): use a sink that commits positions (every \
+                     sink this project ships does), or a source that keeps its positions in the \
+                     job's checkpoints"
+                )));
+            }
+            if self.spec.global_committer.is_some() {
+                return Err(invalid(
+                    "the source commits its positions with the data, but the sink commits through a \
+                     global committer, which the runtime cannot yet start the source after: use a \
+                     sink without one",
+                ));
+            }
         }
         let unbounded = self.spec.source.boundedness() == Boundedness::Unbounded;
         match self.mode {

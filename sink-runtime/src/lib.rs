@@ -56,7 +56,7 @@ pub use job::{Job, JobBuilder, JobHandle};
 pub use metrics::{KnownCommitFailure, Metrics, MetricsSnapshot, MAX_KEPT_FAILURES};
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use report::{JobReport, JobStatus};
-pub use source::{Boundedness, SequenceSource, Source, VecSource};
+pub use source::{Boundedness, PartitionedSequence, SequenceSource, Source, VecSource};
 #[cfg(feature = "testing")]
 pub use spec::NoticeDelivery;
 pub use spec::RuntimeMode;

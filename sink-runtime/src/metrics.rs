@@ -93,6 +93,11 @@ pub struct MetricsSnapshot {
     /// Records lost with those failed requests, as far as their committers
     /// counted them (not included in `records_committed`).
     pub records_lost: u64,
+    /// Commit requests superseded: their source positions had moved in the
+    /// destination (another owner of a split committed its records), so
+    /// nothing of them was applied; their records are not lost, they are
+    /// the other owner's, or read again.
+    pub commits_superseded: u64,
     /// Checkpoints triggered.
     pub checkpoints_triggered: u64,
     /// Checkpoints completed.
@@ -134,6 +139,7 @@ pub struct Metrics {
     pub(crate) commits_retried: AtomicU64,
     pub(crate) commits_failed: AtomicU64,
     pub(crate) records_lost: AtomicU64,
+    pub(crate) commits_superseded: AtomicU64,
     pub(crate) known_failures: Mutex<KnownFailures>,
     pub(crate) checkpoints_triggered: AtomicU64,
     pub(crate) checkpoints_completed: AtomicU64,
@@ -226,6 +232,7 @@ impl Metrics {
             commits_retried: get(&self.commits_retried),
             commits_failed: get(&self.commits_failed),
             records_lost: get(&self.records_lost),
+            commits_superseded: get(&self.commits_superseded),
             checkpoints_triggered: get(&self.checkpoints_triggered),
             checkpoints_completed: get(&self.checkpoints_completed),
             checkpoints_failed: get(&self.checkpoints_failed),

@@ -29,7 +29,7 @@ pub enum RuntimeMode {
 pub(crate) struct JobSpec<Src, S: Sink> {
     pub name: String,
     pub source: Src,
-    pub sink: S,
+    pub sink: Arc<S>,
     pub parallelism: usize,
     pub checkpointing: Option<CheckpointConfig>,
     pub global_committer: Option<GlobalCommitterFactory<CommittableOf<S>>>,

@@ -31,7 +31,15 @@
 //! | `rescale/2-to-1-to-2`, `rescale/1-to-3-to-2` | stopped and restored through several parallelisms: every record once |
 //! | `unknown-outcome/<where>` | a commit applied but its answer lost (first call, middle or last of a batch; the global committer's first checkpoint, for sinks that bring one), then a restart; or a slow commit: every record once |
 //! | `unknown-outcome/retried-in-place` | a commit call applied but its answer lost, reported as `retry_later` and retried by the same committer, without a restart (the job's first call, then a call in the middle of the job): every record once, the lost call's requests back at the same committer (a global committer has no retry in place: its errors fail the job, covered by `unknown-outcome/global-commit`) |
+//! | `handover/new-owner` | an instance killed with a checkpoint stored and not committed; another, on fresh checkpoint storage, reads the same splits (a source whose positions are committed with the data) to the end: every record once |
+//! | `handover/old-owner-returns` | then the killed instance comes back from its checkpoint: what it had prepared is superseded, every record once |
+//! | `handover/two-owners-at-once` | two instances read the same splits at the same time, each restarting when its commit is superseded: every record once |
 //! | `simulation` | seeded scenarios: random parallelism (changed at restarts in one seed of two), checkpoint interval, crash point and timing |
+//!
+//! The `handover/*` properties are run for a sink that commits source
+//! positions with its data ([`Sink::commits_positions`]),
+//! as `unknown-outcome/global-commit` is for a sink with a global
+//! committer: the job's build refuses the others such a source.
 //!
 //! A property the kit could not check fails [`Report::assert_passed`] unless
 //! allowed by name ([`Report::allow_unchecked`]).
@@ -49,6 +57,7 @@ mod contract;
 mod crashes;
 mod decoders;
 mod destination;
+mod handover;
 mod in_place;
 mod modes;
 mod outcomes;
@@ -363,6 +372,13 @@ where
         )
         .await;
     }
+    // Only a sink that commits source positions can be handed a source
+    // whose splits move between instances (the job's build refuses the
+    // others), as only a sink with a global committer meets one.
+    let commits_positions = new_destination().await.sink().await.commits_positions();
+    if commits_positions {
+        handovers(&mut kit, &new_destination, &record, records, p).await;
+    }
     let brings_global = new_destination()
         .await
         .sink()
@@ -504,4 +520,57 @@ impl Kit {
             took: began.elapsed(),
         });
     }
+}
+
+/// The hand-over properties, for a sink that commits source positions.
+async fn handovers<D, F, Fut>(
+    kit: &mut Kit,
+    new_destination: &F,
+    record: &RecordMaker<InputOf<D::Sink>>,
+    records: u64,
+    p: usize,
+) where
+    D: Destination,
+    F: Fn() -> Fut,
+    Fut: Future<Output = D>,
+{
+    let mut handed_over = None;
+    kit.check(
+        "handover/new-owner",
+        "a killed instance's splits read by another on fresh checkpoint storage: every record once",
+        async {
+            match handover::handover(&new_destination().await, record, records, p).await {
+                Ok(found) => {
+                    let verdict = found.new_owner.clone().into();
+                    handed_over = Some(found);
+                    verdict
+                }
+                Err(why) => Verdict::Failed(why),
+            }
+        },
+    )
+    .await;
+    kit.check(
+        "handover/old-owner-returns",
+        "the killed instance back from its checkpoint: what it prepared is superseded, every record once",
+        async {
+            match handed_over.and_then(|found| found.old_owner_returns) {
+                Some(result) => result.into(),
+                None => Verdict::NotChecked(
+                    "the hand-over to a new owner failed (see handover/new-owner)".into(),
+                ),
+            }
+        },
+    )
+    .await;
+    kit.check(
+        "handover/two-owners-at-once",
+        "two instances reading the same splits at once: every record once",
+        async {
+            handover::two_owners_at_once(&new_destination().await, record, records, p)
+                .await
+                .into()
+        },
+    )
+    .await;
 }

@@ -140,6 +140,15 @@ fn commit_one<T: Clone>(
         request.signal_records_lost(records, not_found(&transaction_id));
         return;
     };
+    if transaction.state == TransactionState::Prepared {
+        if let Some(group) = transaction.group {
+            commit_group(state, counters, request, group);
+            return;
+        }
+    }
+    let Some(transaction) = state.transaction_mut(&transaction_id) else {
+        return;
+    };
     match transaction.state {
         TransactionState::Prepared => {
             let early = !transaction.durable;
@@ -182,6 +191,68 @@ fn commit_one<T: Clone>(
             request.signal_records_lost(records, not_found(&transaction_id));
         }
     }
+}
+
+/// Commits the position group `group` of a prepared transaction: if every
+/// split it advances is where it expects, its positions and every member
+/// transaction at once (the other members' later requests are replays);
+/// otherwise none of it, and the request is superseded. The members stay
+/// prepared then, so each of their requests is superseded in turn.
+fn commit_group<T: Clone>(
+    state: &mut StoreState<T>,
+    counters: &StoreCounters,
+    request: &mut CommitRequest<MemoryCommittable>,
+    group: usize,
+) {
+    let (members, advances) = match state.groups.get(group) {
+        Some(group) => (group.members.clone(), group.advances.clone()),
+        None => {
+            return request.signal_failed_with_unknown_reason("a position group the store lost")
+        }
+    };
+    let applied = match state.position_flaw {
+        // Positions kept nowhere (or not checked): nothing to check against.
+        Some(_) => {
+            let mut forced = advances.clone();
+            for advance in &mut forced {
+                advance.from = state.positions.get(&advance.key);
+            }
+            state.positions.apply(&forced)
+        }
+        None => state.positions.apply(&advances),
+    };
+    if let Err(conflict) = applied {
+        state.superseded += 1;
+        return request.signal_superseded(conflict);
+    }
+    for member in members {
+        let Some(transaction) = state.transactions.get_mut(member) else {
+            continue;
+        };
+        if transaction.state != TransactionState::Prepared {
+            continue;
+        }
+        if !transaction.durable {
+            let id = transaction.id.clone();
+            state.violation(format!(
+                "transaction {id} committed before the durability work of its checkpoint was \
+                 done: the checkpoint was acknowledged too early"
+            ));
+        }
+        let Some(transaction) = state.transactions.get_mut(member) else {
+            continue;
+        };
+        transaction.state = TransactionState::Committed;
+        let records = transaction.records.clone();
+        counters.committed_transactions.add(1);
+        counters.committed_records.add(records.len() as u64);
+        state.committed.extend(records);
+    }
+    *state
+        .commits_per_checkpoint
+        .entry(request.checkpoint_id())
+        .or_insert(0) += 1;
+    request.signal_committed();
 }
 
 fn not_found(transaction_id: &str) -> String {

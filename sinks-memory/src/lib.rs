@@ -15,6 +15,7 @@
 //! | [`MemoryCommitter`] | commits prepared transactions, idempotently |
 //! | [`MemoryGlobalCommitter`] | records what each checkpoint delivered, job-wide |
 //! | [`InjectedCommitFailure`] and `MemoryStore::fail_next_*` | failure injection |
+//! | [`MemoryStore::positions`], [`PositionFlaw`] | source positions, committed with a checkpoint's transactions as one (and two ways to keep them wrongly, for the kit's own tests) |
 //!
 //! ```text
 //!  write ─▶ Open ── prepare_commit ─▶ Prepared ── commit ─▶ Committed ─▶ global committer
@@ -82,7 +83,7 @@ pub use committer::MemoryCommitter;
 pub use failure::InjectedCommitFailure;
 pub use global_committer::MemoryGlobalCommitter;
 pub use sink::MemorySink;
-pub use store::{MemoryStats, MemoryStore, TransactionState};
+pub use store::{MemoryStats, MemoryStore, PositionFlaw, TransactionState};
 pub use writer::{MemoryCommittable, MemoryWriter, MemoryWriterState};
 
 /// Helpers shared by the unit tests of every module.

@@ -98,6 +98,25 @@ where
         })
     }
 
+    /// The store keeps source positions, moved only with the data.
+    fn commits_positions(&self) -> bool {
+        true
+    }
+
+    /// What the store's committed transactions moved `scope` to, unless
+    /// the store was told to keep them nowhere
+    /// ([`PositionFlaw::NotInDestination`](crate::PositionFlaw)).
+    async fn committed_positions(
+        &self,
+        scope: &str,
+    ) -> Result<sink_api::CommittedPositions, SinkError> {
+        let state = self.store.lock();
+        Ok(match state.position_flaw {
+            Some(crate::PositionFlaw::NotInDestination) => sink_api::CommittedPositions::new(),
+            _ => state.positions.scope(scope),
+        })
+    }
+
     /// A committer for the context's subtask.
     async fn create_committer(
         &self,

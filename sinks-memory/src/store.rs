@@ -187,6 +187,20 @@ pub(crate) struct Transaction<T> {
     ///
     /// [`MemorySink::durable_in_background`]: crate::MemorySink::durable_in_background
     pub(crate) durable: bool,
+    /// The position group it belongs to (index in `StoreState::groups`):
+    /// the transactions one writer prepared at one checkpoint with the
+    /// source positions they advance, committed as one.
+    pub(crate) group: Option<usize>,
+}
+
+/// The transactions one writer prepared at one checkpoint, with the source
+/// positions their records advance: committed all at once with the
+/// positions, or superseded all at once (see the `positions` module of
+/// `sink-api`).
+#[derive(Debug)]
+pub(crate) struct PositionGroup {
+    pub(crate) members: Vec<usize>,
+    pub(crate) advances: Vec<sink_api::PositionAdvance>,
 }
 
 /// What the global committer received, and what it made of it.
@@ -236,6 +250,27 @@ pub(crate) struct StoreState<T> {
     pub(crate) replays_per_transaction: BTreeMap<String, u64>,
     pub(crate) failures: FailurePlan,
     pub(crate) global: GlobalLog<T>,
+    /// Source positions, moved only by the commit of a position group.
+    pub(crate) positions: sink_api::PositionTable,
+    pub(crate) groups: Vec<PositionGroup>,
+    /// Commit requests superseded: their positions had moved.
+    pub(crate) superseded: u64,
+    /// A flaw to show the kit catches it; `None`: correct.
+    pub(crate) position_flaw: Option<PositionFlaw>,
+}
+
+/// How the store can be told to keep source positions wrongly, to show that
+/// the conformance kit's hand-over scenarios catch sinks that do so. Set
+/// with [`MemoryStore::flaw_positions`]; never in a real job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PositionFlaw {
+    /// The destination answers no positions and checks none: as a sink
+    /// that keeps them only in the job's checkpoints, so that a new owner
+    /// reads every split from its start.
+    NotInDestination,
+    /// Commits apply their positions without checking where the splits
+    /// are: an old owner's commit lands after a new owner's.
+    Unchecked,
 }
 
 impl<T> Default for StoreState<T> {
@@ -251,6 +286,10 @@ impl<T> Default for StoreState<T> {
             replays_per_transaction: BTreeMap::new(),
             failures: FailurePlan::default(),
             global: GlobalLog::default(),
+            positions: sink_api::PositionTable::new(),
+            groups: Vec::new(),
+            superseded: 0,
+            position_flaw: None,
         }
     }
 }
@@ -293,6 +332,7 @@ impl<T> StoreState<T> {
             state: TransactionState::Open,
             records: Vec::new(),
             durable: true,
+            group: None,
         });
         self.stats.transactions_opened += 1;
         index
@@ -302,6 +342,19 @@ impl<T> StoreState<T> {
     pub(crate) fn transaction_mut(&mut self, id: &str) -> Option<&mut Transaction<T>> {
         let index = *self.index.get(id)?;
         self.transactions.get_mut(index)
+    }
+
+    /// Makes the transactions `members` one position group carrying
+    /// `advances`. Called by a writer's `prepare_commit` after
+    /// `carry_positions`.
+    pub(crate) fn group(&mut self, members: Vec<usize>, advances: Vec<sink_api::PositionAdvance>) {
+        let group = self.groups.len();
+        for member in &members {
+            if let Some(transaction) = self.transactions.get_mut(*member) {
+                transaction.group = Some(group);
+            }
+        }
+        self.groups.push(PositionGroup { members, advances });
     }
 
     /// The transaction called `id`, if it was ever opened.
@@ -444,6 +497,25 @@ impl<T: Clone> MemoryStore<T> {
     /// Each committed transaction appears exactly once, whatever was replayed.
     pub fn committed(&self) -> Vec<T> {
         self.lock().committed.clone()
+    }
+
+    /// The source positions of `scope` the committed transactions moved
+    /// (see [`Sink::committed_positions`](sink_api::Sink::committed_positions)).
+    pub fn positions(&self, scope: &str) -> sink_api::CommittedPositions {
+        self.lock().positions.scope(scope)
+    }
+
+    /// From now on, keeps source positions with `flaw`: only to show that a
+    /// test catches it.
+    pub fn flaw_positions(&self, flaw: PositionFlaw) {
+        self.lock().position_flaw = Some(flaw);
+    }
+
+    /// Commit requests superseded so far: their source positions had moved
+    /// (another owner committed those splits), so nothing of them was
+    /// applied.
+    pub fn superseded(&self) -> u64 {
+        self.lock().superseded
     }
 
     /// The records of every transaction the global committer received, in

@@ -118,6 +118,9 @@ pub struct MemoryWriter<T> {
     background_durability: bool,
     /// Prepared since the last durability work, not durable yet.
     not_durable: Vec<usize>,
+    /// The source positions the next `prepare_commit`'s transactions
+    /// advance (`carry_positions`).
+    advances: Vec<sink_api::PositionAdvance>,
 }
 
 impl<T> MemoryWriter<T> {
@@ -153,6 +156,7 @@ impl<T> MemoryWriter<T> {
             phase: InputPhase::Running,
             background_durability: false,
             not_durable: Vec::new(),
+            advances: Vec::new(),
         }
     }
 
@@ -311,6 +315,16 @@ where
     /// Counts the flush; at end of input, remembers it so that later writes
     /// and transactions are reported. Restored records still buffered are
     /// moved into a transaction here.
+    /// Keeps the advances for the coming `prepare_commit`, whose
+    /// transactions then commit as one group with them.
+    fn carry_positions(
+        &mut self,
+        advances: Vec<sink_api::PositionAdvance>,
+    ) -> Result<(), SinkError> {
+        self.advances = advances;
+        Ok(())
+    }
+
     async fn flush(&mut self, end_of_input: bool) -> Result<(), SinkError> {
         let store = self.store.clone();
         let mut state = store.lock();
@@ -366,6 +380,18 @@ where
         }
         let mut prepared: Vec<usize> = std::mem::take(&mut self.rolled);
         prepared.extend(self.open_transaction.take());
+        let advances = std::mem::take(&mut self.advances);
+        if !advances.is_empty() {
+            if prepared.is_empty() {
+                state.violation(format!(
+                    "{}: source positions advanced by {} split(s) but no record was written",
+                    self.name(),
+                    advances.len()
+                ));
+            }
+            // Committed as one, with the positions: see `commit_group`.
+            state.group(prepared.clone(), advances);
+        }
         let background = self.background_durability;
         if background {
             self.not_durable.extend(&prepared);

@@ -11,7 +11,10 @@
 //! Outcomes map as the contract says: committed and already committed go on
 //! to the global committer; retry-later (with or without an updated
 //! committable) comes back after a backoff, at most `max_retries` times; a
-//! known failure is counted and dropped; an unknown failure fails the job.
+//! known failure is counted and dropped; an unknown failure fails the job;
+//! a superseded request (its source positions moved in the destination) is
+//! set aside for the caller, who drops it in the re-commit of a restored
+//! checkpoint and fails the job otherwise ([`CommitFailure::Superseded`]).
 
 use sink_api::{CheckpointId, CommitOutcome, CommitRequest};
 
@@ -31,6 +34,20 @@ pub enum CommitFailure {
     /// The committer signalled a failure it does not understand.
     #[error("the commit of checkpoint {checkpoint_id} failed for an unknown reason: {reason}")]
     UnknownReason {
+        /// The checkpoint being committed.
+        checkpoint_id: CheckpointId,
+        /// The committer's words.
+        reason: String,
+    },
+    /// A committable's source positions had moved in the destination:
+    /// another owner of a split committed its records. The job restarts, so
+    /// that its source reads every split again from where the destination
+    /// says (the committable is dropped in the re-commit after the restart).
+    #[error(
+        "the commit of checkpoint {checkpoint_id} was superseded: {reason}. The job restarts \
+             and reads every split again from the destination's positions"
+    )]
+    Superseded {
         /// The checkpoint being committed.
         checkpoint_id: CheckpointId,
         /// The committer's words.
@@ -58,6 +75,9 @@ pub struct CommitTally {
     /// Requests that failed with a known reason (dropped): the reason, and
     /// the records lost with it when the committer said.
     pub known_failures: Vec<(String, Option<u64>)>,
+    /// Requests superseded (nothing applied: their source positions moved),
+    /// with the committer's reason.
+    pub superseded: Vec<String>,
 }
 
 /// What the caller does after [`CommitRound::settle`].
@@ -147,6 +167,7 @@ impl<C> CommitRound<C> {
                 CommitOutcome::FailedWithKnownReason(reason) => {
                     self.tally.known_failures.push((reason, records_lost));
                 }
+                CommitOutcome::Superseded(reason) => self.tally.superseded.push(reason),
                 CommitOutcome::FailedWithUnknownReason(reason) => {
                     return Err(CommitFailure::UnknownReason {
                         checkpoint_id: self.checkpoint_id,
@@ -256,6 +277,23 @@ mod tests {
             .for_each(CommitRequest::signal_committed);
         assert_eq!(round.settle(requests, &policy(3)), Ok(RoundStep::Done));
         assert_eq!(round.tally().retries, 2);
+    }
+
+    #[test]
+    fn superseded_requests_are_set_aside_not_committed() {
+        let mut round = CommitRound::new(CheckpointId(5), vec!["a", "b"]);
+        let mut requests = round.take_requests();
+        requests[0].signal_superseded("moved");
+        requests[1].signal_committed();
+        assert_eq!(round.settle(requests, &policy(1)), Ok(RoundStep::Done));
+        let (committed, tally) = round.into_committed();
+        assert_eq!(
+            committed,
+            vec!["b"],
+            "nothing of a superseded request goes on"
+        );
+        assert_eq!(tally.superseded, vec!["moved".to_string()]);
+        assert!(tally.known_failures.is_empty(), "not a loss");
     }
 
     #[test]

@@ -4,9 +4,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sink_api::{CheckpointId, SubtaskIndex};
+use sink_api::{CheckpointId, CommittedPositions, PositionAdvance, SubtaskIndex};
 
-use super::{Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SplitReader};
+use super::{
+    Boundedness, CommitOutcome, PositionLookup, ReadStatus, Source, SourceError, SplitReader,
+};
 
 /// The records of `S`, each passed through `F`. Made by [`Source::map`].
 ///
@@ -36,6 +38,10 @@ where
     type Record = T;
     type Split = S::Split;
     type Reader = MappedReader<S::Reader, F>;
+
+    fn position_scope(&self) -> Option<String> {
+        self.inner.position_scope()
+    }
 
     fn boundedness(&self) -> Boundedness {
         self.inner.boundedness()
@@ -106,6 +112,18 @@ where
 
     fn on_commit(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome) {
         self.inner.on_commit(checkpoint_id, outcome);
+    }
+
+    async fn seek_committed(
+        &mut self,
+        committed: CommittedPositions,
+        lookup: PositionLookup,
+    ) -> Result<(), SourceError> {
+        self.inner.seek_committed(committed, lookup).await
+    }
+
+    fn take_advances(&mut self) -> Vec<PositionAdvance> {
+        self.inner.take_advances()
     }
 }
 

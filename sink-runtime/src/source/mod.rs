@@ -8,20 +8,32 @@
 //! after a restore the splits are handed out again, so reading resumes exactly
 //! after the last record of the checkpoint: no record is lost or read twice.
 //!
-//! Built-ins: [`SequenceSource`] (the numbers `0..n`, bounded or unbounded)
-//! and [`VecSource`] (the items of a vector or an iterator); [`Source::map`]
-//! turns any source's records into another type.
+//! A source whose splits may move to another instance of the job (a Kafka
+//! consumer group) keeps its positions in the destination too, committed
+//! with the data: it names a [position scope](Source::position_scope), and
+//! its reader starts each split where the destination's data of it ends
+//! (module `positions`: [`PositionLookup`], [`PositionTracker`]).
+//!
+//! Built-ins: [`SequenceSource`] (the numbers `0..n`, bounded or unbounded),
+//! [`PartitionedSequence`] (the same numbers in fixed partitions whose
+//! positions are committed with the data) and [`VecSource`] (the items of a
+//! vector or an iterator); [`Source::map`] turns any source's records into
+//! another type.
 
 mod mapped;
+mod partitioned;
+mod positions;
 mod range;
 mod sequence;
 mod vec;
 
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
-use sink_api::{CheckpointId, SubtaskIndex};
+use sink_api::{CheckpointId, CommittedPositions, PositionAdvance, SubtaskIndex};
 
 pub use mapped::{Mapped, MappedReader};
+pub use partitioned::{PartitionedReader, PartitionedSequence, PartitionedSplit};
+pub use positions::{PositionLookup, PositionTracker};
 pub use range::{RangeReader, RangeRecords, RangeSplit};
 pub use sequence::SequenceSource;
 pub use sequence::{Numbers, SequenceReader};
@@ -116,6 +128,36 @@ pub trait SplitReader: Send + 'static {
     fn on_commit(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome) {
         let _ = (checkpoint_id, outcome);
     }
+
+    /// Where the destination's data of each split of the source's
+    /// [scope](Source::position_scope) ends: read every owned split from
+    /// there (a split absent from `committed` from its start), whatever the
+    /// splits the reader was created with say; keep `lookup` to ask again
+    /// for splits assigned later.
+    ///
+    /// Called by the subtask once per start, after the restored
+    /// checkpoint's committables were committed again and before the first
+    /// `read_batch`; only for a source with a scope. The default does
+    /// nothing.
+    async fn seek_committed(
+        &mut self,
+        committed: CommittedPositions,
+        lookup: PositionLookup,
+    ) -> Result<(), SourceError> {
+        let _ = (committed, lookup);
+        Ok(())
+    }
+
+    /// What the records read since the last call advance, per split (see
+    /// [`PositionTracker::take_advances`]): handed to the writer with the
+    /// records' committables.
+    ///
+    /// Called by the subtask at every barrier and at end of input, before
+    /// `prepare_commit` and [`on_checkpoint`](Self::on_checkpoint); only
+    /// for a source with a scope. The default has none.
+    fn take_advances(&mut self) -> Vec<PositionAdvance> {
+        Vec::new()
+    }
 }
 
 /// How the commit reported to [`SplitReader::on_commit`] went.
@@ -143,6 +185,21 @@ pub trait Source: Send + Sync + 'static {
 
     /// Whether the source ends.
     fn boundedness(&self) -> Boundedness;
+
+    /// The scope its positions are committed under in the destination,
+    /// with the data (see the `positions` module), or `None` (the default):
+    /// its positions are kept in the job's checkpoints only.
+    ///
+    /// Read by the job builder (the sink must
+    /// [commit positions](sink_api::Sink::commits_positions)) and by every
+    /// start. A source whose splits may be read by another instance of the
+    /// job (on fresh checkpoint storage, or on another machine) names one,
+    /// the same in every instance that shares the input: without it, each
+    /// instance reads from its own checkpoint, and two instances duplicate
+    /// records.
+    fn position_scope(&self) -> Option<String> {
+        None
+    }
 
     /// Cuts the whole input into splits for a fresh start with `parallelism`
     /// subtasks. The runtime assigns split `k` to subtask `k % parallelism`.

@@ -57,17 +57,31 @@ pub struct SequenceReader {
 
 /// Keeps a reader at `per_second` records per second since its first read.
 #[derive(Debug)]
-struct Pace {
+pub(super) struct Pace {
     per_second: u64,
     started: Option<tokio::time::Instant>,
     read: u64,
 }
 
 impl Pace {
+    /// A pace of `per_second` records per second from the first read.
+    pub(super) fn new(per_second: u64) -> Pace {
+        Pace {
+            per_second,
+            started: None,
+            read: 0,
+        }
+    }
+
+    /// `records` more were read.
+    pub(super) fn read(&mut self, records: u64) {
+        self.read += records;
+    }
+
     /// How many records may be read now; waits until at least one may.
     /// Record `k` (from 0) is due `k / per_second` seconds after the first
     /// read; integer arithmetic, so a due record is never missed by rounding.
-    async fn allowance(&mut self, max: usize) -> usize {
+    pub(super) async fn allowance(&mut self, max: usize) -> usize {
         let started = *self.started.get_or_insert_with(tokio::time::Instant::now);
         let per_second = u128::from(self.per_second);
         let due_at = |record: u64| {
@@ -98,7 +112,7 @@ impl SplitReader for SequenceReader {
         let before = out.len();
         let status = self.inner.read_batch(max, out).await?;
         if let Some(pace) = &mut self.pace {
-            pace.read += (out.len() - before) as u64;
+            pace.read((out.len() - before) as u64);
         }
         Ok(status)
     }
@@ -139,11 +153,7 @@ impl Source for SequenceSource {
     ) -> Result<SequenceReader, SourceError> {
         Ok(SequenceReader {
             inner: RangeReader::new(Numbers, splits, self.boundedness),
-            pace: self.records_per_second.map(|per_second| Pace {
-                per_second,
-                started: None,
-                read: 0,
-            }),
+            pace: self.records_per_second.map(Pace::new),
         })
     }
 }

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use super::calls::CommitCalls;
-use crate::core::commit_round::{CommitRound, RoundStep};
+use crate::core::commit_round::{CommitFailure, CommitRound, RoundStep};
 use crate::core::ledger::{CommittableSummary, SubtaskPart};
 use crate::core::retry::RetryPolicy;
 use crate::error::JobError;
@@ -255,7 +255,28 @@ impl<K: Committer> CommitterTask<K> {
             }
         }
         let (committed, tally) = round.into_committed();
-        let failed = count.saturating_sub(committed.len() as u64);
+        if let Some(reason) = tally.superseded.first() {
+            if !recommit {
+                // Its source went on past records no one will commit: the
+                // job restarts and reads from the destination's positions.
+                return Err(JobError::Commit {
+                    subtask: self.index,
+                    source: CommitFailure::Superseded {
+                        checkpoint_id,
+                        reason: reason.clone(),
+                    },
+                });
+            }
+            warn!(subtask = self.index, checkpoint = %checkpoint_id, %reason, superseded = tally.superseded.len(),
+                "restored committables superseded: another owner of their splits committed those records");
+            metrics::add(
+                &self.metrics.commits_superseded,
+                tally.superseded.len() as u64,
+            );
+        }
+        let failed = count
+            .saturating_sub(committed.len() as u64)
+            .saturating_sub(tally.superseded.len() as u64);
         metrics::sub(&self.metrics.committables_pending, count);
         if !recommit {
             // Restored records were written, and counted, by an earlier run;

@@ -24,6 +24,12 @@
 //!   after end of input: wait for the next control message
 //! ```
 //!
+//! With a source whose positions are committed with the data (a position
+//! scope), every subtask first waits until every subtask re-committed what
+//! the restored checkpoint holds, then asks the destination where each
+//! split's data ends and has its reader start there; at each barrier the
+//! reader's advances go to the writer before `prepare_commit`.
+//!
 //! The decisions are made by [`SubtaskLifecycle`] and [`CommitLedger`]; this
 //! file only carries them out.
 
@@ -47,7 +53,7 @@ use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
 use crate::error::JobError;
 use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
-use crate::source::{CommitOutcome, ReadStatus, Source, SplitReader};
+use crate::source::{CommitOutcome, PositionLookup, ReadStatus, Source, SplitReader};
 use crate::storage::{encode_pending, PendingCommittables, SubtaskSnapshot};
 
 /// Longest a busy subtask runs before it lets other tasks run.
@@ -67,6 +73,43 @@ pub(crate) struct SubtaskSettings {
     /// Checkpoints are on demand: tell the coordinator when records were
     /// written after a barrier (once per barrier).
     pub report_writes: bool,
+}
+
+/// The positions of a source with a scope: where to read them, and the
+/// gate every subtask passes once it re-committed its restored
+/// committables (so that no subtask reads a position another subtask's
+/// re-commit is about to move).
+#[derive(Clone)]
+pub(crate) struct SourcePositions {
+    pub scope: String,
+    pub lookup: PositionLookup,
+    pub recommitted: Arc<RecommitGate>,
+}
+
+/// Counts the subtasks that re-committed their restored committables.
+pub(crate) struct RecommitGate {
+    done: watch::Sender<usize>,
+    subtasks: usize,
+}
+
+impl RecommitGate {
+    pub(crate) fn new(subtasks: usize) -> RecommitGate {
+        RecommitGate {
+            done: watch::channel(0).0,
+            subtasks,
+        }
+    }
+
+    fn pass(&self) {
+        self.done.send_modify(|done| *done += 1);
+    }
+
+    /// Waits until every subtask passed. Cancellation-safe.
+    async fn all_passed(&self) {
+        let mut done = self.done.subscribe();
+        // The sender lives in `self`: the wait ends only when all passed.
+        let _ = done.wait_for(|done| *done >= self.subtasks).await;
+    }
 }
 
 /// What to do after a control message or end of input.
@@ -140,6 +183,8 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = InputOf<S>>> {
     /// Commits of this subtask the reader has not heard of yet, because the
     /// global committer has not committed them; oldest first.
     pub notices: VecDeque<(CheckpointId, CommitOutcome)>,
+    /// With a source whose positions are committed with the data.
+    pub positions: Option<SourcePositions>,
 }
 
 /// Waits until the global committer's progress changes, while `waiting`
@@ -222,6 +267,11 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             self.ledger.notify_complete(restored);
             self.hand_over_ready(true).await?;
             self.wait_for_commits().await?;
+        }
+        if let Some(positions) = self.positions.clone() {
+            if self.seek_committed(positions).await? == Flow::Exit {
+                return Ok(());
+            }
         }
         let mut batch = Vec::with_capacity(self.settings.batch_size);
         let mut last_yield = tokio::time::Instant::now();
@@ -335,6 +385,50 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         }
     }
 
+    /// Once every subtask re-committed its restored committables, starts
+    /// the reader at the destination's positions. Serves a cancel (or the
+    /// coordinator's end) meanwhile; a trigger waits in the channel.
+    async fn seek_committed(&mut self, positions: SourcePositions) -> Result<Flow, JobError> {
+        positions.recommitted.pass();
+        // Barriers and completions that come meanwhile wait for the
+        // reader's start, in order.
+        let mut held = Vec::new();
+        loop {
+            tokio::select! {
+                () = positions.recommitted.all_passed() => break,
+                message = self.control.recv() => match message {
+                    Some(Control::Cancel) | None => {
+                        self.close().await?;
+                        return Ok(Flow::Exit);
+                    }
+                    Some(other) => held.push(other),
+                },
+            }
+        }
+        self.start_reader(&positions).await?;
+        for message in held {
+            if self.on_control(message).await? == Flow::Exit {
+                return Ok(Flow::Exit);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Starts the reader where the destination's data of each split ends.
+    async fn start_reader(&mut self, positions: &SourcePositions) -> Result<(), JobError> {
+        let committed = positions.lookup.committed(&positions.scope).await;
+        let committed = committed.map_err(self.sink_error("committed_positions"))?;
+        info!(subtask = self.index, scope = %positions.scope, splits = committed.len(),
+            "reading from the destination's positions");
+        self.reader
+            .seek_committed(committed, positions.lookup.clone())
+            .await
+            .map_err(|source| JobError::Source {
+                subtask: self.index,
+                source,
+            })
+    }
+
     /// Serves one control message; `None` means the coordinator is gone and
     /// the job is being torn down.
     async fn serve(&mut self, message: Option<Control>) -> Result<Flow, JobError> {
@@ -405,6 +499,14 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             .await
             .map_err(self.sink_error("flush"))?;
         failpoint!("after-flush");
+        if self.positions.is_some() {
+            // Every record read so far was written: the advances are
+            // exactly the records of the committables prepared now.
+            let advances = self.reader.take_advances();
+            self.writer
+                .carry_positions(advances)
+                .map_err(self.sink_error("carry_positions"))?;
+        }
         let committables = self
             .writer
             .prepare_commit(checkpoint_id)

@@ -12,6 +12,7 @@ mod end_of_input;
 mod golden;
 mod object_storage;
 mod pipeline;
+mod positions;
 mod restore;
 mod simulation;
 mod slow_committer;

@@ -6,3 +6,4 @@
 mod broken_global;
 mod broken_sinks;
 mod certify_builtin;
+mod handover;
