@@ -13,8 +13,8 @@ use crate::batcher::{Batcher, TooLarge};
 use crate::errors::ConnectError;
 use crate::record::KafkaRecord;
 use crate::session::Session;
-use crate::topic::Topic;
-use crate::wire::{ClientConfig, Cluster, WireError};
+use sink_kafka_client::topic::Topic;
+use sink_kafka_client::{ClientConfig, Cluster, WireError};
 
 /// A producer with a producer id (Kafka's idempotence: no duplicate from a
 /// retried batch) and no transactions, writing to one topic.

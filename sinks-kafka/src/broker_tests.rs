@@ -10,9 +10,9 @@ use crate::marker::{self, Marker};
 use crate::read::read_committed;
 use crate::recovery::lineage_transactions;
 use crate::session::record;
-use crate::topic::Topic;
+use sink_kafka_client::topic::Topic;
 use crate::transaction::{describe, end, init_producer_id, Transaction};
-use crate::wire::{ClientConfig, Cluster};
+use sink_kafka_client::{ClientConfig, Cluster};
 
 fn brokers() -> String {
     std::env::var("KAFKA_TEST_BROKERS").unwrap_or_else(|_| {

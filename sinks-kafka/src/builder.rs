@@ -12,8 +12,8 @@ use crate::settings::Settings;
 use crate::sink::KafkaSink;
 use crate::slots::Slots;
 use crate::stats::Stats;
-use crate::topic::{Found, Topic};
-use crate::wire::{ClientConfig, Cluster, WireError};
+use sink_kafka_client::topic::{Found, Topic};
+use sink_kafka_client::{ClientConfig, Cluster, WireError};
 
 impl KafkaSink {
     /// A builder of a sink writing to `topic` on the cluster reached

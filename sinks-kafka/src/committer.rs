@@ -26,7 +26,7 @@ use crate::marker::{self, Marker, Verdict};
 use crate::slots::Slots;
 use crate::stats::Stats;
 use crate::transaction::{describe, end, TransactionState};
-use crate::wire::{Cluster, WireError};
+use sink_kafka_client::{Cluster, WireError};
 use crate::writer::KafkaCommittable;
 
 /// Commits prepared transactions of any subtask. Made by

@@ -5,7 +5,7 @@
 use kafka_protocol::error::ResponseError;
 use sink_api::SinkError;
 
-use crate::wire::WireError;
+use sink_kafka_client::WireError;
 
 /// Why [`KafkaSinkBuilder::connect`](crate::KafkaSinkBuilder::connect) refused.
 #[derive(Debug, thiserror::Error)]

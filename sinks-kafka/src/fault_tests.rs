@@ -19,7 +19,7 @@ use sink_runtime::{
 use crate::errors::ConnectError;
 use crate::read::{open_transactions, read_committed};
 use crate::transaction::init_producer_id;
-use crate::wire::{ClientConfig, Cluster};
+use sink_kafka_client::{ClientConfig, Cluster};
 use crate::{KafkaRecord, KafkaSink};
 
 fn brokers() -> String {

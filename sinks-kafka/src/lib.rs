@@ -53,9 +53,7 @@ mod settings;
 mod sink;
 mod slots;
 mod stats;
-mod topic;
 mod transaction;
-mod wire;
 mod writer;
 
 pub use baseline::IdempotentProducer;
@@ -68,9 +66,9 @@ pub use read::{open_transactions, read_committed, CommittedMessage, CommittedTop
 pub use record::KafkaRecord;
 pub use sink::KafkaSink;
 pub use stats::KafkaStats;
-pub use topic::delete_topic;
+pub use sink_kafka_client::topic::delete_topic;
 pub use transaction::TransactionIdentity;
-pub use wire::WireError;
+pub use sink_kafka_client::WireError;
 pub use writer::{KafkaCommittable, KafkaWriter};
 
 #[cfg(all(test, feature = "kafka-tests"))]

@@ -30,7 +30,7 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{GroupId, OffsetFetchRequest, TopicName};
 
 use crate::transaction::TransactionIdentity;
-use crate::wire::{str_bytes, Cluster, CoordinatorKind, WireError};
+use sink_kafka_client::{str_bytes, Cluster, CoordinatorKind, WireError};
 
 /// The last transaction of an id that committed, as its marker says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use tracing::warn;
 
 use crate::errors::sink_error;
 use crate::transaction::{describe, init_producer_id};
-use crate::wire::{Cluster, WireError};
+use sink_kafka_client::{Cluster, WireError};
 
 /// Why a writer or committer stopped for good: a newer instance of the job
 /// took the lineage (its start moved the owner id's epoch on). Found in the

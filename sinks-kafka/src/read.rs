@@ -8,17 +8,16 @@
 //! It also reports each partition's last stable offset and high watermark:
 //! the two differ while a transaction is open on the partition.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
-use kafka_protocol::records::RecordBatchDecoder;
 
 use crate::recovery::transactions;
-use crate::topic::Topic;
-use crate::wire::{str_bytes, ClientConfig, Cluster, WireError};
+use sink_kafka_client::fetch::{committed_records, Aborted};
+use sink_kafka_client::topic::Topic;
+use sink_kafka_client::{str_bytes, ClientConfig, Cluster, WireError};
 
 /// One committed message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,16 +125,26 @@ pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic
             } else {
                 stable
             };
-            let aborted: Vec<(i64, i64)> = data
+            let aborted: Vec<Aborted> = data
                 .aborted_transactions
                 .iter()
                 .flatten()
-                .map(|a| (a.first_offset, a.producer_id.0))
+                .map(|a| Aborted {
+                    first_offset: a.first_offset,
+                    producer_id: a.producer_id.0,
+                })
                 .collect();
             let before = offset;
             if let Some(records) = &data.records {
                 let mut bytes = records.clone();
-                offset = take_committed(&mut bytes, partition, offset, end, &aborted, &mut read)?;
+                offset = committed_records(&mut bytes, offset, end, &aborted, |record| {
+                    read.messages.push(CommittedMessage {
+                        partition,
+                        offset: record.offset,
+                        key: record.key.map(|k| k.to_vec()),
+                        value: record.value.map(|v| v.to_vec()).unwrap_or_default(),
+                    })
+                })?;
             }
             if offset >= end || offset == before {
                 if data.last_stable_offset >= 0 && data.last_stable_offset < data.high_watermark {
@@ -151,62 +160,4 @@ pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic
         }
     }
     Ok(read)
-}
-
-/// Decodes the batches in `bytes`, keeps the committed data records at or
-/// after `from` and before `end`, and returns the offset to fetch next.
-fn take_committed(
-    bytes: &mut bytes::Bytes,
-    partition: i32,
-    from: i64,
-    end: i64,
-    aborted: &[(i64, i64)],
-    read: &mut CommittedTopic,
-) -> Result<i64, WireError> {
-    // Aborted transactions by first offset: a producer's records are
-    // dropped from its aborted transaction's first offset to its abort
-    // marker.
-    let mut aborted = aborted.to_vec();
-    aborted.sort_unstable();
-    let mut aborted = aborted.into_iter().peekable();
-    let mut dropping: HashSet<i64> = HashSet::new();
-    let mut next = from;
-    let sets = RecordBatchDecoder::decode_all(bytes)
-        .map_err(|e| WireError::Protocol(format!("a fetched batch cannot be read: {e}")))?;
-    for set in sets {
-        for record in set.records {
-            if record.offset < from {
-                continue;
-            }
-            if record.offset >= end {
-                return Ok(next);
-            }
-            next = record.offset + 1;
-            while let Some((_, producer)) = aborted.next_if(|(first, _)| *first <= record.offset) {
-                dropping.insert(producer);
-            }
-            if record.control {
-                // An abort marker (type 0) ends the producer's aborted
-                // transaction.
-                let is_abort = record
-                    .key
-                    .as_ref()
-                    .is_some_and(|k| k.len() >= 4 && k[2] == 0 && k[3] == 0);
-                if is_abort {
-                    dropping.remove(&record.producer_id);
-                }
-                continue;
-            }
-            if record.transactional && dropping.contains(&record.producer_id) {
-                continue;
-            }
-            read.messages.push(CommittedMessage {
-                partition,
-                offset: record.offset,
-                key: record.key.map(|k| k.to_vec()),
-                value: record.value.map(|v| v.to_vec()).unwrap_or_default(),
-            });
-        }
-    }
-    Ok(next)
 }

@@ -25,7 +25,7 @@ use tracing::info;
 
 use crate::names::TransactionalIdName;
 use crate::transaction::{describe, init_producer_id, TransactionIdentity};
-use crate::wire::{Cluster, WireError};
+use sink_kafka_client::{Cluster, WireError};
 
 /// The transactional ids of `prefix` and `lineage` the cluster knows, with
 /// the state each is in.

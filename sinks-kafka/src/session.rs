@@ -23,7 +23,7 @@ use kafka_protocol::records::{
 };
 use tokio::task::JoinHandle;
 
-use crate::wire::{millis, str_bytes, Cluster, Link, WireError};
+use sink_kafka_client::{millis, str_bytes, Cluster, Link, WireError};
 
 /// Produce requests of one session in flight at once (Kafka keeps the
 /// order, and deduplicates, within 5 per partition).

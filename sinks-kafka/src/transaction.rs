@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use tracing::debug;
 
 use crate::session::Session;
-use crate::wire::{millis, str_bytes, Cluster, CoordinatorKind, WireError};
+use sink_kafka_client::{millis, str_bytes, Cluster, CoordinatorKind, WireError};
 
 /// Who a transaction is: what the committer needs to end it from any
 /// process.
@@ -279,7 +279,7 @@ impl Transaction {
     /// again while it answers that it is busy or moving.
     async fn with_coordinator<F, Fut>(&self, id: &str, request: F) -> Result<(), WireError>
     where
-        F: Fn(Arc<Cluster>, Arc<crate::wire::Link>) -> Fut,
+        F: Fn(Arc<Cluster>, Arc<sink_kafka_client::Link>) -> Fut,
         Fut: std::future::Future<Output = Result<(), WireError>>,
     {
         with_transaction_coordinator(self.cluster(), id, |link| {
@@ -298,7 +298,7 @@ async fn with_transaction_coordinator<T, F, Fut>(
     request: F,
 ) -> Result<T, WireError>
 where
-    F: Fn(Arc<crate::wire::Link>) -> Fut,
+    F: Fn(Arc<sink_kafka_client::Link>) -> Fut,
     Fut: std::future::Future<Output = Result<T, WireError>>,
 {
     let deadline = Instant::now() + cluster.config.request_timeout;

@@ -1,5 +1,5 @@
-//! The sink's topic: its partitions and their leaders, and its creation
-//! when missing.
+//! A topic: its partitions and their leaders, its creation when missing,
+//! its deletion.
 
 use std::time::{Duration, Instant};
 
@@ -7,7 +7,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest, TopicName};
 
-use crate::wire::{millis, str_bytes, ClientConfig, Cluster, WireError};
+use crate::{millis, str_bytes, ClientConfig, Cluster, WireError};
 
 /// Deletes `topic` on the cluster reached through `brokers`, and waits
 /// until the cluster no longer knows it; `false` if it did not exist.
@@ -54,15 +54,17 @@ pub async fn delete_topic(brokers: &str, topic: &str) -> Result<bool, WireError>
 
 /// A topic as the last metadata described it.
 #[derive(Debug, Clone)]
-pub(crate) struct Topic {
+pub struct Topic {
     /// The leader of each partition, by index.
-    pub(crate) leaders: Vec<i32>,
+    pub leaders: Vec<i32>,
 }
 
 /// What became of the topic at the sink's start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Found {
+pub enum Found {
+    /// It was there.
     Existing,
+    /// It was created now.
     Created,
 }
 
@@ -70,7 +72,7 @@ impl Topic {
     /// The partitions of `name` and their leaders; `None` when the topic
     /// does not exist. Waits (up to the request timeout) for partitions
     /// that have no leader yet (a topic just created).
-    pub(crate) async fn describe(
+    pub async fn describe(
         cluster: &Cluster,
         name: &str,
     ) -> Result<Option<Topic>, WireError> {
@@ -127,7 +129,7 @@ impl Topic {
 
     /// The topic `name`, created with `partitions` partitions of
     /// `replication` replicas if it does not exist.
-    pub(crate) async fn describe_or_create(
+    pub async fn describe_or_create(
         cluster: &Cluster,
         name: &str,
         partitions: i32,

@@ -119,7 +119,7 @@ pub enum WireError {
 
 impl WireError {
     /// An error code in an answer to `api` about `subject`; `None` for 0.
-    pub(crate) fn check(
+    pub fn check(
         api: &'static str,
         subject: impl FnOnce() -> String,
         code: i16,
@@ -175,7 +175,7 @@ impl WireError {
 
     /// Whether the connection it came from should be given up (and the
     /// broker's metadata read again).
-    pub(crate) fn breaks_connection(&self) -> bool {
+    pub fn breaks_connection(&self) -> bool {
         matches!(
             self,
             WireError::Timeout { .. }
@@ -187,7 +187,7 @@ impl WireError {
 
     /// Whether the answer says the request went to the wrong broker: a
     /// partition's leader or a coordinator moved.
-    pub(crate) fn is_misdirected(&self) -> bool {
+    pub fn is_misdirected(&self) -> bool {
         matches!(
             self.code(),
             Some(

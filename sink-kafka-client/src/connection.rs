@@ -26,12 +26,12 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::api::Call;
-use super::error::WireError;
+use crate::api::Call;
+use crate::error::WireError;
 
 /// The largest answer read: a `Fetch` answer holds at most what was asked
 /// for (the reader asks for a few MiB), anything larger is a broken stream.
-pub(crate) const MAX_FRAME: usize = 256 << 20;
+pub const MAX_FRAME: usize = 256 << 20;
 
 /// The longest a request waits to be queued behind others on a connection.
 const QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -65,9 +65,9 @@ struct Outgoing {
 /// A connection to one broker. Cheap to share: requests go to a task that
 /// owns the socket's writing half.
 #[derive(Debug)]
-pub(crate) struct Connection {
+pub struct Connection {
     /// `host:port`, for messages.
-    pub(crate) address: String,
+    pub address: String,
     outgoing: mpsc::Sender<Outgoing>,
     waiting: Waiting,
 }
@@ -76,7 +76,7 @@ impl Connection {
     /// Opens a connection to `address` within `timeout`. The tasks it
     /// starts end when the connection breaks or the last handle is
     /// dropped.
-    pub(crate) async fn open(
+    pub async fn open(
         address: &str,
         client_id: &str,
         timeout: Duration,
@@ -120,13 +120,13 @@ impl Connection {
 
     /// Whether the connection broke: no request sent on it will be
     /// answered.
-    pub(crate) fn is_broken(&self) -> bool {
+    pub fn is_broken(&self) -> bool {
         self.outgoing.is_closed() || lock(&self.waiting).broken.is_some()
     }
 
     /// Sends `request` at `version` and waits for its answer, at most
     /// `timeout`.
-    pub(crate) async fn call<R: Call>(
+    pub async fn call<R: Call>(
         &self,
         request: &R,
         version: i16,
@@ -140,7 +140,7 @@ impl Connection {
     /// requests sent one after the other by one caller reach the broker in
     /// that order (a producer's batches of one partition must). The answer
     /// is waited for separately.
-    pub(crate) async fn send<R: Call>(
+    pub async fn send<R: Call>(
         &self,
         request: &R,
         version: i16,
@@ -189,7 +189,7 @@ impl Connection {
 
 /// The answer to a request sent with [`Connection::send`], to be waited
 /// for.
-pub(crate) struct Answer<R> {
+pub struct Answer<R> {
     answer: oneshot::Receiver<Result<Bytes, WireError>>,
     version: i16,
     address: String,
@@ -198,7 +198,7 @@ pub(crate) struct Answer<R> {
 
 impl<R: Call> Answer<R> {
     /// Waits for the answer, at most `timeout`.
-    pub(crate) async fn wait(self, timeout: Duration) -> Result<R::Response, WireError> {
+    pub async fn wait(self, timeout: Duration) -> Result<R::Response, WireError> {
         let mut bytes = match tokio::time::timeout(timeout, self.answer).await {
             Err(_) => {
                 return Err(WireError::Timeout {

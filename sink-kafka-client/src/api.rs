@@ -14,7 +14,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 
 /// A request of the Kafka protocol this crate sends, with its answer's
 /// type and the versions it speaks.
-pub(crate) trait Call: Encodable {
+pub trait Call: Encodable {
     /// The API key.
     const KEY: i16;
     /// The request's name, for messages.
@@ -49,7 +49,7 @@ macro_rules! calls {
             }
         )*
         /// Every request this crate sends: its key, name and lowest version.
-        pub(crate) const ALL: &[(i16, &str, i16)] = &[
+        pub const ALL: &[(i16, &str, i16)] = &[
             $((ApiKey::$name as i16, stringify!($name), $min),)*
         ];
     };

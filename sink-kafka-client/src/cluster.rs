@@ -18,27 +18,27 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::Mutex;
 use tracing::debug;
 
-use super::api::{Call, ALL};
-use super::connection::{Answer, Connection};
-use super::error::WireError;
+use crate::api::{Call, ALL};
+use crate::connection::{Answer, Connection};
+use crate::error::WireError;
 
 /// How the client reaches the cluster. Made from the sink's settings.
 #[derive(Debug, Clone)]
-pub(crate) struct ClientConfig {
+pub struct ClientConfig {
     /// `host:port` of the brokers to start from.
-    pub(crate) bootstrap: Vec<String>,
+    pub bootstrap: Vec<String>,
     /// The client id brokers see in their logs and quotas.
-    pub(crate) client_id: String,
+    pub client_id: String,
     /// How long a connection may take.
-    pub(crate) connect_timeout: Duration,
+    pub connect_timeout: Duration,
     /// How long one request may wait for its answer; also the time a lookup
     /// is retried.
-    pub(crate) request_timeout: Duration,
+    pub request_timeout: Duration,
 }
 
 /// A connection and the versions of each request its broker speaks.
 #[derive(Debug)]
-pub(crate) struct Link {
+pub struct Link {
     connection: Connection,
     /// key → (lowest, highest) version the broker speaks.
     versions: HashMap<i16, (i16, i16)>,
@@ -61,19 +61,19 @@ impl Link {
     }
 
     /// `host:port`.
-    pub(crate) fn address(&self) -> &str {
+    pub fn address(&self) -> &str {
         &self.connection.address
     }
 
     /// Whether its connection broke.
-    pub(crate) fn is_broken(&self) -> bool {
+    pub fn is_broken(&self) -> bool {
         self.connection.is_broken()
     }
 }
 
 /// Which kind of key a coordinator is looked up for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum CoordinatorKind {
+pub enum CoordinatorKind {
     /// A consumer group (offsets).
     Group = 0,
     /// A transactional id.
@@ -88,16 +88,18 @@ struct Known {
     coordinators: HashMap<(CoordinatorKind, String), i32>,
 }
 
-/// The cluster. One per sink, shared by its writers and committers.
+/// The cluster. One per sink (shared by its writers and committers) or
+/// per source reader.
 #[derive(Debug)]
-pub(crate) struct Cluster {
-    pub(crate) config: ClientConfig,
+pub struct Cluster {
+    /// How it was reached.
+    pub config: ClientConfig,
     known: Mutex<Known>,
 }
 
 impl Cluster {
     /// A cluster reached through `config.bootstrap`; connects lazily.
-    pub(crate) fn new(config: ClientConfig) -> Cluster {
+    pub fn new(config: ClientConfig) -> Cluster {
         Cluster {
             config,
             known: Mutex::new(Known::default()),
@@ -105,7 +107,7 @@ impl Cluster {
     }
 
     /// The bootstrap list, for messages.
-    pub(crate) fn brokers(&self) -> String {
+    pub fn brokers(&self) -> String {
         self.config.bootstrap.join(",")
     }
 
@@ -160,7 +162,7 @@ impl Cluster {
 
     /// Sends `request` on `link`; a connection that broke or timed out is
     /// forgotten, so the next request opens a new one.
-    pub(crate) async fn call<R: Call>(
+    pub async fn call<R: Call>(
         &self,
         link: &Link,
         request: &R,
@@ -181,7 +183,7 @@ impl Cluster {
     /// Sends `request` on `link` without waiting for the answer; requests
     /// sent one after the other reach the broker in that order (see
     /// [`Connection::send`]).
-    pub(crate) async fn send<R: Call>(
+    pub async fn send<R: Call>(
         &self,
         link: &Link,
         request: &R,
@@ -207,7 +209,7 @@ impl Cluster {
 
     /// A connection to any broker: the known ones first, then the
     /// bootstrap list.
-    pub(crate) async fn any(&self) -> Result<Arc<Link>, WireError> {
+    pub async fn any(&self) -> Result<Arc<Link>, WireError> {
         let mut candidates: Vec<String> = {
             let known = self.known.lock().await;
             known.links.keys().cloned().collect()
@@ -229,7 +231,7 @@ impl Cluster {
     }
 
     /// A connection to broker `id`, as the last metadata named it.
-    pub(crate) async fn broker(&self, id: i32) -> Result<Arc<Link>, WireError> {
+    pub async fn broker(&self, id: i32) -> Result<Arc<Link>, WireError> {
         let address = self.known.lock().await.brokers.get(&id).cloned();
         let address = match address {
             Some(address) => address,
@@ -251,7 +253,7 @@ impl Cluster {
 
     /// The cluster's metadata for `topics` (none: only the brokers),
     /// without creating any topic; learns the brokers' addresses.
-    pub(crate) async fn metadata(&self, topics: &[&str]) -> Result<MetadataResponse, WireError> {
+    pub async fn metadata(&self, topics: &[&str]) -> Result<MetadataResponse, WireError> {
         let link = self.any().await?;
         let request = MetadataRequest::default()
             .with_topics(Some(
@@ -277,7 +279,7 @@ impl Cluster {
     /// The broker coordinating `key` (a transactional id or a group), with
     /// the lookup retried while the cluster says it is moving, up to the
     /// request timeout.
-    pub(crate) async fn coordinator(
+    pub async fn coordinator(
         &self,
         kind: CoordinatorKind,
         key: &str,
@@ -325,7 +327,7 @@ impl Cluster {
 
     /// Forgets the coordinator of `key`, after it answered that it is not
     /// (or no longer) the coordinator.
-    pub(crate) async fn forget_coordinator(&self, kind: CoordinatorKind, key: &str) {
+    pub async fn forget_coordinator(&self, kind: CoordinatorKind, key: &str) {
         self.known
             .lock()
             .await

@@ -1,0 +1,51 @@
+//! The Kafka client the project's Kafka sink and Kafka source share:
+//! connections pipelined per broker, the protocol's requests on the
+//! `kafka-protocol` crate's message types, the cluster's brokers and
+//! coordinators, topics, and the decoding of fetched records as a
+//! `read_committed` consumer sees them.
+//!
+//! Not a general-purpose client: it has what the sink and the source need
+//! and no more (`docs/architecture.md`, "The Kafka client", says why the
+//! project does not use librdkafka). No TLS or SASL yet.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `api` | which version of each request is sent |
+//! | `connection` | one broker connection, requests pipelined, answers matched by correlation id |
+//! | [`Cluster`] | brokers by id, metadata, coordinators of groups and transactions |
+//! | [`topic`] | a topic's partitions, leaders and id; creation and deletion |
+//! | [`fetch`] | decoding fetched batches: committed data records only |
+//! | [`WireError`] | what a request can fail with, classed retriable, fenced or permanent |
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod api;
+mod cluster;
+mod connection;
+mod error;
+pub mod fetch;
+pub mod topic;
+
+pub use api::Call;
+pub use cluster::{ClientConfig, Cluster, CoordinatorKind, Link};
+pub use connection::MAX_FRAME;
+pub use error::WireError;
+
+/// The protocol's message types, as this client speaks them.
+pub use kafka_protocol;
+
+use std::time::Duration;
+
+use kafka_protocol::protocol::StrBytes;
+
+/// `s` as the protocol's string type.
+pub fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// `d` in milliseconds, as the protocol's 32-bit fields take it (longer
+/// saturates).
+pub fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
