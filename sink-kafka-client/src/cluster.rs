@@ -162,11 +162,7 @@ impl Cluster {
 
     /// Sends `request` on `link`; a connection that broke or timed out is
     /// forgotten, so the next request opens a new one.
-    pub async fn call<R: Call>(
-        &self,
-        link: &Link,
-        request: &R,
-    ) -> Result<R::Response, WireError> {
+    pub async fn call<R: Call>(&self, link: &Link, request: &R) -> Result<R::Response, WireError> {
         let version = link.version::<R>()?;
         let answer = link
             .connection
@@ -183,11 +179,7 @@ impl Cluster {
     /// Sends `request` on `link` without waiting for the answer; requests
     /// sent one after the other reach the broker in that order (see
     /// [`Connection::send`]).
-    pub async fn send<R: Call>(
-        &self,
-        link: &Link,
-        request: &R,
-    ) -> Result<Answer<R>, WireError> {
+    pub async fn send<R: Call>(&self, link: &Link, request: &R) -> Result<Answer<R>, WireError> {
         let version = link.version::<R>()?;
         link.connection.send(request, version).await
     }

@@ -140,11 +140,7 @@ impl Connection {
     /// requests sent one after the other by one caller reach the broker in
     /// that order (a producer's batches of one partition must). The answer
     /// is waited for separately.
-    pub async fn send<R: Call>(
-        &self,
-        request: &R,
-        version: i16,
-    ) -> Result<Answer<R>, WireError> {
+    pub async fn send<R: Call>(&self, request: &R, version: i16) -> Result<Answer<R>, WireError> {
         let mut body = BytesMut::new();
         request
             .encode(&mut body, version)

@@ -57,6 +57,9 @@ pub async fn delete_topic(brokers: &str, topic: &str) -> Result<bool, WireError>
 pub struct Topic {
     /// The leader of each partition, by index.
     pub leaders: Vec<i32>,
+    /// Its topic id, which a topic deleted and created again under the
+    /// same name does not keep; `None` when the broker gives none.
+    pub id: Option<String>,
 }
 
 /// What became of the topic at the sink's start.
@@ -72,10 +75,7 @@ impl Topic {
     /// The partitions of `name` and their leaders; `None` when the topic
     /// does not exist. Waits (up to the request timeout) for partitions
     /// that have no leader yet (a topic just created).
-    pub async fn describe(
-        cluster: &Cluster,
-        name: &str,
-    ) -> Result<Option<Topic>, WireError> {
+    pub async fn describe(cluster: &Cluster, name: &str) -> Result<Option<Topic>, WireError> {
         let deadline = Instant::now() + cluster.config.request_timeout;
         loop {
             let answer = cluster.metadata(&[name]).await?;
@@ -112,8 +112,10 @@ impl Topic {
                             .enumerate()
                             .all(|(i, (index, leader))| *index == i as i32 && *leader >= 0);
                     if complete {
+                        let id = (!topic.topic_id.is_nil()).then(|| topic.topic_id.to_string());
                         return Ok(Some(Topic {
                             leaders: partitions.into_iter().map(|(_, l)| l).collect(),
+                            id,
                         }));
                     }
                     if Instant::now() >= deadline {

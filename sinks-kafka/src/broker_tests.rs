@@ -10,8 +10,8 @@ use crate::marker::{self, Marker};
 use crate::read::read_committed;
 use crate::recovery::lineage_transactions;
 use crate::session::record;
-use sink_kafka_client::topic::Topic;
 use crate::transaction::{describe, end, init_producer_id, Transaction};
+use sink_kafka_client::topic::Topic;
 use sink_kafka_client::{ClientConfig, Cluster};
 
 fn brokers() -> String {

@@ -26,8 +26,8 @@ use crate::marker::{self, Marker, Verdict};
 use crate::slots::Slots;
 use crate::stats::Stats;
 use crate::transaction::{describe, end, TransactionState};
-use sink_kafka_client::{Cluster, WireError};
 use crate::writer::KafkaCommittable;
+use sink_kafka_client::{Cluster, WireError};
 
 /// Commits prepared transactions of any subtask. Made by
 /// [`KafkaSink`](crate::KafkaSink)'s `create_committer`.

@@ -19,8 +19,8 @@ use sink_runtime::{
 use crate::errors::ConnectError;
 use crate::read::{open_transactions, read_committed};
 use crate::transaction::init_producer_id;
-use sink_kafka_client::{ClientConfig, Cluster};
 use crate::{KafkaRecord, KafkaSink};
+use sink_kafka_client::{ClientConfig, Cluster};
 
 fn brokers() -> String {
     std::env::var("KAFKA_TEST_BROKERS").unwrap_or_else(|_| {

@@ -65,10 +65,10 @@ pub use owner::NewerInstance;
 pub use read::{open_transactions, read_committed, CommittedMessage, CommittedTopic};
 pub use record::KafkaRecord;
 pub use sink::KafkaSink;
-pub use stats::KafkaStats;
 pub use sink_kafka_client::topic::delete_topic;
-pub use transaction::TransactionIdentity;
 pub use sink_kafka_client::WireError;
+pub use stats::KafkaStats;
+pub use transaction::TransactionIdentity;
 pub use writer::{KafkaCommittable, KafkaWriter};
 
 #[cfg(all(test, feature = "kafka-tests"))]

@@ -18,9 +18,9 @@ use crate::recovery::abort_lingering;
 use crate::settings::Settings;
 use crate::slots::Slots;
 use crate::stats::{KafkaStats, Stats};
+use crate::writer::{KafkaCommittable, KafkaWriter};
 use sink_kafka_client::topic::Topic;
 use sink_kafka_client::Cluster;
-use crate::writer::{KafkaCommittable, KafkaWriter};
 
 /// A two-phase-commit sink into a Kafka topic: each checkpoint's records of
 /// each subtask in one Kafka transaction, flushed at the barrier and

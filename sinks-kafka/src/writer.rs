@@ -29,8 +29,8 @@ use crate::settings::Settings;
 use crate::slots::NoSlot;
 use crate::slots::Slots;
 use crate::stats::Stats;
-use sink_kafka_client::topic::Topic;
 use crate::transaction::{end, Transaction, TransactionIdentity};
+use sink_kafka_client::topic::Topic;
 use sink_kafka_client::Cluster;
 
 /// A prepared transaction: what the committer needs to commit it, from

@@ -1,0 +1,109 @@
+//! Why the source cannot start or go on, each naming the fix or the choice.
+
+use sink_kafka_client::WireError;
+
+/// A failure of the Kafka source.
+///
+/// Returned by [`KafkaSourceBuilder::build`](crate::KafkaSourceBuilder::build)
+/// and, as a `SourceError`'s message, by the readers; the job fails with
+/// it. Each permanent one names what to change.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KafkaSourceError {
+    /// The cluster could not be reached or answered an error.
+    #[error("Kafka at {brokers}: {source}")]
+    Wire {
+        /// The bootstrap list.
+        brokers: String,
+        /// The client's error.
+        #[source]
+        source: WireError,
+    },
+    /// The topic does not exist.
+    #[error(
+        "the topic {topic} does not exist on {brokers}: create it, or check --topic and --brokers"
+    )]
+    NoTopic {
+        /// The topic.
+        topic: String,
+        /// The bootstrap list.
+        brokers: String,
+    },
+    /// A setting out of its range.
+    #[error("{0}")]
+    Setting(String),
+    /// The destination's position of a partition is before the first
+    /// offset the partition still holds: records were deleted (retention)
+    /// before the job read them.
+    #[error(
+        "partition {partition} of {topic}: the destination's data ends at offset {committed}, but \
+         the partition starts at {log_start} now: the records in between were deleted (by \
+         retention) before the group read them. Nothing was skipped: to go on from {log_start} and \
+         accept that those {} records are lost, build the source with \
+         KafkaSourceBuilder::skip_deleted_records (the demos' --skip-deleted-records)",
+        log_start - committed
+    )]
+    RecordsDeleted {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// Where the destination's data of it ends.
+        committed: i64,
+        /// The partition's first offset now.
+        log_start: i64,
+    },
+    /// The destination holds positions of a topic of the same name but
+    /// another topic id: the topic was deleted and created again.
+    #[error(
+        "the topic {topic} was deleted and created again (its id is {now}, but the destination \
+         holds the group's positions of id {before}): its offsets start over, so the positions \
+         mean nothing for it. Nothing was read: to read the new topic from its start, build the \
+         source with KafkaSourceBuilder::read_recreated_topic_from_start (the demos' \
+         --recreated-topic-from-start), or use another group"
+    )]
+    TopicRecreated {
+        /// The topic.
+        topic: String,
+        /// The id the destination's positions are of.
+        before: String,
+        /// The topic's id now.
+        now: String,
+    },
+    /// The destination's position of a partition is past its end: the
+    /// destination holds positions of another input under this group.
+    #[error(
+        "partition {partition} of {topic}: the destination's data ends at offset {committed}, \
+         past the partition's end {end}: it holds positions of another input under the group \
+         {group}; use another group"
+    )]
+    PastTheEnd {
+        /// The topic.
+        topic: String,
+        /// The group.
+        group: String,
+        /// The partition.
+        partition: i32,
+        /// Where the destination's data of it ends.
+        committed: i64,
+        /// The partition's end now.
+        end: i64,
+    },
+    /// The group could not be joined or left.
+    #[error("the consumer group {group}: {message}")]
+    Group {
+        /// The group.
+        group: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl KafkaSourceError {
+    pub(crate) fn wire(brokers: &str) -> impl FnOnce(WireError) -> KafkaSourceError + '_ {
+        move |source| KafkaSourceError::Wire {
+            brokers: brokers.to_string(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! Membership of a consumer group (the classic protocol), on a task of its
+//! own per reader: join, the leader's range assignment, heartbeats, and
+//! rebalances that wait until the reader's records are committed.
+//!
+//! ```text
+//!  JoinGroup (MEMBER_ID_REQUIRED: again with the id given) ─▶ leader? assign ranges
+//!  SyncGroup ─▶ Assigned(partitions) to the reader
+//!  heartbeats every session timeout / 3
+//!     REBALANCE_IN_PROGRESS, or the leader sees the partition count change
+//!        ─▶ Revoke to the reader; heartbeats go on until the reader says Drained
+//!           (everything it read of its partitions is committed) ─▶ JoinGroup again
+//!     UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION (dropped from the group) ─▶ Revoke, join anew
+//!  Leave (the reader finished and committed, or closes) ─▶ LeaveGroup
+//! ```
+//!
+//! A member rejoins only once its records are committed, so the members
+//! that take its partitions over read where the destination's data of them
+//! ends, all of it there (Kafka's consumers commit their offsets when their
+//! partitions are revoked, for the same reason). The group waits for it up
+//! to the rebalance timeout, which must exceed a checkpoint's interval and
+//! commit; past it the member is dropped, and its late commits are
+//! superseded in the destination (never duplicated).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedTopic;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest,
+    JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use sink_kafka_client::topic::Topic;
+use sink_kafka_client::{millis, str_bytes, Cluster, CoordinatorKind, WireError};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+/// The assignor's name, as members announce it.
+const ASSIGNOR: &str = "range";
+
+/// What the membership task tells its reader.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// The group's assignment of this member: these partitions, sorted.
+    Assigned(Vec<i32>),
+    /// A rebalance began: stop reading, and say [`Control::Drained`] once
+    /// everything read is committed.
+    Revoke,
+    /// Membership failed for good.
+    Failed(String),
+}
+
+/// What the reader tells its membership task.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// Everything read of the revoked partitions is committed: rejoin.
+    Drained,
+    /// Leave the group and end.
+    Leave,
+}
+
+/// How a member takes part.
+#[derive(Debug, Clone)]
+pub(crate) struct MemberSettings {
+    pub group: String,
+    pub topic: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    /// How often the leader looks for partitions added to the topic.
+    pub metadata_refresh: Duration,
+}
+
+/// Starts the membership of one reader; the handle's channels talk to it.
+pub(crate) fn spawn(
+    cluster: Arc<Cluster>,
+    settings: MemberSettings,
+) -> (
+    mpsc::UnboundedReceiver<Event>,
+    mpsc::UnboundedSender<Control>,
+) {
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let (control, control_rx) = mpsc::unbounded_channel();
+    let member = Member {
+        cluster,
+        settings,
+        member_id: String::new(),
+        generation: -1,
+        events: events_tx,
+        control: control_rx,
+    };
+    tokio::spawn(member.run());
+    (events, control)
+}
+
+struct Member {
+    cluster: Arc<Cluster>,
+    settings: MemberSettings,
+    member_id: String,
+    generation: i32,
+    events: mpsc::UnboundedSender<Event>,
+    control: mpsc::UnboundedReceiver<Control>,
+}
+
+/// Why a member stops heartbeating in a generation.
+enum Leaving {
+    /// A rebalance: rejoin once drained.
+    Rebalance,
+    /// The reader asked to leave, or is gone.
+    Leave,
+}
+
+impl Member {
+    async fn run(mut self) {
+        let group = self.settings.group.clone();
+        loop {
+            let assigned = match self.join().await {
+                Ok(assigned) => assigned,
+                Err(error) => {
+                    let _ = self.events.send(Event::Failed(error));
+                    return;
+                }
+            };
+            info!(%group, generation = self.generation, partitions = ?assigned, "assigned");
+            let leader_partitions = assigned.1;
+            if self.events.send(Event::Assigned(assigned.0)).is_err() {
+                self.leave().await;
+                return;
+            }
+            match self.heartbeat_until_rebalance(leader_partitions).await {
+                Leaving::Leave => {
+                    self.leave().await;
+                    return;
+                }
+                Leaving::Rebalance => {}
+            }
+            if self.events.send(Event::Revoke).is_err() {
+                self.leave().await;
+                return;
+            }
+            match self.heartbeat_until_drained().await {
+                Leaving::Leave => {
+                    self.leave().await;
+                    return;
+                }
+                Leaving::Rebalance => {}
+            }
+        }
+    }
+
+    /// Joins the group (again) and syncs: this member's partitions, and,
+    /// for the leader, how many partitions the topic had when it assigned
+    /// them.
+    async fn join(&mut self) -> Result<(Vec<i32>, Option<usize>), String> {
+        let deadline = Instant::now() + self.settings.rebalance_timeout * 3;
+        loop {
+            match self.join_once().await {
+                Ok(Some(assigned)) => return Ok(assigned),
+                Ok(None) => continue,
+                Err(error) if error.is_retriable() && Instant::now() < deadline => {
+                    debug!(group = %self.settings.group, %error, "joining again");
+                    self.cluster
+                        .forget_coordinator(CoordinatorKind::Group, &self.settings.group)
+                        .await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => return Err(format!("joining failed: {error}")),
+            }
+        }
+    }
+
+    /// One round of JoinGroup and SyncGroup; `None`: join again at once
+    /// (a member id was given, or a rebalance began meanwhile).
+    async fn join_once(&mut self) -> Result<Option<(Vec<i32>, Option<usize>)>, WireError> {
+        let group = self.settings.group.clone();
+        let link = self
+            .cluster
+            .coordinator(CoordinatorKind::Group, &group)
+            .await?;
+        let request = JoinGroupRequest::default()
+            .with_group_id(GroupId(str_bytes(&group)))
+            .with_session_timeout_ms(millis(self.settings.session_timeout))
+            .with_rebalance_timeout_ms(millis(self.settings.rebalance_timeout))
+            .with_member_id(str_bytes(&self.member_id))
+            .with_protocol_type(str_bytes("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(str_bytes(ASSIGNOR))
+                .with_metadata(subscription(&self.settings.topic)?)]);
+        let answer = self.cluster.call(&link, &request).await?;
+        match ResponseError::try_from_code(answer.error_code) {
+            None => {}
+            Some(ResponseError::MemberIdRequired) => {
+                self.member_id = answer.member_id.to_string();
+                return Ok(None);
+            }
+            Some(ResponseError::UnknownMemberId) => {
+                self.member_id.clear();
+                return Ok(None);
+            }
+            Some(ResponseError::RebalanceInProgress) => return Ok(None),
+            Some(code) => {
+                return Err(WireError::Broker {
+                    api: "JoinGroup",
+                    subject: format!("group {group}"),
+                    code,
+                    message: None,
+                })
+            }
+        }
+        self.member_id = answer.member_id.to_string();
+        self.generation = answer.generation_id;
+        let is_leader = answer.leader == answer.member_id;
+        let (assignments, partitions) = match is_leader {
+            true => {
+                let described = Topic::describe(&self.cluster, &self.settings.topic)
+                    .await?
+                    .ok_or_else(|| {
+                        WireError::Protocol(format!(
+                            "the topic {} does not exist",
+                            self.settings.topic
+                        ))
+                    })?;
+                let count = described.leaders.len();
+                let mut members: Vec<String> = answer
+                    .members
+                    .iter()
+                    .map(|m| m.member_id.to_string())
+                    .collect();
+                members.sort();
+                let assignments = assign_ranges(&members, count)
+                    .into_iter()
+                    .map(|(member, partitions)| {
+                        Ok(SyncGroupRequestAssignment::default()
+                            .with_member_id(StrBytes::from_string(member))
+                            .with_assignment(assignment(&self.settings.topic, partitions)?))
+                    })
+                    .collect::<Result<Vec<_>, WireError>>()?;
+                (assignments, Some(count))
+            }
+            false => (Vec::new(), None),
+        };
+        let request = SyncGroupRequest::default()
+            .with_group_id(GroupId(str_bytes(&group)))
+            .with_generation_id(self.generation)
+            .with_member_id(str_bytes(&self.member_id))
+            .with_protocol_type(Some(str_bytes("consumer")))
+            .with_protocol_name(Some(str_bytes(ASSIGNOR)))
+            .with_assignments(assignments);
+        let answer = self.cluster.call(&link, &request).await?;
+        match ResponseError::try_from_code(answer.error_code) {
+            None => {}
+            Some(ResponseError::RebalanceInProgress) => return Ok(None),
+            Some(ResponseError::UnknownMemberId | ResponseError::IllegalGeneration) => {
+                self.member_id.clear();
+                return Ok(None);
+            }
+            Some(code) => {
+                return Err(WireError::Broker {
+                    api: "SyncGroup",
+                    subject: format!("group {group}"),
+                    code,
+                    message: None,
+                })
+            }
+        }
+        let partitions_of_member = assigned(&answer.assignment, &self.settings.topic)?;
+        Ok(Some((partitions_of_member, partitions)))
+    }
+
+    /// One heartbeat; `Ok(false)` when the generation is over (a rebalance
+    /// began, or this member was dropped).
+    async fn heartbeat(&mut self) -> Result<bool, WireError> {
+        let link = self
+            .cluster
+            .coordinator(CoordinatorKind::Group, &self.settings.group)
+            .await?;
+        let request = HeartbeatRequest::default()
+            .with_group_id(GroupId(str_bytes(&self.settings.group)))
+            .with_generation_id(self.generation)
+            .with_member_id(str_bytes(&self.member_id));
+        let answer = self.cluster.call(&link, &request).await?;
+        match ResponseError::try_from_code(answer.error_code) {
+            None => Ok(true),
+            Some(ResponseError::RebalanceInProgress) => Ok(false),
+            Some(ResponseError::UnknownMemberId | ResponseError::IllegalGeneration) => {
+                warn!(group = %self.settings.group, "dropped from the group: joining anew");
+                self.member_id.clear();
+                Ok(false)
+            }
+            Some(code) => Err(WireError::Broker {
+                api: "Heartbeat",
+                subject: format!("group {}", self.settings.group),
+                code,
+                message: None,
+            }),
+        }
+    }
+
+    fn heartbeat_interval(&self) -> Duration {
+        (self.settings.session_timeout / 3).max(Duration::from_millis(10))
+    }
+
+    /// Heartbeats until a rebalance begins (or, for the leader, the topic
+    /// has another partition count than it assigned), or the reader asks
+    /// to leave.
+    async fn heartbeat_until_rebalance(&mut self, assigned_count: Option<usize>) -> Leaving {
+        let mut last_refresh = Instant::now();
+        loop {
+            let interval = self.heartbeat_interval();
+            tokio::select! {
+                control = self.control.recv() => match control {
+                    Some(Control::Leave) | None => return Leaving::Leave,
+                    Some(Control::Drained) => {}
+                },
+                () = tokio::time::sleep(interval) => {
+                    match self.heartbeat().await {
+                        Ok(true) => {}
+                        Ok(false) => return Leaving::Rebalance,
+                        Err(error) if error.is_retriable() => {
+                            debug!(group = %self.settings.group, %error, "heartbeat failed; again");
+                            self.cluster
+                                .forget_coordinator(CoordinatorKind::Group, &self.settings.group)
+                                .await;
+                        }
+                        Err(error) => {
+                            let _ = self.events.send(Event::Failed(format!("heartbeat failed: {error}")));
+                            return Leaving::Leave;
+                        }
+                    }
+                    if let Some(count) = assigned_count {
+                        if last_refresh.elapsed() >= self.settings.metadata_refresh {
+                            last_refresh = Instant::now();
+                            if let Ok(Some(topic)) = Topic::describe(&self.cluster, &self.settings.topic).await {
+                                if topic.leaders.len() != count {
+                                    info!(group = %self.settings.group, before = count, now = topic.leaders.len(),
+                                        "the topic's partitions changed: rebalancing");
+                                    return Leaving::Rebalance;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Heartbeats (their answers no longer matter) until the reader says
+    /// its records are committed, or asks to leave.
+    async fn heartbeat_until_drained(&mut self) -> Leaving {
+        loop {
+            let interval = self.heartbeat_interval();
+            tokio::select! {
+                control = self.control.recv() => match control {
+                    Some(Control::Drained) => return Leaving::Rebalance,
+                    Some(Control::Leave) | None => return Leaving::Leave,
+                },
+                () = tokio::time::sleep(interval) => {
+                    if !self.member_id.is_empty() {
+                        let _ = self.heartbeat().await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn leave(&mut self) {
+        if self.member_id.is_empty() {
+            return;
+        }
+        let group = self.settings.group.clone();
+        let leave = async {
+            let link = self
+                .cluster
+                .coordinator(CoordinatorKind::Group, &group)
+                .await?;
+            let request = LeaveGroupRequest::default()
+                .with_group_id(GroupId(str_bytes(&group)))
+                .with_members(vec![
+                    MemberIdentity::default().with_member_id(str_bytes(&self.member_id))
+                ]);
+            let answer = self.cluster.call(&link, &request).await?;
+            WireError::check("LeaveGroup", || format!("group {group}"), answer.error_code)
+        };
+        match leave.await {
+            Ok(()) => info!(%group, member = %self.member_id, "left the group"),
+            Err(error) => debug!(%group, %error, "leaving the group failed; the session times out"),
+        }
+        self.member_id.clear();
+    }
+}
+
+/// The partitions `0..count` dealt to `members` (sorted) in contiguous
+/// ranges, the first members taking one more when they do not divide
+/// evenly: Kafka's range assignor for one topic.
+pub(crate) fn assign_ranges(members: &[String], count: usize) -> Vec<(String, Vec<i32>)> {
+    let n = members.len().max(1);
+    let (each, extra) = (count / n, count % n);
+    let mut next = 0usize;
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, member)| {
+            let take = each + usize::from(i < extra);
+            let partitions = (next..next + take).map(|p| p as i32).collect();
+            next += take;
+            (member.clone(), partitions)
+        })
+        .collect()
+}
+
+/// The consumer protocol's subscription to `topic` (version 0).
+fn subscription(topic: &str) -> Result<Bytes, WireError> {
+    let mut bytes = BytesMut::new();
+    bytes.extend_from_slice(&0i16.to_be_bytes());
+    ConsumerProtocolSubscription::default()
+        .with_topics(vec![str_bytes(topic)])
+        .encode(&mut bytes, 0)
+        .map_err(|e| WireError::Protocol(format!("encoding a subscription: {e}")))?;
+    Ok(bytes.freeze())
+}
+
+/// The consumer protocol's assignment of `partitions` of `topic`
+/// (version 0).
+fn assignment(topic: &str, partitions: Vec<i32>) -> Result<Bytes, WireError> {
+    let mut bytes = BytesMut::new();
+    bytes.extend_from_slice(&0i16.to_be_bytes());
+    ConsumerProtocolAssignment::default()
+        .with_assigned_partitions(vec![AssignedTopic::default()
+            .with_topic(TopicName(str_bytes(topic)))
+            .with_partitions(partitions)])
+        .encode(&mut bytes, 0)
+        .map_err(|e| WireError::Protocol(format!("encoding an assignment: {e}")))?;
+    Ok(bytes.freeze())
+}
+
+/// The partitions of `topic` an assignment holds, sorted (an empty
+/// assignment: none).
+fn assigned(bytes: &Bytes, topic: &str) -> Result<Vec<i32>, WireError> {
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut buf = bytes.clone();
+    if buf.len() < 2 {
+        return Err(WireError::Protocol("an assignment of one byte".into()));
+    }
+    let version = i16::from_be_bytes([buf[0], buf[1]]);
+    let _ = buf.split_to(2);
+    let decoded = ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3))
+        .map_err(|e| WireError::Protocol(format!("an assignment cannot be read: {e}")))?;
+    let mut partitions: Vec<i32> = decoded
+        .assigned_partitions
+        .iter()
+        .filter(|t| t.topic.0.as_str() == topic)
+        .flat_map(|t| t.partitions.iter().copied())
+        .collect();
+    partitions.sort_unstable();
+    Ok(partitions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_every_partition_once_and_differ_by_one_at_most() {
+        let members: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let dealt = assign_ranges(&members, 8);
+        assert_eq!(
+            dealt.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+            vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7]]
+        );
+        assert!(assign_ranges(&members, 2)[2].1.is_empty());
+    }
+
+    #[test]
+    fn an_assignment_reads_back_what_was_encoded() {
+        let bytes = assignment("t", vec![3, 1]).unwrap();
+        assert_eq!(assigned(&bytes, "t").unwrap(), vec![1, 3]);
+        assert!(assigned(&bytes, "other").unwrap().is_empty());
+        assert!(assigned(&Bytes::from_static(&[0]), "t").is_err());
+    }
+}

@@ -1,0 +1,622 @@
+//! One subtask's reader: a member of the group, reading its partitions from
+//! where the destination's data of them ends.
+//!
+//! ```text
+//!  seek_committed ─▶ membership starts (group.rs)
+//!  Assigned(ps) ─▶ the destination's positions of the scope ─▶ each p from its position
+//!                  (none: the partition's start; before the start: refused, records deleted;
+//!                   positions of another topic id: refused, the topic was created again)
+//!  read_batch ─▶ Fetch (read_committed) per leader ─▶ records handed out, positions tracked
+//!  Revoke ─▶ stop; once a checkpoint holds the last record read and is committed ─▶ Drained
+//!  bounded, every partition at its end ─▶ Finished; once committed ─▶ Leave
+//! ```
+//!
+//! Positions advance as records are handed out, not as they are fetched: a
+//! fetched record still in the buffer at a revocation is dropped, and the
+//! next owner reads it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+use sink_api::{CheckpointId, CommittedPositions, PositionAdvance, SubtaskIndex};
+use sink_kafka_client::fetch::{committed_records, Aborted};
+use sink_kafka_client::topic::Topic;
+use sink_kafka_client::{str_bytes, Cluster, WireError};
+use sink_runtime::source::{
+    CommitOutcome, PositionLookup, PositionTracker, ReadStatus, SourceError, SplitReader,
+};
+use tokio::sync::mpsc;
+use tracing::{debug, info};
+
+use crate::group::{self, Control, Event, MemberSettings};
+use crate::offsets::{offsets, Edge};
+use crate::source::{KafkaSplit, Settings};
+use crate::{KafkaMessage, KafkaSourceError};
+
+/// Bytes one fetch asks for per partition.
+const FETCH_BYTES: i32 = 1 << 20;
+
+/// Where the reader is in the group's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Not a member yet, or waiting for an assignment.
+    Waiting,
+    /// Reading its partitions.
+    Reading,
+    /// Its partitions were revoked: waiting until what it read is
+    /// committed, then rejoining.
+    Draining,
+    /// Bounded, and read to the end: waiting for the final commit, then
+    /// leaving the group.
+    Finished,
+    /// Left the group.
+    Left,
+}
+
+/// One assigned partition.
+#[derive(Debug, Clone, Copy)]
+struct Partition {
+    /// The offset to fetch next.
+    fetch_from: i64,
+    /// Bounded: where it ends.
+    end: Option<i64>,
+    /// Every record before `end` was handed out.
+    done: bool,
+}
+
+/// Reads the partitions the group assigns to one subtask. Made by
+/// [`KafkaSource`](crate::KafkaSource) for each subtask and start.
+pub struct KafkaReader {
+    settings: Arc<Settings>,
+    subtask: SubtaskIndex,
+    cluster: Cluster,
+    described: Option<Topic>,
+    /// Bounded: each partition's end.
+    ends: Option<BTreeMap<i32, i64>>,
+    tracker: PositionTracker,
+    partitions: BTreeMap<i32, Partition>,
+    buffer: VecDeque<KafkaMessage>,
+    lookup: Option<PositionLookup>,
+    events: Option<mpsc::UnboundedReceiver<Event>>,
+    control: Option<mpsc::UnboundedSender<Control>>,
+    /// Events taken by `wait_for_input`, served by the next `read_batch`.
+    waiting_events: VecDeque<Event>,
+    phase: Phase,
+    /// Records were handed out since the last `on_checkpoint`.
+    read_since_checkpoint: bool,
+    /// The newest checkpoint holding records handed out, not known
+    /// committed yet.
+    uncommitted: Option<CheckpointId>,
+}
+
+impl std::fmt::Debug for KafkaReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaReader")
+            .field("subtask", &self.subtask)
+            .field("phase", &self.phase)
+            .field("partitions", &self.partitions.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaReader {
+    pub(crate) fn new(
+        settings: Arc<Settings>,
+        subtask: SubtaskIndex,
+        ends: Option<BTreeMap<i32, i64>>,
+    ) -> KafkaReader {
+        KafkaReader {
+            cluster: settings.cluster(false),
+            tracker: PositionTracker::new(settings.scope()),
+            settings,
+            subtask,
+            described: None,
+            ends,
+            partitions: BTreeMap::new(),
+            buffer: VecDeque::new(),
+            lookup: None,
+            events: None,
+            control: None,
+            waiting_events: VecDeque::new(),
+            phase: Phase::Waiting,
+            read_since_checkpoint: false,
+            uncommitted: None,
+        }
+    }
+
+    fn split_name(&self, partition: i32) -> String {
+        format!(
+            "{}/{partition}",
+            self.settings.topic_id.as_deref().unwrap_or("-")
+        )
+    }
+
+    fn error(&self, error: impl std::fmt::Display) -> SourceError {
+        SourceError(format!(
+            "Kafka source, subtask {} (group {}): {error}",
+            self.subtask, self.settings.group
+        ))
+    }
+
+    fn wire(&self, error: WireError) -> SourceError {
+        self.error(KafkaSourceError::Wire {
+            brokers: self.settings.brokers.clone(),
+            source: error,
+        })
+    }
+
+    async fn described(&mut self) -> Result<Topic, SourceError> {
+        if let Some(topic) = &self.described {
+            return Ok(topic.clone());
+        }
+        let topic = Topic::describe(&self.cluster, &self.settings.topic)
+            .await
+            .map_err(|e| self.wire(e))?
+            .ok_or_else(|| {
+                self.error(KafkaSourceError::NoTopic {
+                    topic: self.settings.topic.clone(),
+                    brokers: self.settings.brokers.clone(),
+                })
+            })?;
+        if topic.id != self.settings.topic_id {
+            return Err(self.error(KafkaSourceError::TopicRecreated {
+                topic: self.settings.topic.clone(),
+                before: self.settings.topic_id.clone().unwrap_or_default(),
+                now: topic.id.clone().unwrap_or_default(),
+            }));
+        }
+        self.described = Some(topic.clone());
+        Ok(topic)
+    }
+
+    /// Serves what the membership task said.
+    async fn serve_events(&mut self) -> Result<(), SourceError> {
+        loop {
+            let event = match self.waiting_events.pop_front() {
+                Some(event) => event,
+                None => match self.events.as_mut().map(|events| events.try_recv()) {
+                    Some(Ok(event)) => event,
+                    Some(Err(mpsc::error::TryRecvError::Empty)) | None => return Ok(()),
+                    Some(Err(mpsc::error::TryRecvError::Disconnected)) => {
+                        self.events = None;
+                        return Ok(());
+                    }
+                },
+            };
+            match event {
+                Event::Assigned(partitions) => self.take_over(partitions).await?,
+                Event::Revoke => self.revoke(),
+                Event::Failed(why) => {
+                    return Err(self.error(KafkaSourceError::Group {
+                        group: self.settings.group.clone(),
+                        message: why,
+                    }))
+                }
+            }
+        }
+    }
+
+    /// Takes the assigned partitions over, each from where the
+    /// destination's data of it ends.
+    async fn take_over(&mut self, assigned: Vec<i32>) -> Result<(), SourceError> {
+        if matches!(self.phase, Phase::Finished | Phase::Left) {
+            return Ok(());
+        }
+        let Some(lookup) = self.lookup.clone() else {
+            return Err(self.error("assigned partitions before the start"));
+        };
+        let scope = self.settings.scope();
+        let committed = lookup
+            .committed(&scope)
+            .await
+            .map_err(|e| self.error(format!("reading the destination's positions: {e}")))?;
+        self.check_topic_id(&committed)?;
+        let described = self.described().await?;
+        let starts = match assigned.is_empty() {
+            true => BTreeMap::new(),
+            false => offsets(
+                &self.cluster,
+                &self.settings.topic,
+                &described,
+                &assigned,
+                Edge::Start,
+            )
+            .await
+            .map_err(|e| self.wire(e))?,
+        };
+        self.partitions.clear();
+        self.buffer.clear();
+        for partition in &assigned {
+            let name = self.split_name(*partition);
+            let position = committed.get(&name).map(|p| *p as i64);
+            let log_start = starts.get(partition).copied().unwrap_or(0);
+            // A partition added after a bounded job first started is not
+            // part of its input.
+            let end = self
+                .ends
+                .as_ref()
+                .map(|ends| ends.get(partition).copied().unwrap_or(0));
+            let from = match position {
+                Some(position) if position < log_start && !self.settings.skip_deleted_records => {
+                    return Err(self.error(KafkaSourceError::RecordsDeleted {
+                        topic: self.settings.topic.clone(),
+                        partition: *partition,
+                        committed: position,
+                        log_start,
+                    }))
+                }
+                Some(position) => position.max(log_start),
+                None => log_start,
+            };
+            self.tracker
+                .acquire(&name, position.map(|p| p as u64), from.max(0) as u64);
+            // The tracker starts at the destination's position; records
+            // skipped past it (deleted) are in the first advance.
+            self.tracker.set_next(&name, from.max(0) as u64);
+            let done = end.is_some_and(|end| from >= end);
+            self.partitions.insert(
+                *partition,
+                Partition {
+                    fetch_from: from,
+                    end,
+                    done,
+                },
+            );
+        }
+        info!(subtask = self.subtask, group = %self.settings.group, partitions = ?assigned,
+            "reading from the destination's positions");
+        self.phase = Phase::Reading;
+        Ok(())
+    }
+
+    /// Positions of the scope under another topic id: the topic was
+    /// deleted and created again.
+    fn check_topic_id(&self, committed: &CommittedPositions) -> Result<(), SourceError> {
+        let now = self.settings.topic_id.as_deref().unwrap_or("-");
+        let other = committed
+            .keys()
+            .filter_map(|split| split.split_once('/').map(|(id, _)| id))
+            .find(|id| *id != now);
+        match other {
+            Some(before) if !self.settings.recreated_from_start => {
+                Err(self.error(KafkaSourceError::TopicRecreated {
+                    topic: self.settings.topic.clone(),
+                    before: before.to_string(),
+                    now: now.to_string(),
+                }))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Stops reading the revoked partitions; their last records are
+    /// carried by the next barrier.
+    fn revoke(&mut self) {
+        for partition in std::mem::take(&mut self.partitions).into_keys() {
+            let name = self.split_name(partition);
+            self.tracker.release(&name);
+        }
+        self.buffer.clear();
+        match self.phase {
+            Phase::Finished | Phase::Left => {}
+            _ => self.phase = Phase::Draining,
+        }
+        self.say_drained_if_committed();
+    }
+
+    /// In a rebalance, once everything read is committed: rejoin.
+    fn say_drained_if_committed(&mut self) {
+        if self.phase == Phase::Draining
+            && !self.read_since_checkpoint
+            && self.uncommitted.is_none()
+        {
+            debug!(
+                subtask = self.subtask,
+                "what was read is committed: rejoining"
+            );
+            self.phase = Phase::Waiting;
+            if let Some(control) = &self.control {
+                let _ = control.send(Control::Drained);
+            }
+        }
+        if self.phase == Phase::Finished
+            && !self.read_since_checkpoint
+            && self.uncommitted.is_none()
+        {
+            info!(subtask = self.subtask, group = %self.settings.group, "read to the end and committed: leaving the group");
+            self.phase = Phase::Left;
+            if let Some(control) = &self.control {
+                let _ = control.send(Control::Leave);
+            }
+        }
+    }
+
+    /// Fetches from every leader of a partition with records left, into
+    /// the buffer.
+    async fn fetch(&mut self) -> Result<(), SourceError> {
+        let described = self.described().await?;
+        let mut by_leader: BTreeMap<i32, Vec<(i32, i64)>> = BTreeMap::new();
+        for (partition, state) in &self.partitions {
+            let more = state.end.is_none_or(|end| state.fetch_from < end);
+            if more {
+                let leader = described
+                    .leaders
+                    .get(*partition as usize)
+                    .copied()
+                    .unwrap_or(-1);
+                by_leader
+                    .entry(leader)
+                    .or_default()
+                    .push((*partition, state.fetch_from));
+            }
+        }
+        for (leader, partitions) in by_leader {
+            let link = self
+                .cluster
+                .broker(leader)
+                .await
+                .map_err(|e| self.wire(e))?;
+            let request = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(0)
+                .with_min_bytes(1)
+                .with_max_bytes(FETCH_BYTES.saturating_mul(partitions.len() as i32))
+                .with_isolation_level(1)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(TopicName(str_bytes(&self.settings.topic)))
+                    .with_partitions(
+                        partitions
+                            .iter()
+                            .map(|(partition, offset)| {
+                                FetchPartition::default()
+                                    .with_partition(*partition)
+                                    .with_fetch_offset(*offset)
+                                    .with_current_leader_epoch(-1)
+                                    .with_last_fetched_epoch(-1)
+                                    .with_log_start_offset(-1)
+                                    .with_partition_max_bytes(FETCH_BYTES)
+                            })
+                            .collect(),
+                    )]);
+            let answer = self
+                .cluster
+                .call(&link, &request)
+                .await
+                .map_err(|e| self.wire(e))?;
+            WireError::check("Fetch", || self.settings.topic.clone(), answer.error_code)
+                .map_err(|e| self.wire(e))?;
+            for data in answer.responses.iter().flat_map(|t| t.partitions.iter()) {
+                let partition = data.partition_index;
+                let Some(state) = self.partitions.get(&partition).copied() else {
+                    continue;
+                };
+                match ResponseError::try_from_code(data.error_code) {
+                    None => {}
+                    Some(
+                        ResponseError::NotLeaderOrFollower
+                        | ResponseError::UnknownTopicOrPartition
+                        | ResponseError::FencedLeaderEpoch
+                        | ResponseError::LeaderNotAvailable,
+                    ) => {
+                        // The leader moved: the next fetch asks the metadata.
+                        self.described = None;
+                        continue;
+                    }
+                    Some(ResponseError::OffsetOutOfRange) => {
+                        return Err(self.out_of_range(partition, state.fetch_from).await)
+                    }
+                    Some(code) => {
+                        return Err(self.wire(WireError::Broker {
+                            api: "Fetch",
+                            subject: format!("{}/{partition}", self.settings.topic),
+                            code,
+                            message: None,
+                        }))
+                    }
+                }
+                let stable = match data.last_stable_offset {
+                    offset if offset >= 0 => offset,
+                    _ => data.high_watermark,
+                };
+                let end = state.end.map_or(stable, |end| end.min(stable));
+                let aborted: Vec<Aborted> = data
+                    .aborted_transactions
+                    .iter()
+                    .flatten()
+                    .map(|a| Aborted {
+                        first_offset: a.first_offset,
+                        producer_id: a.producer_id.0,
+                    })
+                    .collect();
+                let Some(records) = &data.records else {
+                    continue;
+                };
+                let mut bytes = records.clone();
+                let buffer = &mut self.buffer;
+                let next =
+                    committed_records(&mut bytes, state.fetch_from, end, &aborted, |record| {
+                        buffer.push_back(KafkaMessage {
+                            partition,
+                            offset: record.offset,
+                            key: record.key,
+                            value: record.value,
+                        })
+                    })
+                    .map_err(|e| self.wire(e))?;
+                if let Some(state) = self.partitions.get_mut(&partition) {
+                    state.fetch_from = next;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A fetch below the partition's first offset: records were deleted
+    /// while the group read (retention).
+    async fn out_of_range(&mut self, partition: i32, at: i64) -> SourceError {
+        let described = match self.described().await {
+            Ok(described) => described,
+            Err(error) => return error,
+        };
+        let start = offsets(
+            &self.cluster,
+            &self.settings.topic,
+            &described,
+            &[partition],
+            Edge::Start,
+        )
+        .await;
+        match start {
+            Ok(starts) => {
+                let log_start = starts.get(&partition).copied().unwrap_or(at);
+                self.error(KafkaSourceError::RecordsDeleted {
+                    topic: self.settings.topic.clone(),
+                    partition,
+                    committed: at,
+                    log_start,
+                })
+            }
+            Err(error) => self.wire(error),
+        }
+    }
+
+    /// Hands out up to `max` buffered records, tracking positions.
+    fn hand_out(&mut self, max: usize, out: &mut Vec<KafkaMessage>) -> usize {
+        let take = max.min(self.buffer.len());
+        for message in self.buffer.drain(..take) {
+            let name = format!(
+                "{}/{}",
+                self.settings.topic_id.as_deref().unwrap_or("-"),
+                message.partition
+            );
+            self.tracker.set_next(&name, message.offset as u64 + 1);
+            out.push(message);
+        }
+        if take > 0 {
+            self.read_since_checkpoint = true;
+        }
+        take
+    }
+
+    /// Bounded: every partition handed out to its end.
+    fn mark_done(&mut self) {
+        let Some(ends) = &self.ends else {
+            return;
+        };
+        let handed: BTreeMap<i32, i64> = self
+            .partitions
+            .keys()
+            .map(|p| {
+                let name = self.split_name(*p);
+                (*p, self.tracker.next(&name).map_or(0, |n| n as i64))
+            })
+            .collect();
+        for (partition, state) in &mut self.partitions {
+            let end = ends.get(partition).copied().unwrap_or(0);
+            if handed.get(partition).is_some_and(|next| *next >= end) {
+                state.done = true;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SplitReader for KafkaReader {
+    type Record = KafkaMessage;
+    type Split = KafkaSplit;
+
+    async fn read_batch(
+        &mut self,
+        max: usize,
+        out: &mut Vec<KafkaMessage>,
+    ) -> Result<ReadStatus, SourceError> {
+        self.serve_events().await?;
+        match self.phase {
+            Phase::Waiting | Phase::Draining => return Ok(ReadStatus::Idle),
+            Phase::Finished | Phase::Left => return Ok(ReadStatus::Finished),
+            Phase::Reading => {}
+        }
+        if self.buffer.is_empty() {
+            self.fetch().await?;
+        }
+        let handed = self.hand_out(max, out);
+        self.mark_done();
+        if self.ends.is_some() && self.buffer.is_empty() && self.partitions.values().all(|p| p.done)
+        {
+            info!(subtask = self.subtask, group = %self.settings.group, "read every assigned partition to its end");
+            self.phase = Phase::Finished;
+            // Nothing read since the last commit: leave at once; else once
+            // the final commit is done.
+            self.say_drained_if_committed();
+            return Ok(ReadStatus::Finished);
+        }
+        Ok(match handed {
+            0 => ReadStatus::Idle,
+            _ => ReadStatus::More,
+        })
+    }
+
+    fn snapshot_splits(&self) -> Vec<KafkaSplit> {
+        vec![KafkaSplit {
+            ends: self.ends.clone(),
+        }]
+    }
+
+    async fn wait_for_input(&mut self) {
+        match self.events.as_mut() {
+            Some(events) => match events.recv().await {
+                Some(event) => self.waiting_events.push_back(event),
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    fn on_checkpoint(&mut self, checkpoint_id: CheckpointId) {
+        if std::mem::take(&mut self.read_since_checkpoint) {
+            self.uncommitted = Some(checkpoint_id);
+        }
+    }
+
+    fn on_commit(&mut self, checkpoint_id: CheckpointId, _outcome: CommitOutcome) {
+        if self
+            .uncommitted
+            .is_some_and(|pending| pending <= checkpoint_id)
+        {
+            self.uncommitted = None;
+        }
+        self.say_drained_if_committed();
+    }
+
+    async fn seek_committed(
+        &mut self,
+        _committed: CommittedPositions,
+        lookup: PositionLookup,
+    ) -> Result<(), SourceError> {
+        // Positions are read at each assignment, when the group says which
+        // partitions are this member's.
+        self.lookup = Some(lookup);
+        let (events, control) = group::spawn(
+            Arc::new(self.settings.cluster(true)),
+            MemberSettings {
+                group: self.settings.group.clone(),
+                topic: self.settings.topic.clone(),
+                session_timeout: self.settings.session_timeout,
+                rebalance_timeout: self.settings.rebalance_timeout,
+                metadata_refresh: self.settings.metadata_refresh,
+            },
+        );
+        self.events = Some(events);
+        self.control = Some(control);
+        Ok(())
+    }
+
+    fn take_advances(&mut self) -> Vec<PositionAdvance> {
+        self.tracker.take_advances()
+    }
+}

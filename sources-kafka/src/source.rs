@@ -1,0 +1,267 @@
+//! The source and its builder: the topic, the group, bounded or not, and
+//! the choices a user makes about records that are gone.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sink_api::SubtaskIndex;
+use sink_kafka_client::topic::Topic;
+use sink_kafka_client::{ClientConfig, Cluster};
+use sink_runtime::source::{Boundedness, Source, SourceError};
+
+use crate::offsets::{offsets, Edge};
+use crate::reader::KafkaReader;
+use crate::{KafkaMessage, KafkaSourceError};
+
+/// What every reader of one source shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub brokers: String,
+    pub topic: String,
+    pub group: String,
+    pub topic_id: Option<String>,
+    pub bounded: bool,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub metadata_refresh: Duration,
+    pub request_timeout: Duration,
+    pub skip_deleted_records: bool,
+    pub recreated_from_start: bool,
+}
+
+impl Settings {
+    /// The scope positions are committed under: the topic and the group.
+    /// Every instance of the group shares it.
+    pub(crate) fn scope(&self) -> String {
+        format!("kafka/{}/{}", self.topic, self.group)
+    }
+
+    /// A client for readers (`request_timeout`) or for a member, whose
+    /// `JoinGroup` waits up to the rebalance timeout.
+    pub(crate) fn cluster(&self, member: bool) -> Cluster {
+        let request_timeout = match member {
+            true => self.rebalance_timeout + self.request_timeout,
+            false => self.request_timeout,
+        };
+        Cluster::new(ClientConfig {
+            bootstrap: self
+                .brokers
+                .split(',')
+                .map(|b| b.trim().to_string())
+                .collect(),
+            client_id: format!("eo-kafka-source-{}", self.group),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout,
+        })
+    }
+}
+
+/// A Kafka topic read by a consumer group, its positions committed with
+/// the sink's data (the `positions` module of `sink-api`): each subtask of
+/// each instance of the job is a member of the group, and a partition
+/// moved to another member (a rebalance, an instance killed or cut off)
+/// is read by it from where the destination's data of it ends.
+///
+/// Made by [`KafkaSource::builder`]; given to the job builder, whose sink
+/// must commit positions (`Sink::commits_positions`).
+///
+/// - **Unbounded** (the default): reads until the job is stopped.
+/// - **Bounded** ([`KafkaSourceBuilder::bounded`]): ends at the offsets the
+///   partitions' stable ends had when the job first started, kept in its
+///   checkpoints; a member ends once its partitions are read to there and
+///   committed, and then leaves the group.
+///
+/// Records are read as a `read_committed` consumer reads them.
+#[derive(Debug, Clone)]
+pub struct KafkaSource {
+    settings: Arc<Settings>,
+    /// Bounded: each partition's end when this source was built.
+    ends: Option<BTreeMap<i32, i64>>,
+}
+
+/// What a subtask's checkpoint keeps of the source: a bounded job's ends,
+/// the same in every subtask (positions are the destination's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaSplit {
+    /// Bounded: each partition's end, as the job's first start saw it.
+    pub ends: Option<BTreeMap<i32, i64>>,
+}
+
+/// Builds a [`KafkaSource`]. Made by [`KafkaSource::builder`].
+#[derive(Debug, Clone)]
+pub struct KafkaSourceBuilder {
+    settings: Settings,
+}
+
+impl KafkaSource {
+    /// A source of `topic` on the cluster reached through `brokers`
+    /// (`host:port`, comma-separated), read by the consumer group `group`.
+    pub fn builder(
+        brokers: impl Into<String>,
+        topic: impl Into<String>,
+        group: impl Into<String>,
+    ) -> KafkaSourceBuilder {
+        KafkaSourceBuilder {
+            settings: Settings {
+                brokers: brokers.into(),
+                topic: topic.into(),
+                group: group.into(),
+                topic_id: None,
+                bounded: false,
+                session_timeout: Duration::from_secs(10),
+                rebalance_timeout: Duration::from_secs(60),
+                metadata_refresh: Duration::from_secs(5),
+                request_timeout: Duration::from_secs(30),
+                skip_deleted_records: false,
+                recreated_from_start: false,
+            },
+        }
+    }
+
+    /// The scope its positions are committed under (`kafka/<topic>/<group>`).
+    pub fn scope(&self) -> String {
+        self.settings.scope()
+    }
+}
+
+impl KafkaSourceBuilder {
+    /// Ends at the partitions' stable ends as the job's first start sees
+    /// them (see [`KafkaSource`]).
+    pub fn bounded(mut self) -> Self {
+        self.settings.bounded = true;
+        self
+    }
+
+    /// A member that sends no heartbeat for this long is dropped from the
+    /// group (default 10 s).
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.session_timeout = timeout;
+        self
+    }
+
+    /// How long the group waits for its members to rejoin in a rebalance
+    /// (default 60 s). A member rejoins once everything it read is
+    /// committed: keep it above the checkpoint interval plus a commit.
+    pub fn rebalance_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.rebalance_timeout = timeout;
+        self
+    }
+
+    /// How often the group's leader looks for partitions added to the
+    /// topic (default 5 s); added partitions are read from their start.
+    pub fn metadata_refresh(mut self, every: Duration) -> Self {
+        self.settings.metadata_refresh = every;
+        self
+    }
+
+    /// When the destination's data of a partition ends before the first
+    /// offset the partition still holds (retention deleted records the
+    /// group never read), go on from there, accepting the loss. Without
+    /// it, such a partition fails the job naming the records.
+    pub fn skip_deleted_records(mut self) -> Self {
+        self.settings.skip_deleted_records = true;
+        self
+    }
+
+    /// When the destination holds the group's positions of an earlier topic
+    /// of the same name (deleted and created again), read the new topic
+    /// from its start. Without it, the job fails naming both topic ids.
+    pub fn read_recreated_topic_from_start(mut self) -> Self {
+        self.settings.recreated_from_start = true;
+        self
+    }
+
+    /// Checks the settings and the topic, and for a bounded source reads
+    /// where each partition ends now.
+    pub async fn build(self) -> Result<KafkaSource, KafkaSourceError> {
+        let mut settings = self.settings;
+        if settings.group.is_empty() || settings.topic.is_empty() {
+            return Err(KafkaSourceError::Setting(
+                "a Kafka source needs a topic and a group (--topic, --group)".into(),
+            ));
+        }
+        if settings.session_timeout < Duration::from_millis(100) {
+            return Err(KafkaSourceError::Setting(format!(
+                "the session timeout {:?} is too short: at least 100 ms",
+                settings.session_timeout
+            )));
+        }
+        let cluster = settings.cluster(false);
+        let wire = KafkaSourceError::wire(&settings.brokers);
+        let described = Topic::describe(&cluster, &settings.topic)
+            .await
+            .map_err(wire)?
+            .ok_or_else(|| KafkaSourceError::NoTopic {
+                topic: settings.topic.clone(),
+                brokers: settings.brokers.clone(),
+            })?;
+        settings.topic_id = described.id.clone();
+        let ends = match settings.bounded {
+            true => {
+                let partitions: Vec<i32> = (0..described.leaders.len() as i32).collect();
+                Some(
+                    offsets(
+                        &cluster,
+                        &settings.topic,
+                        &described,
+                        &partitions,
+                        Edge::StableEnd,
+                    )
+                    .await
+                    .map_err(KafkaSourceError::wire(&settings.brokers))?,
+                )
+            }
+            false => None,
+        };
+        Ok(KafkaSource {
+            settings: Arc::new(settings),
+            ends,
+        })
+    }
+}
+
+impl Source for KafkaSource {
+    type Record = KafkaMessage;
+    type Split = KafkaSplit;
+    type Reader = KafkaReader;
+
+    fn boundedness(&self) -> Boundedness {
+        match self.settings.bounded {
+            true => Boundedness::Bounded,
+            false => Boundedness::Unbounded,
+        }
+    }
+
+    fn position_scope(&self) -> Option<String> {
+        Some(self.settings.scope())
+    }
+
+    fn create_splits(&self, parallelism: usize) -> Vec<KafkaSplit> {
+        vec![
+            KafkaSplit {
+                ends: self.ends.clone()
+            };
+            parallelism
+        ]
+    }
+
+    fn create_reader(
+        &self,
+        subtask: SubtaskIndex,
+        splits: Vec<KafkaSplit>,
+    ) -> Result<KafkaReader, SourceError> {
+        // A bounded job ends where its first start saw the ends (kept in
+        // every subtask's split); a subtask added by a rescale has none
+        // and takes this start's.
+        let ends = match self.settings.bounded {
+            true => splits
+                .into_iter()
+                .find_map(|split| split.ends)
+                .or_else(|| self.ends.clone()),
+            false => None,
+        };
+        Ok(KafkaReader::new(Arc::clone(&self.settings), subtask, ends))
+    }
+}
