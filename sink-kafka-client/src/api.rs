@@ -78,4 +78,6 @@ calls! {
     SyncGroupRequest => SyncGroupResponse, SyncGroup, 3..=5;
     HeartbeatRequest => HeartbeatResponse, Heartbeat, 3..=4;
     LeaveGroupRequest => LeaveGroupResponse, LeaveGroup, 3..=5;
+    DeleteRecordsRequest => DeleteRecordsResponse, DeleteRecords, 0..=2;
+    CreatePartitionsRequest => CreatePartitionsResponse, CreatePartitions, 0..=3;
 }

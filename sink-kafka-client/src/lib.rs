@@ -14,12 +14,14 @@
 //! | `connection` | one broker connection, requests pipelined, answers matched by correlation id |
 //! | [`Cluster`] | brokers by id, metadata, coordinators of groups and transactions |
 //! | [`topic`] | a topic's partitions, leaders and id; creation and deletion |
+//! | [`admin`] | deleting a partition's oldest records, adding partitions |
 //! | [`fetch`] | decoding fetched batches: committed data records only |
 //! | [`WireError`] | what a request can fail with, classed retriable, fenced or permanent |
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod admin;
 mod api;
 mod cluster;
 mod connection;

@@ -71,11 +71,16 @@ pub enum KafkaSourceError {
         now: String,
     },
     /// The destination's position of a partition is past its end: the
-    /// destination holds positions of another input under this group.
+    /// topic was deleted and created again (on a broker that gives no
+    /// topic ids), or the destination holds positions of another input
+    /// under this group.
     #[error(
         "partition {partition} of {topic}: the destination's data ends at offset {committed}, \
-         past the partition's end {end}: it holds positions of another input under the group \
-         {group}; use another group"
+         past the partition's end {end}: the topic was deleted and created again, or the \
+         destination holds positions of another input under the group {group}. Nothing was \
+         read: to read the topic from its start, build the source with \
+         KafkaSourceBuilder::read_recreated_topic_from_start (the demos' \
+         --recreated-topic-from-start), or use another group"
     )]
     PastTheEnd {
         /// The topic.

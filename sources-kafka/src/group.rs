@@ -118,10 +118,21 @@ impl Member {
     async fn run(mut self) {
         let group = self.settings.group.clone();
         loop {
-            let assigned = match self.join().await {
-                Ok(assigned) => assigned,
-                Err(error) => {
+            // A reader that is gone (its job ended or failed) does not wait
+            // for a rebalance to finish: it leaves at once.
+            let events = self.events.clone();
+            let joined = tokio::select! {
+                joined = self.join() => Some(joined),
+                () = events.closed() => None,
+            };
+            let assigned = match joined {
+                Some(Ok(assigned)) => assigned,
+                Some(Err(error)) => {
                     let _ = self.events.send(Event::Failed(error));
+                    return;
+                }
+                None => {
+                    self.leave().await;
                     return;
                 }
             };

@@ -215,24 +215,33 @@ impl KafkaReader {
             .await
             .map_err(|e| self.error(format!("reading the destination's positions: {e}")))?;
         self.check_topic_id(&committed)?;
+        // The assignment may hold partitions added since the last look.
+        self.described = None;
         let described = self.described().await?;
-        let starts = match assigned.is_empty() {
-            true => BTreeMap::new(),
-            false => offsets(
-                &self.cluster,
-                &self.settings.topic,
-                &described,
-                &assigned,
-                Edge::Start,
-            )
-            .await
-            .map_err(|e| self.wire(e))?,
+        let (starts, stable_ends) = match assigned.is_empty() {
+            true => (BTreeMap::new(), BTreeMap::new()),
+            false => {
+                let edge = |edge| {
+                    offsets(
+                        &self.cluster,
+                        &self.settings.topic,
+                        &described,
+                        &assigned,
+                        edge,
+                    )
+                };
+                let starts = edge(Edge::Start).await.map_err(|e| self.wire(e))?;
+                let ends = edge(Edge::StableEnd).await.map_err(|e| self.wire(e))?;
+                (starts, ends)
+            }
         };
         self.partitions.clear();
         self.buffer.clear();
         for partition in &assigned {
             let name = self.split_name(*partition);
-            let position = committed.get(&name).map(|p| *p as i64);
+            // What the destination has: the commit's expected `from`.
+            let stored = committed.get(&name).map(|p| *p as i64);
+            let position = stored;
             let log_start = starts.get(partition).copied().unwrap_or(0);
             // A partition added after a bounded job first started is not
             // part of its input.
@@ -240,6 +249,25 @@ impl KafkaReader {
                 .ends
                 .as_ref()
                 .map(|ends| ends.get(partition).copied().unwrap_or(0));
+            let stable_end = stable_ends.get(partition).copied().unwrap_or(0);
+            // Past the partition's end: the destination's position is of
+            // another partition of the same name (a topic deleted and
+            // created again, on a broker that gives no topic ids).
+            let position = match position {
+                Some(position) if position > stable_end => {
+                    if !self.settings.recreated_from_start {
+                        return Err(self.error(KafkaSourceError::PastTheEnd {
+                            topic: self.settings.topic.clone(),
+                            group: self.settings.group.clone(),
+                            partition: *partition,
+                            committed: position,
+                            end: stable_end,
+                        }));
+                    }
+                    None
+                }
+                other => other,
+            };
             let from = match position {
                 Some(position) if position < log_start && !self.settings.skip_deleted_records => {
                     return Err(self.error(KafkaSourceError::RecordsDeleted {
@@ -253,7 +281,7 @@ impl KafkaReader {
                 None => log_start,
             };
             self.tracker
-                .acquire(&name, position.map(|p| p as u64), from.max(0) as u64);
+                .acquire(&name, stored.map(|p| p as u64), from.max(0) as u64);
             // The tracker starts at the destination's position; records
             // skipped past it (deleted) are in the first advance.
             self.tracker.set_next(&name, from.max(0) as u64);

@@ -3,5 +3,6 @@
 //! one group, and the faults refused with the choice named.
 
 mod common;
+mod faults;
 mod handover;
 mod reads;
