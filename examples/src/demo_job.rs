@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use sink_runtime::storage::StorageError;
-use sink_runtime::LocalCheckpointStorage;
+use sink_runtime::{LocalCheckpointStorage, SequenceSource};
 
 use sink_cli::flags::parse_duration;
 use sink_cli::location::{self, Location, Storage};
@@ -35,13 +35,30 @@ impl Preset {
     ];
 }
 
-/// Whether the source ends.
+/// What the job reads, and whether it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SourceKind {
-    /// Ends after the last record.
+    /// The ids `0..records`; ends after the last.
     Bounded,
-    /// Waits forever after the last record.
+    /// The ids `0..records`; waits forever after the last.
     Unbounded,
+    /// A Kafka topic as a consumer group (--brokers, --topic, --group);
+    /// ends at the offsets the topic had at the job's first start.
+    Kafka,
+    /// A Kafka topic as a consumer group; runs until --run-for is up.
+    KafkaUnbounded,
+}
+
+impl SourceKind {
+    /// Whether the job runs until it is cancelled (after --run-for).
+    pub fn is_unbounded(self) -> bool {
+        matches!(self, SourceKind::Unbounded | SourceKind::KafkaUnbounded)
+    }
+
+    /// Whether it reads Kafka.
+    pub fn is_kafka(self) -> bool {
+        matches!(self, SourceKind::Kafka | SourceKind::KafkaUnbounded)
+    }
 }
 
 /// The runtime mode.
@@ -240,7 +257,26 @@ impl JobConfig {
         match self.source {
             SourceKind::Bounded => "bounded, ends by itself".to_string(),
             SourceKind::Unbounded => format!("unbounded, {}s then cancel", self.run_for.as_secs()),
+            SourceKind::Kafka => "Kafka, to the offsets at start".to_string(),
+            SourceKind::KafkaUnbounded => {
+                format!("Kafka, {}s then cancel", self.run_for.as_secs())
+            }
         }
+    }
+
+    /// The ids `0..records` at `--rate`, for a demo that reads them; a
+    /// Kafka source is refused naming the demo that reads Kafka.
+    pub fn sequence_source(&self) -> anyhow::Result<SequenceSource> {
+        let source = match self.source {
+            SourceKind::Bounded => SequenceSource::bounded(self.records),
+            SourceKind::Unbounded => SequenceSource::unbounded(self.records),
+            SourceKind::Kafka | SourceKind::KafkaUnbounded => anyhow::bail!(
+                "this demo reads no Kafka yet: file-sink-demo does (cargo run -p examples \
+                 --features kafka --bin file-sink-demo -- --source kafka --brokers … --topic … \
+                 --group …)"
+            ),
+        };
+        Ok(source.paced(self.rate))
     }
 
     /// The checkpoint column of the write-up's table.

@@ -5,6 +5,8 @@
 
 pub mod demo_job;
 pub mod demo_line;
+#[cfg(feature = "kafka")]
+pub mod kafka_input;
 pub mod table_sink;
 pub mod timeline;
 

@@ -1,13 +1,14 @@
 //! What the source reads: one message of a partition.
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 /// One committed message of the source's topic, as a `read_committed`
 /// consumer sees it.
 ///
 /// Made by the source's readers; the record type of jobs that read Kafka
 /// (`Source::map` turns it into a sink's input).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KafkaMessage {
     /// Its partition.
     pub partition: i32,

@@ -147,11 +147,7 @@ async fn run(config: &JobConfig, compaction: bool, show_progress: bool) -> anyho
     }
     .build()?;
     let record_size = config.record_size;
-    let source = match config.source {
-        SourceKind::Bounded => SequenceSource::bounded(config.records),
-        SourceKind::Unbounded => SequenceSource::unbounded(config.records),
-    }
-    .paced(config.rate);
+    let source = config.sequence_source()?;
     let source = sink_runtime::source::Source::map(source, move |id| DemoRow::new(id, record_size));
     let mut builder = Job::builder(JOB_NAME, source, sink)
         .parallelism(config.parallelism)
@@ -170,7 +166,10 @@ async fn run(config: &JobConfig, compaction: bool, show_progress: bool) -> anyho
     let started = Instant::now();
     let handle = job.start();
     let bar = demo_job::progress_bar(show_progress);
-    let deadline = (config.source == SourceKind::Unbounded).then(|| started + config.run_for);
+    let deadline = config
+        .source
+        .is_unbounded()
+        .then(|| started + config.run_for);
     let report = loop {
         if let Some(bar) = &bar {
             let metrics = handle.metrics();

@@ -28,14 +28,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use examples::demo_job::{self, JobArgs, JobConfig, Mode, Preset, SourceKind};
+use examples::demo_job::{self, JobArgs, JobConfig, Mode, Preset};
 use examples::demo_line::DemoLine;
+#[cfg(feature = "kafka")]
+use examples::kafka_input::{KafkaSourceArgs, ValueLine};
 use examples::timeline::{render, Sample};
 use sink_cli::location::{self, Location};
-use sink_runtime::{
-    BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode, SequenceSource,
-};
-use sinks_file::{FileSinkStats, RollingPolicy};
+use sink_runtime::source::Source;
+use sink_runtime::{BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode};
+use sinks_file::{Encoder, FileSinkStats, RollingPolicy};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,6 +45,10 @@ use sinks_file::{FileSinkStats, RollingPolicy};
 struct Args {
     #[command(flatten)]
     job: JobArgs,
+    /// With --source kafka or kafka-unbounded: what to read.
+    #[cfg(feature = "kafka")]
+    #[command(flatten)]
+    kafka: KafkaSourceArgs,
     /// Draw written and committed records over time, with a mark at each
     /// completed checkpoint, into this SVG file.
     #[arg(long)]
@@ -62,28 +67,59 @@ struct Outcome {
     wall: Duration,
 }
 
-async fn run(config: &JobConfig, show_progress: bool) -> anyhow::Result<Outcome> {
-    let sink = location::file_sink_builder(
-        &config.out,
-        DemoLine {
-            record_size: config.record_size,
-        },
-        &config.options,
-    )?
-    // Every checkpoint commits everything written before it (parts also roll
-    // at 128 MiB): committed output lags by one checkpoint at most.
-    .rolling_policy(RollingPolicy {
-        max_part_size_bytes: Some(128 * 1024 * 1024),
-        ..RollingPolicy::on_checkpoint()
-    })
-    .part_suffix(".txt")
-    .build()?;
-    let stats: std::sync::Arc<FileSinkStats> = sink.stats();
-    let source = match config.source {
-        SourceKind::Bounded => SequenceSource::bounded(config.records),
-        SourceKind::Unbounded => SequenceSource::unbounded(config.records),
+/// Runs the job `config` describes: the ids `0..records` as the demo's
+/// lines, or (`--source kafka`) each message's value as a line.
+async fn run(config: &JobConfig, args: &Args, show_progress: bool) -> anyhow::Result<Outcome> {
+    if config.source.is_kafka() {
+        return run_kafka(config, args, show_progress).await;
     }
-    .paced(config.rate);
+    let line = DemoLine {
+        record_size: config.record_size,
+    };
+    run_job(config, config.sequence_source()?, line, show_progress).await
+}
+
+#[cfg(feature = "kafka")]
+async fn run_kafka(
+    config: &JobConfig,
+    args: &Args,
+    show_progress: bool,
+) -> anyhow::Result<Outcome> {
+    let source = args.kafka.source(!config.source.is_unbounded()).await?;
+    run_job(config, source, ValueLine, show_progress).await
+}
+
+#[cfg(not(feature = "kafka"))]
+async fn run_kafka(_: &JobConfig, _: &Args, _: bool) -> anyhow::Result<Outcome> {
+    bail!(
+        "this build of file-sink-demo reads no Kafka: build it with --features kafka (cargo run \
+         -p examples --features kafka --bin file-sink-demo -- --source kafka --brokers … \
+         --topic … --group …)"
+    )
+}
+
+/// Runs `source` into the file sink through `encoder`, as `config` says.
+async fn run_job<Src, E>(
+    config: &JobConfig,
+    source: Src,
+    encoder: E,
+    show_progress: bool,
+) -> anyhow::Result<Outcome>
+where
+    Src: Source,
+    Src::Record: Send + Sync + Clone + serde::Serialize + serde::de::DeserializeOwned,
+    E: Encoder<Src::Record>,
+{
+    let sink = location::file_sink_builder(&config.out, encoder, &config.options)?
+        // Every checkpoint commits everything written before it (parts also
+        // roll at 128 MiB): committed output lags by one checkpoint at most.
+        .rolling_policy(RollingPolicy {
+            max_part_size_bytes: Some(128 * 1024 * 1024),
+            ..RollingPolicy::on_checkpoint()
+        })
+        .part_suffix(".txt")
+        .build()?;
+    let stats: std::sync::Arc<FileSinkStats> = sink.stats();
     let storage = demo_job::open_state(config).await?;
     let mut builder = Job::builder("file-sink-demo", source, sink)
         .parallelism(config.parallelism)
@@ -102,7 +138,10 @@ async fn run(config: &JobConfig, show_progress: bool) -> anyhow::Result<Outcome>
     let started = Instant::now();
     let handle = job.start();
     let bar = demo_job::progress_bar(show_progress);
-    let deadline = (config.source == SourceKind::Unbounded).then(|| started + config.run_for);
+    let deadline = config
+        .source
+        .is_unbounded()
+        .then(|| started + config.run_for);
     let mut samples = Vec::new();
     let report = loop {
         let metrics = handle.metrics();
@@ -191,7 +230,7 @@ async fn rows(
 ) -> anyhow::Result<(Vec<String>, Option<String>)> {
     let mut config = JobConfig::table_row(label, preset, out, args.job.endpoint.as_deref())?;
     let (source, checkpoint) = (config.source_text(), config.checkpoint_text());
-    match run(&config, false).await {
+    match run(&config, args, false).await {
         Ok(outcome) => {
             sink_cli::flags::fail_if_output_lost(&outcome.report)?;
             Ok((vec![row(label, &source, &checkpoint, &outcome)], None))
@@ -203,7 +242,7 @@ async fn rows(
             );
             let note = format!("{label}: refused at build time: {error}");
             config.allow_uncommitted = true;
-            let forced = run(&config, false).await?;
+            let forced = run(&config, args, false).await?;
             let forced = row(&format!("{label} (forced)"), &source, &checkpoint, &forced);
             Ok((vec![refused, forced], Some(note)))
         }
@@ -232,7 +271,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let label = args.job.label();
     let config = JobConfig::from_args(&args.job, DEFAULT_OUT)?;
-    let outcome = match run(&config, !args.job.json).await {
+    let outcome = match run(&config, &args, !args.job.json).await {
         Ok(outcome) => outcome,
         Err(error) => {
             if let Some(build) = error.downcast_ref::<BuildError>() {

@@ -1,0 +1,65 @@
+//! The demos' Kafka source (`--source kafka`, `--source kafka-unbounded`):
+//! its flags, the source they make, and each record's value as one line.
+
+use clap::Args;
+use sink_api::SinkError;
+use sinks_file::Encoder;
+use sources_kafka::{KafkaMessage, KafkaSource};
+
+/// Where the demo reads from with `--source kafka` or `kafka-unbounded`.
+#[derive(Debug, Clone, Args)]
+pub struct KafkaSourceArgs {
+    /// The Kafka cluster to read from, `host:port[,host:port…]`.
+    #[arg(long)]
+    pub brokers: Option<String>,
+    /// The topic to read.
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// The consumer group: every instance of it (each with its own
+    /// --state) shares the topic's partitions, and each partition is read
+    /// from where the output's data of it ends.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Go on past records that retention deleted before the group read
+    /// them (they are lost; without it, the run stops and says which).
+    #[arg(long)]
+    pub skip_deleted_records: bool,
+    /// Read a topic that was deleted and created again from its start
+    /// (without it, the run stops and says so).
+    #[arg(long)]
+    pub recreated_topic_from_start: bool,
+}
+
+impl KafkaSourceArgs {
+    /// The source these flags name, `bounded` or not; an error names a
+    /// missing flag.
+    pub async fn source(&self, bounded: bool) -> anyhow::Result<KafkaSource> {
+        let missing = |flag: &str| anyhow::anyhow!("--source kafka needs {flag}");
+        let brokers = self.brokers.clone().ok_or_else(|| missing("--brokers"))?;
+        let topic = self.topic.clone().ok_or_else(|| missing("--topic"))?;
+        let group = self.group.clone().ok_or_else(|| missing("--group"))?;
+        let mut builder = KafkaSource::builder(brokers, topic, group);
+        if bounded {
+            builder = builder.bounded();
+        }
+        if self.skip_deleted_records {
+            builder = builder.skip_deleted_records();
+        }
+        if self.recreated_topic_from_start {
+            builder = builder.read_recreated_topic_from_start();
+        }
+        Ok(builder.build().await?)
+    }
+}
+
+/// Each message's value, then a newline.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ValueLine;
+
+impl Encoder<KafkaMessage> for ValueLine {
+    fn encode(&self, message: &KafkaMessage, out: &mut Vec<u8>) -> Result<(), SinkError> {
+        out.extend_from_slice(message.value_bytes());
+        out.push(b'\n');
+        Ok(())
+    }
+}
