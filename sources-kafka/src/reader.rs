@@ -30,7 +30,7 @@ use sink_runtime::source::{
     CommitOutcome, PositionLookup, PositionTracker, ReadStatus, SourceError, SplitReader,
 };
 use tokio::sync::mpsc;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::group::{self, Control, Event, MemberSettings};
 use crate::offsets::{offsets, Edge};
@@ -277,7 +277,13 @@ impl KafkaReader {
                         log_start,
                     }))
                 }
-                Some(position) => position.max(log_start),
+                Some(position) if position < log_start => {
+                    warn!(subtask = self.subtask, topic = %self.settings.topic, partition, position, log_start,
+                        lost = log_start - position,
+                        "records deleted before the group read them are skipped (skip_deleted_records)");
+                    log_start
+                }
+                Some(position) => position,
                 None => log_start,
             };
             self.tracker
