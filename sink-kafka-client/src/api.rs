@@ -3,7 +3,7 @@
 //! Each request is sent at the highest version both this crate and the
 //! broker speak (the broker says which in its `ApiVersions` answer); a
 //! broker that speaks none of ours is refused at connection, naming the
-//! request (see [`Versions::pick`](super::Versions)). The ranges stop
+//! request (see `Link::version`). The ranges stop
 //! below versions that change what a request means: `Produce` and `Fetch`
 //! name topics (not topic ids), `FindCoordinator` looks up one key, and
 //! `EndTxn` and `AddPartitionsToTxn` are the client's (not transaction

@@ -178,7 +178,7 @@ impl Cluster {
 
     /// Sends `request` on `link` without waiting for the answer; requests
     /// sent one after the other reach the broker in that order (see
-    /// [`Connection::send`]).
+    /// `Connection::send`).
     pub async fn send<R: Call>(&self, link: &Link, request: &R) -> Result<Answer<R>, WireError> {
         let version = link.version::<R>()?;
         link.connection.send(request, version).await

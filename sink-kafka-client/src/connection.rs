@@ -183,7 +183,7 @@ impl Connection {
     }
 }
 
-/// The answer to a request sent with [`Connection::send`], to be waited
+/// The answer to a request sent with `Connection::send`, to be waited
 /// for.
 pub struct Answer<R> {
     answer: oneshot::Receiver<Result<Bytes, WireError>>,

@@ -39,9 +39,11 @@ mod group;
 mod offsets;
 mod reader;
 mod record;
+mod settings;
 mod source;
 
 pub use error::KafkaSourceError;
 pub use reader::KafkaReader;
 pub use record::KafkaMessage;
-pub use source::{KafkaSource, KafkaSourceBuilder, KafkaSplit};
+pub use settings::KafkaSplit;
+pub use source::{KafkaSource, KafkaSourceBuilder};

@@ -34,7 +34,7 @@ use tracing::{debug, info, warn};
 
 use crate::group::{self, Control, Event, MemberSettings};
 use crate::offsets::{offsets, Edge};
-use crate::source::{KafkaSplit, Settings};
+use crate::settings::{KafkaSplit, Settings};
 use crate::{KafkaMessage, KafkaSourceError};
 
 /// Bytes one fetch asks for per partition.
