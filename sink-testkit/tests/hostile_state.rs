@@ -5,7 +5,8 @@
 //! there, decoding must end in a value or a clear error, never in a panic or
 //! an allocation the input cannot back. This test takes real stored state
 //! (from jobs run here on the file sink, the in-memory sink and a pipeline
-//! with idempotency keys, and the PostgreSQL sink's types), mutates it (random
+//! with idempotency keys, the file sink's committables of a position group,
+//! and the PostgreSQL sink's types), mutates it (random
 //! bytes, flipped and truncated bytes, and hostile length fields, also under a
 //! recomputed checksum), and feeds it to each decoder, measuring what the
 //! decode allocated.
@@ -28,8 +29,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sink_api::{
-    deserialize_versioned, serialize_versioned, BincodeSerializer, Sink, SinkWriter,
-    VersionedSerializer,
+    deserialize_versioned, serialize_versioned, BincodeSerializer, CheckpointId, Generation,
+    InitContext, Lineage, PositionAdvance, Sink, SinkWriter, SplitKey, VersionedSerializer,
 };
 use sink_runtime::pipeline::{KeyPartition, Pipeline};
 use sink_runtime::source::RangeSplit;
@@ -180,6 +181,46 @@ async fn decoders(root: &Path) -> (Vec<Decoder>, Vec<std::path::PathBuf>) {
         splits(&checkpoint),
     ));
     state_dirs.push(state);
+
+    // The file sink's committables of a position group (a source whose
+    // positions are committed with the data), prepared by a writer.
+    let positions_sink = FileSink::builder(root.join("file-positions"), LineEncoder)
+        .build()
+        .unwrap();
+    let context = InitContext::new("hostile", Lineage::new("0f3a9c"), Generation(1), 0, 1);
+    let mut writer = positions_sink
+        .create_writer(&context, Vec::new())
+        .await
+        .unwrap();
+    let serializer = positions_sink.committable_serializer();
+    let mut samples = Vec::new();
+    for checkpoint in 1..=3u64 {
+        writer
+            .write_batch((0..20 * checkpoint).collect())
+            .await
+            .unwrap();
+        let advances = (0..checkpoint)
+            .map(|split| PositionAdvance {
+                key: SplitKey::new("hostile/input", format!("partition-{split}")),
+                from: (checkpoint > 1).then_some(10 * checkpoint),
+                to: 10 * checkpoint + split,
+            })
+            .collect();
+        writer.carry_positions(advances).unwrap();
+        for committable in writer
+            .prepare_commit(CheckpointId(checkpoint))
+            .await
+            .unwrap()
+        {
+            assert!(committable.positions.is_some());
+            samples.push(serialize_versioned(&*serializer, &committable).unwrap());
+        }
+    }
+    decoders.push(blob_decoder(
+        "file committable of a position group",
+        serializer,
+        samples,
+    ));
 
     // The in-memory sink.
     let state = root.join("memory-state");

@@ -25,28 +25,34 @@
 //! On an object store output the commit completes the part's multipart
 //! upload instead, with the outcomes of the `upload_commit` module.
 //!
+//! Committables of a position group (with a source whose positions are
+//! committed with the data: `FileCommittable::positions`) are committed a
+//! group at a time, with the positions, through the output's position log:
+//! the `position_commit` module has their outcomes. A group found committed
+//! before is a replay: each of its members is then looked for as above
+//! (already committed, or lost if its file is gone).
+//!
 //! "Records lost" is `CommitRequest::signal_records_lost`: the runtime
 //! counts them in the job's lost records. Only sizes are compared, from the
 //! files' metadata: nothing is read again at commit time, so a change that
 //! keeps a file's size is not detected.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sink_api::{Clock, CommitRequest, Committer, SinkError};
+use sink_api::{CommitRequest, Committer, Lineage, SinkError};
 
 use crate::blocking::{assert_blocking, blocking};
-use crate::compaction::{self, Compaction};
+use crate::compaction;
 use crate::config::Output;
-use crate::dir_sync::{fsync_dir, DirSyncs};
-use crate::hidden_name::IN_PROGRESS_MARK;
+use crate::hidden_name::lineage_of;
 use crate::identity::{self, OutputIdentity};
-use crate::io_error::io_error;
 #[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
 use crate::outcome::Outcome;
+use crate::placement::{Placed, Placement, Touched};
+use crate::position_commit::{sort_out, GroupOutcome, GroupToCommit, LogTurn, LogWork, SortedOut};
 use crate::segments::{self, size_of, Found};
 use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
@@ -57,16 +63,17 @@ use crate::upload_commit::commit_upload;
 /// [`FileSink`](crate::FileSink) for the runtime, once per subtask and start.
 pub struct FileCommitter {
     pub(crate) stats: Arc<FileSinkStats>,
-    /// The sink's directory fsyncs.
-    pub(crate) syncs: Arc<DirSyncs>,
+    /// Where committed files go (with compaction: the segments of this
+    /// start's current epoch).
+    pub(crate) placement: Placement,
     /// The sink's output: committables are resolved against it.
     pub(crate) output_location: Output,
     /// The base directory's identity, read at the first commit.
     pub(crate) output: Option<OutputIdentity>,
-    /// With compaction on: the epochs whose segments files are renamed into.
-    pub(crate) compaction: Option<Arc<Compaction>>,
-    /// The sink's clock: when a file went into its epoch.
-    pub(crate) clock: Arc<dyn Clock>,
+    /// The sink's turn at the position log.
+    pub(crate) turn: Arc<LogTurn>,
+    /// The job's lineage: names this committer's temporary files.
+    pub(crate) lineage: Lineage,
 }
 
 /// What one commit call works with on a blocking thread: everything it
@@ -74,16 +81,124 @@ pub struct FileCommitter {
 struct Work {
     base_path: PathBuf,
     output: Option<OutputIdentity>,
-    syncs: Arc<DirSyncs>,
+    placement: Placement,
     stats: Arc<FileSinkStats>,
-    compaction: Option<Arc<Compaction>>,
-    clock: Arc<dyn Clock>,
+    turn: Arc<LogTurn>,
+    lineage: Lineage,
 }
 
 impl Work {
     /// Checks that `c` belongs to the base directory; returns its pending
     /// file and target there.
     fn locate(&mut self, c: &FileCommittable) -> Result<(PathBuf, PathBuf), SinkError> {
+        self.locate_identity(c)?;
+        Ok((
+            identity::resolve(&self.base_path, &c.pending)?,
+            identity::resolve(&self.base_path, &c.target)?,
+        ))
+    }
+
+    /// Commits every committable (see the module's table), on a blocking
+    /// thread: those of no position group in order, then each group
+    /// through the position log. Makes the renames durable before it
+    /// returns: each directory touched synced once, the directories that
+    /// received files before those that lost their pending names.
+    fn commit_all(&mut self, committables: &[FileCommittable]) -> Result<Vec<Outcome>, SinkError> {
+        let SortedOut { plain, groups } = sort_out(committables)?;
+        let mut outcomes: Vec<Option<Outcome>> = committables.iter().map(|_| None).collect();
+        let last = plain.len().saturating_sub(1);
+        let mut touched = Touched::default();
+        for (position, &index) in plain.iter().enumerate() {
+            outcomes[index] = Some(self.commit_one(&committables[index], &mut touched)?);
+            if position < last {
+                // A crash with part of the batch committed (crash tests only).
+                #[cfg(feature = "failpoints")]
+                fail::fail_point!("file-commit-mid-batch", |_| Err(SinkError::msg(
+                    "simulated crash at failpoint file-commit-mid-batch"
+                )));
+            }
+        }
+        for (group, members) in &groups {
+            let decided = self.commit_group(committables, group, members, &mut touched)?;
+            for (index, outcome) in members.iter().zip(decided) {
+                outcomes[*index] = Some(outcome);
+            }
+        }
+        touched.sync(&self.placement.syncs)?;
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.ok_or_else(|| {
+                    SinkError::msg(
+                        "a committable was left without an outcome: a fault of the file sink",
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Commits the position group `group`, whose members are
+    /// `committables[members]`, through the position log; the outcome of
+    /// each member, in order.
+    fn commit_group(
+        &mut self,
+        committables: &[FileCommittable],
+        group: &GroupToCommit,
+        members: &[usize],
+        touched: &mut Touched,
+    ) -> Result<Vec<Outcome>, SinkError> {
+        for &index in members {
+            let c = &committables[index];
+            match c.pending.as_os_str().is_empty() {
+                // Only positions: the identity is checked all the same.
+                true => {
+                    self.locate_identity(c)?;
+                }
+                false => {
+                    self.locate(c)?;
+                }
+            }
+        }
+        let work = LogWork {
+            base: &self.base_path,
+            placement: &self.placement,
+            turn: &self.turn,
+            tag: self.lineage.as_str(),
+            stats: &self.stats,
+        };
+        let every = |outcome: Outcome| members.iter().map(|_| outcome.clone()).collect();
+        Ok(match work.commit(group)? {
+            GroupOutcome::Committed => every(Outcome::Committed),
+            GroupOutcome::Superseded(reason) => every(Outcome::Superseded(reason)),
+            GroupOutcome::Refused(reason) => every(Outcome::Unknown(reason)),
+            GroupOutcome::AlreadyCommitted => {
+                let mut outcomes = Vec::with_capacity(members.len());
+                for &index in members {
+                    let c = &committables[index];
+                    if c.pending.as_os_str().is_empty() {
+                        outcomes.push(Outcome::AlreadyCommitted);
+                        continue;
+                    }
+                    let (pending, target) = self.locate(c)?;
+                    let outcome = match (target.parent(), target.file_name()) {
+                        (Some(bucket), Some(name)) => {
+                            let name = name.to_string_lossy().into_owned();
+                            self.find_committed(c, &pending, bucket, &name, touched)?
+                        }
+                        _ => Outcome::Unknown(format!(
+                            "the committable's target {} names no file in a directory",
+                            target.display()
+                        )),
+                    };
+                    outcomes.push(outcome);
+                }
+                outcomes
+            }
+        })
+    }
+
+    /// Checks that `c` belongs to the base directory.
+    fn locate_identity(&mut self, c: &FileCommittable) -> Result<(), SinkError> {
         if self.output.is_none() {
             self.output = identity::read(&self.base_path)?;
         }
@@ -93,40 +208,7 @@ impl Work {
             "a committable",
             &c.output_id,
             &c.output_dir,
-        )?;
-        Ok((
-            identity::resolve(&self.base_path, &c.pending)?,
-            identity::resolve(&self.base_path, &c.target)?,
-        ))
-    }
-
-    /// Commits every committable in order (see the module's table), on a
-    /// blocking thread, then makes the renames durable: each directory
-    /// touched synced once, before any outcome is reported, the directories
-    /// that received files before those that lost their pending names.
-    fn commit_all(&mut self, committables: &[FileCommittable]) -> Result<Vec<Outcome>, SinkError> {
-        let last = committables.len().saturating_sub(1);
-        let mut outcomes = Vec::with_capacity(committables.len());
-        let mut touched = Touched::default();
-        for (position, c) in committables.iter().enumerate() {
-            outcomes.push(self.commit_one(c, &mut touched)?);
-            if position < last {
-                // A crash with part of the batch committed (crash tests only).
-                #[cfg(feature = "failpoints")]
-                fail::fail_point!("file-commit-mid-batch", |_| Err(SinkError::msg(
-                    "simulated crash at failpoint file-commit-mid-batch"
-                )));
-            }
-        }
-        for segment in &touched.segments {
-            // Segment directories hold no file a writer created: no
-            // bookkeeping (see `DirSyncs`) for them.
-            fsync_dir(segment)?;
-        }
-        for bucket in &touched.buckets {
-            self.syncs.sync_dir(bucket)?;
-        }
-        Ok(outcomes)
+        )
     }
 
     /// Commits `c`: renames its pending file to its target (with compaction,
@@ -180,63 +262,19 @@ impl Work {
                 ),
             ));
         }
-        let compaction = self.compaction.clone();
-        let placing = compaction.as_ref().map(|c| c.segments.placing());
-        let epoch = placing.as_ref().and_then(|p| p.epoch());
-        let destination = match epoch {
-            Some(epoch) => epoch.segment_in(bucket).join(&name),
-            None => target.clone(),
-        };
-        for existing in [&target, &destination] {
-            match looked(existing) {
-                Err(reason) => return Ok(Outcome::Unknown(reason)),
-                Ok(Some(_)) => {
-                    return Ok(Outcome::Unknown(format!(
-                        "both the pending file {} and its target {} exist; refusing to overwrite the target",
-                        pending.display(),
-                        existing.display()
-                    )))
-                }
-                Ok(None) => {}
+        match self
+            .placement
+            .place(&pending, &target, c.size_bytes, touched)?
+        {
+            Placed::Moved => {}
+            Placed::Refused(reason) => return Ok(Outcome::Unknown(reason)),
+            Placed::Gone => {
+                return Ok(Outcome::Unknown(format!(
+                    "the pending file {} vanished while it was renamed to {}",
+                    pending.display(),
+                    target.display()
+                )))
             }
-        }
-        let segment = destination.parent().filter(|_| epoch.is_some());
-        if let Some(segment) = segment {
-            match std::fs::create_dir(segment) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => {
-                    return Err(io_error(
-                        format!("creating the segment {}", segment.display()),
-                        e,
-                    ))
-                }
-            }
-            // A durable pending file moves into it next: its own name must be
-            // durable first, or a power cut between the two leaves neither
-            // the pending name nor the segment (found by the power-loss
-            // harness). Once per segment and sink, whoever created it.
-            if !self.syncs.is_durable(segment) {
-                if let Some(parent) = segment.parent() {
-                    self.syncs.sync_dir(parent)?;
-                }
-                self.syncs.durable_dir(segment);
-            }
-        }
-        if let Err(error) = std::fs::rename(&pending, &destination) {
-            return Ok(Outcome::Unknown(format!(
-                "renaming {} to {} failed: {error}",
-                pending.display(),
-                destination.display()
-            )));
-        }
-        if let Some(epoch) = epoch {
-            epoch.add(c.size_bytes, self.clock.now_ms());
-        }
-        drop(placing);
-        touched.buckets.insert(bucket.to_path_buf());
-        if let Some(segment) = segment {
-            touched.segments.insert(segment.to_path_buf());
         }
         self.stats.committed(c);
         Ok(Outcome::Committed)
@@ -258,7 +296,7 @@ impl Work {
         let lineage = lineage_of(pending);
         let look = || segments::find_committed(bucket, name, lineage.as_deref());
         let mut found = look();
-        if matches!(found, Ok(Found::Nowhere)) && self.compaction.is_some() {
+        if matches!(found, Ok(Found::Nowhere)) && self.placement.compaction.is_some() {
             let _lock = compaction::lock(&self.base_path)?;
             found = look();
         }
@@ -312,22 +350,6 @@ impl Work {
     }
 }
 
-/// The directories a batch of commits changed: segments (which received
-/// files) and buckets (which lost pending names, or received files).
-#[derive(Default)]
-struct Touched {
-    segments: BTreeSet<PathBuf>,
-    buckets: BTreeSet<PathBuf>,
-}
-
-/// The lineage at the end of a hidden part's name
-/// (`.<visible>.inprogress.<lineage>`), if it is one.
-fn lineage_of(pending: &Path) -> Option<String> {
-    let name = pending.file_name()?.to_str()?;
-    let (_, lineage) = name.rsplit_once(IN_PROGRESS_MARK)?;
-    Some(lineage.to_string())
-}
-
 #[cfg(feature = "object-store")]
 impl FileCommitter {
     /// Completes the uploads of `committables`, in order, on the object
@@ -352,6 +374,16 @@ impl FileCommitter {
                 &c.output_id,
                 &c.output_dir,
             )?;
+            if c.positions.is_some() {
+                // Its writer refuses positions on an object store output.
+                outcomes.push(Outcome::Unknown(format!(
+                    "the committable of {} belongs to a position group, which the file sink \
+                     commits on local outputs only, not on the object store output {}",
+                    c.target.display(),
+                    object.location
+                )));
+                continue;
+            }
             let Some(upload) = &c.upload else {
                 return Err(SinkError::msg(format!(
                     "the committable of {} names a local file, not an upload, for the object store \
@@ -393,10 +425,10 @@ impl Committer for FileCommitter {
                 let mut work = Work {
                     base_path: base_path.clone(),
                     output: self.output.clone(),
-                    syncs: self.syncs.clone(),
+                    placement: self.placement.clone(),
                     stats: self.stats.clone(),
-                    compaction: self.compaction.clone(),
-                    clock: self.clock.clone(),
+                    turn: self.turn.clone(),
+                    lineage: self.lineage.clone(),
                 };
                 let (outcomes, output) = blocking(move || {
                     let outcomes = work.commit_all(&committables)?;
@@ -420,6 +452,7 @@ impl Committer for FileCommitter {
                 #[cfg(feature = "object-store")]
                 Outcome::RetryLater => request.retry_later(),
                 Outcome::AlreadyCommitted => request.signal_already_committed(),
+                Outcome::Superseded(reason) => request.signal_superseded(reason),
                 Outcome::RecordsLost(records, reason) => {
                     request.signal_records_lost(records, reason)
                 }

@@ -8,6 +8,7 @@ use crate::compaction::Compaction;
 use crate::dir_sync::DirSyncs;
 #[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
+use crate::position_commit::LogTurn;
 use crate::rolling::RollingPolicy;
 
 /// Where a file sink writes.
@@ -54,6 +55,8 @@ pub(crate) struct FileSinkConfig<E, B> {
     pub clock: Option<Arc<dyn Clock>>,
     /// The directory fsyncs of this sink's writers and committers.
     pub syncs: Arc<DirSyncs>,
+    /// The turn of this sink's committers at the output's position log.
+    pub turn: Arc<LogTurn>,
     /// On an object store: the size of each uploaded part but the last.
     pub part_size: usize,
     /// On an object store: how many parts of one upload may be on their

@@ -14,3 +14,11 @@ pub(crate) const IN_PROGRESS_MARK: &str = ".inprogress.";
 pub(crate) fn hidden_name(visible: &str, lineage: &Lineage) -> String {
     format!(".{visible}{IN_PROGRESS_MARK}{lineage}")
 }
+
+/// The lineage at the end of a hidden part's name
+/// (`.<visible>.inprogress.<lineage>`), if it is one.
+pub(crate) fn lineage_of(pending: &std::path::Path) -> Option<String> {
+    let name = pending.file_name()?.to_str()?;
+    let (_, lineage) = name.rsplit_once(IN_PROGRESS_MARK)?;
+    Some(lineage.to_string())
+}

@@ -17,6 +17,8 @@
 //! | `identity` | the output directory's identity marker (`.file-sink-id`) and paths relative to it |
 //! | `orphans` | hidden parts of this lineage no checkpoint refers to, removed at each start |
 //! | `segments`, `compaction` | with compaction on: committed files in segment directories, merged a segment at a time and swapped in atomically |
+//! | `placement` | where a committed part goes (its target, or with compaction the current epoch's segment of its bucket), and the directories its rename touched |
+//! | `position_group`, `position_log`, `group_set`, `position_commit` | with a source whose positions are committed with the data (local outputs): a writer's checkpoint as one position group; the position log in `<out>/.positions` (entries linked exclusively, snapshots); the committed groups as ranges per writer; a group's commit (replay check, position check, entry, renames) and the roll-forward of groups a crash cut short |
 //! | `writer`, `committer`, `sink` | the `sink-api` implementation |
 //! | `object_output`, `upload`, `upload_commit`, `upload_orphans`, `upload_listing`, `memory_store` | on an object store (feature `object-store`): the output, a part as a multipart upload, its commit, uploads no checkpoint names, the uploads in progress into a key, an in-memory store for tests |
 //! | `multipart_limits` | S3's limits on multipart uploads |
@@ -29,6 +31,14 @@
 //! identity marker (`.file-sink-id`): a stopped job's directory can be moved
 //! or copied, and a state of another directory is refused. The committer
 //! commits a pending file only if its size is the recorded one.
+//!
+//! A source whose positions are committed with the data (a Kafka consumer
+//! group) hands each checkpoint's source positions to the writer: every
+//! part is rolled, the checkpoint's parts become one position group, and
+//! the committer commits the group's files and positions in one step, by an
+//! entry in the position log (`<out>/.positions`), only if every split is
+//! still where the group expects (`Sink::commits_positions`, local outputs
+//! without compaction for now).
 //!
 //! ```no_run
 //! use sinks_file::{FileSink, LineEncoder, RollingPolicy};
@@ -53,6 +63,7 @@ mod config;
 mod dir_sync;
 pub mod encoder;
 mod format;
+mod group_set;
 mod hidden_name;
 mod identity;
 mod io_error;
@@ -65,6 +76,10 @@ mod orphans;
 mod outcome;
 mod output;
 mod part_file;
+mod placement;
+mod position_commit;
+mod position_group;
+mod position_log;
 pub mod rolling;
 mod segments;
 mod sink;
@@ -95,6 +110,7 @@ pub use object_output::{ObjectOutput, ObjectOutputStore};
 pub use output::{finished_files, read_finished};
 #[cfg(feature = "object-store")]
 pub use output::{finished_objects, read_object};
+pub use position_group::{PositionGroupId, PositionMember};
 pub use rolling::{PartInfo, RollingPolicy};
 pub use sink::{FileSink, FileSinkBuilder};
 pub use state::{FileCommittable, InProgressState, Upload, UploadedPart};

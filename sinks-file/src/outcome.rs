@@ -1,9 +1,11 @@
 //! What became of one committable: decided by the committer for a local
-//! part, by the upload commit for an object store part, and signalled on the
-//! commit request afterwards.
+//! part (through the position log for a position group's), by the upload
+//! commit for an object store part, and signalled on the commit request
+//! afterwards.
 
 /// What became of one committable, decided (for a local output, off the
 /// async workers) and signalled on the request afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {
     Committed,
     /// An upload not yet complete: tried again later.
@@ -11,5 +13,8 @@ pub(crate) enum Outcome {
     RetryLater,
     AlreadyCommitted,
     RecordsLost(u64, String),
+    /// Nothing of a position group was applied: a split it advances is
+    /// not where it expects (see the `position_commit` module).
+    Superseded(String),
     Unknown(String),
 }

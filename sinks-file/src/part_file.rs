@@ -316,6 +316,7 @@ impl InProgressPart {
             size_bytes: state.length,
             records: state.records,
             upload: None,
+            positions: None,
         };
         Ok((committable, unsynced))
     }
@@ -413,5 +414,6 @@ pub(crate) fn recover_for_commit(
         size_bytes: state.length,
         records: state.records,
         upload: None,
+        positions: None,
     })
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sink_api::{
-    GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, VersionedSerializer,
+    CommittedPositions, GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError,
+    SystemClock, VersionedSerializer,
 };
 
 use crate::blocking::blocking;
@@ -26,12 +27,15 @@ use crate::multipart_limits::S3_MINIMUM_PART_SIZE;
 #[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
 use crate::orphans::remove_orphans;
+use crate::placement::Placement;
+use crate::position_commit::LogWork;
+use crate::position_log::PositionLog;
 use crate::rolling::RollingPolicy;
 use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
 #[cfg(feature = "object-store")]
 use crate::upload_orphans::abort_orphaned_uploads;
-use crate::writer::{FileWriter, FileWriterState};
+use crate::writer::{FileWriter, FileWriterState, WriterStart};
 
 /// Writes records into part files under a base directory, committed exactly
 /// once: hidden while in progress or pending, made visible by an atomic
@@ -46,6 +50,24 @@ pub struct FileSink<T, E, B = BasePathBucketAssigner> {
 }
 
 impl<T, E, B> FileSink<T, E, B> {
+    /// Where this sink's commits put files, on `runtime`'s clock unless
+    /// the builder set one.
+    fn placement(&self, runtime: &Arc<dyn sink_api::Clock>) -> Placement {
+        Placement {
+            syncs: self.config.syncs.clone(),
+            compaction: self.config.compaction.clone(),
+            clock: self.config.clock.clone().unwrap_or_else(|| runtime.clone()),
+        }
+    }
+
+    /// The builder's clock, or the system's.
+    fn clock(&self) -> Arc<dyn sink_api::Clock> {
+        self.config
+            .clock
+            .clone()
+            .unwrap_or_else(|| Arc::new(SystemClock))
+    }
+
     /// What the committers did so far.
     pub fn stats(&self) -> Arc<FileSinkStats> {
         self.stats.clone()
@@ -99,6 +121,7 @@ impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
                 part_suffix: String::new(),
                 clock: None,
                 syncs: Arc::default(),
+                turn: Arc::default(),
                 part_size: S3_MINIMUM_PART_SIZE,
                 parts_in_flight: 2,
                 compaction: None,
@@ -131,6 +154,7 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
                 part_suffix: c.part_suffix,
                 clock: c.clock,
                 syncs: c.syncs,
+                turn: c.turn,
                 part_size: c.part_size,
                 parts_in_flight: c.parts_in_flight,
                 compaction: c.compaction,
@@ -262,9 +286,10 @@ where
     type Writer = FileWriter<T, E, B>;
     type Committer = FileCommitter;
 
-    /// Removes the hidden parts (aborts the uploads) of this lineage that
-    /// the restored checkpoint does not refer to (see the `orphans` and
-    /// `upload_orphans` modules), all of them at a start that restores
+    /// Rolls the output's position log forward (the `position_commit`
+    /// module), then removes the hidden parts (aborts the uploads) of this
+    /// lineage that the restored checkpoint does not refer to (see the
+    /// `orphans` and `upload_orphans` modules), all of them at a start that restores
     /// nothing (its lineage is the one the checkpoint storage keeps for
     /// starts before the first checkpoint). Does nothing when the output has
     /// no identity marker (nothing was written there) or the restored
@@ -315,11 +340,31 @@ where
             .collect();
         let lineage = start.lineage.clone();
         let ids: Vec<String> = ids.into_iter().cloned().collect();
+        let (placement, turn, stats) = (
+            self.placement(&start.clock),
+            self.config.turn.clone(),
+            self.stats.clone(),
+        );
         let removed = blocking(move || {
             // No marker: nothing was ever written here.
             let Some(own) = identity::read(&base)? else {
                 return Ok(0);
             };
+            // Groups committed with parts still pending (a committer died
+            // after the log's entry) are completed first: their parts are
+            // no orphans.
+            let log = PositionLog::of(&base);
+            if log.exists() {
+                let work = LogWork {
+                    base: &base,
+                    placement: &placement,
+                    turn: &turn,
+                    tag: lineage.as_str(),
+                    stats: &stats,
+                };
+                work.settle()?;
+                log.remove_temporaries(lineage.as_str())?;
+            }
             if !ids.iter().all(|id| &own.id == id) {
                 return Ok(0);
             }
@@ -341,8 +386,7 @@ where
         context: &InitContext,
         restored_states: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
-        let lineage = context.lineage.clone();
-        let generation = context.generation;
+        let start = WriterStart::of(context);
         let clock = match &self.config.clock {
             Some(clock) => clock.clone(),
             None => context.clock.clone(),
@@ -369,7 +413,7 @@ where
                     config,
                     &object,
                     output,
-                    (lineage, generation),
+                    start,
                     clock,
                     restored_states,
                 )
@@ -394,7 +438,7 @@ where
                     config.clone(),
                     base,
                     output,
-                    (lineage, generation),
+                    start,
                     clock,
                     restored_states,
                 );
@@ -410,14 +454,7 @@ where
             })?;
             config.syncs.durable_dir(base);
             let output = identity::ensure(base)?;
-            FileWriter::new(
-                config.clone(),
-                base,
-                output,
-                (lineage, generation),
-                clock,
-                restored_states,
-            )
+            FileWriter::new(config.clone(), base, output, start, clock, restored_states)
         })
         .await
     }
@@ -437,16 +474,57 @@ where
         }
         Ok(FileCommitter {
             stats: self.stats.clone(),
-            syncs: self.config.syncs.clone(),
+            placement: self.placement(&context.clock),
             output_location: self.config.output.clone(),
             output: None,
-            compaction: self.config.compaction.clone(),
-            clock: self
-                .config
-                .clock
-                .clone()
-                .unwrap_or_else(|| context.clock.clone()),
+            turn: self.config.turn.clone(),
+            lineage: context.lineage.clone(),
         })
+    }
+
+    /// True for a local output without compaction: the committers commit
+    /// each checkpoint's committables of a writer as one position group,
+    /// with the positions, through the output's position log (the
+    /// `position_commit` module). False on an object store, and with
+    /// compaction on, whose compactor is a global committer, which the
+    /// runtime does not yet start a position source after (the log itself
+    /// places and finds files in segments); the job's build then refuses a
+    /// source whose positions are committed with the data.
+    fn commits_positions(&self) -> bool {
+        self.config.output.local().is_some() && self.config.compaction.is_none()
+    }
+
+    /// Reads the output's position log and rolls it forward (every
+    /// committed group's parts renamed into place, durably), off the async
+    /// workers: the positions of `scope`'s splits as the committed groups
+    /// left them. Nothing when nothing was committed with positions; refused
+    /// on an object store output.
+    async fn committed_positions(&self, scope: &str) -> Result<CommittedPositions, SinkError> {
+        let Some(base) = self.config.output.local() else {
+            return Err(SinkError::msg(format!(
+                "the file sink keeps no source positions on the object store output {}: it \
+                 commits them on local outputs only",
+                self.config.output.describe()
+            ))
+            .permanent());
+        };
+        let (base, placement) = (base.clone(), self.placement(&self.clock()));
+        let (turn, stats, scope) = (
+            self.config.turn.clone(),
+            self.stats.clone(),
+            scope.to_string(),
+        );
+        blocking(move || {
+            let work = LogWork {
+                base: &base,
+                placement: &placement,
+                turn: &turn,
+                tag: "",
+                stats: &stats,
+            };
+            Ok(work.settle()?.positions.scope(&scope))
+        })
+        .await
     }
 
     /// With compaction on, the compactor (see [`CompactionPolicy`]): it

@@ -9,15 +9,23 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::position_group::PositionMember;
+
 /// A complete, durable, hidden part file waiting to be made visible: what
 /// the file writer's `prepare_commit` returns, the runtime keeps in
 /// checkpoints until it is committed, and the file committer renames.
 ///
 /// Its paths are relative to the sink's base directory and resolved against
 /// the base directory of the committer that commits it, which must hold the
-/// identity `output_id` (format version 3 of the sink's committable
-/// serializer; version 2 is read, version 1 held absolute paths and is
-/// refused).
+/// identity `output_id` (format version 4 of the sink's committable
+/// serializer; versions 2 and 3 are read, version 1 held absolute paths and
+/// is refused).
+///
+/// When the job's source commits its positions with the data, every
+/// committable of one writer's checkpoint carries the same
+/// [`PositionMember`]: the committer commits them as one group, with the
+/// positions. A member whose `pending` is empty holds no file, only the
+/// group's positions (the source moved without a record to write).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileCommittable {
     /// The identity (the `.file-sink-id` marker) of the output directory the
@@ -40,6 +48,10 @@ pub struct FileCommittable {
     /// `target` the object's path under the prefix). `None` on a local
     /// output.
     pub upload: Option<Upload>,
+    /// With a source whose positions are committed with the data: the
+    /// group of committables this one is committed with, and the positions
+    /// they advance. `None` otherwise.
+    pub positions: Option<PositionMember>,
 }
 
 /// An in-progress part as recorded in a checkpoint, in a

@@ -47,9 +47,14 @@ pub struct FileSinkStatsSnapshot {
 
 impl FileSinkStats {
     pub(crate) fn committed(&self, committable: &FileCommittable) {
+        self.committed_file(committable.records, committable.size_bytes);
+    }
+
+    /// Counts a file of `records` records and `bytes` bytes made visible.
+    pub(crate) fn committed_file(&self, records: u64, bytes: u64) {
         self.committed_files.add(1);
-        self.committed_records.add(committable.records);
-        self.committed_bytes.add(committable.size_bytes);
+        self.committed_records.add(records);
+        self.committed_bytes.add(bytes);
     }
 
     pub(crate) fn replayed(&self) {

@@ -312,6 +312,7 @@ impl UploadPart {
             size_bytes: self.info.size_bytes,
             records: self.records,
             upload: Some(self.upload()?),
+            positions: None,
         })
     }
 }
@@ -388,5 +389,6 @@ pub(crate) async fn recover_for_commit(
             parts,
             last_part,
         }),
+        positions: None,
     })
 }

@@ -2,8 +2,10 @@
 //!
 //! ```text
 //!  write_batch ─▶ bucket per record ─▶ encode ─▶ roll if due ─▶ append to the bucket's part
-//!  prepare_commit ─▶ roll the parts the policy says (all of them with roll_on_checkpoint)
+//!  prepare_commit ─▶ roll the parts the policy says (all of them with roll_on_checkpoint,
+//!                    or when positions are carried)
 //!                 ─▶ every part closed since the last call becomes a committable
+//!                    (with positions: all of them one position group)
 //!  snapshot_state ─▶ persist the remaining in-progress parts (path + length)
 //!  durability     ─▶ waits for the fsyncs of every part closed or persisted (and of
 //!                    their directories), each started on a blocking thread when its
@@ -21,6 +23,15 @@
 //! On an object store output a part is a multipart upload (the `upload`
 //! module): the same steps, with parts uploaded as they fill, the tail in
 //! the state, and the restored tail uploaded as the upload's last part.
+//!
+//! When the job's source commits its positions with the data
+//! (`carry_positions` before each `prepare_commit`, local outputs only),
+//! `prepare_commit` rolls every part in progress, so that every record
+//! read before the barrier is in the checkpoint's committables (a part
+//! spanning the barrier would commit records after their positions), and
+//! makes those committables one position group with the advances (the
+//! `position_group` module): the committer commits them all at once with
+//! the positions, or none of them.
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -29,7 +40,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, Clock, Durability, Generation, Lineage, SinkError, SinkWriter};
+use sink_api::{
+    CheckpointId, Clock, Durability, Generation, InitContext, Lineage, PositionAdvance, SinkError,
+    SinkWriter,
+};
 
 use crate::blocking::{blocking, spawn};
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
@@ -39,6 +53,7 @@ use crate::identity::{self, OutputIdentity};
 #[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
 use crate::part_file::{part_paths, recover_for_commit, InProgressPart, Unsynced};
+use crate::position_group::{PositionGroupId, PositionMember};
 use crate::rolling::PartInfo;
 use crate::state::{FileCommittable, InProgressState};
 #[cfg(feature = "object-store")]
@@ -62,6 +77,26 @@ pub struct FileWriterState {
     pub in_progress: Vec<InProgressState>,
 }
 
+/// Which writer a file writer is: its job's life and start, and the name
+/// of its position groups. Made by the sink from the writer's context.
+pub(crate) struct WriterStart {
+    pub lineage: Lineage,
+    pub generation: Generation,
+    /// [`PositionGroupId::writer`] of its groups.
+    pub groups: String,
+}
+
+impl WriterStart {
+    /// The start of the writer made with `context`.
+    pub(crate) fn of(context: &InitContext) -> WriterStart {
+        WriterStart {
+            lineage: context.lineage.clone(),
+            generation: context.generation,
+            groups: PositionGroupId::writer_of(context),
+        }
+    }
+}
+
 /// Writes one subtask's records into part files. Made by
 /// [`FileSink`](crate::FileSink) for the runtime.
 pub struct FileWriter<T, E, B> {
@@ -78,6 +113,14 @@ pub struct FileWriter<T, E, B> {
     generation: Generation,
     /// The time for rolling and date-time buckets.
     clock: Arc<dyn Clock>,
+    /// The name of this writer's position groups.
+    groups: String,
+    /// How many position groups it prepared.
+    next_group: u64,
+    /// The advances `carry_positions` handed over for the coming
+    /// `prepare_commit`; `None` when the job's source keeps its positions
+    /// in checkpoints.
+    advances: Option<Vec<PositionAdvance>>,
     next_counter: u64,
     parts: BTreeMap<String, Part>,
     pending: Vec<FileCommittable>,
@@ -165,7 +208,7 @@ where
         config: Arc<FileSinkConfig<E, B>>,
         base: &Path,
         output: OutputIdentity,
-        start: (Lineage, Generation),
+        start: WriterStart,
         clock: Arc<dyn Clock>,
         restored: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
@@ -188,7 +231,7 @@ where
         config: Arc<FileSinkConfig<E, B>>,
         object: &ObjectOutput,
         output: OutputIdentity,
-        start: (Lineage, Generation),
+        start: WriterStart,
         clock: Arc<dyn Clock>,
         restored: Vec<FileWriterState>,
     ) -> Result<FileWriter<T, E, B>, SinkError> {
@@ -214,7 +257,7 @@ where
     fn with_pending(
         config: Arc<FileSinkConfig<E, B>>,
         output: OutputIdentity,
-        (lineage, generation): (Lineage, Generation),
+        start: WriterStart,
         clock: Arc<dyn Clock>,
         pending: Vec<FileCommittable>,
     ) -> FileWriter<T, E, B> {
@@ -222,9 +265,12 @@ where
             config,
             output,
             writer_id: uuid::Uuid::new_v4().to_string(),
-            lineage,
-            generation,
+            lineage: start.lineage,
+            generation: start.generation,
             clock,
+            groups: start.groups,
+            next_group: 0,
+            advances: None,
             next_counter: 0,
             parts: BTreeMap::new(),
             pending,
@@ -410,15 +456,78 @@ where
         Ok(())
     }
 
+    /// Keeps `advances` for the coming `prepare_commit`, which then rolls
+    /// every part and makes its committables one position group. Refused
+    /// (permanently) on an object store output, where groups are not
+    /// committed.
+    fn carry_positions(&mut self, advances: Vec<PositionAdvance>) -> Result<(), SinkError> {
+        if self.config.output.local().is_some() {
+            self.advances = Some(advances);
+            return Ok(());
+        }
+        if advances.is_empty() {
+            return Ok(());
+        }
+        Err(SinkError::msg(format!(
+            "the file sink commits source positions with its data on local outputs only, and {} \
+             is an object store: use a source that keeps its positions in the job's checkpoints",
+            self.config.output.describe()
+        ))
+        .permanent())
+    }
+
+    /// Rolls the parts due (every part when positions were carried) and
+    /// returns every part closed since the last call; with positions, as
+    /// one position group carrying them (a member without a file when the
+    /// source moved without records).
     async fn prepare_commit(
         &mut self,
-        _checkpoint_id: sink_api::CheckpointId,
+        checkpoint_id: sink_api::CheckpointId,
     ) -> Result<Vec<FileCommittable>, SinkError> {
         let now_ms = self.clock.now_ms();
         let rolling = self.config.rolling;
-        self.roll_where(|part| rolling.should_roll_on_checkpoint(part, now_ms))
-            .await?;
-        Ok(std::mem::take(&mut self.pending))
+        let Some(advances) = self.advances.take() else {
+            self.roll_where(|part| rolling.should_roll_on_checkpoint(part, now_ms))
+                .await?;
+            return Ok(std::mem::take(&mut self.pending));
+        };
+        self.roll_where(|_| true).await?;
+        let mut committables = std::mem::take(&mut self.pending);
+        if committables.is_empty() {
+            if advances.is_empty() {
+                return Ok(committables);
+            }
+            committables.push(FileCommittable {
+                output_id: self.output.id.clone(),
+                output_dir: self.output.dir.clone(),
+                pending: Default::default(),
+                target: Default::default(),
+                size_bytes: 0,
+                records: 0,
+                upload: None,
+                positions: None,
+            });
+        }
+        let member = PositionMember {
+            group: PositionGroupId {
+                writer: self.groups.clone(),
+                number: self.next_group,
+                checkpoint: checkpoint_id.0,
+            },
+            members: u32::try_from(committables.len()).map_err(|_| {
+                SinkError::msg(format!(
+                    "{} parts closed at checkpoint {checkpoint_id}: more than one position group \
+                     holds",
+                    committables.len()
+                ))
+            })?,
+            advances,
+        };
+        self.next_group += 1;
+        for committable in &mut committables {
+            committable.positions = Some(member.clone());
+        }
+        Ok(committables)
     }
 
     /// Persists every in-progress part: flushes it, records it, and starts

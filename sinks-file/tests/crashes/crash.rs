@@ -365,3 +365,71 @@ fn a_failed_sync_of_a_part_fails_its_checkpoint() {
     assert!(text.contains("file-sync-fails"), "{text}");
     assert!(visible_numbers(&out).is_empty(), "nothing was committed");
 }
+
+/// A commit of a position group cut short right after its entry in the
+/// position log (the commit point), before its parts were renamed: the
+/// next start of the lineage rolls the log forward before it removes the
+/// lineage's hidden parts no checkpoint names, so the group's parts are
+/// made visible, never removed as orphans, and a replay of the commit is
+/// recognised.
+#[test]
+fn a_group_cut_after_its_log_entry_is_completed_by_the_next_start() {
+    use sink_api::{
+        CheckpointId, CommitOutcome, CommitRequest, Committer, Generation, InitContext, JobStart,
+        Lineage, PositionAdvance, Sink, SinkWriter, SplitKey,
+    };
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let out = dir.path().join("out");
+    let sink = FileSink::builder(&out, LineEncoder)
+        .rolling_policy(RollingPolicy::on_checkpoint())
+        .build()
+        .expect("a valid sink");
+    let lineage = Lineage::new("cut");
+    let context = InitContext::new("cut", lineage.clone(), Generation(1), 0, 1);
+    runtime().block_on(async {
+        let mut writer = sink.create_writer(&context, Vec::new()).await.unwrap();
+        writer.write_batch((0..5).collect()).await.unwrap();
+        writer
+            .carry_positions(vec![PositionAdvance {
+                key: SplitKey::new("input", "p0"),
+                from: None,
+                to: 5,
+            }])
+            .unwrap();
+        let committables = writer.prepare_commit(CheckpointId(1)).await.unwrap();
+        if let Some(durability) = writer.durability(CheckpointId(1)) {
+            durability.await.unwrap();
+        }
+        let requests = || {
+            committables
+                .iter()
+                .map(|c| CommitRequest::new(c.clone(), CheckpointId(1), 0))
+                .collect::<Vec<_>>()
+        };
+        let mut committer = sink.create_committer(&context).await.unwrap();
+        fail::cfg("file-positions-after-entry", "1*return->off").expect("a valid failpoint");
+        let cut = committer.commit(&mut requests()).await;
+        fail::remove("file-positions-after-entry");
+        assert!(cut.is_err(), "the commit was cut short");
+        assert!(
+            visible_numbers(&out).is_empty(),
+            "committed, not yet visible"
+        );
+
+        // The next start of the lineage, restoring nothing.
+        sink.on_start(&JobStart::fresh("cut", &lineage, Generation(2), 1))
+            .await
+            .unwrap();
+        assert_eq!(visible_numbers(&out), (0..5).collect::<Vec<_>>());
+        assert_eq!(sink.committed_positions("input").await.unwrap()["p0"], 5);
+        let context = InitContext::new("cut", lineage.clone(), Generation(2), 0, 1);
+        let mut committer = sink.create_committer(&context).await.unwrap();
+        let mut replay = requests();
+        committer.commit(&mut replay).await.unwrap();
+        for request in replay {
+            assert_eq!(request.into_parts().1, CommitOutcome::AlreadyCommitted);
+        }
+        assert_eq!(visible_numbers(&out), (0..5).collect::<Vec<_>>());
+    });
+}

@@ -9,5 +9,6 @@ mod common;
 mod end_to_end;
 mod lifecycle;
 mod object_commit;
+mod positions;
 mod power_loss;
 mod relocation;
