@@ -8,8 +8,8 @@
 //! name topics (not topic ids), `FindCoordinator` looks up one key, and
 //! `EndTxn` and `AddPartitionsToTxn` are the client's (not transaction
 //! protocol 2's) versions. The group requests start at the versions where a
-//! member is given its id by a first `JoinGroup` (`MEMBER_ID_REQUIRED`) and
-//! leaves by identity.
+//! member is given its id by a first `JoinGroup` (`MEMBER_ID_REQUIRED`), may
+//! be static (`group.instance.id`), and leaves by identity.
 
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
@@ -74,7 +74,7 @@ calls! {
     OffsetFetchRequest => OffsetFetchResponse, OffsetFetch, 1..=7;
     ListTransactionsRequest => ListTransactionsResponse, ListTransactions, 0..=1;
     DescribeTransactionsRequest => DescribeTransactionsResponse, DescribeTransactions, 0..=0;
-    JoinGroupRequest => JoinGroupResponse, JoinGroup, 4..=7;
+    JoinGroupRequest => JoinGroupResponse, JoinGroup, 5..=7;
     SyncGroupRequest => SyncGroupResponse, SyncGroup, 3..=5;
     HeartbeatRequest => HeartbeatResponse, Heartbeat, 3..=4;
     LeaveGroupRequest => LeaveGroupResponse, LeaveGroup, 3..=5;

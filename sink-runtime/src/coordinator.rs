@@ -423,6 +423,8 @@ where
     // from the destination's position, once every subtask re-committed.
     let positions = spec.source.position_scope().map(|scope| SourcePositions {
         scope,
+        job_name: spec.name.clone(),
+        lineage: plan.lineage.clone(),
         lookup: PositionLookup::of_sink(Arc::clone(&spec.sink)),
         recommitted: Arc::new(RecommitGate::new(spec.parallelism)),
     });

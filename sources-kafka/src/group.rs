@@ -13,6 +13,12 @@
 //!  Leave (the reader finished and committed, or closes) ─▶ LeaveGroup
 //! ```
 //!
+//! Members are static (`group.instance.id`: the job, its lineage and the
+//! subtask): a start of the same instance after a crash takes the dead
+//! member's place at once. A member gone for good leaves the group only by
+//! its session's timeout (noida-db never times one out: see
+//! `docs/kafka-source.md`).
+//!
 //! A member rejoins only once its records are committed, so the members
 //! that take its partitions over read where the destination's data of them
 //! ends, all of it there (Kafka's consumers commit their offsets when their
@@ -73,6 +79,9 @@ pub(crate) struct MemberSettings {
     pub rebalance_timeout: Duration,
     /// How often the leader looks for partitions added to the topic.
     pub metadata_refresh: Duration,
+    /// The member's static id (`group.instance.id`), the same in every
+    /// start of this instance's subtask.
+    pub instance: String,
 }
 
 /// Starts the membership of one reader; the handle's channels talk to it.
@@ -82,6 +91,7 @@ pub(crate) fn spawn(
 ) -> (
     mpsc::UnboundedReceiver<Event>,
     mpsc::UnboundedSender<Control>,
+    tokio::task::JoinHandle<()>,
 ) {
     let (events_tx, events) = mpsc::unbounded_channel();
     let (control, control_rx) = mpsc::unbounded_channel();
@@ -93,8 +103,8 @@ pub(crate) fn spawn(
         events: events_tx,
         control: control_rx,
     };
-    tokio::spawn(member.run());
-    (events, control)
+    let task = tokio::spawn(member.run());
+    (events, control, task)
 }
 
 struct Member {
@@ -197,6 +207,7 @@ impl Member {
             .with_session_timeout_ms(millis(self.settings.session_timeout))
             .with_rebalance_timeout_ms(millis(self.settings.rebalance_timeout))
             .with_member_id(str_bytes(&self.member_id))
+            .with_group_instance_id(Some(str_bytes(&self.settings.instance)))
             .with_protocol_type(str_bytes("consumer"))
             .with_protocols(vec![JoinGroupRequestProtocol::default()
                 .with_name(str_bytes(ASSIGNOR))
@@ -258,6 +269,7 @@ impl Member {
             .with_group_id(GroupId(str_bytes(&group)))
             .with_generation_id(self.generation)
             .with_member_id(str_bytes(&self.member_id))
+            .with_group_instance_id(Some(str_bytes(&self.settings.instance)))
             .with_protocol_type(Some(str_bytes("consumer")))
             .with_protocol_name(Some(str_bytes(ASSIGNOR)))
             .with_assignments(assignments);
@@ -292,11 +304,20 @@ impl Member {
         let request = HeartbeatRequest::default()
             .with_group_id(GroupId(str_bytes(&self.settings.group)))
             .with_generation_id(self.generation)
-            .with_member_id(str_bytes(&self.member_id));
+            .with_member_id(str_bytes(&self.member_id))
+            .with_group_instance_id(Some(str_bytes(&self.settings.instance)));
         let answer = self.cluster.call(&link, &request).await?;
         match ResponseError::try_from_code(answer.error_code) {
             None => Ok(true),
             Some(ResponseError::RebalanceInProgress) => Ok(false),
+            Some(ResponseError::FencedInstanceId) => {
+                // A newer start of this instance took the static id over.
+                let _ = self.events.send(Event::Failed(
+                    "a newer start of this instance joined the group with its id: this one stops"
+                        .into(),
+                ));
+                Ok(false)
+            }
             Some(ResponseError::UnknownMemberId | ResponseError::IllegalGeneration) => {
                 warn!(group = %self.settings.group, "dropped from the group: joining anew");
                 self.member_id.clear();
@@ -390,9 +411,9 @@ impl Member {
                 .await?;
             let request = LeaveGroupRequest::default()
                 .with_group_id(GroupId(str_bytes(&group)))
-                .with_members(vec![
-                    MemberIdentity::default().with_member_id(str_bytes(&self.member_id))
-                ]);
+                .with_members(vec![MemberIdentity::default()
+                    .with_member_id(str_bytes(&self.member_id))
+                    .with_group_instance_id(Some(str_bytes(&self.settings.instance)))]);
             let answer = self.cluster.call(&link, &request).await?;
             WireError::check("LeaveGroup", || format!("group {group}"), answer.error_code)
         };

@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_protocol::error::ResponseError;
@@ -27,7 +28,8 @@ use sink_kafka_client::fetch::{committed_records, Aborted};
 use sink_kafka_client::topic::Topic;
 use sink_kafka_client::{str_bytes, Cluster, WireError};
 use sink_runtime::source::{
-    CommitOutcome, PositionLookup, PositionTracker, ReadStatus, SourceError, SplitReader,
+    CommitOutcome, PositionLookup, PositionTracker, ReadStatus, SourceError, SourceStart,
+    SplitReader,
 };
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -83,6 +85,8 @@ pub struct KafkaReader {
     lookup: Option<PositionLookup>,
     events: Option<mpsc::UnboundedReceiver<Event>>,
     control: Option<mpsc::UnboundedSender<Control>>,
+    /// The membership task, joined at close.
+    member: Option<tokio::task::JoinHandle<()>>,
     /// Events taken by `wait_for_input`, served by the next `read_batch`.
     waiting_events: VecDeque<Event>,
     phase: Phase,
@@ -121,6 +125,7 @@ impl KafkaReader {
             lookup: None,
             events: None,
             control: None,
+            member: None,
             waiting_events: VecDeque::new(),
             phase: Phase::Waiting,
             read_since_checkpoint: false,
@@ -627,15 +632,15 @@ impl SplitReader for KafkaReader {
         self.say_drained_if_committed();
     }
 
-    async fn seek_committed(
-        &mut self,
-        _committed: CommittedPositions,
-        lookup: PositionLookup,
-    ) -> Result<(), SourceError> {
+    async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
         // Positions are read at each assignment, when the group says which
         // partitions are this member's.
-        self.lookup = Some(lookup);
-        let (events, control) = group::spawn(
+        self.lookup = Some(start.lookup);
+        // A static member: a restart of this instance (the same lineage)
+        // takes its place at once, rather than leave a member that never
+        // answers in the group until its session times out.
+        let instance = format!("{}-{}-s{}", start.job_name, start.lineage, start.subtask);
+        let (events, control, member) = group::spawn(
             Arc::new(self.settings.cluster(true)),
             MemberSettings {
                 group: self.settings.group.clone(),
@@ -643,14 +648,35 @@ impl SplitReader for KafkaReader {
                 session_timeout: self.settings.session_timeout,
                 rebalance_timeout: self.settings.rebalance_timeout,
                 metadata_refresh: self.settings.metadata_refresh,
+                instance,
             },
         );
         self.events = Some(events);
         self.control = Some(control);
+        self.member = Some(member);
         Ok(())
     }
 
     fn take_advances(&mut self) -> Vec<PositionAdvance> {
         self.tracker.take_advances()
+    }
+
+    /// Leaves the group and waits (at most 10 s) until the coordinator
+    /// heard it: a process that ends right after its job must not leave a
+    /// member behind that the group waits for.
+    async fn close(&mut self) {
+        if let Some(control) = self.control.take() {
+            let _ = control.send(Control::Leave);
+        }
+        self.events = None;
+        if let Some(member) = self.member.take() {
+            if tokio::time::timeout(Duration::from_secs(10), member)
+                .await
+                .is_err()
+            {
+                warn!(subtask = self.subtask, group = %self.settings.group,
+                    "leaving the group took over 10 s; its session times out instead");
+            }
+        }
     }
 }

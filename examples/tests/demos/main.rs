@@ -6,6 +6,8 @@
 #[cfg(feature = "delta")]
 mod delta_sink_demo;
 mod file_sink_demo;
+#[cfg(feature = "kafka")]
+mod file_sink_demo_kafka;
 #[cfg(feature = "s3")]
 mod file_sink_demo_s3;
 #[cfg(feature = "kafka")]

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sink_api::{CheckpointId, CommittedPositions, PositionAdvance, SubtaskIndex};
+use sink_api::{CheckpointId, PositionAdvance, SubtaskIndex};
 
 use super::{
-    Boundedness, CommitOutcome, PositionLookup, ReadStatus, Source, SourceError, SplitReader,
+    Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SourceStart, SplitReader,
 };
 
 /// The records of `S`, each passed through `F`. Made by [`Source::map`].
@@ -114,16 +114,16 @@ where
         self.inner.on_commit(checkpoint_id, outcome);
     }
 
-    async fn seek_committed(
-        &mut self,
-        committed: CommittedPositions,
-        lookup: PositionLookup,
-    ) -> Result<(), SourceError> {
-        self.inner.seek_committed(committed, lookup).await
+    async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
+        self.inner.seek_committed(start).await
     }
 
     fn take_advances(&mut self) -> Vec<PositionAdvance> {
         self.inner.take_advances()
+    }
+
+    async fn close(&mut self) {
+        self.inner.close().await;
     }
 }
 

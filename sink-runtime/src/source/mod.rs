@@ -29,11 +29,11 @@ mod vec;
 
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
-use sink_api::{CheckpointId, CommittedPositions, PositionAdvance, SubtaskIndex};
+use sink_api::{CheckpointId, PositionAdvance, SubtaskIndex};
 
 pub use mapped::{Mapped, MappedReader};
 pub use partitioned::{PartitionedReader, PartitionedSequence, PartitionedSplit};
-pub use positions::{PositionLookup, PositionTracker};
+pub use positions::{PositionLookup, PositionTracker, SourceStart};
 pub use range::{RangeReader, RangeRecords, RangeSplit};
 pub use sequence::SequenceSource;
 pub use sequence::{Numbers, SequenceReader};
@@ -130,23 +130,26 @@ pub trait SplitReader: Send + 'static {
     }
 
     /// Where the destination's data of each split of the source's
-    /// [scope](Source::position_scope) ends: read every owned split from
-    /// there (a split absent from `committed` from its start), whatever the
-    /// splits the reader was created with say; keep `lookup` to ask again
-    /// for splits assigned later.
+    /// [scope](Source::position_scope) ends (`start.committed`): read every
+    /// owned split from there (a split absent from it from its start),
+    /// whatever the splits the reader was created with say; keep
+    /// `start.lookup` to ask again for splits assigned later.
     ///
     /// Called by the subtask once per start, after the restored
     /// checkpoint's committables were committed again and before the first
     /// `read_batch`; only for a source with a scope. The default does
     /// nothing.
-    async fn seek_committed(
-        &mut self,
-        committed: CommittedPositions,
-        lookup: PositionLookup,
-    ) -> Result<(), SourceError> {
-        let _ = (committed, lookup);
+    async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
+        let _ = start;
         Ok(())
     }
+
+    /// Releases what the reader holds outside the process, such as its
+    /// membership of a consumer group, so that others need not wait for it
+    /// to time out. Called once by the subtask when it closes (the job
+    /// finished, failed or was cancelled), after the writer closed; must
+    /// end in bounded time. The default does nothing.
+    async fn close(&mut self) {}
 
     /// What the records read since the last call advance, per split (see
     /// [`PositionTracker::take_advances`]): handed to the writer with the

@@ -4,11 +4,11 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{CommittedPositions, PositionAdvance, SubtaskIndex};
+use sink_api::{PositionAdvance, SubtaskIndex};
 
 use super::sequence::Pace;
 use super::{
-    Boundedness, PositionLookup, PositionTracker, ReadStatus, Source, SourceError, SplitReader,
+    Boundedness, PositionTracker, ReadStatus, Source, SourceError, SourceStart, SplitReader,
 };
 
 /// The numbers `0..count` in `partitions` partitions: partition `p` holds
@@ -184,11 +184,8 @@ impl SplitReader for PartitionedReader {
         self.splits.iter().map(|(split, _)| *split).collect()
     }
 
-    async fn seek_committed(
-        &mut self,
-        committed: CommittedPositions,
-        _lookup: PositionLookup,
-    ) -> Result<(), SourceError> {
+    async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
+        let committed = start.committed;
         for (split, end) in &mut self.splits {
             let name = split_name(split.partition);
             let next = self
@@ -214,6 +211,7 @@ impl SplitReader for PartitionedReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sink_api::CommittedPositions;
 
     #[tokio::test]
     async fn partitions_cover_every_number_once_and_start_where_the_destination_ends() {
@@ -221,7 +219,7 @@ mod tests {
         let mut reader = source.create_reader(0, source.create_splits(2)).unwrap();
         let committed = CommittedPositions::from([("p1".to_string(), 2)]);
         reader
-            .seek_committed(committed.clone(), PositionLookup::fixed(committed))
+            .seek_committed(SourceStart::fixed(committed))
             .await
             .unwrap();
         let mut out = Vec::new();
@@ -242,7 +240,7 @@ mod tests {
         let mut reader = source.create_reader(0, source.create_splits(1)).unwrap();
         let committed = CommittedPositions::from([("p0".to_string(), 9)]);
         let error = reader
-            .seek_committed(committed, PositionLookup::fixed(CommittedPositions::new()))
+            .seek_committed(SourceStart::fixed(committed))
             .await
             .unwrap_err();
         assert!(error.0.contains("another input"), "{error}");

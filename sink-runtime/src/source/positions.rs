@@ -18,7 +18,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use sink_api::{CommittedPositions, PositionAdvance, Sink, SinkError, SplitKey};
+use sink_api::{
+    CommittedPositions, Lineage, PositionAdvance, Sink, SinkError, SplitKey, SubtaskIndex,
+};
 
 type Lookup = dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<CommittedPositions, SinkError>> + Send>>
     + Send
@@ -60,6 +62,66 @@ impl PositionLookup {
     /// The destination's positions of `scope`, read now.
     pub async fn committed(&self, scope: &str) -> Result<CommittedPositions, SinkError> {
         (self.0)(scope.to_string()).await
+    }
+}
+
+/// What the reader of a source with a position scope is told at each
+/// start, before its first read: where the destination's data of each
+/// split ends, how to ask again, and who it is.
+///
+/// Made by the runtime, handed to
+/// [`SplitReader::seek_committed`](super::SplitReader::seek_committed);
+/// tests of readers make one with [`SourceStart::new`]. More facts may be
+/// added (it is `#[non_exhaustive]`).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SourceStart {
+    /// The destination's positions of the source's scope, read once every
+    /// subtask re-committed what the restored checkpoint holds.
+    pub committed: CommittedPositions,
+    /// Asks the destination again (splits assigned later).
+    pub lookup: PositionLookup,
+    /// The job's name.
+    pub job_name: String,
+    /// The job's lineage: the same in every start on one checkpoint
+    /// storage, from the first, also before the first checkpoint; a name
+    /// made of it and the subtask is stable across restarts of this
+    /// instance and differs from every other instance's (a consumer
+    /// group's static member id).
+    pub lineage: Lineage,
+    /// The reader's subtask.
+    pub subtask: SubtaskIndex,
+}
+
+impl SourceStart {
+    /// A start of subtask `subtask` of job `job_name` in `lineage`, the
+    /// destination holding `committed`.
+    pub fn new(
+        committed: CommittedPositions,
+        lookup: PositionLookup,
+        job_name: impl Into<String>,
+        lineage: Lineage,
+        subtask: SubtaskIndex,
+    ) -> SourceStart {
+        SourceStart {
+            committed,
+            lookup,
+            job_name: job_name.into(),
+            lineage,
+            subtask,
+        }
+    }
+
+    /// A start for tests of readers: the destination holds `committed`,
+    /// and answers it again to every lookup.
+    pub fn fixed(committed: CommittedPositions) -> SourceStart {
+        SourceStart::new(
+            committed.clone(),
+            PositionLookup::fixed(committed),
+            "test",
+            Lineage::new("test"),
+            0,
+        )
     }
 }
 

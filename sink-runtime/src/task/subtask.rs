@@ -53,7 +53,7 @@ use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
 use crate::error::JobError;
 use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
-use crate::source::{CommitOutcome, PositionLookup, ReadStatus, Source, SplitReader};
+use crate::source::{CommitOutcome, PositionLookup, ReadStatus, Source, SourceStart, SplitReader};
 use crate::storage::{encode_pending, PendingCommittables, SubtaskSnapshot};
 
 /// Longest a busy subtask runs before it lets other tasks run.
@@ -82,6 +82,8 @@ pub(crate) struct SubtaskSettings {
 #[derive(Clone)]
 pub(crate) struct SourcePositions {
     pub scope: String,
+    pub job_name: String,
+    pub lineage: sink_api::Lineage,
     pub lookup: PositionLookup,
     pub recommitted: Arc<RecommitGate>,
 }
@@ -421,7 +423,13 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         info!(subtask = self.index, scope = %positions.scope, splits = committed.len(),
             "reading from the destination's positions");
         self.reader
-            .seek_committed(committed, positions.lookup.clone())
+            .seek_committed(SourceStart::new(
+                committed,
+                positions.lookup.clone(),
+                positions.job_name.clone(),
+                positions.lineage.clone(),
+                self.index,
+            ))
             .await
             .map_err(|source| JobError::Source {
                 subtask: self.index,
@@ -864,6 +872,9 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             return Ok(());
         }
         let writer = self.writer.close().await.map_err(self.sink_error("close"));
+        // The reader lets go of what it holds outside the process (a
+        // consumer group's membership) before the process may end.
+        self.reader.close().await;
         self.commits = None;
         let committer = match self.committer_task.take() {
             Some(mut handle) => match (&mut handle.0).await {

@@ -1,0 +1,180 @@
+//! The file sink demo reading Kafka as a consumer group (`--source kafka`,
+//! `--features kafka`), against the test broker (`scripts/with-kafka`): a
+//! kill -9 loop, and two instances of one group on one output directory,
+//! one killed and started again while partitions move, then a bounded run
+//! of the group that drains the rest. Every value of the topic once in the
+//! finished files.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::output::summary;
+
+fn brokers() -> String {
+    std::env::var("KAFKA_TEST_BROKERS").unwrap_or_else(|_| {
+        panic!("KAFKA_TEST_BROKERS is not set: run through scripts/with-kafka (./scripts/test-all does)")
+    })
+}
+
+fn unique(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{what}-{}-{nanos}", std::process::id())
+}
+
+/// Writes the values `v<id>` for ids `from..to` into `topic` (created with
+/// `partitions` partitions), keyed by id.
+fn fill(topic: &str, partitions: u32, from: u64, to: u64) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut producer = sinks_kafka::IdempotentProducer::connect(&brokers(), topic, partitions)
+            .await
+            .unwrap();
+        let records: Vec<sinks_kafka::KafkaRecord> = (from..to)
+            .map(|id| sinks_kafka::KafkaRecord::new(format!("v{id}")).with_key(id.to_string()))
+            .collect();
+        for chunk in records.chunks(2000) {
+            producer.send_batch(chunk.to_vec()).await.unwrap();
+        }
+        producer.flush().await.unwrap();
+    });
+}
+
+/// The demo reading `topic` as `group` into `out`, its checkpoints in
+/// `state`.
+fn demo(topic: &str, group: &str, out: &Path, state: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"));
+    command
+        .args(["--brokers", &brokers(), "--topic", topic, "--group", group])
+        .arg("--out")
+        .arg(out)
+        .arg("--state")
+        .arg(state)
+        .args([
+            "--checkpoint-interval",
+            "100ms",
+            "--parallelism",
+            "2",
+            "--json",
+        ])
+        .args(args)
+        .env("RUST_LOG", "warn");
+    command
+}
+
+fn spawn(mut command: Command) -> Child {
+    command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn kill(mut child: Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The values in the finished files under `out`, sorted, duplicates kept.
+fn finished_values(out: &Path) -> Vec<u64> {
+    let mut values = Vec::new();
+    for path in sinks_file::finished_files(out).expect("the output can be read") {
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let id = line
+                .strip_prefix('v')
+                .and_then(|id| id.parse().ok())
+                .unwrap_or_else(|| panic!("not a value of the topic: {line:?}"));
+            values.push(id);
+        }
+    }
+    values.sort_unstable();
+    values
+}
+
+#[test]
+fn a_topic_read_into_files_and_killed_at_random_writes_every_value_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, state) = (dir.path().join("out"), dir.path().join("state"));
+    let (topic, group) = (unique("demo-source"), unique("g"));
+    fill(&topic, 4, 0, 20_000);
+    // Killed at random moments while the topic grows, each run resuming
+    // from its state (and every split from the output's positions).
+    let mut rng = fastrand::Rng::with_seed(35);
+    let unbounded = ["--source", "kafka-unbounded", "--run-for", "60s"];
+    for round in 0..4u64 {
+        let run = spawn(demo(&topic, &group, &out, &state, &unbounded));
+        std::thread::sleep(Duration::from_millis(rng.u64(200..800)));
+        fill(&topic, 4, 20_000 + round * 5_000, 25_000 + round * 5_000);
+        std::thread::sleep(Duration::from_millis(rng.u64(100..1200)));
+        kill(run);
+    }
+    // A bounded run ends at the topic's end as it starts.
+    let output = demo(&topic, &group, &out, &state, &["--source", "kafka"])
+        .output()
+        .unwrap();
+    let json = summary(&output);
+    assert_eq!(json["status"], "Finished", "{json}");
+    assert_eq!(finished_values(&out), (0..40_000).collect::<Vec<_>>());
+}
+
+#[test]
+fn two_instances_of_one_group_on_one_output_one_killed_then_a_bounded_drain_write_every_value_once()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let (topic, group) = (unique("demo-group"), unique("g"));
+    fill(&topic, 6, 0, 20_000);
+    let unbounded = |run_for: &'static str| ["--source", "kafka-unbounded", "--run-for", run_for];
+    let a = spawn(demo(
+        &topic,
+        &group,
+        &out,
+        &dir.path().join("a"),
+        &unbounded("60s"),
+    ));
+    std::thread::sleep(Duration::from_millis(1500));
+    // B joins: the partitions move between them.
+    let b = spawn(demo(
+        &topic,
+        &group,
+        &out,
+        &dir.path().join("b"),
+        &unbounded("14s"),
+    ));
+    std::thread::sleep(Duration::from_millis(1500));
+    fill(&topic, 6, 20_000, 40_000);
+    // A is killed while both read; it comes back from its state (the
+    // same static member of the group) and runs out its --run-for.
+    kill(a);
+    fill(&topic, 6, 40_000, 50_000);
+    let a = spawn(demo(
+        &topic,
+        &group,
+        &out,
+        &dir.path().join("a"),
+        &unbounded("6s"),
+    ));
+    std::thread::sleep(Duration::from_millis(2000));
+    fill(&topic, 6, 50_000, 60_000);
+    for mut run in [a, b] {
+        assert!(run.wait().unwrap().success(), "an instance failed");
+    }
+    // A bounded run of the group, on a state of its own, drains the rest.
+    let output = demo(
+        &topic,
+        &group,
+        &out,
+        &dir.path().join("c"),
+        &["--source", "kafka"],
+    )
+    .output()
+    .unwrap();
+    let json = summary(&output);
+    assert_eq!(json["status"], "Finished", "{json}");
+    assert_eq!(finished_values(&out), (0..60_000).collect::<Vec<_>>());
+}
