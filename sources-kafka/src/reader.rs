@@ -87,6 +87,8 @@ pub struct KafkaReader {
     control: Option<mpsc::UnboundedSender<Control>>,
     /// The membership task, joined at close.
     member: Option<tokio::task::JoinHandle<()>>,
+    /// Which partition the next fetch starts at.
+    fetch_turn: usize,
     /// Events taken by `wait_for_input`, served by the next `read_batch`.
     waiting_events: VecDeque<Event>,
     phase: Phase,
@@ -126,6 +128,7 @@ impl KafkaReader {
             events: None,
             control: None,
             member: None,
+            fetch_turn: 0,
             waiting_events: VecDeque::new(),
             phase: Phase::Waiting,
             read_since_checkpoint: false,
@@ -378,22 +381,43 @@ impl KafkaReader {
     /// the buffer.
     async fn fetch(&mut self) -> Result<(), SourceError> {
         let described = self.described().await?;
-        let mut by_leader: BTreeMap<i32, Vec<(i32, i64)>> = BTreeMap::new();
-        for (partition, state) in &self.partitions {
-            let more = state.end.is_none_or(|end| state.fetch_from < end);
-            if more {
-                let leader = described
-                    .leaders
-                    .get(*partition as usize)
-                    .copied()
-                    .unwrap_or(-1);
-                by_leader
-                    .entry(leader)
-                    .or_default()
-                    .push((*partition, state.fetch_from));
+        // One partition per request, in turn, until one has records: a
+        // broker that answers a fetch with whole partitions (noida-db,
+        // whatever max_bytes says) then answers with one at most.
+        let open: Vec<(i32, i64)> = self
+            .partitions
+            .iter()
+            .filter(|(_, state)| state.end.is_none_or(|end| state.fetch_from < end))
+            .map(|(partition, state)| (*partition, state.fetch_from))
+            .collect();
+        if open.is_empty() {
+            return Ok(());
+        }
+        let first = self.fetch_turn % open.len();
+        for step in 0..open.len() {
+            let (partition, offset) = open[(first + step) % open.len()];
+            self.fetch_turn = self.fetch_turn.wrapping_add(1);
+            let leader = described
+                .leaders
+                .get(partition as usize)
+                .copied()
+                .unwrap_or(-1);
+            self.fetch_partition(leader, vec![(partition, offset)])
+                .await?;
+            if !self.buffer.is_empty() {
+                break;
             }
         }
-        for (leader, partitions) in by_leader {
+        Ok(())
+    }
+
+    /// Fetches `partitions` from their leader `leader`, into the buffer.
+    async fn fetch_partition(
+        &mut self,
+        leader: i32,
+        partitions: Vec<(i32, i64)>,
+    ) -> Result<(), SourceError> {
+        {
             let link = self
                 .cluster
                 .broker(leader)
@@ -524,17 +548,18 @@ impl KafkaReader {
         }
     }
 
-    /// Hands out up to `max` buffered records, tracking positions.
+    /// Hands out up to `max` buffered records, tracking positions (once
+    /// per partition and batch).
     fn hand_out(&mut self, max: usize, out: &mut Vec<KafkaMessage>) -> usize {
         let take = max.min(self.buffer.len());
+        let mut last: BTreeMap<i32, i64> = BTreeMap::new();
         for message in self.buffer.drain(..take) {
-            let name = format!(
-                "{}/{}",
-                self.settings.topic_id.as_deref().unwrap_or("-"),
-                message.partition
-            );
-            self.tracker.set_next(&name, message.offset as u64 + 1);
+            last.insert(message.partition, message.offset);
             out.push(message);
+        }
+        for (partition, offset) in last {
+            let name = self.split_name(partition);
+            self.tracker.set_next(&name, offset as u64 + 1);
         }
         if take > 0 {
             self.read_since_checkpoint = true;
