@@ -18,7 +18,7 @@
 //! | `orphans` | hidden parts of this lineage no checkpoint refers to, removed at each start |
 //! | `segments`, `compaction` | with compaction on: committed files in segment directories, merged a segment at a time and swapped in atomically |
 //! | `placement` | where a committed part goes (its target, or with compaction the current epoch's segment of its bucket), and the directories its rename touched |
-//! | `position_group`, `position_log`, `group_set`, `position_commit` | with a source whose positions are committed with the data (local outputs): a writer's checkpoint as one position group; the position log in `<out>/.positions` (entries linked exclusively, snapshots); the committed groups as ranges per writer; a group's commit (replay check, position check, entry, renames) and the roll-forward of groups a crash cut short |
+//! | `position_group`, `position_log`, `group_set`, `position_commit` | with a source whose positions are committed with the data (local outputs): a writer's checkpoint as one position group; the position log in `<out>/.positions` (entries linked exclusively, snapshots); the committed groups as ranges per job life and subtask, of its newest start; a group's commit (replay check, position check, entry, renames) and the roll-forward of groups a crash cut short |
 //! | `writer`, `committer`, `sink` | the `sink-api` implementation |
 //! | `object_output`, `upload`, `upload_commit`, `upload_orphans`, `upload_listing`, `memory_store` | on an object store (feature `object-store`): the output, a part as a multipart upload, its commit, uploads no checkpoint names, the uploads in progress into a key, an in-memory store for tests |
 //! | `multipart_limits` | S3's limits on multipart uploads |

@@ -20,45 +20,77 @@
 //! commit, another instance's start or `committed_positions`) renames them.
 //! Renames never go over an existing file, and a part whose pending file is
 //! gone was placed already (and maybe merged by compaction since): nothing
-//! is ever renamed twice or brought back.
+//! is ever renamed twice or brought back. A part found gone at its rename
+//! is looked for where it may be now (its bucket and its segments, as a
+//! replay looks): after the committer's own entry, a part found nowhere
+//! fails the commit loudly (the positions moved; something else removed a
+//! hidden file of the output), never a silent success. Until the renames of
+//! a group are all done (a kill between two of them), readers of the output
+//! see only some of its parts; the next roll-forward completes it.
+//!
+//! The snapshot written after an entry may fail (a full disk, or a
+//! snapshot longer than the log reads back): the group is committed all
+//! the same, so the commit warns and reports it committed; the next commit
+//! writes the snapshot before its own entry, and fails (nothing of it
+//! applied) while the snapshot cannot be written, so the log never grows
+//! without bound.
 //!
 //! | found | outcome |
 //! |---|---|
 //! | the group in the log | already committed (each member then found where it is, as a replay of a plain committable) |
 //! | a split not at its advance's `from` | superseded; the group's pending parts are removed (no one can commit them any more) |
-//! | only some of the group's members in the commit call | failed, unknown reason: a group commits whole |
+//! | only some of the group's members in the commit call, or one of them twice | failed, unknown reason: a group commits whole, each member once |
 //! | a part missing, or of another size than recorded | superseded: nothing applied, the positions did not move, so its records are read again from the destination |
 //! | a part's target exists already | failed, unknown reason: nothing is overwritten |
 //! | otherwise | committed |
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
-use sink_api::{PositionAdvance, SinkError};
+use sink_api::{Lineage, PositionAdvance, SinkError};
 use tracing::{debug, warn};
 
 use crate::blocking::assert_blocking;
+use crate::compaction;
 use crate::hidden_name::lineage_of;
 use crate::identity;
 use crate::io_error::io_error;
+use crate::orphans::remove_orphans;
 use crate::placement::{Placed, Placement, Touched};
 use crate::position_group::{PositionGroupId, PositionMember};
-use crate::position_log::{Appended, Entry, LogState, LoggedPart, PositionLog, SNAPSHOT_EVERY};
+use crate::position_log::{
+    Appended, Backoff, Entry, LogState, LoggedPart, PositionLog, SNAPSHOT_EVERY,
+};
 use crate::segments::{self, size_of, Found};
 use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
 
 /// How often one commit may find its entry's number taken before it gives
-/// up (each time, another committer committed a group).
+/// up (each time, another committer committed a group); it pauses up to
+/// 10 ms before each new try (the position log's `Backoff`).
 const MAX_APPENDS: u32 = 10_000;
 
 /// The turn of one sink's committers at the position log: they commit one
 /// group at a time, so that they do not race each other for numbers (other
 /// instances sharing the output directory still may: the log is safe
-/// either way). Made by the sink's builder.
+/// either way), and the start hook's orphan sweep holds it too. Made by
+/// the sink's builder.
 #[derive(Debug, Default)]
-pub(crate) struct LogTurn(Mutex<()>);
+pub(crate) struct LogTurn {
+    turn: Mutex<()>,
+    /// Whether this sink made the names of the log's directories durable
+    /// ([`PositionLog::sync_parents`]).
+    parents_synced: AtomicBool,
+}
+
+impl LogTurn {
+    /// Waits for the turn.
+    fn take(&self) -> MutexGuard<'_, ()> {
+        self.turn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// A group, as one commit call holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,8 +102,11 @@ pub(crate) struct GroupToCommit {
     pub parts: Vec<LoggedPart>,
     /// How many members the group has.
     pub members: u32,
-    /// How many of them the call holds.
+    /// How many of them the call holds (each counted once).
     pub present: u32,
+    /// How many committables of the call repeat a member already counted
+    /// (the same pending part, or a second member without a part).
+    pub repeated: u32,
 }
 
 /// What became of a group.
@@ -95,10 +130,13 @@ pub(crate) struct SortedOut {
 
 /// The committables of one commit call sorted out: those of no group, and
 /// each group with its members. A group's members must agree on its size
-/// and advances.
+/// and advances. A member is known by its pending part (a group has at
+/// most one member without a part: the writer makes one only for a group
+/// of no part), so one held twice is counted once, and noted.
 pub(crate) fn sort_out(committables: &[FileCommittable]) -> Result<SortedOut, SinkError> {
     let mut plain = Vec::new();
     let mut groups: BTreeMap<PositionGroupId, (GroupToCommit, Vec<usize>)> = BTreeMap::new();
+    let mut seen: BTreeMap<&PositionGroupId, BTreeSet<&Path>> = BTreeMap::new();
     for (index, committable) in committables.iter().enumerate() {
         let Some(member) = &committable.positions else {
             plain.push(index);
@@ -116,6 +154,7 @@ pub(crate) fn sort_out(committables: &[FileCommittable]) -> Result<SortedOut, Si
                 parts: Vec::new(),
                 members: *members,
                 present: 0,
+                repeated: 0,
             };
             (found, Vec::new())
         });
@@ -126,6 +165,15 @@ pub(crate) fn sort_out(committables: &[FileCommittable]) -> Result<SortedOut, Si
             ))
             .permanent());
         }
+        indexes.push(index);
+        if !seen
+            .entry(group)
+            .or_default()
+            .insert(committable.pending.as_path())
+        {
+            found.repeated += 1;
+            continue;
+        }
         found.present += 1;
         if !committable.pending.as_os_str().is_empty() {
             found.parts.push(LoggedPart {
@@ -135,7 +183,6 @@ pub(crate) fn sort_out(committables: &[FileCommittable]) -> Result<SortedOut, Si
                 records: committable.records,
             });
         }
-        indexes.push(index);
     }
     Ok(SortedOut {
         plain,
@@ -159,11 +206,13 @@ impl LogWork<'_> {
     /// durable when it returns.
     pub(crate) fn commit(&self, group: &GroupToCommit) -> Result<GroupOutcome, SinkError> {
         assert_blocking("a position group's commit");
-        let _turn = self.turn.0.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = self.turn.take();
         let log = PositionLog::of(self.base);
         let mut touched = Touched::default();
+        let mut backoff = Backoff::default();
         for _ in 0..MAX_APPENDS {
             let mut state = log.read()?;
+            self.parents_durable(&log)?;
             self.roll_forward(&state, &mut touched)?;
             let decided = self.decide(&state, group)?;
             if let Some(outcome) = decided {
@@ -174,23 +223,38 @@ impl LogWork<'_> {
                 touched.sync(&self.placement.syncs)?;
                 return Ok(outcome);
             }
+            if state.entries.len() >= SNAPSHOT_EVERY {
+                // The snapshot after an earlier commit failed: written
+                // before anything more is appended (the log stays
+                // bounded), or this commit fails with nothing of it
+                // applied. Then the log is read again.
+                self.snapshot(&log, &state)?;
+                continue;
+            }
             let entry = Entry::new(
                 group.id.clone(),
                 group.advances.clone(),
                 group.parts.clone(),
             );
-            let seq = state.last() + 1;
+            let seq = state.next(&log)?;
             if log.append(seq, &entry, self.tag)? == Appended::Taken {
+                backoff.pause();
                 continue;
             }
+            // The log's directories may be new: their names durable before
+            // the outcome is reported.
+            self.parents_durable(&log)?;
             // A crash with the group committed and its parts still pending
             // (crash tests only): the next roll-forward renames them.
             #[cfg(feature = "failpoints")]
             fail::fail_point!("file-positions-after-entry", |_| Err(SinkError::msg(
                 "simulated crash at failpoint file-positions-after-entry"
             )));
+            // Between the entry and its renames (tests only).
+            #[cfg(feature = "failpoints")]
+            fail::fail_point!("file-positions-before-renames");
             for part in &entry.parts {
-                if self.place(seq, &entry, part, &mut touched)? {
+                if self.place(seq, &entry, part, &mut touched, true)? {
                     self.stats.committed_file(part.records, part.size_bytes);
                 }
             }
@@ -202,7 +266,10 @@ impl LogWork<'_> {
                 ))
             })?;
             if state.entries.len() >= SNAPSHOT_EVERY {
-                self.snapshot(&log, &state)?;
+                // The group is committed, whatever becomes of the snapshot.
+                if let Err(error) = self.snapshot(&log, &state) {
+                    warn!(group = %group.id, %error, "a position group is committed, but the position log's snapshot could not be written: the next commit writes it before its own entry");
+                }
             }
             return Ok(GroupOutcome::Committed);
         }
@@ -212,6 +279,19 @@ impl LogWork<'_> {
             group.id,
             self.base.display()
         )))
+    }
+
+    /// Makes the names of the log's directories durable, once per sink
+    /// (whoever created them), before anything the log says is reported.
+    /// Called with the turn held.
+    fn parents_durable(&self, log: &PositionLog) -> Result<(), SinkError> {
+        if self.turn.parents_synced.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if log.sync_parents()? {
+            self.turn.parents_synced.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Steps (b) and (c) of the module's table against `state`: the
@@ -238,6 +318,13 @@ impl LogWork<'_> {
             return Ok(Some(GroupOutcome::Superseded(format!(
                 "{}: {conflict}",
                 group.id
+            ))));
+        }
+        if group.repeated > 0 {
+            return Ok(Some(GroupOutcome::Refused(format!(
+                "the commit call holds a committable of {} more than once ({} times more): a \
+                 group commits with each of its members exactly once",
+                group.id, group.repeated
             ))));
         }
         if group.present != group.members {
@@ -280,30 +367,92 @@ impl LogWork<'_> {
     }
 
     /// Renames `part` of `entry` (number `seq`) into place if it is still
-    /// pending; whether this call renamed it.
+    /// pending; whether this call renamed it. A pending file gone by the
+    /// time of the rename was placed by another committer's roll-forward,
+    /// or removed by something else: the part is looked for where it may
+    /// be now, and its place synced with the rest. Found nowhere (or of
+    /// another size) after the committer's `own` entry, it fails the
+    /// commit: the group's positions moved without it. In another's
+    /// roll-forward it is warned about: that commit's outcome was decided
+    /// by its own committer.
     fn place(
         &self,
         seq: u64,
         entry: &Entry,
         part: &LoggedPart,
         touched: &mut Touched,
+        own: bool,
     ) -> Result<bool, SinkError> {
         let pending = identity::resolve(self.base, &part.pending)?;
         let target = identity::resolve(self.base, &part.target)?;
-        match self
-            .placement
-            .place(&pending, &target, part.size_bytes, touched)?
-        {
-            Placed::Moved => Ok(true),
-            Placed::Gone => Ok(false),
-            Placed::Refused(reason) => Err(SinkError::msg(format!(
+        let refused = |reason: String| {
+            SinkError::msg(format!(
                 "entry {seq} of the position log of {} ({}) is committed, but its part {} cannot \
                  be put in place: {reason}",
                 self.base.display(),
                 entry.group,
                 part.pending.display()
-            ))),
+            ))
+        };
+        match self
+            .placement
+            .place(&pending, &target, part.size_bytes, touched)?
+        {
+            Placed::Moved => return Ok(true),
+            Placed::Refused(reason) => return Err(refused(reason)),
+            Placed::Gone => {}
         }
+        let (Some(bucket), Some(name)) = (target.parent(), target.file_name()) else {
+            return Err(refused(format!(
+                "the target {} names no file in a directory",
+                target.display()
+            )));
+        };
+        let name = name.to_string_lossy();
+        let lineage = lineage_of(&pending);
+        let look = || {
+            segments::find_committed(bucket, &name, lineage.as_deref())
+                .map_err(|e| io_error(format!("looking for {name} in {}", bucket.display()), e))
+        };
+        let mut found = look()?;
+        if matches!(found, Found::Nowhere) && self.placement.compaction.is_some() {
+            // A merge under way may hold it between two places.
+            let _lock = compaction::lock(self.base)?;
+            found = look()?;
+        }
+        let problem = match found {
+            Found::File(path, size) if size == part.size_bytes => {
+                touched.placed_at(bucket, &path);
+                return Ok(false);
+            }
+            Found::Merged(segment, size) if size == part.size_bytes => {
+                touched.placed_at(bucket, &segment.join(&*name));
+                return Ok(false);
+            }
+            Found::File(path, size) | Found::Merged(path, size) => format!(
+                "it vanished while it was renamed, and {} holds {size} bytes, not the {} recorded",
+                path.display(),
+                part.size_bytes
+            ),
+            Found::Nowhere => format!(
+                "it vanished while it was renamed, and {name} is nowhere in {} (nor in a \
+                 segment of it)",
+                bucket.display()
+            ),
+        };
+        if !own {
+            warn!(entry = seq, group = %entry.group, file = %pending.display(), "a part of a committed position group is gone from the output: {problem}");
+            return Ok(false);
+        }
+        Err(SinkError::msg(format!(
+            "entry {seq} of the position log of {} ({}) is committed and its source positions \
+             moved, but its part {} is lost: {problem}; its {} records are lost (something other \
+             than this sink removed or renamed a hidden file of the output directory)",
+            self.base.display(),
+            entry.group,
+            part.pending.display(),
+            part.records
+        )))
     }
 
     /// Step (a): renames every part of `state`'s entries whose pending file
@@ -323,7 +472,7 @@ impl LogWork<'_> {
                     PositionLog::of(self.base).sync_entries()?;
                     synced = true;
                 }
-                if self.place(*seq, entry, part, touched)? {
+                if self.place(*seq, entry, part, touched, false)? {
                     debug!(entry = seq, group = %entry.group, file = %part.target.display(), "rolled a committed part forward");
                 }
             }
@@ -335,12 +484,18 @@ impl LogWork<'_> {
     /// is then what the log says. The log as read.
     pub(crate) fn settle(&self) -> Result<LogState, SinkError> {
         assert_blocking("rolling the position log forward");
-        let _turn = self.turn.0.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = self.turn.take();
+        self.settle_in_turn()
+    }
+
+    /// [`settle`](Self::settle), with the turn held by the caller.
+    fn settle_in_turn(&self) -> Result<LogState, SinkError> {
         let log = PositionLog::of(self.base);
         if !log.exists() {
             return Ok(LogState::default());
         }
         let state = log.read()?;
+        self.parents_durable(&log)?;
         if !state.entries.is_empty() {
             // What is answered must survive a power cut.
             log.sync_entries()?;
@@ -349,6 +504,42 @@ impl LogWork<'_> {
         self.roll_forward(&state, &mut touched)?;
         touched.sync(&self.placement.syncs)?;
         Ok(state)
+    }
+
+    /// A start's clean-up, with the turn held throughout so that none of
+    /// this sink's committers logs a group in between: rolls the log
+    /// forward, removes this committer's temporary log files, and when
+    /// `sweep`, removes the hidden parts of `lineage` that neither `kept`
+    /// (what the restored checkpoint names) nor any entry of the log names
+    /// (the `orphans` module). How many parts it removed.
+    pub(crate) fn settle_and_sweep(
+        &self,
+        lineage: &Lineage,
+        kept: &HashSet<PathBuf>,
+        sweep: bool,
+    ) -> Result<u64, SinkError> {
+        assert_blocking("a start's clean-up of the output");
+        let _turn = self.turn.take();
+        let log = PositionLog::of(self.base);
+        let mut kept = kept.clone();
+        if log.exists() {
+            let state = self.settle_in_turn()?;
+            log.remove_temporaries(self.tag)?;
+            // Rolled forward just now, so none should be pending; but a
+            // part a log entry names is never an orphan, whatever happened
+            // since.
+            kept.extend(
+                (state.entries.iter())
+                    .flat_map(|(_, entry)| entry.parts.iter().map(|part| part.pending.clone())),
+            );
+        }
+        if !sweep {
+            return Ok(0);
+        }
+        // Between the roll-forward and the sweep (tests only).
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("file-start-before-sweep");
+        Ok(remove_orphans(self.base, lineage, &kept)?.len() as u64)
     }
 
     /// Writes a snapshot of `state`, whose entries' parts were all rolled
@@ -489,6 +680,7 @@ mod tests {
             parts,
             members,
             present: members,
+            repeated: 0,
         }
     }
 
@@ -843,5 +1035,364 @@ mod tests {
             error.is_permanent() && error.to_string().contains("disagree"),
             "{error}"
         );
+        // One member twice and the other not at all: counted once, noted.
+        let twice = vec![
+            committable(".a", member(0, 2, 5)),
+            committable(".a", member(0, 2, 5)),
+        ];
+        let SortedOut { groups, .. } = sort_out(&twice).unwrap();
+        let (group, indexes) = &groups[0];
+        assert_eq!(
+            (group.present, group.repeated, group.parts.len()),
+            (1, 1, 1)
+        );
+        assert_eq!(indexes, &vec![0, 1], "both get the group's outcome");
+    }
+
+    #[test]
+    fn a_call_holding_one_member_twice_and_another_not_at_all_commits_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let instance = Instance::new("l");
+        let whole = group(
+            "w",
+            0,
+            vec![advance("s", None, 2)],
+            vec![part(base, "l", "p0", "0\n"), part(base, "l", "p1", "1\n")],
+        );
+        // As sort_out makes it of a call holding p0 twice and p1 not.
+        let mut twice = whole.clone();
+        twice.parts = vec![whole.parts[0].clone()];
+        (twice.present, twice.repeated) = (1, 1);
+        match instance.commit(base, &twice) {
+            GroupOutcome::Refused(why) => assert!(why.contains("more than once"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(visible(base).is_empty());
+        let state = on_this_thread(|| PositionLog::of(base).read()).unwrap();
+        assert!(state.positions.scope("scope").is_empty(), "nothing applied");
+        assert_eq!(instance.commit(base, &whole), GroupOutcome::Committed);
+        assert_eq!(visible(base), ["0", "1"]);
+    }
+
+    /// The snapshot JSON the log's newest snapshot holds.
+    fn newest_snapshot(base: &Path) -> serde_json::Value {
+        let dir = base
+            .join(crate::position_log::POSITIONS_DIR)
+            .join("snapshot");
+        let newest = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .max()
+            .expect("a snapshot");
+        serde_json::from_slice(&fs::read(newest).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_committed_groups_of_many_starts_of_a_job_stay_one_family_per_subtask() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let instance = Instance::new("l");
+        let starts = 3 * SNAPSHOT_EVERY as u64 + 10;
+        let mut position = None;
+        let mut last = None;
+        for generation in 1..=starts {
+            // Each start of the job commits one group of subtask 0, its
+            // group 0, and its group 1 is superseded on the last start.
+            let writer = format!("job-l-g{generation}-s0");
+            let to = generation * 10;
+            let g = group(
+                &writer,
+                0,
+                vec![advance("s", position, to)],
+                vec![part(base, "l", &format!("p{generation}"), "x\n")],
+            );
+            assert_eq!(instance.commit(base, &g), GroupOutcome::Committed);
+            position = Some(to);
+            last = Some(g);
+        }
+        let last = last.unwrap();
+        let snapshot = newest_snapshot(base);
+        let committed = snapshot["committed"].as_object().unwrap();
+        assert_eq!(
+            committed.len(),
+            1,
+            "one family for {starts} starts: {committed:?}"
+        );
+        // Past the snapshots: the newest start's replay is recognised.
+        let log = base.join(crate::position_log::POSITIONS_DIR).join("log");
+        assert!(fs::read_dir(log).unwrap().count() < SNAPSHOT_EVERY);
+        assert_eq!(instance.commit(base, &last), GroupOutcome::AlreadyCommitted);
+        // Its next group, superseded, stays superseded once snapshotted.
+        let superseded = group(
+            &last.id.writer,
+            1,
+            vec![advance("s", Some(1), 2)],
+            vec![part(base, "l", "late", "y\n")],
+        );
+        assert!(matches!(
+            instance.commit(base, &superseded),
+            GroupOutcome::Superseded(_)
+        ));
+        let mut from = position;
+        for number in 2..(SNAPSHOT_EVERY as u64 + 2) {
+            let to = from.unwrap() + 1;
+            let g = group(
+                &last.id.writer,
+                number,
+                vec![advance("s", from, to)],
+                vec![part(base, "l", &format!("q{number}"), "z\n")],
+            );
+            assert_eq!(instance.commit(base, &g), GroupOutcome::Committed);
+            from = Some(to);
+        }
+        let state = on_this_thread(|| PositionLog::of(base).read()).unwrap();
+        assert!(state.covers > starts, "snapshotted since");
+        assert!(matches!(
+            instance.commit(base, &superseded),
+            GroupOutcome::Superseded(_)
+        ));
+        assert_eq!(instance.commit(base, &last), GroupOutcome::AlreadyCommitted);
+    }
+
+    #[test]
+    fn a_snapshot_that_cannot_be_written_leaves_the_group_committed_and_stops_the_next() {
+        use crate::position_log::tests::with_cap;
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let instance = Instance::new("l");
+        // Entries well under the cap; the positions of their 64 splits
+        // together over it.
+        let cap = 8 << 10;
+        let commit = |number: u64| {
+            let split = format!("{number:0>200}");
+            let g = group(
+                "w",
+                number,
+                vec![advance(&split, None, 1)],
+                vec![part(
+                    base,
+                    "l",
+                    &format!("p{number}"),
+                    &format!("{number}\n"),
+                )],
+            );
+            let outcome = on_this_thread(|| with_cap(cap, || instance.work(base).commit(&g)));
+            (g, outcome)
+        };
+        for number in 0..SNAPSHOT_EVERY as u64 {
+            let (_, outcome) = commit(number);
+            assert_eq!(outcome.unwrap(), GroupOutcome::Committed, "group {number}");
+        }
+        // The 64th entry's snapshot was refused: its group is committed all
+        // the same, and the log is whole and readable.
+        let log = base.join(crate::position_log::POSITIONS_DIR);
+        assert!(
+            !log.join("snapshot").exists()
+                || fs::read_dir(log.join("snapshot")).unwrap().count() == 0
+        );
+        assert_eq!(visible(base).len(), SNAPSHOT_EVERY);
+        let state = on_this_thread(|| with_cap(cap, || PositionLog::of(base).read())).unwrap();
+        assert_eq!(state.entries.len(), SNAPSHOT_EVERY);
+        // The next commit writes the snapshot first, and fails while it
+        // cannot: nothing of it applied.
+        let (next, outcome) = commit(SNAPSHOT_EVERY as u64);
+        let error = outcome.unwrap_err();
+        assert!(
+            error.is_permanent() && error.to_string().contains("snapshot"),
+            "{error}"
+        );
+        assert!(base.join(&next.parts[0].pending).exists());
+        assert_eq!(visible(base).len(), SNAPSHOT_EVERY);
+        // Once it can (here: a larger cap), the snapshot goes first, then
+        // the group.
+        let outcome = on_this_thread(|| with_cap(1 << 20, || instance.work(base).commit(&next)));
+        assert_eq!(outcome.unwrap(), GroupOutcome::Committed);
+        let state = on_this_thread(|| PositionLog::of(base).read()).unwrap();
+        assert_eq!(
+            (state.covers, state.entries.len()),
+            (SNAPSHOT_EVERY as u64, 1)
+        );
+        assert_eq!(visible(base).len(), SNAPSHOT_EVERY + 1);
+    }
+
+    #[test]
+    fn a_log_at_the_largest_number_is_a_clear_error_not_an_overflow() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let snapshots = base
+            .join(crate::position_log::POSITIONS_DIR)
+            .join("snapshot");
+        fs::create_dir_all(&snapshots).unwrap();
+        fs::write(
+            snapshots.join(format!("{:020}", u64::MAX)),
+            format!(
+                r#"{{"format":1,"covers":{},"positions":[],"committed":{{}}}}"#,
+                u64::MAX
+            ),
+        )
+        .unwrap();
+        let instance = Instance::new("l");
+        let g = group(
+            "w",
+            0,
+            vec![advance("s", None, 1)],
+            vec![part(base, "l", "p0", "0\n")],
+        );
+        let error = on_this_thread(|| instance.work(base).commit(&g)).unwrap_err();
+        assert!(
+            error.is_permanent() && error.to_string().contains("no entry can follow"),
+            "{error}"
+        );
+        assert!(base.join(&g.parts[0].pending).exists(), "nothing applied");
+    }
+
+    /// Runs the failpoint tests one at a time: they configure the same
+    /// points, which are process-wide.
+    #[cfg(feature = "failpoints")]
+    static FAILPOINTS: Mutex<()> = Mutex::new(());
+
+    /// Whether this thread is named `name`.
+    #[cfg(feature = "failpoints")]
+    fn on_thread(name: &str) -> bool {
+        std::thread::current().name() == Some(name)
+    }
+
+    #[cfg(feature = "failpoints")]
+    #[test]
+    fn a_part_gone_between_its_entry_and_its_rename_is_found_or_fails_the_commit() {
+        let _serial = FAILPOINTS.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let instance = Instance::new("l");
+        let moved = group(
+            "w",
+            0,
+            vec![advance("s", None, 1)],
+            vec![part(base, "l", "p0", "0\n")],
+        );
+        let removed = group(
+            "w",
+            1,
+            vec![advance("s", Some(1), 2)],
+            vec![part(base, "l", "p1", "1\n")],
+        );
+        let (pending, target) = (
+            base.join(&moved.parts[0].pending),
+            base.join(&moved.parts[0].target),
+        );
+        let lost = base.join(&removed.parts[0].pending);
+        fail::cfg_callback("file-positions-before-renames", move || {
+            // Another instance's roll-forward placed it meanwhile.
+            if on_thread("gone-placed") {
+                fs::rename(&pending, &target).unwrap();
+            }
+            // Something else removed it.
+            if on_thread("gone-removed") {
+                fs::remove_file(&lost).unwrap();
+            }
+        })
+        .unwrap();
+        let run = |name: &str, g: &GroupToCommit| {
+            std::thread::scope(|scope| {
+                std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn_scoped(scope, || on_this_thread(|| instance.work(base).commit(g)))
+                    .unwrap()
+                    .join()
+                    .unwrap()
+            })
+        };
+        let placed = run("gone-placed", &moved);
+        let gone = run("gone-removed", &removed);
+        fail::remove("file-positions-before-renames");
+        assert_eq!(placed.unwrap(), GroupOutcome::Committed);
+        let error = gone.expect_err("a part found nowhere after the entry fails the commit");
+        assert!(
+            error.to_string().contains("is lost") && error.to_string().contains("p1"),
+            "{error}"
+        );
+        assert_eq!(visible(base), ["0"]);
+    }
+
+    #[cfg(feature = "failpoints")]
+    #[test]
+    fn the_start_sweep_removes_no_part_a_committer_of_the_sink_logs_meanwhile() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let _serial = FAILPOINTS.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let instance = Instance::new("l");
+        let g = group(
+            "w",
+            0,
+            vec![advance("s", None, 1)],
+            vec![part(base, "l", "p0", "0\n")],
+        );
+        let wait = Duration::from_secs(10);
+        let (paused, sweep_paused) = mpsc::channel();
+        let (resume_sweep, sweep_resumed) = mpsc::channel::<()>();
+        let sweep_resumed = Mutex::new(sweep_resumed);
+        fail::cfg_callback("file-start-before-sweep", move || {
+            if on_thread("race-start") {
+                paused.send(()).unwrap();
+                let _ = sweep_resumed.lock().unwrap().recv_timeout(wait);
+            }
+        })
+        .unwrap();
+        let (logged, committer_logged) = mpsc::channel();
+        let (resume_renames, renames_resumed) = mpsc::channel::<()>();
+        let renames_resumed = Mutex::new(renames_resumed);
+        fail::cfg_callback("file-positions-before-renames", move || {
+            if on_thread("race-committer") {
+                logged.send(()).unwrap();
+                let _ = renames_resumed.lock().unwrap().recv_timeout(wait);
+            }
+        })
+        .unwrap();
+        let (swept, outcome) = std::thread::scope(|scope| {
+            let start = std::thread::Builder::new()
+                .name("race-start".into())
+                .spawn_scoped(scope, || {
+                    on_this_thread(|| {
+                        instance.work(base).settle_and_sweep(
+                            &Lineage::new("l"),
+                            &Default::default(),
+                            true,
+                        )
+                    })
+                })
+                .unwrap();
+            sweep_paused.recv_timeout(wait).expect("the sweep pauses");
+            let committer = std::thread::Builder::new()
+                .name("race-committer".into())
+                .spawn_scoped(scope, || on_this_thread(|| instance.work(base).commit(&g)))
+                .unwrap();
+            // The committer logs its group now, if the sweep lets it.
+            let logged = committer_logged
+                .recv_timeout(Duration::from_millis(500))
+                .is_ok();
+            resume_sweep.send(()).unwrap();
+            let swept = start.join().unwrap();
+            if logged {
+                resume_renames.send(()).unwrap();
+            }
+            (swept, committer.join().unwrap())
+        });
+        fail::remove("file-start-before-sweep");
+        fail::remove("file-positions-before-renames");
+        swept.unwrap();
+        let state = on_this_thread(|| PositionLog::of(base).read()).unwrap();
+        match outcome {
+            // Logged before the sweep: its part is not an orphan.
+            Ok(GroupOutcome::Committed) => assert_eq!(visible(base), ["0"]),
+            // Swept first: its part is gone, and nothing of it applied.
+            Ok(GroupOutcome::Superseded(_)) => {
+                assert!(state.positions.scope("scope").is_empty());
+                assert!(visible(base).is_empty());
+            }
+            other => panic!("the sweep removed the part of a logged group: {other:?}"),
+        }
     }
 }

@@ -21,8 +21,9 @@
 //! Every [`SNAPSHOT_EVERY`] entries a committer writes a snapshot covering
 //! them (once their parts are renamed and durable), then removes them: the
 //! log stays bounded. A snapshot keeps the positions and the committed
-//! groups as a [`GroupSet`] (ranges of group numbers per writer), which
-//! grows with writers, not with checkpoints.
+//! groups as a [`GroupSet`] (per job life and subtask, the ranges of group
+//! numbers of its newest start), which grows with the splits and the
+//! job's lives and subtasks, not with its starts or checkpoints.
 //!
 //! A reader takes the newest snapshot, the entries after it, and looks at
 //! the snapshots again: if a newer one appeared meanwhile (entries may have
@@ -34,12 +35,21 @@
 //!
 //! Files are JSON, at most [`MAX_FILE_BYTES`] long, read with that cap: a
 //! damaged file is a clear error naming it, never a panic or an allocation
-//! the file cannot back.
+//! the file cannot back. No file longer than the cap is ever linked: an
+//! entry or a snapshot that would be is refused before anything changes
+//! ([`LogError::TooLong`]), so the log stays readable.
+//!
+//! A read that found the log changed under it, and an append that found
+//! its number taken, try again after a short pause ([`Backoff`]) that
+//! grows with each attempt, so that committers sharing the output do not
+//! spin against each other.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
+use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use sink_api::{PositionAdvance, PositionConflict, PositionTable, SinkError, SplitKey};
@@ -66,6 +76,50 @@ pub(crate) const MAX_FILE_BYTES: u64 = 64 << 20;
 /// How often a read starts again because the log changed under it before
 /// it gives up.
 const MAX_READS: u32 = 100;
+/// The longest pause of a [`Backoff`].
+const MAX_PAUSE: Duration = Duration::from_millis(10);
+
+/// The cap on the files of the log: [`MAX_FILE_BYTES`], or in this
+/// crate's unit tests what the test thread set (`tests::with_cap`), so
+/// that a test can reach it with small files.
+fn cap() -> u64 {
+    #[cfg(test)]
+    if let Some(cap) = tests::CAP.with(std::cell::Cell::get) {
+        return cap;
+    }
+    MAX_FILE_BYTES
+}
+
+/// Pauses between the attempts of a retry loop: 1 ms, 2 ms, 4 ms, … up to
+/// [`MAX_PAUSE`], each a random length between half of that and all of it
+/// (committers that collided once do not collide again in step). Blocking.
+#[derive(Debug, Default)]
+pub(crate) struct Backoff {
+    attempts: u32,
+}
+
+impl Backoff {
+    /// The pause before the next attempt.
+    pub(crate) fn next_pause(&mut self) -> Duration {
+        let full = Duration::from_millis(1)
+            .saturating_mul(1 << self.attempts.min(16))
+            .min(MAX_PAUSE);
+        self.attempts = self.attempts.saturating_add(1);
+        // A random fraction from the standard library's hasher keys, drawn
+        // anew for every hasher: no dependency for a jitter.
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let half = full / 2;
+        half + Duration::from_nanos(random % (half.as_nanos() as u64).max(1))
+    }
+
+    /// Sleeps for [`next_pause`](Self::next_pause).
+    pub(crate) fn pause(&mut self) {
+        assert_blocking("a pause between position log attempts");
+        std::thread::sleep(self.next_pause());
+    }
+}
 
 /// Why the position log cannot be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +157,20 @@ pub(crate) enum LogError {
         #[source]
         source: serde_json::Error,
     },
+    /// An entry or a snapshot would be longer than the log's files may be
+    /// (nothing was written).
+    #[error(
+        "{what} for {} would be {bytes} bytes, longer than the {cap} bytes the position log \
+         reads back; nothing was written (the log is unchanged and readable): {advice}",
+        dir.display()
+    )]
+    TooLong {
+        what: &'static str,
+        dir: PathBuf,
+        bytes: u64,
+        cap: u64,
+        advice: &'static str,
+    },
     /// Other committers changed the log under every read.
     #[error(
         "the position log {} changed under {attempts} reads in a row: too many committers \
@@ -113,10 +181,14 @@ pub(crate) enum LogError {
 }
 
 impl From<LogError> for SinkError {
-    /// A damaged log is permanent (nothing is committed until someone
-    /// repairs it); the rest is transient.
+    /// A damaged log, and a file too long to write, are permanent
+    /// (nothing is committed until someone repairs it, or the same file
+    /// would be refused again); the rest is transient.
     fn from(error: LogError) -> SinkError {
-        let permanent = matches!(error, LogError::Decode { .. } | LogError::Damaged { .. });
+        let permanent = matches!(
+            error,
+            LogError::Decode { .. } | LogError::Damaged { .. } | LogError::TooLong { .. }
+        );
         let error = SinkError::other("the output's position log", error);
         match permanent {
             true => error.permanent(),
@@ -235,6 +307,19 @@ impl LogState {
         self.entries.last().map_or(self.covers, |(seq, _)| *seq)
     }
 
+    /// The number of the next entry, after [`last`](Self::last); a
+    /// damaged log when the last is the largest number there is (a file
+    /// named so by hand, never by this sink).
+    pub(crate) fn next(&self, log: &PositionLog) -> Result<u64, LogError> {
+        self.last().checked_add(1).ok_or_else(|| LogError::Damaged {
+            path: log.dir.clone(),
+            reason: format!(
+                "its last entry is numbered {}, the largest number there is: no entry can follow",
+                self.last()
+            ),
+        })
+    }
+
     /// Whether the group `id` was committed.
     pub(crate) fn contains(&self, id: &PositionGroupId) -> bool {
         self.snapshot_groups.contains(id) || self.entries.iter().any(|(_, e)| &e.group == id)
@@ -299,7 +384,11 @@ impl PositionLog {
     /// there is no log.
     pub(crate) fn read(&self) -> Result<LogState, LogError> {
         assert_blocking("reading the position log");
-        for _ in 0..MAX_READS {
+        let mut backoff = Backoff::default();
+        for attempt in 0..MAX_READS {
+            if attempt > 0 {
+                backoff.pause();
+            }
             let snapshot = newest(&self.snapshot_dir())?;
             let mut state = LogState::default();
             if let Some(covers) = snapshot {
@@ -329,10 +418,15 @@ impl PositionLog {
                 continue;
             }
             for (seq, entry, path) in entries {
-                if seq != state.last() + 1 {
+                // `seq` is above the last number: the sum does not overflow.
+                if state.last().checked_add(1) != Some(seq) {
                     return Err(LogError::Damaged {
                         path: self.log_dir(),
-                        reason: format!("entries {} to {} are missing", state.last() + 1, seq - 1),
+                        reason: format!(
+                            "entries {} to {} are missing",
+                            state.last().saturating_add(1),
+                            seq.saturating_sub(1)
+                        ),
                     });
                 }
                 check_format(&path, entry.format)?;
@@ -354,15 +448,24 @@ impl PositionLog {
     }
 
     /// Writes `entry` as entry `seq`, exclusively: [`Appended::Taken`] when
-    /// another committer has (or had) that number. Durable when written.
-    /// `tag` (the committer's lineage) starts the temporary file's name.
+    /// another committer has (or had) that number. Durable when written
+    /// (its name in the log's directory; the directories above are
+    /// [`sync_parents`](Self::sync_parents)'). `tag` (the committer's
+    /// lineage) starts the temporary file's name. An entry longer than the
+    /// log's files may be is refused, and nothing is written.
     pub(crate) fn append(&self, seq: u64, entry: &Entry, tag: &str) -> Result<Appended, LogError> {
         assert_blocking("appending to the position log");
-        self.create_dirs()?;
         let bytes = serde_json::to_vec(entry).map_err(|source| LogError::Encode {
             what: "a position log entry",
             source,
         })?;
+        self.within_cap(
+            "the position log entry of a group",
+            &bytes,
+            "the group has too many parts or source splits; checkpoint more often, or roll \
+             fewer parts per checkpoint",
+        )?;
+        self.create_dirs()?;
         let path = self.entry_path(seq);
         if !self.link_new(&bytes, &path, tag)? {
             return Ok(Appended::Taken);
@@ -405,6 +508,14 @@ impl PositionLog {
             what: "a position log snapshot",
             source,
         })?;
+        // Before anything is removed: the entries stay, and the log stays
+        // readable as it is.
+        self.within_cap(
+            "a position log snapshot",
+            &bytes,
+            "the output keeps the positions of too many source splits, or the groups of too \
+             many jobs and subtasks; give the job another output directory",
+        )?;
         self.create_dirs()?;
         // Taken: another committer wrote the same snapshot (the same
         // entries folded the same way).
@@ -423,6 +534,46 @@ impl PositionLog {
             }
         }
         Ok(())
+    }
+
+    /// Refuses `bytes`, to be written as `what`, when they are longer than
+    /// the log reads back.
+    fn within_cap(
+        &self,
+        what: &'static str,
+        bytes: &[u8],
+        advice: &'static str,
+    ) -> Result<(), LogError> {
+        let (length, cap) = (bytes.len() as u64, cap());
+        match length > cap {
+            true => Err(LogError::TooLong {
+                what,
+                dir: self.dir.clone(),
+                bytes: length,
+                cap,
+                advice,
+            }),
+            false => Ok(()),
+        }
+    }
+
+    /// Makes the names of the log's directories durable, and every name
+    /// above them up to the root, whoever created them (a committer killed
+    /// before it synced them leaves them in the page cache only, and the
+    /// whole log would go in a power cut): whether they exist (nothing to
+    /// sync otherwise). Once per sink is enough, before it reports anything
+    /// the log says.
+    pub(crate) fn sync_parents(&self) -> Result<bool, LogError> {
+        assert_blocking("syncing the position log's directories");
+        let log = self.log_dir();
+        if !log.is_dir() {
+            return Ok(false);
+        }
+        // The log's directory holds the entries and sits next to the
+        // snapshots' and the temporaries': syncing `.positions` and up
+        // covers every one of their names.
+        sink_local_fs::sync_entries_of(&log).map_err(io("syncing the directories above", &log))?;
+        Ok(true)
     }
 
     /// Makes every entry linked so far durable: another committer's entry
@@ -527,22 +678,23 @@ fn newest(dir: &Path) -> Result<Option<u64>, LogError> {
     Ok(numbers(dir)?.last().copied())
 }
 
-/// Reads and decodes `path`, at most [`MAX_FILE_BYTES`] of it; `None` when
-/// it does not exist (removed meanwhile).
+/// Reads and decodes `path`, at most [`MAX_FILE_BYTES`] of it (see
+/// [`cap`]); `None` when it does not exist (removed meanwhile).
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, LogError> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io("opening", path)(e)),
     };
+    let cap = cap();
     let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
+    file.take(cap.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(io("reading", path))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
+    if bytes.len() as u64 > cap {
         return Err(LogError::Damaged {
             path: path.to_path_buf(),
-            reason: format!("it is longer than the {MAX_FILE_BYTES} bytes this sink reads"),
+            reason: format!("it is longer than the {cap} bytes this sink reads"),
         });
     }
     serde_json::from_slice(&bytes)
@@ -610,9 +762,22 @@ fn sync_dir(dir: &Path) -> Result<(), LogError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::blocking::on_this_thread;
+
+    thread_local! {
+        /// The cap [`cap`] answers on this thread, when set.
+        pub(crate) static CAP: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// Runs `f` with the log's files capped at `cap` bytes on this thread.
+    pub(crate) fn with_cap<R>(cap: u64, f: impl FnOnce() -> R) -> R {
+        CAP.with(|c| c.set(Some(cap)));
+        let result = f();
+        CAP.with(|c| c.set(None));
+        result
+    }
 
     fn advance(split: &str, from: Option<u64>, to: u64) -> PositionAdvance {
         PositionAdvance {
@@ -796,6 +961,110 @@ mod tests {
             .unwrap();
         let error = on_this_thread(|| log.read()).unwrap_err();
         assert!(error.to_string().contains("longer than"), "{error}");
+    }
+
+    #[test]
+    fn an_entry_longer_than_the_cap_is_refused_and_the_log_stays_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PositionLog::of(dir.path());
+        on_this_thread(|| {
+            let first = entry(0, vec![advance("a", None, 5)]);
+            assert_eq!(log.append(1, &first, "l").unwrap(), Appended::Written);
+            // One split named with more bytes than the log reads back.
+            let long = "x".repeat(MAX_FILE_BYTES as usize + 1);
+            let huge = entry(1, vec![advance(&long, None, 1)]);
+            let error = log.append(2, &huge, "l").unwrap_err();
+            assert!(
+                matches!(error, LogError::TooLong { .. })
+                    && error.to_string().contains("longer than"),
+                "{error}"
+            );
+            assert!(SinkError::from(error).is_permanent());
+            assert!(!log.entry_path(2).exists(), "nothing linked");
+            let state = log.read().expect("the log stays readable");
+            assert_eq!(state.entries, vec![(1, first)]);
+            let leftovers = fs::read_dir(dir.path().join(POSITIONS_DIR).join(TEMPORARY))
+                .unwrap()
+                .count();
+            assert_eq!(leftovers, 0);
+        });
+    }
+
+    #[test]
+    fn a_snapshot_longer_than_the_cap_is_refused_before_any_entry_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PositionLog::of(dir.path());
+        on_this_thread(|| {
+            with_cap(4096, || {
+                // Entries of 300 bytes, well under the cap; their splits'
+                // positions together are not.
+                for number in 0..20u64 {
+                    let split = format!("{number:0>200}");
+                    let e = entry(number, vec![advance(&split, None, number)]);
+                    assert_eq!(log.append(number + 1, &e, "l").unwrap(), Appended::Written);
+                }
+                let state = log.read().unwrap();
+                let error = log.write_snapshot(&state, "l").unwrap_err();
+                assert!(matches!(error, LogError::TooLong { .. }), "{error}");
+                assert!(
+                    error.to_string().contains("a position log snapshot"),
+                    "{error}"
+                );
+                assert_eq!(numbers(&log.snapshot_dir()).unwrap(), Vec::<u64>::new());
+                assert_eq!(
+                    numbers(&log.log_dir()).unwrap(),
+                    (1..=20).collect::<Vec<_>>()
+                );
+                let read = log.read().expect("the log stays readable");
+                assert_eq!(read.entries.len(), 20);
+            });
+        });
+    }
+
+    #[test]
+    fn a_read_that_never_settles_pauses_between_attempts() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PositionLog::of(dir.path());
+        fs::create_dir_all(log.snapshot_dir()).unwrap();
+        // A snapshot listed but gone whenever it is opened: every read
+        // starts again.
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), log.snapshot_path(5)).unwrap();
+        let started = std::time::Instant::now();
+        let error = on_this_thread(|| log.read()).unwrap_err();
+        assert!(matches!(error, LogError::Unsettled { .. }), "{error}");
+        let waited = started.elapsed();
+        // At least half of 1 + 2 + 4 + 8 + 10 × 95 ms.
+        assert!(
+            waited >= Duration::from_millis(400),
+            "{MAX_READS} reads in {waited:?}: no pause between them"
+        );
+        let mut backoff = Backoff::default();
+        let pauses: Vec<Duration> = (0..8).map(|_| backoff.next_pause()).collect();
+        assert!(pauses[0] >= Duration::from_micros(500) && pauses[0] <= Duration::from_millis(1));
+        assert!(pauses.iter().all(|p| *p <= MAX_PAUSE), "{pauses:?}");
+        assert!(pauses[7] >= MAX_PAUSE / 2, "{pauses:?}");
+    }
+
+    #[test]
+    fn after_the_largest_number_no_entry_can_follow() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PositionLog::of(dir.path());
+        fs::create_dir_all(log.snapshot_dir()).unwrap();
+        let snapshot = Snapshot {
+            format: FORMAT,
+            covers: u64::MAX,
+            positions: Vec::new(),
+            committed: GroupSet::default(),
+        };
+        fs::write(
+            log.snapshot_path(u64::MAX),
+            serde_json::to_vec(&snapshot).unwrap(),
+        )
+        .unwrap();
+        let state = on_this_thread(|| log.read()).unwrap();
+        assert_eq!(state.last(), u64::MAX);
+        let error = state.next(&log).unwrap_err();
+        assert!(error.to_string().contains("no entry can follow"), "{error}");
     }
 
     #[test]

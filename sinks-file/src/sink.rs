@@ -26,10 +26,8 @@ use crate::multipart_limits::MAX_PARTS;
 use crate::multipart_limits::S3_MINIMUM_PART_SIZE;
 #[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
-use crate::orphans::remove_orphans;
 use crate::placement::Placement;
 use crate::position_commit::LogWork;
-use crate::position_log::PositionLog;
 use crate::rolling::RollingPolicy;
 use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
@@ -352,23 +350,18 @@ where
             };
             // Groups committed with parts still pending (a committer died
             // after the log's entry) are completed first: their parts are
-            // no orphans.
-            let log = PositionLog::of(&base);
-            if log.exists() {
-                let work = LogWork {
-                    base: &base,
-                    placement: &placement,
-                    turn: &turn,
-                    tag: lineage.as_str(),
-                    stats: &stats,
-                };
-                work.settle()?;
-                log.remove_temporaries(lineage.as_str())?;
-            }
-            if !ids.iter().all(|id| &own.id == id) {
-                return Ok(0);
-            }
-            remove_orphans(&base, &lineage, &kept).map(|removed| removed.len() as u64)
+            // no orphans. The sink's turn at the log is held from the
+            // roll-forward to the end of the sweep, and no part a log entry
+            // names is removed.
+            let work = LogWork {
+                base: &base,
+                placement: &placement,
+                turn: &turn,
+                tag: lineage.as_str(),
+                stats: &stats,
+            };
+            let sweep = ids.iter().all(|id| &own.id == id);
+            work.settle_and_sweep(&lineage, &kept, sweep)
         })
         .await?;
         self.stats.orphans_removed(removed);

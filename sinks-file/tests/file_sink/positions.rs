@@ -207,6 +207,42 @@ async fn positions_that_moved_without_records_are_committed_alone() {
 }
 
 #[tokio::test]
+async fn a_call_holding_one_member_twice_and_another_not_at_all_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = sink(dir.path());
+    let mut writer = sink.create_writer(&context("l"), Vec::new()).await.unwrap();
+    writer.write_batch((0..10).collect()).await.unwrap();
+    writer
+        .carry_positions(vec![advance("p0", None, 10)])
+        .unwrap();
+    let committables = writer.prepare_commit(CheckpointId(1)).await.unwrap();
+    assert_eq!(committables.len(), 2, "one part per bucket");
+    if let Some(durability) = writer.durability(CheckpointId(1)) {
+        durability.await.unwrap();
+    }
+    let mut committer = sink.create_committer(&context("l")).await.unwrap();
+    // Two members counted, but the same one twice: the group is not whole.
+    let twice = [committables[0].clone(), committables[0].clone()];
+    for outcome in commit(&mut committer, &twice).await {
+        match outcome {
+            CommitOutcome::FailedWithUnknownReason(why) => {
+                assert!(why.contains("more than once"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(visible_files(dir.path()).is_empty(), "nothing committed");
+    assert!(sink.committed_positions("input").await.unwrap().is_empty());
+    // The whole group, each member once, commits.
+    assert_eq!(
+        commit(&mut committer, &committables).await,
+        vec![CommitOutcome::Committed; 2]
+    );
+    assert_eq!(visible_numbers(dir.path()), (0..10).collect::<Vec<_>>());
+    assert_eq!(sink.committed_positions("input").await.unwrap()["p0"], 10);
+}
+
+#[tokio::test]
 async fn a_group_merged_by_compaction_is_a_replay_and_nothing_comes_back() {
     let dir = tempfile::tempdir().unwrap();
     let sink = FileSink::builder(dir.path(), LineEncoder)
