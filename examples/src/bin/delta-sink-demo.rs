@@ -25,13 +25,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use examples::demo_job::{self, JobArgs, JobConfig, Mode, Preset, SourceKind};
+use examples::demo_job::{self, JobArgs, JobConfig, Mode, Preset};
 use serde::Serialize;
 use sink_api::Lineage;
 use sink_cli::location::{self, Location};
-use sink_runtime::{
-    BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode, SequenceSource,
-};
+use sink_runtime::{BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode};
 use sinks_delta::arrow_schema::{DataType, Field, Schema};
 use sinks_delta::{Compaction, DeltaSink, TableLocation};
 
