@@ -83,6 +83,7 @@ pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic
     for (partition, leader) in described.leaders.iter().enumerate() {
         let partition = partition as i32;
         let mut offset = 0;
+        let mut stalled = 0u32;
         loop {
             let link = cluster.broker(*leader).await?;
             let request = FetchRequest::default()
@@ -146,14 +147,23 @@ pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic
                     })
                 })?;
             }
-            if offset >= end || offset == before {
+            if offset == before && offset < end {
+                // The broker may answer nothing for a moment at an offset
+                // below the stable end it reports (a transaction just
+                // committed): ask again, a bounded number of times.
+                stalled += 1;
+                if stalled > 100 {
+                    return Err(WireError::Protocol(format!(
+                        "{topic}/{partition}: no progress at offset {offset} (end {end}) in 100 fetches"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            stalled = 0;
+            if offset >= end {
                 if data.last_stable_offset >= 0 && data.last_stable_offset < data.high_watermark {
                     read.open_partitions.push(partition);
-                }
-                if offset < end {
-                    return Err(WireError::Protocol(format!(
-                        "{topic}/{partition}: no progress at offset {offset} (end {end})"
-                    )));
                 }
                 break;
             }

@@ -257,7 +257,9 @@ async fn background_durability_commits_everything_once_and_never_early() {
             .durable_in_background();
         let report = Job::builder(
             "background",
-            SequenceSource::bounded(20_000).paced(200_000),
+            // A tenth of a second per subtask at least: several
+            // checkpoints, even on a loaded machine.
+            SequenceSource::bounded(20_000).paced(50_000),
             sink,
         )
         .parallelism(2)

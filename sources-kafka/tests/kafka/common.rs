@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sink_runtime::source::Source;
 use sink_runtime::{CheckpointConfig, Job, JobHandle, MemoryCheckpointStorage};
@@ -92,4 +92,37 @@ pub fn committed(store: &MemoryStore<u64>) -> Vec<u64> {
     let mut ids = store.committed();
     ids.sort_unstable();
     ids
+}
+
+/// Waits until `store` holds at least `count` committed records.
+pub async fn until_committed(store: &MemoryStore<u64>, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store.committed().len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "{} committed after 60 s",
+            store.committed().len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// [`start`] on checkpoint storage of its own: another instance of the
+/// group, or the same job started on fresh state.
+pub async fn start_fresh(
+    topic: &str,
+    group: &str,
+    bounded: bool,
+    parallelism: usize,
+    store: &MemoryStore<u64>,
+) -> JobHandle {
+    start(
+        topic,
+        group,
+        bounded,
+        parallelism,
+        store,
+        &MemoryCheckpointStorage::default(),
+    )
+    .await
 }

@@ -3,7 +3,7 @@
 //! deleted and created again; and partitions added while a job runs, read
 //! from their start.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sink_kafka_client::admin::{add_partitions, delete_records_before};
 use sink_runtime::source::Source;
@@ -13,14 +13,22 @@ use sources_kafka::KafkaSource;
 
 use crate::common::*;
 
-/// Runs a bounded job of `source` into `store` to its end.
-async fn run(source: KafkaSource, store: &MemoryStore<u64>) -> Result<(), String> {
+/// Runs a bounded job of `source` into `store` to its end, its checkpoints
+/// in `storage`: a run started again after a refusal keeps its state (and
+/// so its lineage and its static members of the group), as a user running
+/// the same command again with the choice named does.
+async fn run(
+    source: KafkaSource,
+    store: &MemoryStore<u64>,
+    storage: &MemoryCheckpointStorage,
+) -> Result<(), String> {
     let report = Job::builder(
         "kafka-source-faults",
         source.map(id),
         MemorySink::new(store.clone()),
     )
     .parallelism(2)
+    .checkpoint_storage(storage.clone())
     .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
     .build()
     .unwrap()
@@ -45,9 +53,13 @@ async fn records_deleted_before_the_group_read_them_are_refused_and_skipped_only
     let group = unique("g");
     fill(&topic, 1, 0, 100).await;
     let store = MemoryStore::new();
-    run(bounded(&topic, &group).build().await.unwrap(), &store)
-        .await
-        .unwrap();
+    run(
+        bounded(&topic, &group).build().await.unwrap(),
+        &store,
+        &MemoryCheckpointStorage::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(committed(&store), (0..100).collect::<Vec<_>>());
     // 100 more; retention deletes the first 40 of them before the group
     // reads them.
@@ -55,9 +67,14 @@ async fn records_deleted_before_the_group_read_them_are_refused_and_skipped_only
     delete_records_before(&brokers(), &topic, 0, 140)
         .await
         .unwrap();
-    let refused = run(bounded(&topic, &group).build().await.unwrap(), &store)
-        .await
-        .unwrap_err();
+    let state = MemoryCheckpointStorage::default();
+    let refused = run(
+        bounded(&topic, &group).build().await.unwrap(),
+        &store,
+        &state,
+    )
+    .await
+    .unwrap_err();
     assert!(
         refused.contains("deleted") && refused.contains("skip_deleted_records"),
         "{refused}"
@@ -68,7 +85,7 @@ async fn records_deleted_before_the_group_read_them_are_refused_and_skipped_only
         .build()
         .await
         .unwrap();
-    run(told, &store).await.unwrap();
+    run(told, &store, &state).await.unwrap();
     let expected: Vec<u64> = (0..100).chain(140..200).collect();
     assert_eq!(committed(&store), expected);
 }
@@ -79,14 +96,23 @@ async fn a_topic_deleted_and_created_again_is_refused_and_read_from_its_start_on
     let group = unique("g");
     fill(&topic, 2, 0, 300).await;
     let store = MemoryStore::new();
-    run(bounded(&topic, &group).build().await.unwrap(), &store)
-        .await
-        .unwrap();
+    run(
+        bounded(&topic, &group).build().await.unwrap(),
+        &store,
+        &MemoryCheckpointStorage::default(),
+    )
+    .await
+    .unwrap();
     sinks_kafka::delete_topic(&brokers(), &topic).await.unwrap();
     fill(&topic, 2, 1000, 1020).await;
-    let refused = run(bounded(&topic, &group).build().await.unwrap(), &store)
-        .await
-        .unwrap_err();
+    let state = MemoryCheckpointStorage::default();
+    let refused = run(
+        bounded(&topic, &group).build().await.unwrap(),
+        &store,
+        &state,
+    )
+    .await
+    .unwrap_err();
     assert!(
         refused.contains("created again") && refused.contains("read_recreated_topic_from_start"),
         "{refused}"
@@ -96,7 +122,7 @@ async fn a_topic_deleted_and_created_again_is_refused_and_read_from_its_start_on
         .build()
         .await
         .unwrap();
-    run(told, &store).await.unwrap();
+    run(told, &store, &state).await.unwrap();
     let expected: Vec<u64> = (0..300).chain(1000..1020).collect();
     assert_eq!(committed(&store), expected);
 }
@@ -107,31 +133,12 @@ async fn partitions_added_while_a_job_runs_are_read_from_their_start() {
     let group = unique("g");
     fill(&topic, 2, 0, 500).await;
     let store = MemoryStore::new();
-    let job = start(
-        &topic,
-        &group,
-        false,
-        2,
-        &store,
-        &MemoryCheckpointStorage::default(),
-    )
-    .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while store.committed().len() < 500 {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let job = start_fresh(&topic, &group, false, 2, &store).await;
+    until_committed(&store, 500).await;
     add_partitions(&brokers(), &topic, 4).await.unwrap();
     // Keyed records now spread over four partitions, two of them new.
     fill(&topic, 4, 500, 1500).await;
-    while store.committed().len() < 1500 {
-        assert!(
-            Instant::now() < deadline,
-            "{} of 1500 committed: records of the added partitions were not read",
-            store.committed().len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_committed(&store, 1500).await;
     job.cancel();
     job.join().await.unwrap();
     assert_eq!(committed(&store), (0..1500).collect::<Vec<_>>());

@@ -2,25 +2,10 @@
 //! both run, an instance that stops, an old owner that comes back from its
 //! checkpoint after its partitions were committed further by another.
 
-use std::time::{Duration, Instant};
-
 use sink_runtime::{JobStatus, MemoryCheckpointStorage};
 use sinks_memory::MemoryStore;
 
 use crate::common::*;
-
-/// Waits until `store` holds at least `count` committed records.
-async fn until_committed(store: &MemoryStore<u64>, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while store.committed().len() < count {
-        assert!(
-            Instant::now() < deadline,
-            "{} committed after 60 s",
-            store.committed().len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_move_between_two_instances_and_every_record_is_written_once() {
@@ -28,26 +13,10 @@ async fn partitions_move_between_two_instances_and_every_record_is_written_once(
     let group = unique("g");
     fill(&topic, 6, 0, 3000).await;
     let store = MemoryStore::new();
-    let a = start(
-        &topic,
-        &group,
-        false,
-        2,
-        &store,
-        &MemoryCheckpointStorage::default(),
-    )
-    .await;
+    let a = start_fresh(&topic, &group, false, 2, &store).await;
     until_committed(&store, 3000).await;
     // B joins: a rebalance; A rejoins only once what it read is committed.
-    let b = start(
-        &topic,
-        &group,
-        false,
-        2,
-        &store,
-        &MemoryCheckpointStorage::default(),
-    )
-    .await;
+    let b = start_fresh(&topic, &group, false, 2, &store).await;
     fill(&topic, 6, 3000, 6000).await;
     until_committed(&store, 6000).await;
     // A stops: B takes every partition over from the destination's positions.
@@ -58,15 +27,7 @@ async fn partitions_move_between_two_instances_and_every_record_is_written_once(
     b.cancel();
     b.join().await.unwrap();
     // A bounded run of the group, on fresh state, drains what is left: nothing.
-    let c = start(
-        &topic,
-        &group,
-        true,
-        3,
-        &store,
-        &MemoryCheckpointStorage::default(),
-    )
-    .await;
+    let c = start_fresh(&topic, &group, true, 3, &store).await;
     assert_eq!(c.join().await.unwrap().status, JobStatus::Finished);
     assert_eq!(committed(&store), (0..9000).collect::<Vec<_>>());
 }
@@ -86,15 +47,7 @@ async fn an_old_owner_back_from_its_checkpoint_commits_nothing_for_partitions_re
     store.clear_injected_failures();
     assert!(committed(&store).is_empty());
     // B, on fresh state, reads everything.
-    let b = start(
-        &topic,
-        &group,
-        true,
-        2,
-        &store,
-        &MemoryCheckpointStorage::default(),
-    )
-    .await;
+    let b = start_fresh(&topic, &group, true, 2, &store).await;
     assert_eq!(b.join().await.unwrap().status, JobStatus::Finished);
     assert_eq!(committed(&store), (0..4000).collect::<Vec<_>>());
     // A comes back from its checkpoint: what it prepared is superseded.
