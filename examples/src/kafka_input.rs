@@ -1,8 +1,11 @@
 //! The demos' Kafka source (`--source kafka`, `--source kafka-unbounded`):
 //! its flags, the source they make, and each record's value as one line.
 
+use std::time::Duration;
+
 use clap::Args;
 use sink_api::SinkError;
+use sink_runtime::RestartStrategy;
 use sinks_file::Encoder;
 use sources_kafka::{KafkaMessage, KafkaSource};
 
@@ -51,6 +54,15 @@ impl KafkaSourceArgs {
         Ok(builder.build().await?)
     }
 }
+
+/// How the demos restart a job reading Kafka: a commit superseded (another
+/// member of the group committed the partition's records, as after a
+/// rebalance that handed one partition to two members) restarts the job in
+/// the process, which reads every partition again from the destination.
+pub const RESTARTS: RestartStrategy = RestartStrategy::FixedDelay {
+    attempts: 10,
+    delay: Duration::from_millis(500),
+};
 
 /// Each message's value, then a newline.
 #[derive(Debug, Clone, Copy, Default)]

@@ -72,6 +72,7 @@ calls! {
     FetchRequest => FetchResponse, Fetch, 4..=12;
     ListOffsetsRequest => ListOffsetsResponse, ListOffsets, 2..=7;
     OffsetFetchRequest => OffsetFetchResponse, OffsetFetch, 1..=7;
+    OffsetCommitRequest => OffsetCommitResponse, OffsetCommit, 2..=8;
     ListTransactionsRequest => ListTransactionsResponse, ListTransactions, 0..=1;
     DescribeTransactionsRequest => DescribeTransactionsResponse, DescribeTransactions, 0..=0;
     JoinGroupRequest => JoinGroupResponse, JoinGroup, 5..=7;

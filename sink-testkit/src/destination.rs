@@ -37,4 +37,35 @@ pub trait Destination: Send + Sync + 'static {
     async fn open_transactions(&self) -> Option<usize> {
         None
     }
+
+    /// How the source of the hand-over scenarios (`handover/*`, run for a
+    /// sink that commits source positions) names its positions in job
+    /// `job`: a scope, and the prefix of its splits' names (split `i` of
+    /// [`HAND_OVER_PARTITIONS`] is `<prefix><i>`). Called once per
+    /// scenario.
+    ///
+    /// The default, `<job>/input` and `p`, suits a sink that keeps any
+    /// source's positions. A sink that keeps only a kind of source's (the
+    /// Kafka sink: a consumer group's offsets of a topic's partitions)
+    /// answers names of that kind, and makes what they need (the topic).
+    async fn hand_over_source(&self, job: &str) -> HandOverSource {
+        HandOverSource {
+            scope: format!("{job}/input"),
+            split_prefix: "p".to_string(),
+        }
+    }
+}
+
+/// The partitions of the hand-over scenarios' source: more than any
+/// parallelism the kit uses.
+pub const HAND_OVER_PARTITIONS: u32 = 6;
+
+/// The names of the hand-over scenarios' source positions; see
+/// [`Destination::hand_over_source`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandOverSource {
+    /// The scope of every split.
+    pub scope: String,
+    /// Split `i` is named `<split_prefix><i>`.
+    pub split_prefix: String,
 }

@@ -31,10 +31,7 @@ use sink_runtime::{
 
 use crate::modes::describe;
 use crate::runner::{exactly_once, join, new_job_name, RunError};
-use crate::{Destination, RecordMaker};
-
-/// Partitions of the hand-over source: more than any parallelism used.
-const PARTITIONS: u32 = 6;
+use crate::{Destination, HandOverSource, RecordMaker, HAND_OVER_PARTITIONS as PARTITIONS};
 
 /// What the hand-over scenarios found.
 pub(crate) struct HandOver {
@@ -48,7 +45,7 @@ pub(crate) struct HandOver {
 #[derive(Clone, Copy)]
 struct Instance<'a> {
     job: &'a str,
-    scope: &'a str,
+    source: &'a HandOverSource,
     records: u64,
     parallelism: usize,
     /// Restarts in the process allowed (from its last checkpoint).
@@ -66,14 +63,15 @@ fn start_instance<S: Sink>(
 ) -> Result<JobHandle, RunError> {
     let Instance {
         job,
-        scope,
+        source: names,
         records,
         parallelism,
         restarts,
     } = *instance;
     let per_subtask = records / parallelism.max(1) as u64;
     let record = Arc::clone(record);
-    let source = PartitionedSequence::bounded(records, PARTITIONS, scope)
+    let source = PartitionedSequence::bounded(records, PARTITIONS, names.scope.clone())
+        .split_prefix(names.split_prefix.clone())
         .paced((per_subtask * 10).max(100))
         .map(move |id| record(id));
     let mut builder = Job::builder(job, source, sink)
@@ -103,14 +101,14 @@ pub(crate) async fn handover<D: Destination>(
     parallelism: usize,
 ) -> Result<HandOver, String> {
     let job = new_job_name();
-    let scope = format!("{job}/input");
+    let names = destination.hand_over_source(&job).await;
     let a_storage = MemoryCheckpointStorage::default();
     // A crash right after the fourth checkpoint is stored: its
     // committables are in the checkpoint and were never committed.
     let _ = fail::cfg("after-checkpoint-stored", "3*off->1*return->off");
     let a_instance = Instance {
         job: &job,
-        scope: &scope,
+        source: &names,
         records,
         parallelism,
         restarts: 0,
@@ -211,12 +209,12 @@ pub(crate) async fn two_owners_at_once<D: Destination>(
     parallelism: usize,
 ) -> Result<(), String> {
     let job = new_job_name();
-    let scope = format!("{job}/input");
+    let names = destination.hand_over_source(&job).await;
     let mut handles = Vec::new();
     for parallelism in [parallelism, parallelism + 1] {
         let instance = Instance {
             job: &job,
-            scope: &scope,
+            source: &names,
             records,
             parallelism,
             restarts: 1000,

@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use sink_api::{InputOf, Sink};
 
-pub use destination::Destination;
+pub use destination::{Destination, HandOverSource, HAND_OVER_PARTITIONS};
 pub use report::{PropertyResult, Report, Verdict};
 
 /// Makes the record with id `id`: the kit's source is the ids `0..n`, mapped

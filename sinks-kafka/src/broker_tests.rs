@@ -218,3 +218,163 @@ async fn open_transactions_are_listed_by_every_broker() {
     assert!(read.open_partitions.is_empty(), "{read:?}");
     assert!(read.messages.is_empty(), "{read:?}");
 }
+
+/// Prepares a transaction of `lineage` writing `value` to partition 0 of
+/// `topic` and advancing partition 0 of `scope`'s source from `from` to
+/// `to`, as the writer does at a barrier: claim, positions, marker.
+async fn prepare_with_position(
+    cluster: &Arc<Cluster>,
+    (name, topic): (&Arc<str>, &Topic),
+    prefix: &str,
+    lineage: &str,
+    scope: &str,
+    (from, to): (Option<u64>, u64),
+    value: &str,
+) -> crate::writer::KafkaCommittable {
+    use crate::positions::{self, KafkaScope};
+    let id = format!("{prefix}.{lineage}.s0.t0");
+    let mut tx = Transaction::begin(cluster.clone(), name.clone(), &id, TIMEOUT)
+        .await
+        .expect("begin");
+    write(&mut tx, topic, 0, &[value]).await;
+    let identity = tx.identity().clone();
+    let advance = sink_api::PositionAdvance {
+        key: sink_api::SplitKey::new(scope, "-/0"),
+        from,
+        to,
+    };
+    let kafka = KafkaScope::parse(scope).expect("a Kafka scope");
+    positions::claim(cluster, &kafka, &identity, &[&advance])
+        .await
+        .expect("claim");
+    tx.commit_offsets(
+        kafka.group,
+        positions::offsets(&kafka, &[&advance]).expect("offsets"),
+    )
+    .await
+    .expect("positions");
+    tx.mark(&id, 1, &Marker::metadata(&identity))
+        .await
+        .expect("mark");
+    tx.flush().await.expect("flush");
+    crate::writer::KafkaCommittable {
+        transaction: identity,
+        checkpoint: 1,
+        subtask: 0,
+        slot: 0,
+        records: 1,
+        positions: vec![advance],
+    }
+}
+
+fn committer(cluster: &Arc<Cluster>, topic: &Arc<str>) -> crate::committer::KafkaCommitter {
+    crate::committer::KafkaCommitter {
+        cluster: cluster.clone(),
+        topic: topic.clone(),
+        slots: Arc::new(crate::slots::Slots::new(8, TIMEOUT)),
+        stats: Arc::default(),
+        settled: Default::default(),
+        transaction_timeout: TIMEOUT,
+    }
+}
+
+/// The rule of `positions`: two owners' transactions advancing one
+/// partition from the same position never both commit, even when both
+/// found the partition at `from` before either committed (the interleaving
+/// a check of the offsets alone lets through: both commit, duplicates).
+#[tokio::test]
+async fn two_transactions_advancing_a_partition_from_the_same_position_never_both_commit() {
+    use crate::positions::{self, KafkaScope};
+    let cluster = new_cluster();
+    let (name, topic) = topic(&cluster, 1).await;
+    let (source, _) = self::topic(&cluster, 1).await;
+    let prefix = unique("facts-claims");
+    let scope = format!("kafka/{source}/{}", unique("group"));
+    // T1 is prepared and passes its check; then T2 is prepared from the
+    // same position and passes its check too (the partition has no offset
+    // yet): T2's check fences T1 by its claim.
+    let one = prepare_with_position(
+        &cluster,
+        (&name, &topic),
+        &prefix,
+        "lineage1",
+        &scope,
+        (None, 10),
+        "one",
+    )
+    .await;
+    let first = positions::settle(
+        &cluster,
+        &one.transaction,
+        &one.positions,
+        &mut Default::default(),
+        TIMEOUT,
+    )
+    .await
+    .expect("settle one");
+    assert_eq!(first, Ok(()));
+    let two = prepare_with_position(
+        &cluster,
+        (&name, &topic),
+        &prefix,
+        "lineage2",
+        &scope,
+        (None, 7),
+        "two",
+    )
+    .await;
+    let second = positions::settle(
+        &cluster,
+        &two.transaction,
+        &two.positions,
+        &mut Default::default(),
+        TIMEOUT,
+    )
+    .await
+    .expect("settle two");
+    assert_eq!(second, Ok(()));
+    // T1 can no longer commit, whatever it does next: its EndTxn, sent
+    // right after its check, would find another epoch of its id.
+    let now = describe(&cluster, &one.transaction.transactional_id)
+        .await
+        .expect("describe");
+    assert!(
+        now.state != "Ongoing" || now.epoch != one.transaction.epoch,
+        "the check of T2 left T1 open: {now:?}"
+    );
+    // T2 commits; T1, which had passed its check, no longer can.
+    let mut committer = committer(&cluster, &name);
+    let mut requests = vec![sink_api::CommitRequest::new(
+        two.clone(),
+        sink_api::CheckpointId(1),
+        0,
+    )];
+    sink_api::Committer::commit(&mut committer, &mut requests)
+        .await
+        .expect("commit two");
+    assert!(
+        matches!(requests[0].outcome(), sink_api::CommitOutcome::Committed),
+        "{:?}",
+        requests[0].outcome()
+    );
+    let mut requests = vec![sink_api::CommitRequest::new(
+        one.clone(),
+        sink_api::CheckpointId(1),
+        0,
+    )];
+    sink_api::Committer::commit(&mut committer, &mut requests)
+        .await
+        .expect("commit one");
+    assert!(
+        matches!(
+            requests[0].outcome(),
+            sink_api::CommitOutcome::Superseded(_)
+        ),
+        "{:?}",
+        requests[0].outcome()
+    );
+    assert_eq!(values(&name).await, ["two"]);
+    let kafka = KafkaScope::parse(&scope).expect("a Kafka scope");
+    let positions = positions::read(&cluster, &kafka).await.expect("positions");
+    assert_eq!(positions.get("-/0"), Some(&7));
+}

@@ -5,7 +5,8 @@
 //! |---|---|
 //! | the marker names this transaction, or a later one of its id | already committed (a replay) |
 //! | the id's current producer and epoch are the transaction's, and it is open or committing | `EndTxn(commit)`, then the marker, read once stable: this transaction's ─▶ committed |
-//! | the marker, stable, names another transaction or none | failed with a known reason: aborted (its timeout passed, or a newer producer fenced it before its commit); its records are counted lost |
+//! | with source positions: a split not where the transaction expects, once every other open transaction claiming one was fenced (see `positions`) | abort; superseded |
+//! | the marker, stable, names another transaction or none | failed with a known reason: aborted (its timeout passed, or a newer producer fenced it before its commit); its records are counted lost. With source positions: superseded (its positions went with it) |
 //! | a broker unreachable, a coordinator moving, no answer in time | retry later; the runtime's retry policy bounds the retries, then the job fails |
 //! | anything else | failed with an unknown reason: the job fails and restarts |
 //!
@@ -16,13 +17,15 @@
 //! noida-db also to a commit of an aborted transaction.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_protocol::error::ResponseError;
 use sink_api::{CommitRequest, Committer, SinkError};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::marker::{self, Marker, Verdict};
+use crate::positions;
 use crate::slots::Slots;
 use crate::stats::Stats;
 use crate::transaction::{describe, end, TransactionState};
@@ -36,6 +39,10 @@ pub struct KafkaCommitter {
     pub(crate) topic: Arc<str>,
     pub(crate) slots: Arc<Slots>,
     pub(crate) stats: Arc<Stats>,
+    /// Claims on splits found settled (see the `positions` module).
+    pub(crate) settled: positions::Settled,
+    /// For the `InitProducerId` that fences a transaction claiming a split.
+    pub(crate) transaction_timeout: Duration,
 }
 
 impl std::fmt::Debug for KafkaCommitter {
@@ -53,10 +60,13 @@ enum Outcome {
     Committed,
     AlreadyCommitted,
     Lost(String),
+    /// Its source positions moved, or it was aborted with them: nothing
+    /// of it applied, its records are read again from the destination.
+    Superseded(String),
 }
 
 impl KafkaCommitter {
-    async fn commit_one(&self, committable: &KafkaCommittable) -> Result<Outcome, WireError> {
+    async fn commit_one(&mut self, committable: &KafkaCommittable) -> Result<Outcome, WireError> {
         let identity = &committable.transaction;
         let id = identity.transactional_id.as_str();
         let before = marker::read(&self.cluster, id, &self.topic, false).await?;
@@ -77,6 +87,27 @@ impl KafkaCommitter {
             Err(error) => return Err(error),
         };
         let ours = now.producer_id == identity.producer_id && now.epoch == identity.epoch;
+        if ours && now.state == "Ongoing" && !committable.positions.is_empty() {
+            let checked = positions::settle(
+                &self.cluster,
+                identity,
+                &committable.positions,
+                &mut self.settled,
+                self.transaction_timeout,
+            )
+            .await?;
+            if let Err(conflict) = checked {
+                if let Err(error) = end(&self.cluster, identity, false).await {
+                    if !error.is_fenced() {
+                        return Err(error);
+                    }
+                }
+                return Ok(Outcome::Superseded(format!(
+                    "transaction {identity} of checkpoint {}: {conflict}",
+                    committable.checkpoint
+                )));
+            }
+        }
         if ours && matches!(now.state.as_str(), "Ongoing" | "PrepareCommit") {
             #[cfg(feature = "failpoints")]
             fail::fail_point!("kafka-before-end-txn", |_| Err(WireError::Protocol(
@@ -98,6 +129,21 @@ impl KafkaCommitter {
         Ok(match Marker::verdict(after, identity) {
             Verdict::This => Outcome::Committed,
             Verdict::Later => Outcome::AlreadyCommitted,
+            // With positions, an aborted transaction took its positions
+            // with it: its records are read again from the destination.
+            Verdict::NotCommitted if !committable.positions.is_empty() => {
+                Outcome::Superseded(format!(
+                    "transaction {identity} of checkpoint {} was aborted before its commit (the \
+                     coordinator holds {} at producer {} epoch {}): another owner of its splits \
+                     fenced it, or its timeout passed; its positions did not move, so its {} \
+                     records are read again from the destination",
+                    committable.checkpoint,
+                    now.state,
+                    now.producer_id,
+                    now.epoch,
+                    committable.records
+                ))
+            }
             Verdict::NotCommitted => Outcome::Lost(format!(
                 "transaction {identity} of checkpoint {} was aborted before its commit (the \
                  coordinator holds {} at producer {} epoch {}; the commit marker names {}): \
@@ -152,6 +198,11 @@ impl Committer for KafkaCommitter {
                             warn!(%reason, "a prepared transaction was lost");
                             self.stats.lost(committable.records);
                             request.signal_records_lost(committable.records, reason);
+                        }
+                        Outcome::Superseded(reason) => {
+                            info!(%reason, "a prepared transaction was superseded");
+                            self.stats.superseded();
+                            request.signal_superseded(reason);
                         }
                     }
                 }

@@ -42,9 +42,11 @@ mod batcher;
 mod builder;
 mod committer;
 mod errors;
+mod format;
 mod marker;
 mod names;
 mod owner;
+mod positions;
 mod read;
 mod record;
 mod recovery;
@@ -62,9 +64,12 @@ pub use committer::KafkaCommitter;
 pub use errors::ConnectError;
 pub use names::TransactionalIdName;
 pub use owner::NewerInstance;
-pub use read::{open_transactions, read_committed, CommittedMessage, CommittedTopic};
+pub use read::{
+    open_transactions, read_committed, read_committed_with, CommittedMessage, CommittedTopic,
+};
 pub use record::KafkaRecord;
 pub use sink::KafkaSink;
+pub use sink_kafka_client::fetch::FetchedRecord;
 pub use sink_kafka_client::topic::delete_topic;
 pub use sink_kafka_client::WireError;
 pub use stats::KafkaStats;

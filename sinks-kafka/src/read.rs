@@ -15,7 +15,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 
 use crate::recovery::transactions;
-use sink_kafka_client::fetch::{committed_records, Aborted};
+use sink_kafka_client::fetch::{committed_records, Aborted, FetchedRecord};
 use sink_kafka_client::topic::Topic;
 use sink_kafka_client::{str_bytes, ClientConfig, Cluster, WireError};
 
@@ -75,11 +75,37 @@ const FETCH_BYTES: i32 = 4 << 20;
 /// last stable offset. Called by tests and demos to check what the sink
 /// committed; a topic that does not exist reads as empty.
 pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic, WireError> {
+    let mut messages = Vec::new();
+    let open_partitions = read_committed_with(brokers, topic, |partition, record| {
+        messages.push(CommittedMessage {
+            partition,
+            offset: record.offset,
+            key: record.key.map(|k| k.to_vec()),
+            value: record.value.map(|v| v.to_vec()).unwrap_or_default(),
+        })
+    })
+    .await?;
+    Ok(CommittedTopic {
+        messages,
+        open_partitions,
+    })
+}
+
+/// As [`read_committed`], handing each committed record to `each` (its
+/// partition, then the record) as it is fetched instead of keeping them:
+/// partition by partition, in offset order. Returns the partitions with a
+/// transaction open (see [`CommittedTopic::open_partitions`]). Called by
+/// readers of large topics (the benchmarks' plain consumer).
+pub async fn read_committed_with(
+    brokers: &str,
+    topic: &str,
+    mut each: impl FnMut(i32, FetchedRecord),
+) -> Result<Vec<i32>, WireError> {
     let cluster = reader_cluster(brokers);
     let Some(described) = Topic::describe(&cluster, topic).await? else {
-        return Ok(CommittedTopic::default());
+        return Ok(Vec::new());
     };
-    let mut read = CommittedTopic::default();
+    let mut open_partitions = Vec::new();
     for (partition, leader) in described.leaders.iter().enumerate() {
         let partition = partition as i32;
         let mut offset = 0;
@@ -139,12 +165,7 @@ pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic
             if let Some(records) = &data.records {
                 let mut bytes = records.clone();
                 offset = committed_records(&mut bytes, offset, end, &aborted, |record| {
-                    read.messages.push(CommittedMessage {
-                        partition,
-                        offset: record.offset,
-                        key: record.key.map(|k| k.to_vec()),
-                        value: record.value.map(|v| v.to_vec()).unwrap_or_default(),
-                    })
+                    each(partition, record)
                 })?;
             }
             if offset == before && offset < end {
@@ -163,11 +184,11 @@ pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic
             stalled = 0;
             if offset >= end {
                 if data.last_stable_offset >= 0 && data.last_stable_offset < data.high_watermark {
-                    read.open_partitions.push(partition);
+                    open_partitions.push(partition);
                 }
                 break;
             }
         }
     }
-    Ok(read)
+    Ok(open_partitions)
 }

@@ -12,8 +12,10 @@ use tracing::info;
 use crate::batcher::Batcher;
 use crate::committer::KafkaCommitter;
 use crate::errors::sink_error;
+use crate::format::CommittableFormat;
 use crate::names::check_prefix;
 use crate::owner::Owner;
+use crate::positions;
 use crate::recovery::abort_lingering;
 use crate::settings::Settings;
 use crate::slots::Slots;
@@ -169,6 +171,7 @@ impl Sink for KafkaSink {
                 self.settings.max_record_bytes,
             ),
             open: None,
+            advances: Vec::new(),
         })
     }
 
@@ -178,7 +181,34 @@ impl Sink for KafkaSink {
             topic: self.settings.topic.clone(),
             slots: self.slots.clone(),
             stats: self.stats.clone(),
+            settled: Default::default(),
+            transaction_timeout: self.settings.transaction_timeout,
         })
+    }
+
+    /// The sink commits a Kafka source's positions: each transaction
+    /// commits them with its records, as the source group's offsets (see
+    /// the `positions` module).
+    fn commits_positions(&self) -> bool {
+        true
+    }
+
+    /// The offsets of a Kafka source's consumer group (scope
+    /// `kafka/<topic>/<group>`), as last committed; other scopes are
+    /// refused.
+    async fn committed_positions(
+        &self,
+        scope: &str,
+    ) -> Result<sink_api::CommittedPositions, SinkError> {
+        let kafka =
+            positions::KafkaScope::parse(scope).map_err(|why| SinkError::msg(why).permanent())?;
+        positions::read(&self.cluster, &kafka)
+            .await
+            .map_err(|e| sink_error(format!("reading the positions of {scope:?}"), e))
+    }
+
+    fn committable_serializer(&self) -> Arc<dyn sink_api::VersionedSerializer<KafkaCommittable>> {
+        Arc::new(CommittableFormat)
     }
 
     /// The transaction timeout: a prepared transaction not committed within

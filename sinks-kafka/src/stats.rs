@@ -25,6 +25,9 @@ pub struct KafkaStats {
     pub commit_retries: u64,
     /// Open transactions of the lineage aborted at starts.
     pub aborted_at_start: u64,
+    /// Transactions superseded at their commit: their source positions had
+    /// moved (or they were aborted with them); nothing of them applied.
+    pub transactions_superseded: u64,
 }
 
 /// The live counters, registered in the job's metrics at every start.
@@ -38,6 +41,7 @@ pub(crate) struct Stats {
     transactions_lost: Counter,
     commit_retries: Counter,
     aborted_at_start: Counter,
+    transactions_superseded: Counter,
 }
 
 impl Stats {
@@ -63,6 +67,10 @@ impl Stats {
         self.commit_retries.add(1);
     }
 
+    pub(crate) fn superseded(&self) {
+        self.transactions_superseded.add(1);
+    }
+
     pub(crate) fn aborted_at_start(&self, n: u64) {
         self.aborted_at_start.add(n);
     }
@@ -77,6 +85,7 @@ impl Stats {
             transactions_lost: self.transactions_lost.get(),
             commit_retries: self.commit_retries.get(),
             aborted_at_start: self.aborted_at_start.get(),
+            transactions_superseded: self.transactions_superseded.get(),
         }
     }
 
@@ -123,6 +132,11 @@ impl Stats {
                 "kafka_sink_aborted_at_start",
                 "Open transactions of the lineage aborted at starts.",
                 &self.aborted_at_start,
+            ),
+            (
+                "kafka_sink_transactions_superseded",
+                "Transactions superseded at their commit: their source positions had moved.",
+                &self.transactions_superseded,
             ),
         ];
         metrics.register_all(counters);

@@ -8,6 +8,7 @@
 //!  Transaction::send    AddPartitionsToTxn (once per partition), then Produce batches,
 //!                       pipelined, each with the producer id, epoch and its sequence number
 //!  Transaction::mark    AddOffsetsToTxn + TxnOffsetCommit: the commit marker (see `marker`)
+//!  Transaction::commit_offsets   the same for any group: the source positions (see `positions`)
 //!  Transaction::flush   every Produce answered            ─▶ the committable: id, producer id, epoch
 //!  end (committer)      EndTxn(id, producer id, epoch, commit), from this or a new process
 //! ```
@@ -77,14 +78,39 @@ pub(crate) struct TransactionState {
 /// transaction of the id is still completing, or that it is moving.
 const BUSY_RETRY: Duration = Duration::from_millis(50);
 
+/// One offset committed in a group inside a transaction.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupOffset {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) metadata: String,
+}
+
+impl GroupOffset {
+    pub(crate) fn new(
+        topic: impl Into<String>,
+        partition: i32,
+        offset: i64,
+        metadata: impl Into<String>,
+    ) -> GroupOffset {
+        GroupOffset {
+            topic: topic.into(),
+            partition,
+            offset,
+            metadata: metadata.into(),
+        }
+    }
+}
+
 /// An open transaction of one transactional id, writing to one topic.
 #[derive(Debug)]
 pub(crate) struct Transaction {
     session: Session,
     identity: TransactionIdentity,
     added: HashSet<i32>,
-    /// Whether the commit marker's group was added.
-    offsets_added: bool,
+    /// The groups added for offsets (`AddOffsetsToTxn`).
+    offset_groups: HashSet<String>,
 }
 
 impl Transaction {
@@ -113,7 +139,7 @@ impl Transaction {
                 epoch,
             },
             added: HashSet::new(),
-            offsets_added: false,
+            offset_groups: HashSet::new(),
         })
     }
 
@@ -201,8 +227,23 @@ impl Transaction {
         checkpoint: u64,
         metadata: &str,
     ) -> Result<(), WireError> {
+        let offset = i64::try_from(checkpoint)
+            .map_err(|_| WireError::Protocol(format!("checkpoint {checkpoint} is too large")))?;
+        let topic = self.session.topic.to_string();
+        self.commit_offsets(group, vec![GroupOffset::new(topic, 0, offset, metadata)])
+            .await
+    }
+
+    /// Commits `offsets` in group `group` inside the transaction
+    /// (`AddOffsetsToTxn` once per group, then `TxnOffsetCommit`): they
+    /// become visible when, and only when, the transaction commits.
+    pub(crate) async fn commit_offsets(
+        &mut self,
+        group: &str,
+        offsets: Vec<GroupOffset>,
+    ) -> Result<(), WireError> {
         let id = self.identity.transactional_id.clone();
-        if !self.offsets_added {
+        if !self.offset_groups.contains(group) {
             let request = AddOffsetsToTxnRequest::default()
                 .with_transactional_id(TransactionalId(str_bytes(&id)))
                 .with_producer_id(ProducerId(self.identity.producer_id))
@@ -217,23 +258,29 @@ impl Transaction {
                 }
             })
             .await?;
-            self.offsets_added = true;
+            self.offset_groups.insert(group.to_string());
         }
-        let offset = i64::try_from(checkpoint)
-            .map_err(|_| WireError::Protocol(format!("checkpoint {checkpoint} is too large")))?;
+        let expected = offsets.len();
         let request = TxnOffsetCommitRequest::default()
             .with_transactional_id(TransactionalId(str_bytes(&id)))
             .with_group_id(GroupId(str_bytes(group)))
             .with_producer_id(ProducerId(self.identity.producer_id))
             .with_producer_epoch(self.identity.epoch)
             .with_generation_id(-1)
-            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
-                .with_name(TopicName(str_bytes(&self.session.topic)))
-                .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
-                    .with_partition_index(0)
-                    .with_committed_offset(offset)
-                    .with_committed_leader_epoch(-1)
-                    .with_committed_metadata(Some(str_bytes(metadata)))])]);
+            .with_topics(
+                offsets
+                    .into_iter()
+                    .map(|o| {
+                        TxnOffsetCommitRequestTopic::default()
+                            .with_name(TopicName(str_bytes(&o.topic)))
+                            .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                                .with_partition_index(o.partition)
+                                .with_committed_offset(o.offset)
+                                .with_committed_leader_epoch(-1)
+                                .with_committed_metadata(Some(str_bytes(&o.metadata)))])
+                    })
+                    .collect(),
+            );
         let deadline = Instant::now() + self.cluster().config.request_timeout;
         loop {
             let link = self
@@ -242,10 +289,10 @@ impl Transaction {
                 .await?;
             let result = async {
                 let answer = self.cluster().call(&link, &request).await?;
-                let mut named = false;
+                let mut named = 0;
                 for topic in &answer.topics {
                     for partition in &topic.partitions {
-                        named |= partition.partition_index == 0;
+                        named += 1;
                         WireError::check(
                             "TxnOffsetCommit",
                             || format!("group {group}"),
@@ -253,9 +300,10 @@ impl Transaction {
                         )?;
                     }
                 }
-                if !named {
+                if named != expected {
                     return Err(WireError::Protocol(format!(
-                        "TxnOffsetCommit for group {group} was answered without its partition"
+                        "TxnOffsetCommit for group {group} answered {named} of its {expected} \
+                         partitions"
                     )));
                 }
                 Ok::<_, WireError>(())

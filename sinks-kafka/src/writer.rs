@@ -17,13 +17,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, SinkError, SinkWriter};
+use sink_api::{CheckpointId, PositionAdvance, SinkError, SinkWriter};
 use tracing::warn;
 
 use crate::batcher::{Batcher, TooLarge};
 use crate::marker::Marker;
 use crate::names::TransactionalIdName;
 use crate::owner::Owner;
+use crate::positions;
 use crate::record::KafkaRecord;
 use crate::settings::Settings;
 use crate::slots::NoSlot;
@@ -31,7 +32,7 @@ use crate::slots::Slots;
 use crate::stats::Stats;
 use crate::transaction::{end, Transaction, TransactionIdentity};
 use sink_kafka_client::topic::Topic;
-use sink_kafka_client::Cluster;
+use sink_kafka_client::{Cluster, WireError};
 
 /// A prepared transaction: what the committer needs to commit it, from
 /// this process or another.
@@ -51,6 +52,10 @@ pub struct KafkaCommittable {
     /// Its records, for the count of records lost should it be found
     /// aborted.
     pub records: u64,
+    /// The source positions it commits with its records (see the
+    /// `positions` module); empty without a source whose positions the
+    /// sink commits.
+    pub positions: Vec<PositionAdvance>,
 }
 
 /// Writes one subtask's records into Kafka transactions. Made by
@@ -67,6 +72,8 @@ pub struct KafkaWriter {
     pub(crate) subtask: usize,
     pub(crate) batcher: Batcher,
     pub(crate) open: Option<Open>,
+    /// The source positions handed over since the last barrier.
+    pub(crate) advances: Vec<PositionAdvance>,
 }
 
 impl std::fmt::Debug for KafkaWriter {
@@ -234,18 +241,33 @@ impl SinkWriter for KafkaWriter {
         for partition in 0..self.batcher.partitions() {
             self.send(partition).await?;
         }
+        let advances = std::mem::take(&mut self.advances);
+        if self.open.is_none() && !advances.is_empty() {
+            // No records, but positions: they move in a transaction too.
+            self.open = Some(self.begin().await?);
+        }
         let Some(mut open) = self.open.take() else {
             return Ok(Vec::new());
         };
         let identity = open.transaction.identity().clone();
-        let marked = open
-            .transaction
-            .mark(
-                &identity.transactional_id,
-                checkpoint_id.0,
-                &Marker::metadata(&identity),
-            )
-            .await;
+        let marked = async {
+            for (scope, advances) in positions::by_scope(&advances) {
+                let scope = positions::KafkaScope::parse(scope).map_err(WireError::Protocol)?;
+                positions::claim(&self.cluster, &scope, &identity, &advances).await?;
+                let offsets = positions::offsets(&scope, &advances)?;
+                open.transaction
+                    .commit_offsets(scope.group, offsets)
+                    .await?;
+            }
+            open.transaction
+                .mark(
+                    &identity.transactional_id,
+                    checkpoint_id.0,
+                    &Marker::metadata(&identity),
+                )
+                .await
+        }
+        .await;
         let flushed = match marked {
             Ok(()) => open.transaction.flush().await,
             Err(error) => Err(error),
@@ -263,7 +285,23 @@ impl SinkWriter for KafkaWriter {
             subtask: self.subtask,
             slot: open.slot,
             records: open.records,
+            positions: advances,
         }])
+    }
+
+    /// Keeps `advances` for the transaction prepared at the next barrier,
+    /// which commits them with its records (see the `positions` module).
+    fn carry_positions(&mut self, advances: Vec<PositionAdvance>) -> Result<(), SinkError> {
+        positions::check(&advances).map_err(|why| SinkError::msg(why).permanent())?;
+        for advance in advances {
+            match self.advances.iter_mut().find(|a| a.key == advance.key) {
+                // Two hand-overs before one barrier: from the first's
+                // `from` to the last's `to`.
+                Some(known) => known.to = advance.to,
+                None => self.advances.push(advance),
+            }
+        }
+        Ok(())
     }
 
     /// Aborts the transaction still open (its records were handed to no

@@ -9,7 +9,7 @@
 //!
 //! | figure | job | baseline |
 //! |---|---|---|
-//! | throughput | a topic of `--records` messages (the demo's 100-byte lines) read by a consumer group (`sources-kafka`, bounded, `--parallelism` subtasks) into the file sink (each value a line, parts rolled at each 1 s checkpoint, positions committed with them, checkpoints on local disk) | one `read_committed` read of the topic (the same client) writing each value as a line into one file, synced at the end |
+//! | throughput | a topic of `--records` messages (the demo's 100-byte lines) read by a consumer group (`sources-kafka`, bounded, `--parallelism` subtasks) into the file sink (each value a line, parts rolled at each 1 s checkpoint, positions committed with them, checkpoints on local disk) | one `read_committed` read of the topic (the same client), partition by partition, writing each value as a line into one file as it is fetched, synced at the end |
 //! | peak RSS | the job, alone in its process | the consumer, alone in its process |
 //!
 //! The topic is written once; the measurements alternate `--runs` times,
@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use sink_benches::{measurement, median_rate, peak_rss_bytes, peak_rss_mib};
 use sink_runtime::{CheckpointConfig, Job, LocalCheckpointStorage};
 use sinks_file::{FileSink, RollingPolicy};
-use sinks_kafka::{delete_topic, read_committed, IdempotentProducer, KafkaRecord};
+use sinks_kafka::{delete_topic, read_committed_with, IdempotentProducer, KafkaRecord};
 use sources_kafka::KafkaSource;
 
 #[derive(Debug, Parser)]
@@ -116,12 +116,17 @@ async fn plain(args: &Args, topic: &str) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("out.txt");
     let started = Instant::now();
-    let read = read_committed(brokers(args), topic).await?;
     let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&path)?);
-    for message in &read.messages {
-        file.write_all(&message.value)?;
-        file.write_all(b"\n")?;
-    }
+    let mut written: std::io::Result<()> = Ok(());
+    // Each value written as it is fetched, as a consumer loop would.
+    read_committed_with(brokers(args), topic, |_, record| {
+        if written.is_ok() {
+            let value = record.value.as_deref().unwrap_or_default();
+            written = file.write_all(value).and_then(|()| file.write_all(b"\n"));
+        }
+    })
+    .await?;
+    written?;
     let file = file.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()?;
     let seconds = started.elapsed().as_secs_f64();

@@ -134,6 +134,10 @@ where
     if config.allow_uncommitted {
         builder = builder.allow_uncommitted_output();
     }
+    #[cfg(feature = "kafka")]
+    if config.source.is_kafka() {
+        builder = builder.restart_strategy(examples::kafka_input::RESTARTS);
+    }
     let job = builder.build()?;
     let started = Instant::now();
     let handle = job.start();

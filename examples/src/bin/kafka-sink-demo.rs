@@ -16,6 +16,14 @@
 //! consumer does and checks that every id is there once; `--baseline`
 //! first writes the same records with a plain idempotent producer, for the
 //! ratio.
+//!
+//! Kafka to Kafka: `--source kafka --input-topic T --group G` (bounded:
+//! ends at the input's end as the job first saw it) or `--source
+//! kafka-unbounded` (stops after `--run-for`) copies each message of `T`
+//! (key and value) into `--topic`, the group's offsets committed in the
+//! same transactions. Several instances of one group, each with its own
+//! `--state`, share the input's partitions; the summary checks that no
+//! value is in the output twice.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -25,7 +33,9 @@ use clap::Parser;
 use examples::demo_line::DemoLine;
 use sink_cli::flags::parse_duration;
 use sink_runtime::source::Source;
-use sink_runtime::{CheckpointConfig, Job, JobStatus, LocalCheckpointStorage, SequenceSource};
+use sink_runtime::{
+    CheckpointConfig, Job, JobReport, JobStatus, LocalCheckpointStorage, SequenceSource,
+};
 use sinks_kafka::{
     delete_topic, open_transactions, read_committed, IdempotentProducer, KafkaRecord, KafkaSink,
 };
@@ -74,6 +84,97 @@ struct Args {
     /// Print one JSON object with the results on the last line of stdout.
     #[arg(long)]
     json: bool,
+    /// What to read: the demo's numbered records (`sequence`), or a Kafka
+    /// topic as a consumer group (`kafka`: up to its end as the job first
+    /// saw it; `kafka-unbounded`: until --run-for is up).
+    #[arg(long, value_enum, default_value_t = InputKind::Sequence)]
+    source: InputKind,
+    /// With --source kafka*: the topic to read (on --brokers).
+    #[arg(long)]
+    input_topic: Option<String>,
+    /// With --source kafka*: the consumer group. Its offsets are committed
+    /// with the output's transactions; every instance of the group (each
+    /// with its own --state) shares the input's partitions.
+    #[arg(long)]
+    group: Option<String>,
+    /// With --source kafka-unbounded: how long to run, such as 30s.
+    #[arg(long, default_value = "12s")]
+    run_for: String,
+    /// With --source kafka*: go on past records that retention deleted
+    /// before the group read them (they are lost; without it, the run
+    /// stops and says which).
+    #[arg(long)]
+    skip_deleted_records: bool,
+    /// With --source kafka*: read a topic that was deleted and created
+    /// again from its start (without it, the run stops and says so).
+    #[arg(long)]
+    recreated_topic_from_start: bool,
+}
+
+/// What the demo reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum InputKind {
+    /// Records with ids 0..--records.
+    Sequence,
+    /// A Kafka topic as a consumer group, up to its end.
+    Kafka,
+    /// A Kafka topic as a consumer group, until --run-for is up.
+    KafkaUnbounded,
+}
+
+/// The Kafka source `args` name; an error names a missing flag.
+async fn kafka_source(args: &Args) -> anyhow::Result<sources_kafka::KafkaSource> {
+    let missing = |flag: &str| anyhow::anyhow!("--source kafka needs {flag}");
+    let topic = args
+        .input_topic
+        .clone()
+        .ok_or_else(|| missing("--input-topic"))?;
+    let group = args.group.clone().ok_or_else(|| missing("--group"))?;
+    if topic == args.topic {
+        bail!("--input-topic and --topic are both {topic}: the demo would read its own output");
+    }
+    let mut builder = sources_kafka::KafkaSource::builder(args.brokers.clone(), topic, group);
+    if args.source == InputKind::Kafka {
+        builder = builder.bounded();
+    }
+    if args.skip_deleted_records {
+        builder = builder.skip_deleted_records();
+    }
+    if args.recreated_topic_from_start {
+        builder = builder.read_recreated_topic_from_start();
+    }
+    Ok(builder.build().await?)
+}
+
+/// A message read as the same message to write.
+fn copied(message: sources_kafka::KafkaMessage) -> KafkaRecord {
+    let record = KafkaRecord::new(message.value_bytes().to_vec());
+    match message.key {
+        Some(key) => record.with_key(key.to_vec()),
+        None => record,
+    }
+}
+
+/// Runs `builder`'s job; an unbounded one is cancelled after `run_for`.
+async fn run<Src, Snk>(
+    builder: sink_runtime::JobBuilder<Src, Snk>,
+    run_for: Option<std::time::Duration>,
+) -> anyhow::Result<JobReport>
+where
+    Src: Source,
+    Snk: sink_api::Sink<Writer: sink_api::SinkWriter<Input = Src::Record>>,
+{
+    let handle = builder.build()?.start();
+    if let Some(run_for) = run_for {
+        let deadline = Instant::now() + run_for;
+        while !handle.is_finished() && Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        if !handle.is_finished() {
+            handle.cancel();
+        }
+    }
+    Ok(handle.join().await?)
 }
 
 /// The message of record `id`: the file demo's line without its newline.
@@ -168,20 +269,43 @@ async fn main() -> anyhow::Result<()> {
         .connect()
         .await?;
     let stats = sink.stats_handle();
-    let source = SequenceSource::bounded(args.records)
-        .paced(args.rate)
-        .map(move |id| message(line, id));
     let storage = LocalCheckpointStorage::open(&args.state)
         .with_context(|| format!("opening the state directory {}", args.state.display()))?;
-    let builder = Job::builder(job.clone(), source, sink)
-        .parallelism(parallelism)
-        .checkpoint_storage(storage);
-    let builder = match checkpoint_interval {
-        Some(interval) => builder.checkpointing(CheckpointConfig::every(interval)),
-        None => builder,
-    };
+    let checkpointing = checkpoint_interval.map(CheckpointConfig::every);
     let started = Instant::now();
-    let report = builder.build()?.run().await?;
+    let report = match args.source {
+        InputKind::Sequence => {
+            let source = SequenceSource::bounded(args.records)
+                .paced(args.rate)
+                .map(move |id| message(line, id));
+            let builder = Job::builder(job.clone(), source, sink)
+                .parallelism(parallelism)
+                .checkpoint_storage(storage);
+            let builder = match checkpointing {
+                Some(config) => builder.checkpointing(config),
+                None => builder,
+            };
+            run(builder, None).await?
+        }
+        InputKind::Kafka | InputKind::KafkaUnbounded => {
+            let source = kafka_source(&args).await?.map(copied);
+            let builder = Job::builder(job.clone(), source, sink)
+                .parallelism(parallelism)
+                .checkpoint_storage(storage)
+                .restart_strategy(examples::kafka_input::RESTARTS);
+            let builder = match checkpointing {
+                Some(config) => builder.checkpointing(config),
+                None => builder,
+            };
+            let run_for = match args.source {
+                InputKind::KafkaUnbounded => {
+                    Some(parse_duration(&args.run_for).map_err(anyhow::Error::msg)?)
+                }
+                _ => None,
+            };
+            run(builder, run_for).await?
+        }
+    };
     let wall = started.elapsed();
     if report.status == JobStatus::AlreadyFinished {
         eprintln!(
@@ -192,30 +316,45 @@ async fn main() -> anyhow::Result<()> {
     let read = read_committed(&args.brokers, &args.topic)
         .await
         .with_context(|| format!("reading {} back", args.topic))?;
-    let mut ids: Vec<u64> = Vec::with_capacity(read.messages.len());
-    for m in &read.messages {
-        let id = std::str::from_utf8(&m.value)
-            .ok()
-            .and_then(|v| v.split(',').next())
-            .and_then(|id| id.parse().ok());
-        match id {
-            Some(id) => ids.push(id),
-            None => bail!(
-                "{}/{} offset {} is not a demo record",
-                args.topic,
-                m.partition,
-                m.offset
-            ),
+    let committed = read.messages.len() as u64;
+    let distinct = match args.source {
+        InputKind::Sequence => {
+            let mut ids: Vec<u64> = Vec::with_capacity(read.messages.len());
+            for m in &read.messages {
+                let id = std::str::from_utf8(&m.value)
+                    .ok()
+                    .and_then(|v| v.split(',').next())
+                    .and_then(|id| id.parse().ok());
+                match id {
+                    Some(id) => ids.push(id),
+                    None => bail!(
+                        "{}/{} offset {} is not a demo record",
+                        args.topic,
+                        m.partition,
+                        m.offset
+                    ),
+                }
+            }
+            ids.sort_unstable();
+            ids.dedup();
+            ids.len() as u64
         }
-    }
-    let committed = ids.len() as u64;
-    ids.sort_unstable();
-    ids.dedup();
-    let distinct = ids.len() as u64;
+        // Copied messages: their values, which the input holds once each.
+        _ => {
+            let mut values: Vec<&[u8]> = read.messages.iter().map(|m| &m.value[..]).collect();
+            values.sort_unstable();
+            values.dedup();
+            values.len() as u64
+        }
+    };
     if distinct != committed {
         bail!(
-            "{} holds {committed} committed messages but only {distinct} distinct ids",
-            args.topic
+            "{} holds {committed} committed messages but only {distinct} distinct {}",
+            args.topic,
+            match args.source {
+                InputKind::Sequence => "ids",
+                _ => "values",
+            }
         );
     }
     let open = open_transactions(&args.brokers, &format!("{job}."))
@@ -241,6 +380,7 @@ async fn main() -> anyhow::Result<()> {
             "commit_calls": m.commit_calls,
             "checkpoints_completed": m.checkpoints_completed,
             "transactions_committed": s.transactions_committed,
+            "transactions_superseded": s.transactions_superseded,
             "already_committed": s.already_committed,
             "aborted_at_start": s.aborted_at_start,
             "open_transactions": open,

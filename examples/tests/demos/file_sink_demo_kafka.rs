@@ -6,44 +6,11 @@
 //! finished files.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use crate::kafka_topics::{brokers, fill, kill, spawn, unique, value_id};
 use crate::output::summary;
-
-fn brokers() -> String {
-    std::env::var("KAFKA_TEST_BROKERS").unwrap_or_else(|_| {
-        panic!("KAFKA_TEST_BROKERS is not set: run through scripts/with-kafka (./scripts/test-all does)")
-    })
-}
-
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("{what}-{}-{nanos}", std::process::id())
-}
-
-/// Writes the values `v<id>` for ids `from..to` into `topic` (created with
-/// `partitions` partitions), keyed by id.
-fn fill(topic: &str, partitions: u32, from: u64, to: u64) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut producer = sinks_kafka::IdempotentProducer::connect(&brokers(), topic, partitions)
-            .await
-            .unwrap();
-        let records: Vec<sinks_kafka::KafkaRecord> = (from..to)
-            .map(|id| sinks_kafka::KafkaRecord::new(format!("v{id}")).with_key(id.to_string()))
-            .collect();
-        for chunk in records.chunks(2000) {
-            producer.send_batch(chunk.to_vec()).await.unwrap();
-        }
-        producer.flush().await.unwrap();
-    });
-}
 
 /// The demo reading `topic` as `group` into `out`, its checkpoints in
 /// `state`.
@@ -67,29 +34,12 @@ fn demo(topic: &str, group: &str, out: &Path, state: &Path, args: &[&str]) -> Co
     command
 }
 
-fn spawn(mut command: Command) -> Child {
-    command
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn kill(mut child: Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
-}
-
 /// The values in the finished files under `out`, sorted, duplicates kept.
 fn finished_values(out: &Path) -> Vec<u64> {
     let mut values = Vec::new();
     for path in sinks_file::finished_files(out).expect("the output can be read") {
         for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let id = line
-                .strip_prefix('v')
-                .and_then(|id| id.parse().ok())
-                .unwrap_or_else(|| panic!("not a value of the topic: {line:?}"));
-            values.push(id);
+            values.push(value_id(line));
         }
     }
     values.sort_unstable();

@@ -5,21 +5,9 @@
 //! transaction's commit, then resumed: every record once in the
 //! `read_committed` view, no transaction of the job left open.
 
+use crate::kafka_topics::{brokers, unique};
 use crate::output::summary;
 use std::process::Command;
-
-fn brokers() -> String {
-    std::env::var("KAFKA_TEST_BROKERS").unwrap_or_else(|_| {
-        panic!("KAFKA_TEST_BROKERS is not set: run through scripts/with-kafka (./scripts/test-all does)")
-    })
-}
-
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("{what}-{}-{nanos}", std::process::id())
-}
 
 fn demo(topic: &str, state: &std::path::Path, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kafka-sink-demo"));

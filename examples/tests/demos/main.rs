@@ -12,6 +12,10 @@ mod file_sink_demo_kafka;
 mod file_sink_demo_s3;
 #[cfg(feature = "kafka")]
 mod kafka_sink_demo;
+#[cfg(feature = "kafka")]
+mod kafka_sink_demo_kafka;
+#[cfg(feature = "kafka")]
+mod kafka_topics;
 mod output;
 #[cfg(feature = "postgres")]
 mod postgres_sink_demo;

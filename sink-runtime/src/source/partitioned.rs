@@ -25,6 +25,7 @@ pub struct PartitionedSequence {
     count: u64,
     partitions: u32,
     scope: String,
+    split_prefix: String,
     boundedness: Boundedness,
     records_per_second: Option<u64>,
 }
@@ -37,6 +38,7 @@ impl PartitionedSequence {
             count,
             partitions: partitions.max(1),
             scope: scope.into(),
+            split_prefix: "p".to_string(),
             boundedness: Boundedness::Bounded,
             records_per_second: None,
         }
@@ -46,6 +48,15 @@ impl PartitionedSequence {
     /// subtask, as a live stream would deliver them (0 means no limit).
     pub fn paced(mut self, records_per_second: u64) -> PartitionedSequence {
         self.records_per_second = (records_per_second > 0).then_some(records_per_second);
+        self
+    }
+
+    /// Names partition `p`'s split `<prefix><p>` instead of `p<p>`: as a
+    /// source of another kind would (a Kafka source's are `-/<p>`, with its
+    /// scope `kafka/<topic>/<group>`), for a sink that keeps only such
+    /// positions.
+    pub fn split_prefix(mut self, prefix: impl Into<String>) -> PartitionedSequence {
+        self.split_prefix = prefix.into();
         self
     }
 
@@ -81,14 +92,15 @@ pub struct PartitionedReader {
     /// Each split with its end offset.
     splits: Vec<(PartitionedSplit, u64)>,
     partitions: u32,
+    split_prefix: String,
     tracker: PositionTracker,
     turn: usize,
     boundedness: Boundedness,
     pace: Option<Pace>,
 }
 
-fn split_name(partition: u32) -> String {
-    format!("p{partition}")
+fn split_name(prefix: &str, partition: u32) -> String {
+    format!("{prefix}{partition}")
 }
 
 impl Source for PartitionedSequence {
@@ -131,6 +143,7 @@ impl Source for PartitionedSequence {
         Ok(PartitionedReader {
             splits,
             partitions: self.partitions,
+            split_prefix: self.split_prefix.clone(),
             tracker: PositionTracker::new(self.scope.clone()),
             turn: 0,
             boundedness: self.boundedness,
@@ -167,7 +180,7 @@ impl SplitReader for PartitionedReader {
             split.next += take;
             left -= take;
             self.tracker
-                .set_next(&split_name(split.partition), split.next);
+                .set_next(&split_name(&self.split_prefix, split.partition), split.next);
         }
         if let Some(pace) = &mut self.pace {
             pace.read(max as u64 - left);
@@ -187,7 +200,7 @@ impl SplitReader for PartitionedReader {
     async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
         let committed = start.committed;
         for (split, end) in &mut self.splits {
-            let name = split_name(split.partition);
+            let name = split_name(&self.split_prefix, split.partition);
             let next = self
                 .tracker
                 .acquire(&name, committed.get(&name).copied(), 0);

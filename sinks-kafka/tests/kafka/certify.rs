@@ -3,7 +3,7 @@
 //! transactional id prefix of its own.
 
 use sink_api::async_trait;
-use sink_testkit::{certify, Destination};
+use sink_testkit::{certify, Destination, HandOverSource, HAND_OVER_PARTITIONS};
 use sinks_kafka::{open_transactions, KafkaSink};
 
 use crate::common::{brokers, committed_ids, record, unique};
@@ -35,6 +35,23 @@ impl Destination for Topic {
             .await
             .unwrap_or_else(|e| panic!("listing transactions: {e}"));
         Some(open.len())
+    }
+
+    /// The sink keeps a Kafka source's positions only, as its group's
+    /// offsets of the topic's partitions: the hand-over source is named as
+    /// one, of a topic of its own (made here; only its partitions are
+    /// named, nothing is read from it).
+    async fn hand_over_source(&self, job: &str) -> HandOverSource {
+        let input = format!("{}-input", self.name);
+        KafkaSink::builder(&brokers(), &input)
+            .partitions(HAND_OVER_PARTITIONS)
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("creating the topic {input}: {e}"));
+        HandOverSource {
+            scope: format!("kafka/{input}/{job}"),
+            split_prefix: "-/".to_string(),
+        }
     }
 }
 

@@ -1,0 +1,509 @@
+//! Source positions committed with the data: the offsets of a Kafka
+//! source's consumer group, committed in the transaction of the records
+//! read before them (Kafka Streams' way), and the claims that make "only if
+//! the partition is still at `from`" hold on a broker that has no
+//! compare-and-set.
+//!
+//! A Kafka source's scope is `kafka/<topic>/<group>` and its splits
+//! `<topic id or ->/<partition>`: the positions are the group's offsets of
+//! the topic's partitions, so `kafka-consumer-groups --describe` shows the
+//! job's lag. The writer commits them inside the data's transaction
+//! (`TxnOffsetCommit`, the split's name in the offset's metadata): they
+//! become visible when, and only when, its records do. Positions of other
+//! sources have no partition of a topic to be kept under: refused, naming
+//! the sinks that keep any.
+//!
+//! Kafka cannot commit an offset only if it still has a given value. Its
+//! own fence between two owners of a partition (the group generation in
+//! `TxnOffsetCommit`, and offset reads that wait for open transactions) is
+//! not enough where a killed owner comes back from its checkpoint, and
+//! noida-db checks neither (probed: it accepts any generation and answers
+//! `require_stable` reads at once). So the sink arbitrates with claims:
+//!
+//! ```text
+//!  writer, at the barrier   claim: OffsetCommit (plain, visible at once) in group claims.<transactional id>
+//!                           of every partition it advances = epoch, metadata "<producer id>:<epoch>";
+//!                           then the positions, in the transaction
+//!  committer, at commit     every other transaction of the sink's prefix that is open or committing
+//!                           (ListTransactions, every broker): its claims on the partitions this one
+//!                           advances ─▶ open at the claimed epoch: fenced (InitProducerId of its id:
+//!                           the coordinator aborts it, and its EndTxn can no longer commit it);
+//!                           committing: waited for until it completed
+//!                           then the group's offsets: every partition at `from` ─▶ EndTxn(commit)
+//!                                                     otherwise ─▶ abort: superseded
+//! ```
+//!
+//! Why two transactions advancing one partition from the same position
+//! never both commit: each wrote its claim before its committer listed the
+//! transactions, so one of them (say T2) listed after the other's claim was
+//! written. T1 was then open (listed, its claim read, fenced: it cannot
+//! commit), or committing (waited for: T2 then finds the partition moved
+//! past its `from`), or committed already (the same), or aborted. A claim
+//! is overwritten only by a later transaction of the same id, which begins
+//! after the committer settled the earlier one (the `slots` module). A
+//! fenced transaction's records and positions go together: the partition
+//! is read again, from where the group's offset says, by whoever owns it.
+//! Instances that share a consumer group must share the transactional id
+//! prefix (by default the job's name), since only the prefix's
+//! transactions are listed.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::{GroupId, OffsetCommitRequest, OffsetFetchRequest, TopicName};
+use sink_api::{CommittedPositions, PositionAdvance, PositionConflict, SplitKey};
+use tracing::info;
+
+use crate::names::TransactionalIdName;
+use crate::recovery::transactions;
+use crate::transaction::{describe, init_producer_id, GroupOffset, TransactionIdentity};
+use sink_kafka_client::{str_bytes, Cluster, CoordinatorKind, WireError};
+
+/// Where a Kafka source's positions are kept: its topic and group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KafkaScope<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) group: &'a str,
+}
+
+impl KafkaScope<'_> {
+    /// The topic and group of `scope` (`kafka/<topic>/<group>`), or the
+    /// refusal of a scope of another kind of source.
+    pub(crate) fn parse(scope: &str) -> Result<KafkaScope<'_>, String> {
+        scope
+            .strip_prefix("kafka/")
+            .and_then(|rest| rest.split_once('/'))
+            .filter(|(topic, group)| !topic.is_empty() && !group.is_empty())
+            .map(|(topic, group)| KafkaScope { topic, group })
+            .ok_or_else(|| {
+                format!(
+                    "the Kafka sink keeps the positions of Kafka sources only, as their consumer \
+                     group's offsets (scope kafka/<topic>/<group>), not those of {scope:?}: use \
+                     a sink that keeps any source's positions (memory, files) with that source"
+                )
+            })
+    }
+}
+
+/// The partition of a Kafka source's split (`<topic id or ->/<partition>`).
+pub(crate) fn partition_of(split: &str) -> Result<i32, String> {
+    split
+        .rsplit_once('/')
+        .and_then(|(_, partition)| partition.parse::<i32>().ok())
+        .filter(|p| *p >= 0)
+        .ok_or_else(|| {
+            format!("{split:?} is not a split of a Kafka source (<topic id>/<partition>)")
+        })
+}
+
+/// The group holding transaction `transactional_id`'s claims.
+fn claims_group(transactional_id: &str) -> String {
+    format!("claims.{transactional_id}")
+}
+
+/// The advances of `advances` grouped by scope, in order.
+pub(crate) fn by_scope(advances: &[PositionAdvance]) -> BTreeMap<&str, Vec<&PositionAdvance>> {
+    let mut scopes: BTreeMap<&str, Vec<&PositionAdvance>> = BTreeMap::new();
+    for advance in advances {
+        scopes
+            .entry(advance.key.scope.as_str())
+            .or_default()
+            .push(advance);
+    }
+    scopes
+}
+
+/// Whether every advance can be kept by this sink; the refusal otherwise.
+/// Called by the writer when the advances are handed over.
+pub(crate) fn check(advances: &[PositionAdvance]) -> Result<(), String> {
+    for advance in advances {
+        KafkaScope::parse(&advance.key.scope)?;
+        partition_of(&advance.key.split)?;
+        i64::try_from(advance.to)
+            .map_err(|_| format!("position {} of {} is too large", advance.to, advance.key))?;
+    }
+    Ok(())
+}
+
+/// The offsets that commit `advances` (of one scope, checked) in its
+/// group, each with its split's name as metadata.
+pub(crate) fn offsets(
+    scope: &KafkaScope<'_>,
+    advances: &[&PositionAdvance],
+) -> Result<Vec<GroupOffset>, WireError> {
+    advances
+        .iter()
+        .map(|a| {
+            let partition = partition_of(&a.key.split).map_err(WireError::Protocol)?;
+            let offset = i64::try_from(a.to).map_err(|_| {
+                WireError::Protocol(format!("position {} of {} is too large", a.to, a.key))
+            })?;
+            Ok(GroupOffset::new(
+                scope.topic,
+                partition,
+                offset,
+                a.key.split.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// Writes `identity`'s claims on the partitions of `advances` (of
+/// `scope`), visible at once. Called by the writer before it commits the
+/// positions in the transaction.
+pub(crate) async fn claim(
+    cluster: &Cluster,
+    scope: &KafkaScope<'_>,
+    identity: &TransactionIdentity,
+    advances: &[&PositionAdvance],
+) -> Result<(), WireError> {
+    let group = claims_group(&identity.transactional_id);
+    let partitions = advances
+        .iter()
+        .map(|a| {
+            let partition = partition_of(&a.key.split).map_err(WireError::Protocol)?;
+            Ok(OffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(i64::from(identity.epoch))
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(Some(str_bytes(&format!(
+                    "{}:{}",
+                    identity.producer_id, identity.epoch
+                )))))
+        })
+        .collect::<Result<Vec<_>, WireError>>()?;
+    let expected = partitions.len();
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(str_bytes(&group)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(str_bytes(""))
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(str_bytes(scope.topic)))
+            .with_partitions(partitions)]);
+    with_group_coordinator(cluster, &group, |link| {
+        let request = &request;
+        let group = &group;
+        async move {
+            let answer = cluster.call(&link, request).await?;
+            let mut answered = 0;
+            for topic in &answer.topics {
+                for partition in &topic.partitions {
+                    answered += 1;
+                    WireError::check(
+                        "OffsetCommit",
+                        || format!("claims in group {group}"),
+                        partition.error_code,
+                    )?;
+                }
+            }
+            if answered != expected {
+                return Err(WireError::Protocol(format!(
+                    "OffsetCommit of claims in group {group} answered {answered} of {expected}"
+                )));
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// The offsets of `topic`'s `partitions` (all of them: `None`) in `group`,
+/// as last committed: (partition, offset, metadata).
+async fn fetch(
+    cluster: &Cluster,
+    group: &str,
+    topic: &str,
+    partitions: Option<Vec<i32>>,
+) -> Result<Vec<(i32, i64, Option<String>)>, WireError> {
+    let request = OffsetFetchRequest::default()
+        .with_group_id(GroupId(str_bytes(group)))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(TopicName(str_bytes(topic)))
+            .with_partition_indexes(partitions.unwrap_or_default())]))
+        .with_require_stable(false);
+    // No partitions named: every partition the group has offsets of.
+    let request = match request
+        .topics
+        .as_ref()
+        .is_some_and(|t| t[0].partition_indexes.is_empty())
+    {
+        true => request.with_topics(None),
+        false => request,
+    };
+    with_group_coordinator(cluster, group, |link| {
+        let request = &request;
+        async move {
+            let answer = cluster.call(&link, request).await?;
+            WireError::check(
+                "OffsetFetch",
+                || format!("group {group}"),
+                answer.error_code,
+            )?;
+            let mut found = Vec::new();
+            for t in answer.topics.iter().filter(|t| t.name.0.as_str() == topic) {
+                for p in &t.partitions {
+                    WireError::check("OffsetFetch", || format!("group {group}"), p.error_code)?;
+                    if p.committed_offset >= 0 {
+                        found.push((
+                            p.partition_index,
+                            p.committed_offset,
+                            p.metadata.as_ref().map(|m| m.to_string()),
+                        ));
+                    }
+                }
+            }
+            Ok(found)
+        }
+    })
+    .await
+}
+
+/// A Kafka source's positions, as its group's offsets last committed: by
+/// split (the name in the offset's metadata; `-/<partition>` for offsets
+/// committed by others).
+pub(crate) async fn read(
+    cluster: &Cluster,
+    scope: &KafkaScope<'_>,
+) -> Result<CommittedPositions, WireError> {
+    let offsets = fetch(cluster, scope.group, scope.topic, None).await?;
+    Ok(offsets
+        .into_iter()
+        .map(|(partition, offset, metadata)| {
+            let split = metadata
+                .filter(|m| partition_of(m).ok() == Some(partition))
+                .unwrap_or_else(|| format!("-/{partition}"));
+            // Non-negative: `fetch` keeps those only.
+            (split, offset as u64)
+        })
+        .collect())
+}
+
+/// A transaction's claim on a partition, as read back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Claim {
+    pub(crate) transactional_id: String,
+    pub(crate) producer_id: i64,
+    pub(crate) epoch: i16,
+    pub(crate) partition: i32,
+}
+
+/// Claims known to be settled (their transaction no longer open at the
+/// claimed epoch): never asked about again. Kept by each committer.
+pub(crate) type Settled = HashSet<Claim>;
+
+/// Makes sure that no other transaction of the sink's prefix can commit a
+/// partition of `advances` (fencing the open ones that claim one, waiting
+/// for those committing), then checks that every partition is where
+/// `advances` expects. `Ok(Err(conflict))`: superseded, the caller aborts
+/// its transaction.
+pub(crate) async fn settle(
+    cluster: &Cluster,
+    own: &TransactionIdentity,
+    advances: &[PositionAdvance],
+    settled: &mut Settled,
+    timeout: Duration,
+) -> Result<Result<(), PositionConflict>, WireError> {
+    let name = TransactionalIdName::parse(&own.transactional_id).ok_or_else(|| {
+        WireError::Protocol(format!(
+            "{} is not a transactional id of this sink",
+            own.transactional_id
+        ))
+    })?;
+    // The transactions of this writer (its lineage and subtask) follow one
+    // another: each advances from where the one before it ends. Every
+    // other one is another owner, the job's other subtasks included (a
+    // consumer group may hand one partition to two members at once).
+    let others: Vec<String> = transactions(cluster, &format!("{}.", name.prefix))
+        .await?
+        .into_iter()
+        .filter(|(id, state)| {
+            TransactionalIdName::parse(id).is_some_and(|other| {
+                (other.lineage.as_str(), other.subtask) != (name.lineage.as_str(), name.subtask)
+            }) && (state == "Ongoing" || state.starts_with("Prepare"))
+        })
+        .map(|(id, _)| id)
+        .collect();
+    for (scope_name, advances) in by_scope(advances) {
+        let scope = KafkaScope::parse(scope_name).map_err(WireError::Protocol)?;
+        let partitions = advances
+            .iter()
+            .map(|a| partition_of(&a.key.split).map_err(WireError::Protocol))
+            .collect::<Result<Vec<_>, _>>()?;
+        for id in &others {
+            let claims = fetch(
+                cluster,
+                &claims_group(id),
+                scope.topic,
+                Some(partitions.clone()),
+            )
+            .await?;
+            for (partition, _, metadata) in claims {
+                let parsed = metadata.as_deref().and_then(|m| {
+                    let (producer, epoch) = m.split_once(':')?;
+                    Some((producer.parse().ok()?, epoch.parse().ok()?))
+                });
+                let Some((producer_id, epoch)) = parsed else {
+                    continue;
+                };
+                let claim = Claim {
+                    transactional_id: id.clone(),
+                    producer_id,
+                    epoch,
+                    partition,
+                };
+                if settled.contains(&claim) {
+                    continue;
+                }
+                fence(cluster, &claim, timeout).await?;
+                settled.insert(claim);
+            }
+        }
+        let positions = read(cluster, &scope).await?;
+        let by_partition: BTreeMap<i32, u64> = positions
+            .iter()
+            .filter_map(|(split, offset)| Some((partition_of(split).ok()?, *offset)))
+            .collect();
+        for advance in advances {
+            let partition = partition_of(&advance.key.split).map_err(WireError::Protocol)?;
+            let found = by_partition.get(&partition).copied();
+            if found != advance.from {
+                return Ok(Err(PositionConflict {
+                    key: SplitKey::new(scope_name, advance.key.split.clone()),
+                    expected: advance.from,
+                    found,
+                }));
+            }
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Ends the claim's transaction if it is still open at the claimed epoch
+/// (a new epoch of its id: the coordinator aborts it), or waits until it
+/// completed if it is committing or aborting.
+async fn fence(cluster: &Cluster, claim: &Claim, timeout: Duration) -> Result<(), WireError> {
+    let deadline = Instant::now() + cluster.config.request_timeout;
+    loop {
+        let now = match describe(cluster, &claim.transactional_id).await {
+            Ok(now) => now,
+            Err(error) if error.code() == Some(ResponseError::TransactionalIdNotFound) => {
+                return Ok(())
+            }
+            Err(error) => return Err(error),
+        };
+        if (now.producer_id, now.epoch) != (claim.producer_id, claim.epoch) {
+            // A later producer of the id: the claimed transaction ended.
+            return Ok(());
+        }
+        match now.state.as_str() {
+            "Ongoing" => {
+                init_producer_id(cluster, &claim.transactional_id, timeout).await?;
+                info!(
+                    transaction = %claim.transactional_id,
+                    claim.producer_id, claim.epoch, claim.partition,
+                    "fenced an open transaction claiming a partition this commit advances"
+                );
+                return Ok(());
+            }
+            state if state.starts_with("Prepare") && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            state if state.starts_with("Prepare") => {
+                return Err(WireError::Protocol(format!(
+                    "transaction {} (producer {} epoch {}) claiming partition {} stayed in \
+                     {state} past the request timeout",
+                    claim.transactional_id, claim.producer_id, claim.epoch, claim.partition
+                )))
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Runs `request` against the coordinator of group `group`, again while
+/// the answer is retriable, up to the request timeout.
+async fn with_group_coordinator<T, F, Fut>(
+    cluster: &Cluster,
+    group: &str,
+    request: F,
+) -> Result<T, WireError>
+where
+    F: Fn(std::sync::Arc<sink_kafka_client::Link>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, WireError>>,
+{
+    let deadline = Instant::now() + cluster.config.request_timeout;
+    loop {
+        let result = match cluster.coordinator(CoordinatorKind::Group, group).await {
+            Ok(link) => request(link).await,
+            Err(error) => Err(error),
+        };
+        match result {
+            Err(error) if error.is_retriable() && Instant::now() < deadline => {
+                if error.is_misdirected() {
+                    cluster
+                        .forget_coordinator(CoordinatorKind::Group, group)
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn advance(scope: &str, split: &str, to: u64) -> PositionAdvance {
+        PositionAdvance {
+            key: SplitKey::new(scope, split),
+            from: None,
+            to,
+        }
+    }
+
+    #[test]
+    fn kafka_scopes_and_splits_map_to_a_group_and_partitions_and_others_are_refused() {
+        let scope = KafkaScope::parse("kafka/orders/billing/eu").unwrap();
+        assert_eq!((scope.topic, scope.group), ("orders", "billing/eu"));
+        assert!(KafkaScope::parse("job/input")
+            .unwrap_err()
+            .contains("Kafka sources only"));
+        assert!(KafkaScope::parse("kafka/orders").is_err());
+        assert_eq!(partition_of("-/3"), Ok(3));
+        assert_eq!(partition_of("0f1e/12"), Ok(12));
+        assert!(partition_of("p3").is_err());
+        assert!(check(&[advance("kafka/t/g", "-/1", 5)]).is_ok());
+        assert!(check(&[advance("kafka/t/g", "p1", 5)]).is_err());
+        assert!(check(&[advance("kafka/t/g", "-/1", u64::MAX)]).is_err());
+    }
+
+    #[test]
+    fn advances_group_by_scope_and_become_offsets_of_their_partitions() {
+        let advances = [
+            advance("kafka/b/g", "-/1", 5),
+            advance("kafka/a/g", "-/0", 3),
+            advance("kafka/b/g", "-/2", 9),
+        ];
+        let scopes = by_scope(&advances);
+        assert_eq!(
+            scopes.keys().copied().collect::<Vec<_>>(),
+            ["kafka/a/g", "kafka/b/g"]
+        );
+        let scope = KafkaScope::parse("kafka/b/g").unwrap();
+        let of_b = offsets(&scope, &scopes["kafka/b/g"]).unwrap();
+        assert_eq!(
+            of_b.iter()
+                .map(|o| (o.topic.as_str(), o.partition, o.offset, o.metadata.as_str()))
+                .collect::<Vec<_>>(),
+            [("b", 1, 5, "-/1"), ("b", 2, 9, "-/2")]
+        );
+        assert_eq!(claims_group("p.l.s0.t1"), "claims.p.l.s0.t1");
+    }
+}
