@@ -277,6 +277,9 @@ async fn decoders(root: &Path) -> (Vec<Decoder>, Vec<std::path::PathBuf>) {
             let committable = PgCommittable {
                 gid: format!("eo:hostile:lineage:{i}:7"),
                 rows: 1_000 * i,
+                advances: Vec::new(),
+                superseded: None,
+                chained_on: Vec::new(),
             };
             serialize_versioned(&*serializer, &committable).unwrap()
         })

@@ -1,6 +1,7 @@
 //! Connections and the checks made once, when the sink connects: the
 //! server allows prepared transactions, the table exists with the columns
-//! and types the records give, and the commit marker table exists.
+//! and types the records give, and the commit marker and source positions
+//! tables exist.
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,27 @@ use crate::record::Column;
 /// not. A replayed commit that finds the transaction gone reads it to tell
 /// "already committed" from "lost".
 pub const MARKER_TABLE: &str = "eo_sink_commit_markers";
+
+/// The table of source positions: per split, a chain of steps `(from,
+/// to)`; the split's position is the end of its chain (see the `positions`
+/// module). Created by [`PostgresSink::connect`](crate::PostgresSink::connect)
+/// when missing; written only inside the writers' transactions, so a step
+/// becomes visible only with `COMMIT PREPARED` of the rows read in it.
+pub const POSITIONS_TABLE: &str = "eo_sink_positions";
+
+/// The statements creating [`POSITIONS_TABLE`] and its index.
+fn create_positions_sql() -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {POSITIONS_TABLE} (\
+           scope text NOT NULL, \
+           split text NOT NULL, \
+           from_position bigint NOT NULL, \
+           to_position bigint NOT NULL, \
+           PRIMARY KEY (scope, split, from_position)); \
+         CREATE INDEX IF NOT EXISTS {POSITIONS_TABLE}_ends \
+           ON {POSITIONS_TABLE} (scope, split, to_position)"
+    )
+}
 
 /// Why the sink could not start.
 ///
@@ -297,28 +319,37 @@ pub(crate) async fn check(
             Some(_) => {}
         }
     }
-    create_marker_table(client).await?;
+    create_if_missing(
+        client,
+        MARKER_TABLE,
+        &format!(
+            "CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (\
+               gid text PRIMARY KEY, \
+               rows bigint NOT NULL, \
+               prepared_at timestamptz NOT NULL DEFAULT now())"
+        ),
+    )
+    .await?;
+    create_if_missing(client, POSITIONS_TABLE, &create_positions_sql()).await?;
     Ok(qualified)
 }
 
-/// Creates the marker table unless it exists. Sinks connecting at the same
-/// moment may race to create it: the loser's duplicate error is harmless.
-async fn create_marker_table(client: &Client) -> Result<(), tokio_postgres::Error> {
+/// Creates table `name` with `create` unless it exists. Sinks connecting at
+/// the same moment may race to create it: the loser's duplicate error is
+/// harmless.
+async fn create_if_missing(
+    client: &Client,
+    name: &str,
+    create: &str,
+) -> Result<(), tokio_postgres::Error> {
     let exists: Option<u32> = client
-        .query_one("SELECT to_regclass($1)::oid", &[&MARKER_TABLE])
+        .query_one("SELECT to_regclass($1)::oid", &[&name])
         .await?
         .get(0);
     if exists.is_some() {
         return Ok(());
     }
-    let created = client
-        .batch_execute(&format!(
-            "CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (\
-               gid text PRIMARY KEY, \
-               rows bigint NOT NULL, \
-               prepared_at timestamptz NOT NULL DEFAULT now())"
-        ))
-        .await;
+    let created = client.batch_execute(create).await;
     match created {
         Err(error)
             if matches!(

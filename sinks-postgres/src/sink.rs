@@ -1,13 +1,15 @@
-//! The sink: connects, checks the server and the table, and makes a writer
-//! and a committer per subtask.
+//! The sink: connects, checks the server and the table, makes a writer and
+//! a committer per subtask, and answers where the destination's data of a
+//! source's splits ends (`committed_positions`).
 
 use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use sink_api::{InitContext, JobStart, Sink, SinkError};
+use sink_api::{CommittedPositions, InitContext, JobStart, Sink, SinkError, VersionedSerializer};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config};
 use tracing::info;
@@ -16,12 +18,15 @@ use crate::committer::PostgresCommitter;
 use crate::connection::{
     check, connect, connect_error, lock_job, parse_reason, quote_ident, ConnectError,
 };
+use crate::errors::failed;
+use crate::format::CommittableFormat;
 use crate::gid::{check_job_name, check_lineage};
+use crate::positions::{self, Holders, Owner, DEFAULT_HOLD_LIMIT};
 use crate::record::{Column, PgRecord};
 use crate::recovery::roll_back_lingering;
 use crate::redact::redact_connection_string;
 use crate::stats::{PostgresStats, Stats};
-use crate::writer::{failed, PgCommittable, PgWriterState, PostgresWriter};
+use crate::writer::{PgCommittable, PgWriterState, PostgresWriter};
 
 /// A two-phase-commit sink into a PostgreSQL table: each checkpoint's rows
 /// of each subtask in one transaction, prepared at the barrier and committed
@@ -51,6 +56,8 @@ pub struct PostgresSink<T> {
     /// The connection holding the job's advisory lock, taken by the last
     /// start (see [`Sink::on_start`]); closed when the sink is dropped.
     job_lock: Mutex<Option<Client>>,
+    /// See [`PostgresSink::position_hold_limit`].
+    hold_limit: Duration,
     _records: PhantomData<fn(T)>,
 }
 
@@ -99,8 +106,29 @@ impl<T: PgRecord> PostgresSink<T> {
             types: columns.into_iter().map(|Column { ty, .. }| ty).collect(),
             stats: Arc::new(Stats::default()),
             job_lock: Mutex::new(None),
+            hold_limit: DEFAULT_HOLD_LIMIT,
             _records: PhantomData,
         })
+    }
+
+    /// How long a prepared transaction of a live instance may hold the
+    /// step of a split that one of this sink's writers needs before the
+    /// writer rolls it back (60 s by default). Called before the sink is
+    /// given to the job.
+    ///
+    /// A live instance commits its prepared transactions within a
+    /// checkpoint, so a longer hold means a commit that is stuck (or an
+    /// instance cut off from its lock). Within the limit, a writer that
+    /// meets a live owner's transaction is superseded at once; transactions
+    /// that no live instance can commit are rolled back at once, whatever
+    /// the limit. Rolling back is safe: the transaction's positions did not
+    /// move, so its records are read again from the destination, and its
+    /// own commit is superseded. See the crate's `positions` module. Also
+    /// how long a writer waits for another application's prepared
+    /// transaction before it fails the checkpoint.
+    pub fn position_hold_limit(mut self, limit: Duration) -> Self {
+        self.hold_limit = limit;
+        self
     }
 
     /// What the sink's writers and committers did so far.
@@ -182,8 +210,14 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
             .prepare(&self.copy_sql)
             .await
             .map_err(failed(format!("preparing {}", self.copy_sql)))?;
+        let backend_pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .map_err(failed("reading the writer's server process id".into()))?
+            .get(0);
         Ok(PostgresWriter {
             client,
+            backend_pid,
             copy_sql: self.copy_sql.clone(),
             copy,
             types: self.types.clone(),
@@ -192,6 +226,18 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
             subtask: context.subtask_index,
             lineage: lineage.to_string(),
             open: None,
+            advances: Vec::new(),
+            holders: Holders {
+                config: self.config.clone(),
+                side: None,
+                owner: Owner {
+                    job: job.clone(),
+                    lineage: lineage.to_string(),
+                    generation: context.generation.0,
+                },
+                hold_limit: self.hold_limit,
+            },
+            own: Default::default(),
             stats: self.stats.clone(),
             _records: PhantomData,
         })
@@ -206,6 +252,27 @@ impl<T: PgRecord> Sink for PostgresSink<T> {
             client: None,
             stats: self.stats.clone(),
         })
+    }
+
+    /// Committables in format version 2 (with their source positions);
+    /// version 1 still reads. See the crate's `format` module.
+    fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<PgCommittable>> {
+        Arc::new(CommittableFormat)
+    }
+
+    /// The sink keeps source positions in [`POSITIONS_TABLE`](crate::POSITIONS_TABLE),
+    /// moved only in the transaction of the rows read before them.
+    fn commits_positions(&self) -> bool {
+        true
+    }
+
+    /// Reads `scope`'s positions on a connection of its own: a plain
+    /// `SELECT` of the committed rows, which never waits for the locks of
+    /// prepared transactions. Called by the runtime at every start and by
+    /// sources when splits are assigned to them.
+    async fn committed_positions(&self, scope: &str) -> Result<CommittedPositions, SinkError> {
+        let client = connect(&self.config).await.map_err(connect_error)?;
+        positions::committed(&client, scope).await
     }
 }
 

@@ -2,25 +2,31 @@
 //!
 //! The first rows after a checkpoint open a transaction (`BEGIN`); every
 //! batch goes in with `COPY ... FROM STDIN (FORMAT binary)`. At the barrier,
-//! `prepare_commit` writes the commit marker row and runs `PREPARE
-//! TRANSACTION` with the transaction's global id; the id is the committable.
-//! A checkpoint without rows prepares nothing. After end of input nothing is
-//! opened again, and `close` rolls back a transaction still open (one that
-//! was never prepared).
+//! `prepare_commit` moves the source positions the runtime handed over
+//! (`carry_positions`; see the `positions` module), writes the commit marker
+//! row and runs `PREPARE TRANSACTION` with the transaction's global id; the
+//! id is the committable. A split not where the advances expect (or whose
+//! step a live owner is taking) rolls the whole transaction back: its
+//! committable is then superseded, and nothing of it was applied. A checkpoint without rows or advances prepares
+//! nothing; advances without rows prepare a transaction of positions only.
+//! After end of input nothing is opened again, and `close` rolls back a
+//! transaction still open (one that was never prepared).
 
 use std::pin::pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, SinkError, SinkWriter};
+use sink_api::{CheckpointId, PositionAdvance, SinkError, SinkWriter};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Statement};
 use tracing::debug;
 
 use crate::connection::MARKER_TABLE;
+use crate::errors::failed;
 use crate::gid::{literal, TransactionId, MAX_GID_BYTES};
+use crate::positions::{self, Holders, OwnPrepared};
 use crate::record::PgRecord;
 use crate::stats::{self, Stats};
 
@@ -35,19 +41,43 @@ pub struct PgWriterState {
     pub lineage: String,
 }
 
-/// What a writer hands to the committer: one prepared transaction.
+/// What a writer hands to the committer: one prepared transaction, with
+/// the source positions it moves.
+///
+/// Made by the writer's `prepare_commit`; kept in checkpoints until
+/// committed (format version 2; version 1, without positions, still reads:
+/// see the `format` module); committed by
+/// [`PostgresCommitter`](crate::PostgresCommitter).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgCommittable {
     /// The global id it was prepared with.
     pub gid: String,
     /// How many rows it holds.
     pub rows: u64,
+    /// The source positions its transaction moves (empty without a source
+    /// whose positions are committed with the data). Its commit is then
+    /// superseded, not lost, when the transaction is found neither prepared
+    /// nor marked: its positions did not move.
+    pub advances: Vec<PositionAdvance>,
+    /// `Some(reason)`: a split was not where `advances` expect when the
+    /// writer moved them, so the transaction was rolled back, data
+    /// included, and never prepared; the committer signals it superseded.
+    pub superseded: Option<String>,
+    /// Transactions of the same writer, prepared earlier and not known
+    /// committed when this one was prepared, whose steps `advances`
+    /// continue. The committer commits this one only once a committed
+    /// step ends where each of its steps starts (those transactions
+    /// committed, or another owner got there); if one of them was rolled
+    /// back instead, this one is superseded.
+    pub chained_on: Vec<String>,
 }
 
 /// Writes one subtask's rows. Made by
 /// [`PostgresSink`](crate::PostgresSink)'s `create_writer`.
 pub struct PostgresWriter<T> {
     pub(crate) client: Client,
+    /// The server process of `client`'s connection (`pg_backend_pid()`).
+    pub(crate) backend_pid: i32,
     pub(crate) copy_sql: Arc<str>,
     /// `copy_sql`, prepared once on this connection.
     pub(crate) copy: Statement,
@@ -58,54 +88,14 @@ pub struct PostgresWriter<T> {
     pub(crate) lineage: String,
     /// Rows in the open transaction; `None` when none is open.
     pub(crate) open: Option<u64>,
+    /// The advances of the coming `prepare_commit` (`carry_positions`).
+    pub(crate) advances: Vec<PositionAdvance>,
+    /// What settles the holders of the steps this writer waits for.
+    pub(crate) holders: Holders,
+    /// Where this writer's prepared steps of each split end.
+    pub(crate) own: OwnPrepared,
     pub(crate) stats: Arc<Stats>,
     pub(crate) _records: std::marker::PhantomData<fn(T)>,
-}
-
-/// Turns a driver error met while doing `what` into the sink's error (see
-/// [`sink_error`]).
-pub(crate) fn failed(what: String) -> impl FnOnce(tokio_postgres::Error) -> SinkError {
-    move |error| sink_error(what, error)
-}
-
-/// A driver error met while doing `what`, as the sink's error: the SQLSTATE
-/// in the message, the driver's error kept as the cause. Permanent when the
-/// SQLSTATE says no restart can succeed until someone changes something:
-/// authorization (28), syntax or access (42: a missing table or column, no
-/// privilege), an unknown database or schema (3D, 3F), bad data (22) or a
-/// broken constraint (23). Transient otherwise: connections (08), rolled
-/// back transactions (40), resources (53), an operator (57), the system
-/// (58), and errors without a server code.
-pub(crate) fn sink_error(what: impl std::fmt::Display, error: tokio_postgres::Error) -> SinkError {
-    match error.as_db_error().map(|db| db.code().code().to_string()) {
-        Some(code) => {
-            let permanent = matches!(code.get(..2), Some("28" | "42" | "3D" | "3F" | "22" | "23"));
-            let error = SinkError::other(format!("{what} (SQLSTATE {code})"), error);
-            if permanent {
-                error.permanent()
-            } else {
-                error
-            }
-        }
-        None => SinkError::other(what.to_string(), error),
-    }
-}
-
-/// The driver's error with the server's message, detail and SQLSTATE.
-pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => {
-            let mut text = format!("{} ({})", db.message(), db.code().code());
-            if let Some(detail) = db.detail() {
-                text.push_str(&format!("; {detail}"));
-            }
-            if let Some(context) = db.where_() {
-                text.push_str(&format!("; at {context}"));
-            }
-            text
-        }
-        None => error.to_string(),
-    }
 }
 
 impl<T: PgRecord> PostgresWriter<T> {
@@ -183,14 +173,68 @@ impl<T: PgRecord> SinkWriter for PostgresWriter<T> {
         Ok(())
     }
 
+    /// Keeps `advances` for the coming `prepare_commit`, which moves them
+    /// in its transaction. Refuses a position beyond the table's `bigint`.
+    fn carry_positions(&mut self, advances: Vec<PositionAdvance>) -> Result<(), SinkError> {
+        positions::check_range(&advances)?;
+        self.advances = advances;
+        Ok(())
+    }
+
     async fn prepare_commit(
         &mut self,
         checkpoint_id: CheckpointId,
     ) -> Result<Vec<PgCommittable>, SinkError> {
+        let advances = std::mem::take(&mut self.advances);
+        if self.open.is_none() && !advances.is_empty() {
+            // Positions moved without rows (offsets skipped): a
+            // transaction of positions only carries them.
+            self.client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(failed(format!("subtask {}: BEGIN", self.subtask)))?;
+            self.open = Some(0);
+        }
         let Some(rows) = self.open else {
             return Ok(Vec::new());
         };
         let gid = self.gid(checkpoint_id)?;
+        let mut chained_on = Vec::new();
+        if !advances.is_empty() {
+            let moved = positions::advance(
+                &self.client,
+                self.backend_pid,
+                &advances,
+                &self.own,
+                &mut self.holders,
+                &self.stats,
+            )
+            .await?;
+            match moved {
+                Ok(chained) => chained_on = chained,
+                Err(reason) => {
+                    // Nothing of it may be committed: its records belong to the
+                    // owner that moved the split, or are read again.
+                    self.client
+                        .batch_execute("ROLLBACK")
+                        .await
+                        .map_err(failed(format!(
+                            "subtask {}: ROLLBACK of {gid}, superseded",
+                            self.subtask
+                        )))?;
+                    self.open = None;
+                    stats::add(&self.stats.superseded_at_prepare, 1);
+                    debug!(subtask = self.subtask, gid, reason, "superseded at prepare");
+                    return Ok(vec![PgCommittable {
+                        gid,
+                        rows,
+                        advances,
+                        superseded: Some(reason),
+                        chained_on: Vec::new(),
+                    }]);
+                }
+            }
+        }
         let rows_i64 = i64::try_from(rows).unwrap_or(i64::MAX);
         self.client
             .execute(
@@ -210,9 +254,16 @@ impl<T: PgRecord> SinkWriter for PostgresWriter<T> {
                 self.subtask
             )))?;
         self.open = None;
+        self.own.prepared(&advances, &gid);
         stats::add(&self.stats.transactions_prepared, 1);
         debug!(subtask = self.subtask, gid, rows, "transaction prepared");
-        Ok(vec![PgCommittable { gid, rows }])
+        Ok(vec![PgCommittable {
+            gid,
+            rows,
+            advances,
+            superseded: None,
+            chained_on,
+        }])
     }
 
     async fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<PgWriterState>, SinkError> {

@@ -256,6 +256,9 @@ async fn a_replayed_commit_is_recognised_and_a_lost_one_is_a_known_failure() {
             PgCommittable {
                 gid: gid.clone(),
                 rows: 10,
+                advances: Vec::new(),
+                superseded: None,
+                chained_on: Vec::new(),
             },
             CheckpointId(1),
             0,
@@ -264,6 +267,9 @@ async fn a_replayed_commit_is_recognised_and_a_lost_one_is_a_known_failure() {
             PgCommittable {
                 gid: "eo1/replay/feed/9/0/99".into(),
                 rows: 5,
+                advances: Vec::new(),
+                superseded: None,
+                chained_on: Vec::new(),
             },
             CheckpointId(99),
             0,
@@ -491,6 +497,9 @@ async fn a_committer_whose_connection_was_cut_commits_on_a_new_one() {
             PgCommittable {
                 gid: gid.into(),
                 rows: 1,
+                advances: Vec::new(),
+                superseded: None,
+                chained_on: Vec::new(),
             },
             CheckpointId(n),
             0,
