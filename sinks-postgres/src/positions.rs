@@ -80,9 +80,10 @@
 //! the holder carries positions, which did not move; its records are read
 //! again by whoever owns the split next, and its own commit, if tried,
 //! finds it gone without a marker and is superseded. Prepared transactions
-//! of other applications are never rolled back: the writer waits, and
-//! fails the checkpoint (a transient error: the job restarts) past the hold
-//! limit. Transactions without positions hold no step and are never
+//! of other applications are never rolled back, and those of another
+//! database user cannot be (PostgreSQL allows it only to that user or a
+//! superuser): the writer waits, and fails the checkpoint (a transient
+//! error: the job restarts) past the hold limit, naming them. Transactions without positions hold no step and are never
 //! touched here.
 
 use std::time::{Duration, Instant};
@@ -546,6 +547,14 @@ async fn settle_holders_on_side(
                     error.code(),
                     Some(&SqlState::UNDEFINED_OBJECT | &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE)
                 ) => {}
+            // Prepared by another database user: only that user or a
+            // superuser may roll it back.
+            Err(error) if error.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                waiting.foreign.push(format!(
+                    "prepared transaction {gid:?} of another database user, which this user may \
+                     not roll back ({reason})"
+                ));
+            }
             Err(error) => {
                 return Err(sink_error(
                     format!("ROLLBACK PREPARED {gid} (holding a source position)"),

@@ -467,3 +467,71 @@ async fn another_applications_transaction_is_never_rolled_back() {
         .unwrap();
     writer.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_of_another_database_user_is_waited_for_not_a_failure_of_the_job() {
+    let db = client(&url()).await;
+    fresh_with_sink_tables(&db, "pos_user").await;
+    let scope = "pos-user/input";
+    commit_start(&db, scope, "p0", 5).await;
+    // Two roles that are not superusers: the holder's, and the sink's.
+    for role in ["eo_pos_holder", "eo_pos_sink"] {
+        let created = db.batch_execute(&format!("CREATE ROLE {role} LOGIN")).await;
+        if let Err(error) = created {
+            assert_eq!(
+                error.code(),
+                Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT),
+                "{error}"
+            );
+        }
+        db.batch_execute(&format!(
+            "GRANT ALL ON SCHEMA public TO {role}; \
+             GRANT ALL ON pos_user, {POSITIONS_TABLE}, {} TO {role}",
+            sinks_postgres::MARKER_TABLE
+        ))
+        .await
+        .unwrap();
+    }
+    // A dead instance's transaction (its job's lock is free), prepared by
+    // the holder's role: the sink's role may not roll it back.
+    let holder = "eo1/pos-user-old/0d0d/1/0/3";
+    db.batch_execute(&format!(
+        "BEGIN; SET LOCAL ROLE eo_pos_holder; \
+         INSERT INTO {POSITIONS_TABLE} (scope, split, from_position, to_position) \
+           VALUES ('{scope}', 'p0', 5, 9); \
+         PREPARE TRANSACTION '{holder}'"
+    ))
+    .await
+    .unwrap();
+    let sink = PostgresSink::<Row>::connect(
+        &format!("{} user=eo_pos_sink", url_for("pos_user")),
+        "pos_user",
+        1,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connecting as eo_pos_sink: {e}"))
+    .position_hold_limit(Duration::from_secs(1));
+    let (mut writer, _committer) = writer_and_committer(&sink, "pos-user").await;
+    writer.write(Row::with_id(1)).await.unwrap();
+    writer
+        .carry_positions(vec![advance(scope, "p0", Some(5), 6)])
+        .unwrap();
+    let error = writer
+        .prepare_commit(CheckpointId(1))
+        .await
+        .expect_err("it waits, then fails the checkpoint");
+    assert!(
+        !error.is_permanent(),
+        "a transient failure, not the job's end: {error}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("another database user") && message.contains(holder),
+        "{message}"
+    );
+    assert!(is_prepared(&db, holder).await);
+    db.batch_execute(&format!("ROLLBACK PREPARED '{holder}'"))
+        .await
+        .unwrap();
+    writer.close().await.unwrap();
+}
