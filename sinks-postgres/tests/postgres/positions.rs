@@ -135,7 +135,7 @@ async fn two_jobs_reading_one_scope_at_once_write_every_record_once() {
     let scope = "pos-two-jobs/input";
     let start = |job: &'static str, parallelism: usize| async move {
         let source = PartitionedSequence::bounded(RECORDS, PARTITIONS, scope)
-            .paced(1_500)
+            .paced(600)
             .map(Row::with_id);
         Job::builder(job, source, sink_into("pos_two_jobs").await)
             .parallelism(parallelism)
