@@ -568,21 +568,20 @@ impl KafkaReader {
     }
 
     /// Bounded: every partition handed out to its end.
+    /// Marks done each partition of a bounded read whose records up to its
+    /// end were all handed out: fetched up to the end (past its last
+    /// record, control records of transactions included: a topic written
+    /// by transactions ends with a commit marker, never handed out), with
+    /// nothing of it left in the buffer.
     fn mark_done(&mut self) {
         let Some(ends) = &self.ends else {
             return;
         };
-        let handed: BTreeMap<i32, i64> = self
-            .partitions
-            .keys()
-            .map(|p| {
-                let name = self.split_name(*p);
-                (*p, self.tracker.next(&name).map_or(0, |n| n as i64))
-            })
-            .collect();
+        let buffered: std::collections::BTreeSet<i32> =
+            self.buffer.iter().map(|m| m.partition).collect();
         for (partition, state) in &mut self.partitions {
             let end = ends.get(partition).copied().unwrap_or(0);
-            if handed.get(partition).is_some_and(|next| *next >= end) {
+            if state.fetch_from >= end && !buffered.contains(partition) {
                 state.done = true;
             }
         }
