@@ -66,6 +66,8 @@ struct Partition {
     fetch_from: i64,
     /// Bounded: where it ends.
     end: Option<i64>,
+    /// The offset after the last record put in the buffer, if any was.
+    buffered_to: Option<i64>,
     /// Every record before `end` was handed out.
     done: bool,
 }
@@ -305,6 +307,7 @@ impl KafkaReader {
                 Partition {
                     fetch_from: from,
                     end,
+                    buffered_to: None,
                     done,
                 },
             );
@@ -501,8 +504,10 @@ impl KafkaReader {
                 };
                 let mut bytes = records.clone();
                 let buffer = &mut self.buffer;
+                let mut buffered_to = None;
                 let next =
                     committed_records(&mut bytes, state.fetch_from, end, &aborted, |record| {
+                        buffered_to = Some(record.offset + 1);
                         buffer.push_back(KafkaMessage {
                             partition,
                             offset: record.offset,
@@ -513,6 +518,7 @@ impl KafkaReader {
                     .map_err(|e| self.wire(e))?;
                 if let Some(state) = self.partitions.get_mut(&partition) {
                     state.fetch_from = next;
+                    state.buffered_to = buffered_to.or(state.buffered_to);
                 }
             }
         }
@@ -574,14 +580,23 @@ impl KafkaReader {
     /// by transactions ends with a commit marker, never handed out), with
     /// nothing of it left in the buffer.
     fn mark_done(&mut self) {
-        let Some(ends) = &self.ends else {
+        if self.ends.is_none() {
             return;
-        };
-        let buffered: std::collections::BTreeSet<i32> =
-            self.buffer.iter().map(|m| m.partition).collect();
+        }
+        let handed: BTreeMap<i32, i64> = self
+            .partitions
+            .keys()
+            .map(|p| {
+                let name = self.split_name(*p);
+                (*p, self.tracker.next(&name).map_or(0, |n| n as i64))
+            })
+            .collect();
         for (partition, state) in &mut self.partitions {
-            let end = ends.get(partition).copied().unwrap_or(0);
-            if state.fetch_from >= end && !buffered.contains(partition) {
+            let fetched = state.end.is_none_or(|end| state.fetch_from >= end);
+            let handed_out = state
+                .buffered_to
+                .is_none_or(|to| handed.get(partition).is_some_and(|next| *next >= to));
+            if fetched && handed_out {
                 state.done = true;
             }
         }
