@@ -267,9 +267,9 @@ where
                 return Err(invalid(&format!(
                     "the source commits its positions with the data (scope {scope:?}), so that \
                      its splits can move between instances of the job, but the sink cannot \
-                     (Sink::commits_positions is false): use a sink that commits positions (every \
-                     sink this project ships does), or a source that keeps its positions in the \
-                     job's checkpoints"
+                     (Sink::commits_positions is false): use a sink that commits positions (the \
+                     memory, file, PostgreSQL and Kafka sinks of this project do), or a source \
+                     that keeps its positions in the job's checkpoints"
                 )));
             }
             if self.spec.global_committer.is_some() {
