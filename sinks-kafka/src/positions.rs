@@ -61,7 +61,9 @@ use tracing::info;
 
 use crate::names::TransactionalIdName;
 use crate::recovery::transactions;
-use crate::transaction::{describe, init_producer_id, GroupOffset, TransactionIdentity};
+use crate::transaction::{
+    describe, init_producer_id, with_coordinator, GroupOffset, TransactionIdentity,
+};
 use sink_kafka_client::{str_bytes, Cluster, CoordinatorKind, WireError};
 
 /// Where a Kafka source's positions are kept: its topic and group.
@@ -436,24 +438,7 @@ where
     F: Fn(std::sync::Arc<sink_kafka_client::Link>) -> Fut,
     Fut: std::future::Future<Output = Result<T, WireError>>,
 {
-    let deadline = Instant::now() + cluster.config.request_timeout;
-    loop {
-        let result = match cluster.coordinator(CoordinatorKind::Group, group).await {
-            Ok(link) => request(link).await,
-            Err(error) => Err(error),
-        };
-        match result {
-            Err(error) if error.is_retriable() && Instant::now() < deadline => {
-                if error.is_misdirected() {
-                    cluster
-                        .forget_coordinator(CoordinatorKind::Group, group)
-                        .await;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            other => return other,
-        }
-    }
+    with_coordinator(cluster, CoordinatorKind::Group, group, request).await
 }
 
 #[cfg(test)]

@@ -349,20 +349,35 @@ where
     F: Fn(Arc<sink_kafka_client::Link>) -> Fut,
     Fut: std::future::Future<Output = Result<T, WireError>>,
 {
+    with_coordinator(cluster, CoordinatorKind::Transaction, id, request).await
+}
+
+/// Runs `request` against the coordinator of `key` (a transactional id or
+/// a group), again while the answer is retriable, up to the request
+/// timeout. Called by the requests of transactions and of groups (the
+/// `positions` module).
+pub(crate) async fn with_coordinator<T, F, Fut>(
+    cluster: &Cluster,
+    kind: CoordinatorKind,
+    key: &str,
+    request: F,
+) -> Result<T, WireError>
+where
+    F: Fn(Arc<sink_kafka_client::Link>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, WireError>>,
+{
     let deadline = Instant::now() + cluster.config.request_timeout;
     loop {
-        let result = match cluster.coordinator(CoordinatorKind::Transaction, id).await {
+        let result = match cluster.coordinator(kind, key).await {
             Ok(link) => request(link).await,
             Err(error) => Err(error),
         };
         match result {
             Err(error) if error.is_retriable() && Instant::now() < deadline => {
                 if error.is_misdirected() {
-                    cluster
-                        .forget_coordinator(CoordinatorKind::Transaction, id)
-                        .await;
+                    cluster.forget_coordinator(kind, key).await;
                 }
-                debug!(id, %error, "asking the transaction coordinator again");
+                debug!(key, %error, "asking the coordinator again");
                 tokio::time::sleep(BUSY_RETRY).await;
             }
             other => return other,

@@ -7,9 +7,8 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use crate::kafka_topics::{brokers, fill, kill, spawn, unique, value_id};
+use crate::kafka_topics::{brokers, kill_at_random, two_instances_one_killed, unique, value_id};
 use crate::output::summary;
 
 /// The demo reading `topic` as `group` into `out`, its checkpoints in
@@ -51,18 +50,12 @@ fn a_topic_read_into_files_and_killed_at_random_writes_every_value_once() {
     let dir = tempfile::tempdir().unwrap();
     let (out, state) = (dir.path().join("out"), dir.path().join("state"));
     let (topic, group) = (unique("demo-source"), unique("g"));
-    fill(&topic, 4, 0, 20_000);
-    // Killed at random moments while the topic grows, each run resuming
-    // from its state (and every split from the output's positions).
-    let mut rng = fastrand::Rng::with_seed(35);
-    let unbounded = ["--source", "kafka-unbounded", "--run-for", "60s"];
-    for round in 0..4u64 {
-        let run = spawn(demo(&topic, &group, &out, &state, &unbounded));
-        std::thread::sleep(Duration::from_millis(rng.u64(200..800)));
-        fill(&topic, 4, 20_000 + round * 5_000, 25_000 + round * 5_000);
-        std::thread::sleep(Duration::from_millis(rng.u64(100..1200)));
-        kill(run);
-    }
+    // Each run resumes from its state (and every split from the output's
+    // positions).
+    kill_at_random(&topic, 35, || {
+        let unbounded = ["--source", "kafka-unbounded", "--run-for", "60s"];
+        demo(&topic, &group, &out, &state, &unbounded)
+    });
     // A bounded run ends at the topic's end as it starts.
     let output = demo(&topic, &group, &out, &state, &["--source", "kafka"])
         .output()
@@ -78,42 +71,10 @@ fn two_instances_of_one_group_on_one_output_one_killed_then_a_bounded_drain_writ
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let (topic, group) = (unique("demo-group"), unique("g"));
-    fill(&topic, 6, 0, 20_000);
-    let unbounded = |run_for: &'static str| ["--source", "kafka-unbounded", "--run-for", run_for];
-    let a = spawn(demo(
-        &topic,
-        &group,
-        &out,
-        &dir.path().join("a"),
-        &unbounded("60s"),
-    ));
-    std::thread::sleep(Duration::from_millis(1500));
-    // B joins: the partitions move between them.
-    let b = spawn(demo(
-        &topic,
-        &group,
-        &out,
-        &dir.path().join("b"),
-        &unbounded("14s"),
-    ));
-    std::thread::sleep(Duration::from_millis(1500));
-    fill(&topic, 6, 20_000, 40_000);
-    // A is killed while both read; it comes back from its state (the
-    // same static member of the group) and runs out its --run-for.
-    kill(a);
-    fill(&topic, 6, 40_000, 50_000);
-    let a = spawn(demo(
-        &topic,
-        &group,
-        &out,
-        &dir.path().join("a"),
-        &unbounded("6s"),
-    ));
-    std::thread::sleep(Duration::from_millis(2000));
-    fill(&topic, 6, 50_000, 60_000);
-    for mut run in [a, b] {
-        assert!(run.wait().unwrap().success(), "an instance failed");
-    }
+    two_instances_one_killed(&topic, dir.path(), |state, run_for| {
+        let unbounded = ["--source", "kafka-unbounded", "--run-for", run_for];
+        demo(&topic, &group, &out, state, &unbounded)
+    });
     // A bounded run of the group, on a state of its own, drains the rest.
     let output = demo(
         &topic,

@@ -7,9 +7,8 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use crate::kafka_topics::{brokers, fill, kill, spawn, unique, value_id};
+use crate::kafka_topics::{brokers, kill_at_random, two_instances_one_killed, unique, value_id};
 use crate::output::summary;
 
 /// The demo copying `input` as `group` into `output`, its checkpoints in
@@ -58,16 +57,10 @@ fn a_topic_copied_into_a_topic_and_killed_at_random_holds_every_value_once() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let (input, output, group) = (unique("k2k-in"), unique("k2k-out"), unique("g"));
-    fill(&input, 4, 0, 20_000);
-    let mut rng = fastrand::Rng::with_seed(3535);
-    let unbounded = ["--source", "kafka-unbounded", "--run-for", "60s"];
-    for round in 0..4u64 {
-        let run = spawn(demo(&input, &group, &output, &state, &unbounded));
-        std::thread::sleep(Duration::from_millis(rng.u64(300..900)));
-        fill(&input, 4, 20_000 + round * 5_000, 25_000 + round * 5_000);
-        std::thread::sleep(Duration::from_millis(rng.u64(100..1200)));
-        kill(run);
-    }
+    kill_at_random(&input, 3535, || {
+        let unbounded = ["--source", "kafka-unbounded", "--run-for", "60s"];
+        demo(&input, &group, &output, &state, &unbounded)
+    });
     let done = demo(&input, &group, &output, &state, &["--source", "kafka"])
         .output()
         .unwrap();
@@ -81,31 +74,10 @@ fn two_instances_of_one_group_copying_a_topic_one_killed_then_a_bounded_drain_ho
 ) {
     let dir = tempfile::tempdir().unwrap();
     let (input, output, group) = (unique("k2k-group-in"), unique("k2k-group-out"), unique("g"));
-    fill(&input, 6, 0, 20_000);
-    let unbounded = |run_for: &'static str| ["--source", "kafka-unbounded", "--run-for", run_for];
-    let a_state = dir.path().join("a");
-    let a = spawn(demo(&input, &group, &output, &a_state, &unbounded("60s")));
-    std::thread::sleep(Duration::from_millis(1500));
-    // B joins: the partitions move between them.
-    let b = spawn(demo(
-        &input,
-        &group,
-        &output,
-        &dir.path().join("b"),
-        &unbounded("14s"),
-    ));
-    std::thread::sleep(Duration::from_millis(1500));
-    fill(&input, 6, 20_000, 40_000);
-    // A is killed while both read; it comes back from its state (the same
-    // static member of the group) and runs out its --run-for.
-    kill(a);
-    fill(&input, 6, 40_000, 50_000);
-    let a = spawn(demo(&input, &group, &output, &a_state, &unbounded("6s")));
-    std::thread::sleep(Duration::from_millis(2000));
-    fill(&input, 6, 50_000, 60_000);
-    for mut run in [a, b] {
-        assert!(run.wait().unwrap().success(), "an instance failed");
-    }
+    two_instances_one_killed(&input, dir.path(), |state, run_for| {
+        let unbounded = ["--source", "kafka-unbounded", "--run-for", run_for];
+        demo(&input, &group, &output, state, &unbounded)
+    });
     // A bounded run of the group, on a state of its own, drains the rest.
     let done = demo(
         &input,

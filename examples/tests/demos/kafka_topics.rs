@@ -2,7 +2,9 @@
 //! names, an input topic filled with values, and child processes killed
 //! with SIGKILL.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// The test broker (`scripts/with-kafka` sets it).
 pub fn brokers() -> String {
@@ -61,4 +63,48 @@ pub fn spawn(mut command: Command) -> Child {
 pub fn kill(mut child: Child) {
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// The kill -9 loop of a demo reading `input` (4 partitions, 20 000 values
+/// written first): four runs of `unbounded()`, each killed at a random
+/// moment (from `seed`) while the input grows by 5 000 values, to 40 000.
+pub fn kill_at_random(input: &str, seed: u64, unbounded: impl Fn() -> Command) {
+    fill(input, 4, 0, 20_000);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    for round in 0..4u64 {
+        let run = spawn(unbounded());
+        std::thread::sleep(Duration::from_millis(rng.u64(200..900)));
+        fill(input, 4, 20_000 + round * 5_000, 25_000 + round * 5_000);
+        std::thread::sleep(Duration::from_millis(rng.u64(100..1200)));
+        kill(run);
+    }
+}
+
+/// Two instances of one group reading `input` (6 partitions, 60 000
+/// values written over the run): A (state `<dir>/a`) runs, B (`<dir>/b`)
+/// joins and the partitions move, A is killed while both read and comes
+/// back from its state; both must end well. `unbounded(state, run_for)` is
+/// an instance's command.
+pub fn two_instances_one_killed(
+    input: &str,
+    dir: &Path,
+    unbounded: impl Fn(&Path, &'static str) -> Command,
+) {
+    fill(input, 6, 0, 20_000);
+    let (a_state, b_state) = (dir.join("a"), dir.join("b"));
+    let a = spawn(unbounded(&a_state, "60s"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let b = spawn(unbounded(&b_state, "14s"));
+    std::thread::sleep(Duration::from_millis(1500));
+    fill(input, 6, 20_000, 40_000);
+    // Killed while both read, A comes back from its state (the same static
+    // member of the group) and runs out its --run-for.
+    kill(a);
+    fill(input, 6, 40_000, 50_000);
+    let a = spawn(unbounded(&a_state, "6s"));
+    std::thread::sleep(Duration::from_millis(2000));
+    fill(input, 6, 50_000, 60_000);
+    for mut run in [a, b] {
+        assert!(run.wait().unwrap().success(), "an instance failed");
+    }
 }
