@@ -420,106 +420,103 @@ impl KafkaReader {
         leader: i32,
         partitions: Vec<(i32, i64)>,
     ) -> Result<(), SourceError> {
-        {
-            let link = self
-                .cluster
-                .broker(leader)
-                .await
-                .map_err(|e| self.wire(e))?;
-            let request = FetchRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_max_wait_ms(0)
-                .with_min_bytes(1)
-                .with_max_bytes(FETCH_BYTES.saturating_mul(partitions.len() as i32))
-                .with_isolation_level(1)
-                .with_session_epoch(-1)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic(TopicName(str_bytes(&self.settings.topic)))
-                    .with_partitions(
-                        partitions
-                            .iter()
-                            .map(|(partition, offset)| {
-                                FetchPartition::default()
-                                    .with_partition(*partition)
-                                    .with_fetch_offset(*offset)
-                                    .with_current_leader_epoch(-1)
-                                    .with_last_fetched_epoch(-1)
-                                    .with_log_start_offset(-1)
-                                    .with_partition_max_bytes(FETCH_BYTES)
-                            })
-                            .collect(),
-                    )]);
-            let answer = self
-                .cluster
-                .call(&link, &request)
-                .await
-                .map_err(|e| self.wire(e))?;
-            WireError::check("Fetch", || self.settings.topic.clone(), answer.error_code)
-                .map_err(|e| self.wire(e))?;
-            for data in answer.responses.iter().flat_map(|t| t.partitions.iter()) {
-                let partition = data.partition_index;
-                let Some(state) = self.partitions.get(&partition).copied() else {
-                    continue;
-                };
-                match ResponseError::try_from_code(data.error_code) {
-                    None => {}
-                    Some(
-                        ResponseError::NotLeaderOrFollower
-                        | ResponseError::UnknownTopicOrPartition
-                        | ResponseError::FencedLeaderEpoch
-                        | ResponseError::LeaderNotAvailable,
-                    ) => {
-                        // The leader moved: the next fetch asks the metadata.
-                        self.described = None;
-                        continue;
-                    }
-                    Some(ResponseError::OffsetOutOfRange) => {
-                        return Err(self.out_of_range(partition, state.fetch_from).await)
-                    }
-                    Some(code) => {
-                        return Err(self.wire(WireError::Broker {
-                            api: "Fetch",
-                            subject: format!("{}/{partition}", self.settings.topic),
-                            code,
-                            message: None,
-                        }))
-                    }
-                }
-                let stable = match data.last_stable_offset {
-                    offset if offset >= 0 => offset,
-                    _ => data.high_watermark,
-                };
-                let end = state.end.map_or(stable, |end| end.min(stable));
-                let aborted: Vec<Aborted> = data
-                    .aborted_transactions
-                    .iter()
-                    .flatten()
-                    .map(|a| Aborted {
-                        first_offset: a.first_offset,
-                        producer_id: a.producer_id.0,
-                    })
-                    .collect();
-                let Some(records) = &data.records else {
-                    continue;
-                };
-                let mut bytes = records.clone();
-                let buffer = &mut self.buffer;
-                let mut buffered_to = None;
-                let next =
-                    committed_records(&mut bytes, state.fetch_from, end, &aborted, |record| {
-                        buffered_to = Some(record.offset + 1);
-                        buffer.push_back(KafkaMessage {
-                            partition,
-                            offset: record.offset,
-                            key: record.key,
-                            value: record.value,
+        let link = self
+            .cluster
+            .broker(leader)
+            .await
+            .map_err(|e| self.wire(e))?;
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(FETCH_BYTES.saturating_mul(partitions.len() as i32))
+            .with_isolation_level(1)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(str_bytes(&self.settings.topic)))
+                .with_partitions(
+                    partitions
+                        .iter()
+                        .map(|(partition, offset)| {
+                            FetchPartition::default()
+                                .with_partition(*partition)
+                                .with_fetch_offset(*offset)
+                                .with_current_leader_epoch(-1)
+                                .with_last_fetched_epoch(-1)
+                                .with_log_start_offset(-1)
+                                .with_partition_max_bytes(FETCH_BYTES)
                         })
-                    })
-                    .map_err(|e| self.wire(e))?;
-                if let Some(state) = self.partitions.get_mut(&partition) {
-                    state.fetch_from = next;
-                    state.buffered_to = buffered_to.or(state.buffered_to);
+                        .collect(),
+                )]);
+        let answer = self
+            .cluster
+            .call(&link, &request)
+            .await
+            .map_err(|e| self.wire(e))?;
+        WireError::check("Fetch", || self.settings.topic.clone(), answer.error_code)
+            .map_err(|e| self.wire(e))?;
+        for data in answer.responses.iter().flat_map(|t| t.partitions.iter()) {
+            let partition = data.partition_index;
+            let Some(state) = self.partitions.get(&partition).copied() else {
+                continue;
+            };
+            match ResponseError::try_from_code(data.error_code) {
+                None => {}
+                Some(
+                    ResponseError::NotLeaderOrFollower
+                    | ResponseError::UnknownTopicOrPartition
+                    | ResponseError::FencedLeaderEpoch
+                    | ResponseError::LeaderNotAvailable,
+                ) => {
+                    // The leader moved: the next fetch asks the metadata.
+                    self.described = None;
+                    continue;
                 }
+                Some(ResponseError::OffsetOutOfRange) => {
+                    return Err(self.out_of_range(partition, state.fetch_from).await)
+                }
+                Some(code) => {
+                    return Err(self.wire(WireError::Broker {
+                        api: "Fetch",
+                        subject: format!("{}/{partition}", self.settings.topic),
+                        code,
+                        message: None,
+                    }))
+                }
+            }
+            let stable = match data.last_stable_offset {
+                offset if offset >= 0 => offset,
+                _ => data.high_watermark,
+            };
+            let end = state.end.map_or(stable, |end| end.min(stable));
+            let aborted: Vec<Aborted> = data
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .map(|a| Aborted {
+                    first_offset: a.first_offset,
+                    producer_id: a.producer_id.0,
+                })
+                .collect();
+            let Some(records) = &data.records else {
+                continue;
+            };
+            let mut bytes = records.clone();
+            let buffer = &mut self.buffer;
+            let mut buffered_to = None;
+            let next = committed_records(&mut bytes, state.fetch_from, end, &aborted, |record| {
+                buffered_to = Some(record.offset + 1);
+                buffer.push_back(KafkaMessage {
+                    partition,
+                    offset: record.offset,
+                    key: record.key,
+                    value: record.value,
+                })
+            })
+            .map_err(|e| self.wire(e))?;
+            if let Some(state) = self.partitions.get_mut(&partition) {
+                state.fetch_from = next;
+                state.buffered_to = buffered_to.or(state.buffered_to);
             }
         }
         Ok(())
