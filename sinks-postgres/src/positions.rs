@@ -19,13 +19,13 @@
 //!    INSERT step (from, to) ON CONFLICT DO NOTHING
 //!      taken by a committed step                  ─▶ superseded
 //!      held by another transaction (it waits)     ─▶ after 100 ms, looks who holds it (below)
-//!    from = None, or a committed step ends at from ─▶ checked
+//!    from = None, or the committed steps end at from ─▶ checked (the split's position)
 //!    this writer's own prepared step ends at from  ─▶ checked later, by the committer (chained_on)
 //!    otherwise                                     ─▶ superseded
 //!  every advance checked ─▶ marker; PREPARE TRANSACTION (the steps' keys stay held until it ends)
 //!  superseded            ─▶ ROLLBACK, data included: a committable the committer signals superseded
 //!
-//!  committer, chained_on not empty: a committed step ends at each from? ─▶ COMMIT PREPARED
+//!  committer, chained_on not empty: the committed steps end at each from? ─▶ COMMIT PREPARED
 //!    a transaction it continues still prepared                          ─▶ retry later
 //!    otherwise (it was rolled back)                                     ─▶ ROLLBACK PREPARED: superseded
 //! ```
@@ -33,7 +33,11 @@
 //! # Why no interleaving of owners duplicates or loses a record
 //!
 //! The committed steps of a split form one chain from its start: a step
-//! commits only if a committed step ends at its `from` (checked at prepare,
+//! commits only if the committed steps end at its `from`, the split's
+//! position (`max(to)`; not merely the end of some committed step: once
+//! later steps were pruned, a stale owner's `from` can be the end of the
+//! kept first step while its successor's key is free again; review found
+//! that fork) (checked at prepare,
 //! or by the committer for a step continuing one of its writer's that was
 //! not committed yet) and no other step starts there (the key). Committed
 //! steps never change, and a step holds its key from its insert to its
@@ -336,17 +340,21 @@ async fn try_advance_one(
             // The split's start, taken: nobody started it before.
             return Ok(Ok(Chained::OnCommitted));
         };
-        let ends_there = client
-            .query_opt(
+        // Where the committed steps end now, this step left out (its own
+        // row is visible to its transaction): the split's position, not
+        // merely the end of some committed step (a step that later ones
+        // continued, whose successors' keys were pruned, also ends there).
+        let head: Option<i64> = client
+            .query_one(
                 &format!(
-                    "SELECT 1 FROM {POSITIONS_TABLE} \
-                     WHERE scope = $1 AND split = $2 AND to_position = $3 LIMIT 1"
+                    "SELECT max(to_position) FROM {POSITIONS_TABLE} \
+                     WHERE scope = $1 AND split = $2 AND from_position <> $3"
                 ),
                 &[&key.scope, &key.split, &from],
             )
             .await?
-            .is_some();
-        if ends_there {
+            .get(0);
+        if head == Some(from) {
             return Ok(Ok(Chained::OnCommitted));
         }
         if let Some(gid) = own.ending_at(key, expected) {
@@ -658,18 +666,9 @@ pub(crate) async fn check_chain(
         if from == advance.to {
             continue;
         }
-        let from_i64 = i64::try_from(from).unwrap_or(i64::MAX);
-        let ends_there = client
-            .query_opt(
-                &format!(
-                    "SELECT 1 FROM {POSITIONS_TABLE} \
-                     WHERE scope = $1 AND split = $2 AND to_position = $3 LIMIT 1"
-                ),
-                &[&advance.key.scope, &advance.key.split, &from_i64],
-            )
-            .await?
-            .is_some();
-        if ends_there {
+        // The split's position (committed steps only: this transaction's
+        // own step is prepared, invisible here) must be where it continues.
+        if end_of(client, &advance.key).await? == Some(from) {
             continue;
         }
         let pending = client

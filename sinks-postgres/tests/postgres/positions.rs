@@ -535,3 +535,54 @@ async fn a_holder_of_another_database_user_is_waited_for_not_a_failure_of_the_jo
         .unwrap();
     writer.close().await.unwrap();
 }
+
+/// Steps a split's later commits pruned free their keys: a stale owner's
+/// step from a pruned position must still be superseded (it continued the
+/// split's first step, which is kept for good, and forked the chain:
+/// found by review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_step_from_a_pruned_position_is_superseded() {
+    let db = client(&url()).await;
+    fresh_with_sink_tables(&db, "pos_pruned").await;
+    let scope = "pos-pruned/input";
+    commit_start(&db, scope, "p0", 100).await;
+    let sink = sink_into("pos_pruned").await;
+    let (mut writer, mut committer) = writer_and_committer(&sink, "pos-pruned").await;
+    for (n, from) in [(1, 100), (2, 200), (3, 300)] {
+        let step = prepare(
+            &mut writer,
+            from..from + 100,
+            vec![advance(scope, "p0", Some(from), from + 100)],
+            n,
+        )
+        .await;
+        assert_eq!(step.superseded, None, "{step:?}");
+        assert_eq!(
+            commit(&mut committer, &step).await,
+            CommitOutcome::Committed
+        );
+    }
+    // An owner that read p0 from 100 and stalled since.
+    let (mut stale_writer, mut stale_committer) =
+        writer_and_committer(&sink_into("pos_pruned").await, "pos-pruned-stale").await;
+    let stale = prepare(
+        &mut stale_writer,
+        100..150,
+        vec![advance(scope, "p0", Some(100), 150)],
+        1,
+    )
+    .await;
+    let outcome = commit(&mut stale_committer, &stale).await;
+    assert!(superseded(&outcome), "{outcome:?} {stale:?}");
+    let counts = id_counts(&db, "pos_pruned").await;
+    assert!(
+        counts.len() == 300 && counts.values().all(|c| *c == 1),
+        "every row of 100..400 once, nothing of the stale step: {counts:?}"
+    );
+    assert_eq!(
+        sink.committed_positions(scope).await.unwrap(),
+        CommittedPositions::from([("p0".to_string(), 400)])
+    );
+    writer.close().await.unwrap();
+    stale_writer.close().await.unwrap();
+}
