@@ -226,13 +226,13 @@ async fn prepare_with_position(
     cluster: &Arc<Cluster>,
     (name, topic): (&Arc<str>, &Topic),
     prefix: &str,
-    lineage: &str,
+    (lineage, slot): (&str, u32),
     scope: &str,
     (from, to): (Option<u64>, u64),
     value: &str,
 ) -> crate::writer::KafkaCommittable {
     use crate::positions::{self, KafkaScope};
-    let id = format!("{prefix}.{lineage}.s0.t0");
+    let id = format!("{prefix}.{lineage}.s0.t{slot}");
     let mut tx = Transaction::begin(cluster.clone(), name.clone(), &id, TIMEOUT)
         .await
         .expect("begin");
@@ -261,7 +261,7 @@ async fn prepare_with_position(
         transaction: identity,
         checkpoint: 1,
         subtask: 0,
-        slot: 0,
+        slot,
         records: 1,
         positions: vec![advance],
     }
@@ -284,6 +284,17 @@ fn committer(cluster: &Arc<Cluster>, topic: &Arc<str>) -> crate::committer::Kafk
 /// a check of the offsets alone lets through: both commit, duplicates).
 #[tokio::test]
 async fn two_transactions_advancing_a_partition_from_the_same_position_never_both_commit() {
+    // Two instances (lineages) of the job.
+    the_later_check_fences_the_earlier(("lineage1", 0), ("lineage2", 0)).await;
+    // Two starts of one lineage at once (a zombie), or two subtasks handed
+    // one partition: the same writer's ids, from the same position.
+    the_later_check_fences_the_earlier(("lineage1", 0), ("lineage1", 1)).await;
+}
+
+/// T1 (`one`) is prepared and passes its check; then T2 (`two`) is
+/// prepared from the same position and passes its check too: T2's check
+/// must have fenced T1, which then commits nothing.
+async fn the_later_check_fences_the_earlier(one: (&str, u32), two: (&str, u32)) {
     use crate::positions::{self, KafkaScope};
     let cluster = new_cluster();
     let (name, topic) = topic(&cluster, 1).await;
@@ -297,7 +308,7 @@ async fn two_transactions_advancing_a_partition_from_the_same_position_never_bot
         &cluster,
         (&name, &topic),
         &prefix,
-        "lineage1",
+        one,
         &scope,
         (None, 10),
         "one",
@@ -317,7 +328,7 @@ async fn two_transactions_advancing_a_partition_from_the_same_position_never_bot
         &cluster,
         (&name, &topic),
         &prefix,
-        "lineage2",
+        two,
         &scope,
         (None, 7),
         "two",

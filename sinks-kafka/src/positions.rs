@@ -22,23 +22,33 @@
 //!
 //! ```text
 //!  writer, at the barrier   claim: OffsetCommit (plain, visible at once) in group claims.<transactional id>
-//!                           of every partition it advances = epoch, metadata "<producer id>:<epoch>";
+//!                           of every partition it advances = epoch, metadata "<producer id>:<epoch>:<from>";
 //!                           then the positions, in the transaction
-//!  committer, at commit     every other transaction of the sink's prefix that is open or committing
-//!                           (ListTransactions, every broker): its claims on the partitions this one
-//!                           advances ─▶ open at the claimed epoch: fenced (InitProducerId of its id:
-//!                           the coordinator aborts it, and its EndTxn can no longer commit it);
-//!                           committing: waited for until it completed
+//!  committer, at commit     every other transaction of the sink's prefix that is open, committing or
+//!                           committed (ListTransactions, every broker): its claims on the partitions
+//!                           this one advances from the same position ─▶
+//!                             open at the claimed epoch: fenced (InitProducerId of its id: the
+//!                             coordinator aborts it, and its EndTxn can no longer commit it);
+//!                             committing: waited for until it completed;
+//!                             committed: the partition's offset must show it (read again until it does)
 //!                           then the group's offsets: every partition at `from` ─▶ EndTxn(commit)
 //!                                                     otherwise ─▶ abort: superseded
 //! ```
+//!
+//! Only a claim from the same `from` competes: two commits can both apply
+//! records of a partition only if both find it at their `from` at once, so
+//! the same `from`. The writer's next transaction starts where this one
+//! ends and is left alone; a second start of the same lineage (a zombie),
+//! or two subtasks handed one partition, are not: review found both, when
+//! the writer's own lineage and subtask were left out instead.
 //!
 //! Why two transactions advancing one partition from the same position
 //! never both commit: each wrote its claim before its committer listed the
 //! transactions, so one of them (say T2) listed after the other's claim was
 //! written. T1 was then open (listed, its claim read, fenced: it cannot
 //! commit), or committing (waited for: T2 then finds the partition moved
-//! past its `from`), or committed already (the same), or aborted. A claim
+//! past its `from`), or committed already (the same: its offset, applied
+//! from the commit's marker, is waited for), or aborted. A claim
 //! is overwritten only by a later transaction of the same id, which begins
 //! after the committer settled the earlier one (the `slots` module). A
 //! fenced transaction's records and positions go together: the partition
@@ -173,10 +183,9 @@ pub(crate) async fn claim(
                 .with_partition_index(partition)
                 .with_committed_offset(i64::from(identity.epoch))
                 .with_committed_leader_epoch(-1)
-                .with_committed_metadata(Some(str_bytes(&format!(
-                    "{}:{}",
-                    identity.producer_id, identity.epoch
-                )))))
+                .with_committed_metadata(Some(str_bytes(
+                    &ClaimNote::of(identity, a.from).to_string(),
+                ))))
         })
         .collect::<Result<Vec<_>, WireError>>()?;
     let expected = partitions.len();
@@ -285,6 +294,49 @@ pub(crate) async fn read(
         .collect())
 }
 
+/// What a claim says: the claiming transaction's producer id and epoch,
+/// and the position its advance of the partition starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClaimNote {
+    pub(crate) producer_id: i64,
+    pub(crate) epoch: i16,
+    pub(crate) from: Option<u64>,
+}
+
+impl ClaimNote {
+    fn of(identity: &TransactionIdentity, from: Option<u64>) -> ClaimNote {
+        ClaimNote {
+            producer_id: identity.producer_id,
+            epoch: identity.epoch,
+            from,
+        }
+    }
+
+    /// `<producer id>:<epoch>:<from or ->`; a note without `from` (none
+    /// is written so) reads as competing with every advance.
+    fn parse(text: &str) -> Option<(i64, i16, Option<Option<u64>>)> {
+        let mut parts = text.split(':');
+        let producer_id = parts.next()?.parse().ok()?;
+        let epoch = parts.next()?.parse().ok()?;
+        let from = match parts.next() {
+            None => None,
+            Some("-") => Some(None),
+            Some(from) => Some(Some(from.parse().ok()?)),
+        };
+        Some((producer_id, epoch, from))
+    }
+}
+
+impl std::fmt::Display for ClaimNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:", self.producer_id, self.epoch)?;
+        match self.from {
+            Some(from) => write!(f, "{from}"),
+            None => f.write_str("-"),
+        }
+    }
+}
+
 /// A transaction's claim on a partition, as read back.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Claim {
@@ -298,11 +350,24 @@ pub(crate) struct Claim {
 /// claimed epoch): never asked about again. Kept by each committer.
 pub(crate) type Settled = HashSet<Claim>;
 
-/// Makes sure that no other transaction of the sink's prefix can commit a
-/// partition of `advances` (fencing the open ones that claim one, waiting
-/// for those committing), then checks that every partition is where
-/// `advances` expects. `Ok(Err(conflict))`: superseded, the caller aborts
-/// its transaction.
+/// What became of a competing claim's transaction.
+enum Fenced {
+    /// Aborted, fenced, or long over: it commits nothing now.
+    Ended,
+    /// Committed at the claimed epoch: the partition's offset must show it.
+    Committed,
+}
+
+/// Makes sure that no other transaction of the sink's prefix can commit
+/// a partition of `advances` from the same position (fencing the open
+/// ones that claim one, waiting for those committing), then checks that
+/// every partition is where `advances` expects. `Ok(Err(conflict))`:
+/// superseded, the caller aborts its transaction.
+///
+/// Only a claim from the same `from` competes: two commits can both apply
+/// records of one partition only if they start where it is at the same
+/// time. The transaction that follows this one in its writer starts where
+/// this one ends, and is left alone.
 pub(crate) async fn settle(
     cluster: &Cluster,
     own: &TransactionIdentity,
@@ -316,26 +381,29 @@ pub(crate) async fn settle(
             own.transactional_id
         ))
     })?;
-    // The transactions of this writer (its lineage and subtask) follow one
-    // another: each advances from where the one before it ends. Every
-    // other one is another owner, the job's other subtasks included (a
-    // consumer group may hand one partition to two members at once).
+    // Committed ones too: a commit the coordinator completed may reach the
+    // group's offsets a moment later (Kafka applies them from the marker).
     let others: Vec<String> = transactions(cluster, &format!("{}.", name.prefix))
         .await?
         .into_iter()
         .filter(|(id, state)| {
-            TransactionalIdName::parse(id).is_some_and(|other| {
-                (other.lineage.as_str(), other.subtask) != (name.lineage.as_str(), name.subtask)
-            }) && (state == "Ongoing" || state.starts_with("Prepare"))
+            *id != own.transactional_id
+                && TransactionalIdName::parse(id).is_some()
+                && (state == "Ongoing" || state.starts_with("Prepare") || state == "CompleteCommit")
         })
         .map(|(id, _)| id)
         .collect();
     for (scope_name, advances) in by_scope(advances) {
         let scope = KafkaScope::parse(scope_name).map_err(WireError::Protocol)?;
-        let partitions = advances
-            .iter()
-            .map(|a| partition_of(&a.key.split).map_err(WireError::Protocol))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut from_of: BTreeMap<i32, Option<u64>> = BTreeMap::new();
+        for advance in &advances {
+            let partition = partition_of(&advance.key.split).map_err(WireError::Protocol)?;
+            from_of.insert(partition, advance.from);
+        }
+        let partitions: Vec<i32> = from_of.keys().copied().collect();
+        // Partitions whose competitor committed: their offset must have
+        // moved past `from`.
+        let mut must_move: HashSet<i32> = HashSet::new();
         for id in &others {
             let claims = fetch(
                 cluster,
@@ -345,34 +413,61 @@ pub(crate) async fn settle(
             )
             .await?;
             for (partition, _, metadata) in claims {
-                let parsed = metadata.as_deref().and_then(|m| {
-                    let (producer, epoch) = m.split_once(':')?;
-                    Some((producer.parse().ok()?, epoch.parse().ok()?))
-                });
-                let Some((producer_id, epoch)) = parsed else {
+                let Some((producer_id, epoch, from)) =
+                    metadata.as_deref().and_then(ClaimNote::parse)
+                else {
                     continue;
                 };
+                let competes = from.is_none_or(|from| Some(&from) == from_of.get(&partition));
                 let claim = Claim {
                     transactional_id: id.clone(),
                     producer_id,
                     epoch,
                     partition,
                 };
-                if settled.contains(&claim) {
+                if !competes || settled.contains(&claim) {
                     continue;
                 }
-                fence(cluster, &claim, timeout).await?;
+                match fence(cluster, &claim, timeout).await? {
+                    Fenced::Ended => {}
+                    Fenced::Committed => {
+                        must_move.insert(partition);
+                    }
+                }
                 settled.insert(claim);
             }
         }
-        let positions = read(cluster, &scope).await?;
-        let by_partition: BTreeMap<i32, u64> = positions
-            .iter()
-            .filter_map(|(split, offset)| Some((partition_of(split).ok()?, *offset)))
-            .collect();
+        let deadline = Instant::now() + cluster.config.request_timeout;
+        let positions = loop {
+            let positions = read(cluster, &scope).await?;
+            let by_partition: BTreeMap<i32, u64> = positions
+                .iter()
+                .filter_map(|(split, offset)| Some((partition_of(split).ok()?, *offset)))
+                .collect();
+            let stale = must_move
+                .iter()
+                .any(|p| from_of.get(p).copied().flatten() == by_partition.get(p).copied());
+            if !stale {
+                break by_partition;
+            }
+            if Instant::now() >= deadline {
+                // Retried later by the committer.
+                return Err(WireError::Broker {
+                    api: "OffsetFetch",
+                    subject: format!(
+                        "group {}: the offsets do not show yet a commit its coordinator \
+                         completed",
+                        scope.group
+                    ),
+                    code: ResponseError::UnstableOffsetCommit,
+                    message: None,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         for advance in advances {
             let partition = partition_of(&advance.key.split).map_err(WireError::Protocol)?;
-            let found = by_partition.get(&partition).copied();
+            let found = positions.get(&partition).copied();
             if found != advance.from {
                 return Ok(Err(PositionConflict {
                     key: SplitKey::new(scope_name, advance.key.split.clone()),
@@ -387,20 +482,21 @@ pub(crate) async fn settle(
 
 /// Ends the claim's transaction if it is still open at the claimed epoch
 /// (a new epoch of its id: the coordinator aborts it), or waits until it
-/// completed if it is committing or aborting.
-async fn fence(cluster: &Cluster, claim: &Claim, timeout: Duration) -> Result<(), WireError> {
+/// completed if it is committing or aborting; says whether it committed.
+async fn fence(cluster: &Cluster, claim: &Claim, timeout: Duration) -> Result<Fenced, WireError> {
     let deadline = Instant::now() + cluster.config.request_timeout;
     loop {
         let now = match describe(cluster, &claim.transactional_id).await {
             Ok(now) => now,
             Err(error) if error.code() == Some(ResponseError::TransactionalIdNotFound) => {
-                return Ok(())
+                return Ok(Fenced::Ended)
             }
             Err(error) => return Err(error),
         };
         if (now.producer_id, now.epoch) != (claim.producer_id, claim.epoch) {
-            // A later producer of the id: the claimed transaction ended.
-            return Ok(());
+            // A later producer of the id: the claimed transaction ended,
+            // and its slot was given back once its commit was settled.
+            return Ok(Fenced::Ended);
         }
         match now.state.as_str() {
             "Ongoing" => {
@@ -410,19 +506,26 @@ async fn fence(cluster: &Cluster, claim: &Claim, timeout: Duration) -> Result<()
                     claim.producer_id, claim.epoch, claim.partition,
                     "fenced an open transaction claiming a partition this commit advances"
                 );
-                return Ok(());
+                return Ok(Fenced::Ended);
             }
+            "CompleteCommit" => return Ok(Fenced::Committed),
             state if state.starts_with("Prepare") && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             state if state.starts_with("Prepare") => {
-                return Err(WireError::Protocol(format!(
-                    "transaction {} (producer {} epoch {}) claiming partition {} stayed in \
-                     {state} past the request timeout",
-                    claim.transactional_id, claim.producer_id, claim.epoch, claim.partition
-                )))
+                // Retried later by the committer.
+                return Err(WireError::Broker {
+                    api: "DescribeTransactions",
+                    subject: format!(
+                        "transaction {} (producer {} epoch {}) claiming partition {}, still in \
+                         {state} past the request timeout",
+                        claim.transactional_id, claim.producer_id, claim.epoch, claim.partition
+                    ),
+                    code: ResponseError::ConcurrentTransactions,
+                    message: None,
+                });
             }
-            _ => return Ok(()),
+            _ => return Ok(Fenced::Ended),
         }
     }
 }
@@ -467,6 +570,24 @@ mod tests {
         assert!(check(&[advance("kafka/t/g", "-/1", 5)]).is_ok());
         assert!(check(&[advance("kafka/t/g", "p1", 5)]).is_err());
         assert!(check(&[advance("kafka/t/g", "-/1", u64::MAX)]).is_err());
+    }
+
+    #[test]
+    fn a_claim_says_its_transaction_and_where_it_starts() {
+        let identity = TransactionIdentity {
+            transactional_id: "p.l.s0.t1".into(),
+            producer_id: 7,
+            epoch: 3,
+        };
+        let note = ClaimNote::of(&identity, Some(40)).to_string();
+        assert_eq!(note, "7:3:40");
+        assert_eq!(ClaimNote::parse(&note), Some((7, 3, Some(Some(40)))));
+        let start = ClaimNote::of(&identity, None).to_string();
+        assert_eq!(ClaimNote::parse(&start), Some((7, 3, Some(None))));
+        // Without a position: competes with every advance.
+        assert_eq!(ClaimNote::parse("7:3"), Some((7, 3, None)));
+        assert_eq!(ClaimNote::parse("x:3:1"), None);
+        assert_eq!(ClaimNote::parse("7:3:y"), None);
     }
 
     #[test]
