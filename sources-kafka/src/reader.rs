@@ -555,9 +555,17 @@ impl KafkaReader {
     /// per partition and batch).
     fn hand_out(&mut self, max: usize, out: &mut Vec<KafkaMessage>) -> usize {
         let take = max.min(self.buffer.len());
-        let mut last: BTreeMap<i32, i64> = BTreeMap::new();
+        // The buffer holds runs of one partition each (a fetch is of one):
+        // the last offset of each run, without a map per record.
+        let mut last: Vec<(i32, i64)> = Vec::new();
+        out.reserve(take);
         for message in self.buffer.drain(..take) {
-            last.insert(message.partition, message.offset);
+            match last.last_mut() {
+                Some((partition, offset)) if *partition == message.partition => {
+                    *offset = message.offset;
+                }
+                _ => last.push((message.partition, message.offset)),
+            }
             out.push(message);
         }
         for (partition, offset) in last {
