@@ -415,8 +415,19 @@ fn instances_fail_over_across_hosts_and_a_reconnected_zombie_commits_nothing() {
         hosts.insert(name, net.add_host(name).expect("a host"));
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
+    // Kept from the start, so that a failing run leaves its logs too.
+    let dir = match std::env::var_os("SCALE_OUT_KEEP") {
+        Some(_) => {
+            let kept = dir.keep();
+            KeptOrTemp::Kept(kept)
+        }
+        None => KeptOrTemp::Temp(dir),
+    };
     if std::env::var_os("SCALE_OUT_KEEP").is_some() {
-        println!("keeping the logs in {}", dir.path().display());
+        println!(
+            "keeping the logs in {}, failing or not",
+            dir.path().display()
+        );
     }
     let (_moto, endpoint) = start_moto(&net, dir.path()).expect("MOTO_SERVER is set");
     // Hosts reach the bridge's address, and each other through the bridge
@@ -631,7 +642,19 @@ fn instances_fail_over_across_hosts_and_a_reconnected_zombie_commits_nothing() {
         claims >= 5,
         "every start claimed the table: {claims} claims"
     );
-    if std::env::var_os("SCALE_OUT_KEEP").is_some() {
-        let _ = dir.keep();
+}
+
+/// The test's directory: removed when done, or kept (`SCALE_OUT_KEEP`).
+enum KeptOrTemp {
+    Temp(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl KeptOrTemp {
+    fn path(&self) -> &Path {
+        match self {
+            KeptOrTemp::Temp(dir) => dir.path(),
+            KeptOrTemp::Kept(path) => path,
+        }
     }
 }
