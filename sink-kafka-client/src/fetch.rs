@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 
 use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::records::RecordBatchDecoder;
 
 use crate::WireError;
@@ -36,6 +37,31 @@ pub struct Aborted {
     pub first_offset: i64,
     /// Its producer id.
     pub producer_id: i64,
+}
+
+/// Where a `read_committed` reader of one partition's fetch answer stops:
+/// its last stable offset, or its high watermark where the broker gives
+/// none. Called by every reader of fetch answers (the sink's
+/// `read_committed`, the Kafka source).
+pub fn stable_end(answer: &PartitionData) -> i64 {
+    match answer.last_stable_offset {
+        offset if offset >= 0 => offset,
+        _ => answer.high_watermark,
+    }
+}
+
+/// The transactions a fetch answer of one partition says were aborted in
+/// the range it returns, for [`committed_records`].
+pub fn aborted(answer: &PartitionData) -> Vec<Aborted> {
+    answer
+        .aborted_transactions
+        .iter()
+        .flatten()
+        .map(|a| Aborted {
+            first_offset: a.first_offset,
+            producer_id: a.producer_id.0,
+        })
+        .collect()
 }
 
 /// Decodes the batches in `bytes` (one partition's records of one fetch

@@ -15,7 +15,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 
 use crate::recovery::transactions;
-use sink_kafka_client::fetch::{committed_records, Aborted, FetchedRecord};
+use sink_kafka_client::fetch::{aborted, committed_records, stable_end, FetchedRecord};
 use sink_kafka_client::topic::Topic;
 use sink_kafka_client::{str_bytes, ClientConfig, Cluster, WireError};
 
@@ -155,21 +155,8 @@ pub async fn read_committed_with(
                     message: None,
                 });
             }
-            let stable = data.last_stable_offset.max(0);
-            let end = if data.last_stable_offset < 0 {
-                data.high_watermark
-            } else {
-                stable
-            };
-            let aborted: Vec<Aborted> = data
-                .aborted_transactions
-                .iter()
-                .flatten()
-                .map(|a| Aborted {
-                    first_offset: a.first_offset,
-                    producer_id: a.producer_id.0,
-                })
-                .collect();
+            let end = stable_end(data);
+            let aborted = aborted(data);
             let before = offset;
             if let Some(records) = &data.records {
                 let mut bytes = records.clone();

@@ -24,7 +24,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use sink_api::{CheckpointId, CommittedPositions, PositionAdvance, SubtaskIndex};
-use sink_kafka_client::fetch::{committed_records, Aborted};
+use sink_kafka_client::fetch::{aborted, committed_records, stable_end};
 use sink_kafka_client::topic::Topic;
 use sink_kafka_client::{str_bytes, Cluster, WireError};
 use sink_runtime::source::{
@@ -484,20 +484,9 @@ impl KafkaReader {
                     }))
                 }
             }
-            let stable = match data.last_stable_offset {
-                offset if offset >= 0 => offset,
-                _ => data.high_watermark,
-            };
+            let stable = stable_end(data);
             let end = state.end.map_or(stable, |end| end.min(stable));
-            let aborted: Vec<Aborted> = data
-                .aborted_transactions
-                .iter()
-                .flatten()
-                .map(|a| Aborted {
-                    first_offset: a.first_offset,
-                    producer_id: a.producer_id.0,
-                })
-                .collect();
+            let aborted = aborted(data);
             let Some(records) = &data.records else {
                 continue;
             };
