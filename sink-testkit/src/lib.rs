@@ -58,6 +58,7 @@ mod crashes;
 mod decoders;
 mod destination;
 mod handover;
+pub mod hosts;
 mod in_place;
 mod modes;
 mod outcomes;

@@ -10,8 +10,10 @@
 //! its newline: the id in 20 digits, a comma, filler up to
 //! `--record-size` bytes. The topic is created when missing (with
 //! `--partitions` partitions, by default the parallelism); the checkpoints
-//! live in `--state`, so the same command run again after a crash (even
-//! SIGKILL) resumes, and commits the transactions the crashed process had
+//! live in `--state` (a directory, or `s3://bucket/prefix` with
+//! `--endpoint` for S3-compatible servers), so the same command run again
+//! after a crash (even SIGKILL), or on another machine with the same
+//! `s3://` state, resumes, and commits the transactions the crashed process had
 //! prepared. The summary reads the topic back as a `read_committed`
 //! consumer does and checks that every id is there once; `--baseline`
 //! first writes the same records with a plain idempotent producer, for the
@@ -25,17 +27,15 @@
 //! `--state`, share the input's partitions; the summary checks that no
 //! value is in the output twice.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use examples::demo_line::DemoLine;
 use sink_cli::flags::parse_duration;
+use sink_cli::location::{self, Location, Storage};
 use sink_runtime::source::Source;
-use sink_runtime::{
-    CheckpointConfig, Job, JobReport, JobStatus, LocalCheckpointStorage, SequenceSource,
-};
+use sink_runtime::{CheckpointConfig, Job, JobReport, JobStatus, SequenceSource};
 use sinks_kafka::{
     delete_topic, open_transactions, read_committed, IdempotentProducer, KafkaRecord, KafkaSink,
 };
@@ -55,9 +55,15 @@ struct Args {
     /// parallelism.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     partitions: Option<u32>,
-    /// Where the checkpoints are kept.
+    /// Where the checkpoints are kept: a directory, or `s3://bucket/prefix`
+    /// (built with the `s3` feature), which instances on other machines can
+    /// resume from.
     #[arg(long, default_value = "./kafka-demo-state")]
-    state: PathBuf,
+    state: String,
+    /// The S3 endpoint of an `s3://` state, for S3-compatible servers
+    /// (default: AWS_ENDPOINT_URL, else AWS).
+    #[arg(long)]
+    endpoint: Option<String>,
     /// Records, with ids 0..N over all subtasks.
     #[arg(long, default_value_t = 160)]
     records: u64,
@@ -255,10 +261,6 @@ async fn main() -> anyhow::Result<()> {
         delete_topic(&args.brokers, &args.topic)
             .await
             .with_context(|| format!("deleting the topic {}", args.topic))?;
-        if args.state.exists() {
-            std::fs::remove_dir_all(&args.state)
-                .with_context(|| format!("removing {}", args.state.display()))?;
-        }
     }
     let baseline_rate = match args.baseline {
         true => Some(baseline(&args, partitions, line).await?),
@@ -269,8 +271,15 @@ async fn main() -> anyhow::Result<()> {
         .connect()
         .await?;
     let stats = sink.stats_handle();
-    let storage = LocalCheckpointStorage::open(&args.state)
-        .with_context(|| format!("opening the state directory {}", args.state.display()))?;
+    let state = Location::parse(&args.state).map_err(anyhow::Error::msg)?;
+    let storage = Storage::open(&state, &location::s3_options(args.endpoint.as_deref()))
+        .with_context(|| format!("opening the checkpoint storage {state}"))?;
+    if args.fresh {
+        storage
+            .start_over()
+            .await
+            .with_context(|| format!("starting over in {state}"))?;
+    }
     let checkpointing = checkpoint_interval.map(CheckpointConfig::every);
     let started = Instant::now();
     let report = match args.source {
@@ -309,8 +318,8 @@ async fn main() -> anyhow::Result<()> {
     let wall = started.elapsed();
     if report.status == JobStatus::AlreadyFinished {
         eprintln!(
-            "the job in {} has finished already; nothing was written (pass --fresh to start over)",
-            args.state.display()
+            "the job in {state} has finished already; nothing was written (pass --fresh to start \
+             over)"
         );
     }
     let read = read_committed(&args.brokers, &args.topic)

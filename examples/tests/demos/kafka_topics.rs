@@ -24,12 +24,17 @@ pub fn unique(what: &str) -> String {
 /// Writes the values `v<id>` for ids `from..to` into `topic` (created with
 /// `partitions` partitions), keyed by id.
 pub fn fill(topic: &str, partitions: u32, from: u64, to: u64) {
+    fill_at(&brokers(), topic, partitions, from, to);
+}
+
+/// [`fill`], on the broker at `brokers`.
+pub fn fill_at(brokers: &str, topic: &str, partitions: u32, from: u64, to: u64) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let mut producer = sinks_kafka::IdempotentProducer::connect(&brokers(), topic, partitions)
+        let mut producer = sinks_kafka::IdempotentProducer::connect(brokers, topic, partitions)
             .await
             .unwrap();
         let records: Vec<sinks_kafka::KafkaRecord> = (from..to)

@@ -10,6 +10,8 @@ mod file_sink_demo;
 mod file_sink_demo_kafka;
 #[cfg(feature = "s3")]
 mod file_sink_demo_s3;
+#[cfg(all(feature = "kafka", feature = "s3"))]
+mod groups_across_hosts;
 #[cfg(feature = "kafka")]
 mod kafka_sink_demo;
 #[cfg(feature = "kafka")]
