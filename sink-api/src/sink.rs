@@ -171,6 +171,13 @@ pub trait Sink: Send + Sync + 'static {
     /// otherwise), and [`committed_positions`](Self::committed_positions)
     /// reads them back. `false` by default.
     ///
+    /// The committers are where data and positions become visible together:
+    /// the runtime starts such a source once every subtask's committer
+    /// committed the restored checkpoint again, and reads the positions
+    /// then. A global committer the sink brings may act on what the
+    /// committers committed (merge files, say) but must not be where the
+    /// data becomes visible: its commits are not waited for.
+    ///
     /// Read by the job builder: a source whose positions must be committed
     /// with the data (one that can move splits between instances of the
     /// job, such as a Kafka consumer group) is refused with a sink that

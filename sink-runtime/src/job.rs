@@ -272,13 +272,6 @@ where
                      that keeps its positions in the job's checkpoints"
                 )));
             }
-            if self.spec.global_committer.is_some() {
-                return Err(invalid(
-                    "the source commits its positions with the data, but the sink commits through a \
-                     global committer, which the runtime cannot yet start the source after: use a \
-                     sink without one",
-                ));
-            }
         }
         let unbounded = self.spec.source.boundedness() == Boundedness::Unbounded;
         match self.mode {

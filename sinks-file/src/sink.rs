@@ -475,16 +475,16 @@ where
         })
     }
 
-    /// True for a local output without compaction: the committers commit
-    /// each checkpoint's committables of a writer as one position group,
-    /// with the positions, through the output's position log (the
-    /// `position_commit` module). False on an object store, and with
-    /// compaction on, whose compactor is a global committer, which the
-    /// runtime does not yet start a position source after (the log itself
-    /// places and finds files in segments); the job's build then refuses a
-    /// source whose positions are committed with the data.
+    /// True for a local output: the committers commit each checkpoint's
+    /// committables of a writer as one position group, with the positions,
+    /// through the output's position log (the `position_commit` module).
+    /// With compaction on, the group's parts go into segments, which the
+    /// log places and finds, and the compactor (the global committer) only
+    /// merges what the committers committed. False on an object store; the
+    /// job's build then refuses a source whose positions are committed with
+    /// the data.
     fn commits_positions(&self) -> bool {
-        self.config.output.local().is_some() && self.config.compaction.is_none()
+        self.config.output.local().is_some()
     }
 
     /// Reads the output's position log and rolls it forward (every

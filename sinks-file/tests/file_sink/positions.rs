@@ -251,8 +251,8 @@ async fn a_group_merged_by_compaction_is_a_replay_and_nothing_comes_back() {
         )
         .build()
         .unwrap();
-    // The runtime starts no position source before a global committer yet.
-    assert!(!sink.commits_positions());
+    // The committers commit the positions; the compactor only merges.
+    assert!(sink.commits_positions());
     let context = context("l");
     let mut writer = sink.create_writer(&context, Vec::new()).await.unwrap();
     let mut committer = sink.create_committer(&context).await.unwrap();
