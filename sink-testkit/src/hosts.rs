@@ -23,6 +23,7 @@
 //! Kafka source's consumer groups); a sink author can run their own
 //! instances so.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -97,6 +98,29 @@ impl Net {
         Ok(net)
     }
 
+    /// A network with the hosts `names` (a few letters each: they are part
+    /// of interface names), or `None` after printing that the test is
+    /// skipped where namespaces cannot be made.
+    ///
+    /// # Panics
+    /// If a host cannot be added once the bridge was made.
+    pub fn with_hosts(names: &[&'static str]) -> Option<(Net, BTreeMap<&'static str, Host>)> {
+        let mut net = match Net::create() {
+            Ok(net) => net,
+            Err(reason) => {
+                println!(
+                    "skipped: no network namespaces here ({reason}); the test needs root and ip"
+                );
+                return None;
+            }
+        };
+        let mut hosts = BTreeMap::new();
+        for name in names {
+            hosts.insert(*name, net.add_host(name).expect("a host"));
+        }
+        Some((net, hosts))
+    }
+
     /// The test's own address on the bridge: where its servers listen for
     /// the hosts.
     pub fn gateway(&self) -> String {
@@ -160,6 +184,22 @@ impl Net {
     pub fn link(&self, host: &Host, up: bool) {
         let state = if up { "up" } else { "down" };
         run("ip", &["link", "set", &host.outside, state]).expect("the link changes");
+    }
+
+    /// Brings `host` back after a cut, once it checked that `process` ran
+    /// on through the cut (a program that stopped meanwhile could not show
+    /// what it does when reconnected).
+    ///
+    /// # Panics
+    /// If `process` stopped, or `ip` fails.
+    pub fn reconnect(&self, host: &Host, process: &mut Process) {
+        assert!(
+            process.wait_for(Duration::ZERO).is_none(),
+            "{} was to run until reconnected:\n{}",
+            process.name,
+            process.tail()
+        );
+        self.link(host, true);
     }
 
     /// Checks that `from` reaches `url` (with `curl`), naming the likely
@@ -261,6 +301,24 @@ impl Process {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Waits up to `limit` for the process to exit, and checks that it
+    /// succeeded.
+    ///
+    /// # Panics
+    /// If it is still running after `limit`, or failed (with the end of
+    /// its standard error).
+    pub fn ends_well(&mut self, limit: Duration) {
+        let status = self
+            .wait_for(limit)
+            .unwrap_or_else(|| panic!("{} did not stop:\n{}", self.name, self.tail()));
+        assert!(
+            status.success(),
+            "{} exited with {status}:\n{}",
+            self.name,
+            self.tail()
+        );
     }
 
     /// Sends it SIGTERM (a clean stop).

@@ -24,7 +24,6 @@
 //! `scripts/with-kafka` (`NOIDA_DB`); prints "skipped" without them.
 //! `GROUPS_KEEP=1` keeps the programs' logs (the path is printed).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -134,19 +133,6 @@ impl Group {
     }
 }
 
-/// Waits for `process` to end well within `limit`.
-fn ends_well(process: &mut Process, limit: Duration) {
-    let status = process
-        .wait_for(limit)
-        .unwrap_or_else(|| panic!("{} did not stop:\n{}", process.name, process.tail()));
-    assert!(
-        status.success(),
-        "{} exited with {status}:\n{}",
-        process.name,
-        process.tail()
-    );
-}
-
 /// The scenario of the module's header, for `job` (given the test's
 /// directory).
 fn across_hosts(kind: &str, job: impl FnOnce(&Path) -> Job) {
@@ -157,17 +143,9 @@ fn across_hosts(kind: &str, job: impl FnOnce(&Path) -> Job) {
         );
         return;
     }
-    let mut net = match Net::create() {
-        Ok(net) => net,
-        Err(reason) => {
-            println!("skipped: no network namespaces here ({reason}); the test needs root and ip");
-            return;
-        }
+    let Some((net, hosts)) = Net::with_hosts(&["a", "b", "c", "a2", "b2"]) else {
+        return;
     };
-    let mut hosts = BTreeMap::new();
-    for name in ["a", "b", "c", "a2", "b2"] {
-        hosts.insert(name, net.add_host(name).expect("a host"));
-    }
     let dir = TestDir::new("GROUPS_KEEP");
     let (_s3, endpoint) = start_s3(&net, dir.path(), BUCKET).expect("MOTO_SERVER is set");
     let (_kafka, brokers) = start_kafka(&net, dir.path()).expect("NOIDA_DB is set");
@@ -204,12 +182,7 @@ fn across_hosts(kind: &str, job: impl FnOnce(&Path) -> Job) {
     std::thread::sleep(Duration::from_secs(4));
     group.fill(40_000, 50_000);
     std::thread::sleep(Duration::from_secs(4));
-    assert!(
-        b.wait_for(Duration::ZERO).is_none(),
-        "the cut-off start was to run until reconnected:\n{}",
-        b.tail()
-    );
-    net.link(&hosts["b"], true);
+    net.reconnect(&hosts["b"], &mut b);
     let zombie = b
         .wait_for(Duration::from_secs(120))
         .unwrap_or_else(|| panic!("the reconnected start did not stop:\n{}", b.tail()));
@@ -223,7 +196,7 @@ fn across_hosts(kind: &str, job: impl FnOnce(&Path) -> Job) {
     // 3. The instances run out their time and stop cleanly; a bounded run
     //    of the group (on the test's own host) drains what is left.
     for process in [&mut a2, &mut b2, &mut c] {
-        ends_well(process, Duration::from_secs(120));
+        process.ends_well(Duration::from_secs(120));
     }
     group.fill(50_000, 60_000);
     let (program, args) = group.command("drain", &["--source", "kafka"]);

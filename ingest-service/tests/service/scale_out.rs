@@ -167,17 +167,9 @@ fn instances_fail_over_across_hosts_and_a_reconnected_zombie_commits_nothing() {
         println!("skipped: no S3-compatible test server (run under scripts/with-s3)");
         return;
     }
-    let mut net = match Net::create() {
-        Ok(net) => net,
-        Err(reason) => {
-            println!("skipped: no network namespaces here ({reason}); the test needs root and ip");
-            return;
-        }
+    let Some((net, hosts)) = Net::with_hosts(&["a", "b", "c", "a2", "b2", "cl"]) else {
+        return;
     };
-    let mut hosts = BTreeMap::new();
-    for name in ["a", "b", "c", "a2", "b2", "cl"] {
-        hosts.insert(name, net.add_host(name).expect("a host"));
-    }
     // Kept from the start with SCALE_OUT_KEEP, so that a failing run leaves
     // its logs too.
     let dir = TestDir::new("SCALE_OUT_KEEP");
@@ -248,12 +240,7 @@ fn instances_fail_over_across_hosts_and_a_reconnected_zombie_commits_nothing() {
     let takeover_after_cut = cluster.wait_healthy("b", &mut b2, cut);
     cluster.publish_routes();
     std::thread::sleep(Duration::from_secs(6));
-    assert!(
-        b.wait_for(Duration::ZERO).is_none(),
-        "the cut-off instance was still to run until reconnected:\n{}",
-        b.tail()
-    );
-    net.link(&hosts["b"], true);
+    net.reconnect(&hosts["b"], &mut b);
     let reconnected = Instant::now();
     let zombie = b.wait_for(Duration::from_secs(180));
     let zombie_stopped_after = reconnected.elapsed();
@@ -293,15 +280,7 @@ fn instances_fail_over_across_hosts_and_a_reconnected_zombie_commits_nothing() {
         process.terminate();
     }
     for process in [&mut a2, &mut b2, &mut c] {
-        let status = process
-            .wait_for(Duration::from_secs(60))
-            .unwrap_or_else(|| panic!("{} did not stop:\n{}", process.name, process.tail()));
-        assert!(
-            status.success(),
-            "{} exited with {status}:\n{}",
-            process.name,
-            process.tail()
-        );
+        process.ends_well(Duration::from_secs(60));
     }
     let summary: serde_json::Value =
         serde_json::from_str(client.stdout_text().trim()).expect("the client's summary");
