@@ -55,10 +55,12 @@ impl KafkaSourceArgs {
     }
 }
 
-/// How the demos restart a job reading Kafka: a commit superseded (another
-/// member of the group committed the partition's records, as after a
-/// rebalance that handed one partition to two members) restarts the job in
-/// the process, which reads every partition again from the destination.
+/// How the demos restart a job reading Kafka after a failure the broker or
+/// the network may explain (a broker that stopped answering for a moment).
+/// A commit superseded (another member of the group committed the
+/// partition's records, as after a rebalance) needs none: the runtime
+/// restarts the job at once whatever the strategy, and it reads every
+/// partition again from the destination.
 pub const RESTARTS: RestartStrategy = RestartStrategy::FixedDelay {
     attempts: 10,
     delay: Duration::from_millis(500),

@@ -35,6 +35,7 @@ use crate::core::checkpoints::{
 };
 use crate::core::ledger::CommitLedger;
 use crate::core::lifecycle::SubtaskLifecycle;
+use crate::core::restart::{SupersededRestarts, SUPERSEDED_DELAY};
 use crate::error::JobError;
 use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
@@ -107,6 +108,7 @@ where
     let span = info_span!("job", name = %spec.name);
     async move {
         let mut restarts = 0;
+        let mut superseded = SupersededRestarts::default();
         // Every commit call of every attempt, waited for before the job
         // restarts or returns (see `CommitCalls`).
         let calls = CommitCalls::new();
@@ -132,11 +134,20 @@ where
             }
             drop(tasks);
             calls.settle(CLOSE_GRACE).await;
-            restarts += 1;
-            let delay = match spec.restart.delay_before(restarts, fastrand::f64()) {
-                Some(delay) if error.is_restartable() && !*cancelled.borrow() => delay,
-                _ => return Err(error),
+            let committed = metrics.snapshot().records_committed;
+            let delay = if error.is_superseded() && superseded.restart(committed) {
+                info!(%error, "a commit was superseded; restarting to read from the destination's positions");
+                SUPERSEDED_DELAY
+            } else {
+                restarts += 1;
+                match spec.restart.delay_before(restarts, fastrand::f64()) {
+                    Some(delay) if error.is_restartable() => delay,
+                    _ => return Err(error),
+                }
             };
+            if *cancelled.borrow() {
+                return Err(error);
+            }
             warn!(%error, restart = restarts, ?delay, "the job failed; restarting from its last completed checkpoint");
             metrics::add(&metrics.restarts, 1);
             tokio::select! {

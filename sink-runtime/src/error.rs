@@ -159,6 +159,20 @@ impl JobError {
             && !matches!(self, JobError::Sink { source, .. } if source.is_permanent())
     }
 
+    /// Whether a commit was superseded: its source positions had moved in
+    /// the destination, another owner of a split having committed those
+    /// records. The job's restart loop restarts such a job at once (see
+    /// `RestartStrategy`).
+    pub fn is_superseded(&self) -> bool {
+        matches!(
+            self,
+            JobError::Commit {
+                source: CommitFailure::Superseded { .. },
+                ..
+            }
+        )
+    }
+
     pub(crate) fn invariant(task: impl Into<String>, message: impl std::fmt::Display) -> JobError {
         JobError::Invariant {
             task: task.into(),

@@ -166,7 +166,10 @@ where
     }
 
     /// What to do when a task fails: by default the job fails; with a
-    /// restart strategy it restarts from its last completed checkpoint.
+    /// restart strategy it restarts from its last completed checkpoint. A
+    /// commit superseded by another owner of a split restarts the job
+    /// whatever the strategy, without using up its restarts
+    /// ([`JobError::is_superseded`]).
     pub fn restart_strategy(mut self, strategy: RestartStrategy) -> Self {
         self.spec.restart = strategy;
         self

@@ -86,3 +86,38 @@ async fn positions_are_committed_with_the_data_and_a_new_instance_starts_where_t
     run(&store, &MemoryCheckpointStorage::default(), 1000).await;
     assert_eq!(store.committed().len(), 1000);
 }
+
+/// Two instances reading one scope at once, with the default restart
+/// strategy (none): each commit that finds its splits moved by the other
+/// is superseded, and the job restarts at once from the destination's
+/// positions instead of failing, outside its strategy. Both finish, every
+/// record once. Fails when a superseded commit fails the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn superseded_commits_restart_the_job_whatever_its_strategy() {
+    let store = MemoryStore::<u64>::new();
+    let job = |name: &str| {
+        let source = PartitionedSequence::bounded(4000, 4, "input")
+            .paced(8000)
+            .map(|id| id);
+        Job::builder(name, source, MemorySink::new(store.clone()))
+            .parallelism(2)
+            .checkpointing(CheckpointConfig::every(Duration::from_millis(5)))
+            .build()
+            .unwrap()
+            .run()
+    };
+    let (a, b) = tokio::join!(job("a"), job("b"));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.status, JobStatus::Finished);
+    assert_eq!(b.status, JobStatus::Finished);
+    let superseded = a.metrics.commits_superseded + b.metrics.commits_superseded;
+    let restarts = a.metrics.restarts + b.metrics.restarts;
+    assert!(
+        restarts > 0,
+        "the two instances never met: the test shows nothing ({superseded} superseded)"
+    );
+    let mut committed = store.committed();
+    committed.sort_unstable();
+    assert_eq!(committed, (0..4000).collect::<Vec<_>>());
+    assert!(store.violations().is_empty(), "{:?}", store.violations());
+}
