@@ -134,21 +134,22 @@ where
             }
             drop(tasks);
             calls.settle(CLOSE_GRACE).await;
-            let committed = metrics.snapshot().records_committed;
-            let delay = if error.is_superseded() && superseded.restart(committed) {
-                info!(%error, "a commit was superseded; restarting to read from the destination's positions");
-                SUPERSEDED_DELAY
-            } else {
-                restarts += 1;
-                match spec.restart.delay_before(restarts, fastrand::f64()) {
-                    Some(delay) if error.is_restartable() => delay,
-                    _ => return Err(error),
-                }
-            };
             if *cancelled.borrow() {
                 return Err(error);
             }
-            warn!(%error, restart = restarts, ?delay, "the job failed; restarting from its last completed checkpoint");
+            let delay = if error.is_superseded() && superseded.restart(std::time::Instant::now()) {
+                info!(%error, "a commit was superseded (another owner committed those records); \
+                    restarting to read from the destination's positions");
+                SUPERSEDED_DELAY
+            } else {
+                restarts += 1;
+                let delay = match spec.restart.delay_before(restarts, fastrand::f64()) {
+                    Some(delay) if error.is_restartable() => delay,
+                    _ => return Err(error),
+                };
+                warn!(%error, restart = restarts, ?delay, "the job failed; restarting from its last completed checkpoint");
+                delay
+            };
             metrics::add(&metrics.restarts, 1);
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}

@@ -67,6 +67,9 @@ pub struct JobBuilder<Src, S: Sink> {
     allow_uncommitted: bool,
     /// A global committer was given although the sink brings its own.
     second_global_committer: bool,
+    /// The global committer was given to the builder, not brought by the
+    /// sink.
+    user_global_committer: bool,
 }
 
 impl<Src, S> Job<Src, S>
@@ -101,6 +104,7 @@ where
             mode: RuntimeMode::Streaming,
             allow_uncommitted: false,
             second_global_committer: false,
+            user_global_committer: false,
         }
     }
 
@@ -155,12 +159,16 @@ where
     /// Adds a global committer, which acts once per checkpoint on what every
     /// subtask committed. `factory` makes it, once per start of the job (the
     /// first and every restart). Refused by [`build`](Self::build) when the
-    /// sink brings its own ([`Sink::global_committer`]).
+    /// sink brings its own ([`Sink::global_committer`]), and with a source
+    /// whose positions are committed with the data: a hand-over's new owner
+    /// reads from the destination's positions and never does what the old
+    /// owner's checkpoint left for this committer.
     pub fn global_committer<G>(mut self, factory: impl Fn() -> G + Send + Sync + 'static) -> Self
     where
         G: GlobalCommitter<Committable = CommittableOf<S>>,
     {
         self.second_global_committer |= self.spec.sink.global_committer().is_some();
+        self.user_global_committer = true;
         self.spec.global_committer = Some(Box::new(move |_| Box::new(factory())));
         self
     }
@@ -273,6 +281,15 @@ where
                      (Sink::commits_positions is false): use a sink that commits positions (the \
                      memory, file, PostgreSQL and Kafka sinks of this project do), or a source \
                      that keeps its positions in the job's checkpoints"
+                )));
+            }
+            if self.user_global_committer {
+                return Err(invalid(&format!(
+                    "the source commits its positions with the data (scope {scope:?}), so that \
+                     its splits can move between instances of the job, and a new owner never does \
+                     what an old owner's checkpoint left for a global committer given to the \
+                     builder: remove the call of JobBuilder::global_committer (a sink's own global \
+                     committer, which only acts on what its committers committed, is allowed)"
                 )));
             }
         }

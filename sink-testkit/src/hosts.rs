@@ -46,6 +46,18 @@ pub fn run(program: &str, args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// Whether `ip`'s error says that this machine or user cannot make
+/// network namespaces at all (rather than that something is in the way).
+fn cannot_make_namespaces(reason: &str) -> bool {
+    [
+        "Operation not permitted",
+        "No such file or directory",
+        "Permission denied",
+    ]
+    .iter()
+    .any(|cause| reason.contains(cause))
+}
+
 /// One host: a namespace joined to the bridge by a veth pair.
 #[derive(Debug, Clone)]
 pub struct Host {
@@ -79,19 +91,30 @@ pub struct Net {
 }
 
 impl Net {
-    /// Makes the bridge, named after this process (so that two test
-    /// processes do not collide). An error says why it could not (not
-    /// root, no `ip`).
+    /// Makes the bridge, named after this process, on a `10.77.N.0/24`
+    /// subnet no interface of this machine is on yet (searched from one
+    /// drawn from the process id, so that test processes starting together
+    /// rarely race for one). An error says why it could not (not root, no
+    /// `ip`, or a bridge of that name left over); nothing of another test's
+    /// is removed then.
     pub fn create() -> Result<Net, String> {
         let tag = format!("eo{}", std::process::id() % 10_000);
-        let subnet = (std::process::id() % 200) as u8 + 20;
+        let bridge = format!("{tag}br");
+        let used = run("ip", &["-o", "-4", "addr", "show"])?;
+        let first = (std::process::id() % 200) as u8;
+        let subnet = (0..200u8)
+            .map(|step| (first + step) % 200 + 20)
+            .find(|n| !used.contains(&format!("10.77.{n}.")))
+            .ok_or("no free 10.77.N.0/24 subnet for the test's bridge")?;
+        // Made before the `Net` exists: if the name is taken, dropping it
+        // would remove the other bridge.
+        run("ip", &["link", "add", &bridge, "type", "bridge"])?;
         let net = Net {
-            bridge: format!("{tag}br"),
+            bridge,
             tag,
             subnet,
             hosts: Vec::new(),
         };
-        run("ip", &["link", "add", &net.bridge, "type", "bridge"])?;
         let address = format!("{}/24", net.gateway());
         run("ip", &["addr", "add", &address, "dev", &net.bridge])?;
         run("ip", &["link", "set", &net.bridge, "up"])?;
@@ -100,13 +123,17 @@ impl Net {
 
     /// A network with the hosts `names` (a few letters each: they are part
     /// of interface names), or `None` after printing that the test is
-    /// skipped where namespaces cannot be made.
+    /// skipped where namespaces cannot be made (not root, no `ip`).
     ///
     /// # Panics
-    /// If a host cannot be added once the bridge was made.
+    /// On any other failure (a bridge of the same name left over, no free
+    /// subnet), and if a host cannot be added once the bridge was made.
     pub fn with_hosts(names: &[&'static str]) -> Option<(Net, BTreeMap<&'static str, Host>)> {
         let mut net = match Net::create() {
             Ok(net) => net,
+            Err(reason) if !cannot_make_namespaces(&reason) => {
+                panic!("making the test's network failed: {reason}")
+            }
             Err(reason) => {
                 println!(
                     "skipped: no network namespaces here ({reason}); the test needs root and ip"
@@ -165,8 +192,9 @@ impl Net {
         Ok(host)
     }
 
-    /// Kills every process of `host` and removes its namespace: the host is
-    /// gone, as a machine that lost its power.
+    /// Kills every process of `host` (SIGKILL to each, in a row, from one
+    /// listing) and removes its namespace: the host is gone, as a machine
+    /// that lost its power.
     pub fn kill_host(&self, host: &Host) {
         if let Ok(pids) = run("ip", &["netns", "pids", &host.ns]) {
             for pid in pids.split_whitespace() {

@@ -11,11 +11,10 @@
 //! of a split committed those records, as happens when a consumer group
 //! moves partitions) is no fault: the job restarts at once and reads from
 //! the destination's positions, whatever the strategy, without using up its
-//! restarts ([`SupersededRestarts`]). Only a run of them that commits
-//! nothing in between, which no hand-over explains, falls back to the
-//! strategy.
+//! restarts ([`SupersededRestarts`]), up to a bound per window of time,
+//! past which the strategy decides.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::retry::RetryPolicy;
 
@@ -55,34 +54,45 @@ impl RestartStrategy {
     }
 }
 
-/// How many superseded commits in a row, with no record committed between
-/// them, restart outside the strategy.
-pub const SUPERSEDED_IN_A_ROW: u32 = 20;
+/// How many superseded commits restart the job outside its strategy within
+/// [`SUPERSEDED_WINDOW`].
+pub const SUPERSEDED_PER_WINDOW: usize = 20;
+
+/// The window [`SUPERSEDED_PER_WINDOW`] counts in.
+pub const SUPERSEDED_WINDOW: Duration = Duration::from_secs(600);
 
 /// The wait before a restart after a superseded commit.
 pub const SUPERSEDED_DELAY: Duration = Duration::from_millis(100);
 
 /// Decides whether a superseded commit restarts the job outside its
-/// [`RestartStrategy`]: up to [`SUPERSEDED_IN_A_ROW`] in a row while nothing
-/// is committed between them. Kept by the job's restart loop across its
-/// attempts.
+/// [`RestartStrategy`]: at most [`SUPERSEDED_PER_WINDOW`] of them in any
+/// [`SUPERSEDED_WINDOW`]. Hand-overs supersede a commit now and then; a
+/// sink that reports superseded for a fault of its own (a transaction the
+/// destination aborted, a part gone missing) every time would restart the
+/// job without end, so past the bound the strategy decides. Kept by the
+/// job's restart loop across its attempts.
 #[derive(Debug, Default)]
 pub struct SupersededRestarts {
-    in_a_row: u32,
-    /// Records committed by the job when the last superseded failure came.
-    committed_then: u64,
+    /// When the restarts within the window came, oldest first.
+    recent: std::collections::VecDeque<Instant>,
 }
 
 impl SupersededRestarts {
-    /// Called when an attempt failed with a superseded commit, with the
-    /// records the job committed so far: whether it restarts at once.
-    pub fn restart(&mut self, records_committed: u64) -> bool {
-        if self.in_a_row > 0 && records_committed > self.committed_then {
-            self.in_a_row = 0;
+    /// Called when an attempt failed with a superseded commit at `now`:
+    /// whether it restarts at once, outside the strategy.
+    pub fn restart(&mut self, now: Instant) -> bool {
+        while self
+            .recent
+            .front()
+            .is_some_and(|&at| now.saturating_duration_since(at) >= SUPERSEDED_WINDOW)
+        {
+            self.recent.pop_front();
         }
-        self.committed_then = records_committed;
-        self.in_a_row += 1;
-        self.in_a_row <= SUPERSEDED_IN_A_ROW
+        if self.recent.len() >= SUPERSEDED_PER_WINDOW {
+            return false;
+        }
+        self.recent.push_back(now);
+        true
     }
 }
 
@@ -91,16 +101,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn superseded_commits_restart_while_records_are_committed_between_them() {
+    fn superseded_commits_restart_outside_the_strategy_a_bounded_number_of_times_per_window() {
         let mut restarts = SupersededRestarts::default();
-        for _ in 0..SUPERSEDED_IN_A_ROW {
-            assert!(restarts.restart(0));
+        let start = Instant::now();
+        for n in 0..SUPERSEDED_PER_WINDOW as u64 {
+            assert!(restarts.restart(start + Duration::from_secs(n)));
         }
-        assert!(!restarts.restart(0), "a run that commits nothing ends");
-        assert!(restarts.restart(5), "a record committed since: a new run");
-        for n in 0..3 * SUPERSEDED_IN_A_ROW as u64 {
-            assert!(restarts.restart(10 + n), "progress between each");
-        }
+        let later = start + Duration::from_secs(SUPERSEDED_PER_WINDOW as u64);
+        assert!(
+            !restarts.restart(later),
+            "past the bound: the strategy decides"
+        );
+        // Once the first fell out of the window, one more is allowed.
+        let out = start + SUPERSEDED_WINDOW;
+        assert!(restarts.restart(out));
+        assert!(!restarts.restart(out));
     }
 
     #[test]

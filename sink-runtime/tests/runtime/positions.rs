@@ -8,7 +8,10 @@ use sink_runtime::source::Source;
 use sink_runtime::{
     CheckpointConfig, Job, JobStatus, MemoryCheckpointStorage, PartitionedSequence,
 };
-use sinks_memory::{MemoryCommitter, MemorySink, MemoryStore, MemoryWriter, MemoryWriterState};
+use sinks_memory::{
+    MemoryCommitter, MemoryGlobalCommitter, MemorySink, MemoryStore, MemoryWriter,
+    MemoryWriterState,
+};
 use std::time::Duration;
 
 /// The memory sink, saying it keeps no positions.
@@ -44,6 +47,15 @@ fn a_source_committing_positions_is_refused_with_a_sink_that_cannot() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("Sink::commits_positions"), "{error}");
+
+    let store = MemoryStore::<u64>::new();
+    let source = PartitionedSequence::bounded(10, 2, "input");
+    let error = Job::builder("job", source, MemorySink::new(store.clone()))
+        .global_committer(move || MemoryGlobalCommitter::new(store.clone()))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("JobBuilder::global_committer"), "{error}");
 }
 
 /// Runs the numbers `0..records` in 4 partitions under `scope` into
