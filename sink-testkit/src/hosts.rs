@@ -369,6 +369,18 @@ impl Drop for Process {
     }
 }
 
+/// A port free on `address` now (the kernel's choice), for a server to be
+/// started there.
+///
+/// # Panics
+/// If no port can be bound on `address`.
+fn free_port(address: &str) -> u16 {
+    std::net::TcpListener::bind((address, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|bound| bound.port())
+        .unwrap_or_else(|e| panic!("no free port on {address}: {e}"))
+}
+
 /// Waits up to 10 s until something listens on `address` (`host:port`).
 fn wait_listening(address: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -392,7 +404,7 @@ fn wait_listening(address: &str) -> bool {
 /// If the server does not answer within 10 s or the bucket cannot be made.
 pub fn start_s3(net: &Net, dir: &Path, bucket: &str) -> Option<(Process, String)> {
     let executable = std::env::var("MOTO_SERVER").ok()?;
-    let port = 19000 + (std::process::id() % 1000) as u16;
+    let port = free_port(&net.gateway());
     let address = format!("{}:{port}", net.gateway());
     let args = [
         "-H".to_string(),
@@ -433,7 +445,7 @@ pub fn start_s3(net: &Net, dir: &Path, bucket: &str) -> Option<(Process, String)
 /// If the broker does not listen within 10 s.
 pub fn start_kafka(net: &Net, dir: &Path) -> Option<(Process, String)> {
     let executable = std::env::var("NOIDA_DB").ok()?;
-    let port = 29000 + (std::process::id() % 1000) as u16;
+    let port = free_port(&net.gateway());
     let address = format!("{}:{port}", net.gateway());
     let data = dir.join("kafka-data");
     let args = [
