@@ -46,6 +46,9 @@ use sink_kafka_client::{millis, str_bytes, Cluster, CoordinatorKind, WireError};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+/// How long a member waits for the answer to its `LeaveGroup`.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The assignor's name, as members announce it.
 const ASSIGNOR: &str = "range";
 
@@ -399,10 +402,14 @@ impl Member {
         }
     }
 
+    /// Leaves the group: `LeaveGroup` with this member's static id, and its
+    /// member id when known. A join cut short (the reader gone while a
+    /// `JoinGroup` waited for a rebalance) may have left the member in the
+    /// group before its id came back: it leaves by its static id alone, or
+    /// the broker keeps it (noida-db never expires it, and makes it the
+    /// leader of the next generation, which then never gets an
+    /// assignment). Bounded by [`LEAVE_TIMEOUT`].
     async fn leave(&mut self) {
-        if self.member_id.is_empty() {
-            return;
-        }
         let group = self.settings.group.clone();
         let leave = async {
             let link = self
@@ -417,9 +424,12 @@ impl Member {
             let answer = self.cluster.call(&link, &request).await?;
             WireError::check("LeaveGroup", || format!("group {group}"), answer.error_code)
         };
-        match leave.await {
-            Ok(()) => info!(%group, member = %self.member_id, "left the group"),
-            Err(error) => debug!(%group, %error, "leaving the group failed; the session times out"),
+        match tokio::time::timeout(LEAVE_TIMEOUT, leave).await {
+            Ok(Ok(())) => info!(%group, member = %self.member_id, "left the group"),
+            Ok(Err(error)) => {
+                info!(%group, %error, "leaving the group failed; the session times out")
+            }
+            Err(_) => info!(%group, "leaving the group took too long; the session times out"),
         }
         self.member_id.clear();
     }
