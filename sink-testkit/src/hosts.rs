@@ -77,6 +77,18 @@ impl Host {
         all.extend_from_slice(args);
         run("ip", &all)
     }
+
+    /// Checks that this host reaches `url` (with `curl`), naming the likely
+    /// cause when it does not: a firewall filtering bridged traffic (such
+    /// as `br_netfilter` with a `FORWARD` policy of `DROP`) would make
+    /// every later failure obscure.
+    pub fn check_reach(&self, url: &str) -> Result<(), String> {
+        self.run("curl", &["-fsS", "-o", "/dev/null", "--max-time", "5", url])
+            .map(|_| ())
+            .map_err(|e| {
+                format!("a host cannot reach {url} ({e}): check the firewall's rules for bridges")
+            })
+    }
 }
 
 /// The test's network: a bridge in the test's namespace and the hosts on
@@ -228,18 +240,6 @@ impl Net {
             process.tail()
         );
         self.link(host, true);
-    }
-
-    /// Checks that `from` reaches `url` (with `curl`), naming the likely
-    /// cause when it does not: a firewall filtering bridged traffic (such
-    /// as `br_netfilter` with a `FORWARD` policy of `DROP`) would make
-    /// every later failure obscure.
-    pub fn check_reach(&self, from: &Host, url: &str) -> Result<(), String> {
-        from.run("curl", &["-fsS", "-o", "/dev/null", "--max-time", "5", url])
-            .map(|_| ())
-            .map_err(|e| {
-                format!("a host cannot reach {url} ({e}): check the firewall's rules for bridges")
-            })
     }
 }
 

@@ -8,7 +8,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::kafka_topics::{brokers, kill_at_random, two_instances_one_killed, unique, value_id};
+use crate::kafka_topics::{
+    brokers, finished_values, kill_at_random, two_instances_one_killed, unique,
+};
 use crate::output::summary;
 
 /// The demo reading `topic` as `group` into `out`, its checkpoints in
@@ -31,18 +33,6 @@ fn demo(topic: &str, group: &str, out: &Path, state: &Path, args: &[&str]) -> Co
         .args(args)
         .env("RUST_LOG", "warn");
     command
-}
-
-/// The values in the finished files under `out`, sorted, duplicates kept.
-fn finished_values(out: &Path) -> Vec<u64> {
-    let mut values = Vec::new();
-    for path in sinks_file::finished_files(out).expect("the output can be read") {
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            values.push(value_id(line));
-        }
-    }
-    values.sort_unstable();
-    values
 }
 
 #[test]

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use sink_testkit::hosts::{start_kafka, start_s3, Host, Net, Process, TestDir};
 
-use crate::kafka_topics::{fill_at, unique, value_id};
+use crate::kafka_topics::{committed_values_at, fill_at, finished_values, unique};
 use crate::output::summary;
 
 const BUCKET: &str = "groups";
@@ -106,30 +106,10 @@ impl Group {
 
     /// The ids of the values in the output, sorted, duplicates kept.
     fn output_values(&self) -> Vec<u64> {
-        let mut values = Vec::new();
         match &self.job {
-            Job::Files(out) => {
-                for path in sinks_file::finished_files(out).expect("the output can be read") {
-                    for line in std::fs::read_to_string(&path).unwrap().lines() {
-                        values.push(value_id(line));
-                    }
-                }
-            }
-            Job::Kafka(output) => {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let read = runtime
-                    .block_on(sinks_kafka::read_committed(&self.brokers, output))
-                    .unwrap();
-                for message in &read.messages {
-                    values.push(value_id(std::str::from_utf8(&message.value).unwrap()));
-                }
-            }
+            Job::Files(out) => finished_values(out),
+            Job::Kafka(output) => committed_values_at(&self.brokers, output),
         }
-        values.sort_unstable();
-        values
     }
 }
 
@@ -149,7 +129,8 @@ fn across_hosts(kind: &str, job: impl FnOnce(&Path) -> Job) {
     let dir = TestDir::new("GROUPS_KEEP");
     let (_s3, endpoint) = start_s3(&net, dir.path(), BUCKET).expect("MOTO_SERVER is set");
     let (_kafka, brokers) = start_kafka(&net, dir.path()).expect("NOIDA_DB is set");
-    net.check_reach(&hosts["a"], &format!("{endpoint}/{BUCKET}"))
+    hosts["a"]
+        .check_reach(&format!("{endpoint}/{BUCKET}"))
         .unwrap_or_else(|e| panic!("{e}"));
     let group = Group {
         dir: dir.path().to_path_buf(),

@@ -8,7 +8,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::kafka_topics::{brokers, kill_at_random, two_instances_one_killed, unique, value_id};
+use crate::kafka_topics::{
+    brokers, committed_values_at, kill_at_random, two_instances_one_killed, unique,
+};
 use crate::output::summary;
 
 /// The demo copying `input` as `group` into `output`, its checkpoints in
@@ -36,20 +38,7 @@ fn demo(input: &str, group: &str, output: &str, state: &Path, args: &[&str]) -> 
 /// The ids of the values in `topic`'s `read_committed` view, sorted,
 /// duplicates kept.
 fn committed_values(topic: &str) -> Vec<u64> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let read = runtime
-        .block_on(sinks_kafka::read_committed(&brokers(), topic))
-        .unwrap();
-    let mut ids: Vec<u64> = read
-        .messages
-        .iter()
-        .map(|m| value_id(std::str::from_utf8(&m.value).unwrap()))
-        .collect();
-    ids.sort_unstable();
-    ids
+    committed_values_at(&brokers(), topic)
 }
 
 #[test]

@@ -113,3 +113,35 @@ pub fn two_instances_one_killed(
         assert!(run.wait().unwrap().success(), "an instance failed");
     }
 }
+
+/// The ids of the values in the finished files under `out`, sorted,
+/// duplicates kept.
+pub fn finished_values(out: &Path) -> Vec<u64> {
+    let mut values = Vec::new();
+    for path in sinks_file::finished_files(out).expect("the output can be read") {
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            values.push(value_id(line));
+        }
+    }
+    values.sort_unstable();
+    values
+}
+
+/// The ids of the values in `topic`'s `read_committed` view on the broker
+/// at `brokers`, sorted, duplicates kept.
+pub fn committed_values_at(brokers: &str, topic: &str) -> Vec<u64> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let read = runtime
+        .block_on(sinks_kafka::read_committed(brokers, topic))
+        .unwrap();
+    let mut ids: Vec<u64> = read
+        .messages
+        .iter()
+        .map(|m| value_id(std::str::from_utf8(&m.value).unwrap()))
+        .collect();
+    ids.sort_unstable();
+    ids
+}

@@ -174,7 +174,8 @@ fn instances_fail_over_across_hosts_and_a_reconnected_zombie_commits_nothing() {
     // its logs too.
     let dir = TestDir::new("SCALE_OUT_KEEP");
     let (_moto, endpoint) = start_s3(&net, dir.path(), BUCKET).expect("MOTO_SERVER is set");
-    net.check_reach(&hosts["cl"], &format!("{endpoint}/{BUCKET}"))
+    hosts["cl"]
+        .check_reach(&format!("{endpoint}/{BUCKET}"))
         .unwrap_or_else(|e| panic!("{e}"));
     let mut cluster = Cluster {
         dir: dir.path().to_path_buf(),
