@@ -23,7 +23,7 @@ use sink_api::{
 };
 use sinks_delta::arrow_schema::{DataType, Field, Schema};
 use sinks_delta::{
-    DataFile, DeltaFileCommitter, DeltaSink, DeltaSinkWriter, NoResume, TableLocation,
+    DeltaCommittable, DeltaFileCommitter, DeltaSink, DeltaSinkWriter, NoResume, TableLocation,
 };
 
 use super::Event;
@@ -70,7 +70,7 @@ pub struct EventTableWriter(DeltaSinkWriter<EventRow>);
 #[async_trait]
 impl SinkWriter for EventTableWriter {
     type Input = Event;
-    type Committable = DataFile;
+    type Committable = DeltaCommittable;
     type State = NoResume;
 
     async fn write(&mut self, record: Event) -> Result<(), SinkError> {
@@ -90,7 +90,7 @@ impl SinkWriter for EventTableWriter {
     async fn prepare_commit(
         &mut self,
         checkpoint_id: CheckpointId,
-    ) -> Result<Vec<DataFile>, SinkError> {
+    ) -> Result<Vec<DeltaCommittable>, SinkError> {
         self.0.prepare_commit(checkpoint_id).await
     }
 
@@ -115,7 +115,10 @@ impl Sink for EventTable {
     type Writer = EventTableWriter;
     type Committer = DeltaFileCommitter;
 
-    async fn on_start(&self, start: &JobStart<'_, DataFile, NoResume>) -> Result<(), SinkError> {
+    async fn on_start(
+        &self,
+        start: &JobStart<'_, DeltaCommittable, NoResume>,
+    ) -> Result<(), SinkError> {
         self.0.on_start(start).await
     }
 
@@ -136,11 +139,11 @@ impl Sink for EventTable {
         self.0.create_committer(context).await
     }
 
-    fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<DataFile>> {
+    fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<DeltaCommittable>> {
         self.0.committable_serializer()
     }
 
-    fn global_committer(&self) -> Option<GlobalCommitterFactory<DataFile>> {
+    fn global_committer(&self) -> Option<GlobalCommitterFactory<DeltaCommittable>> {
         self.0.global_committer()
     }
 

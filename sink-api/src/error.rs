@@ -12,6 +12,12 @@
 //!   (a missing table, bad credentials, a malformed configuration, stored
 //!   state that does not decode). The job fails at once, without restarts,
 //!   with the whole cause chain in its message.
+//! - **superseded**: a commit found its source positions moved in the
+//!   destination (another owner of a split committed those records; see
+//!   the `positions` module). The job restarts at once, outside its restart
+//!   strategy, and reads again from the destination's positions. Returned
+//!   by a global committer, which has no
+//!   [`CommitRequest`](crate::CommitRequest) to signal it on.
 //!
 //! The cause is kept as the error's [`source`](std::error::Error::source),
 //! and shown in the message: a driver's error is never reduced to words.
@@ -29,6 +35,9 @@ pub enum ErrorClass {
     Transient,
     /// Nothing succeeds until someone changes something; no restart.
     Permanent,
+    /// The commit's source positions moved in the destination: the job
+    /// restarts at once and reads from the destination's positions.
+    Superseded,
 }
 
 /// A failure in a sink that the runtime cannot handle by itself.
@@ -83,6 +92,22 @@ impl SinkError {
     pub fn transient(mut self) -> SinkError {
         self.class = ErrorClass::Transient;
         self
+    }
+
+    /// The same error, marked superseded: what it commits carries source
+    /// positions another owner moved (typically caused by a
+    /// [`PositionConflict`](crate::PositionConflict)). The job restarts at
+    /// once from the destination's positions. For global committers; a
+    /// committer signals it on its request instead
+    /// ([`CommitRequest::signal_superseded`](crate::CommitRequest::signal_superseded)).
+    pub fn superseded(mut self) -> SinkError {
+        self.class = ErrorClass::Superseded;
+        self
+    }
+
+    /// Whether it is superseded. Read by the runtime's restart loop.
+    pub fn is_superseded(&self) -> bool {
+        self.class == ErrorClass::Superseded
     }
 
     /// Its class.

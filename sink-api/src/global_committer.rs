@@ -26,6 +26,14 @@ use crate::{CheckpointId, InitContext, SinkError};
 ///
 /// - **Idempotence.** After recovery, the committables of checkpoints it has
 ///   not been recorded as handling are delivered again.
+/// - **Positions.** When it is where the sink's data becomes visible and the
+///   sink commits source positions (the `positions` module), it applies a
+///   subtask's committables only if each split is where their advances
+///   start, drops them otherwise, commits the rest, and then returns an
+///   error marked [`superseded`](crate::SinkError::superseded). The runtime
+///   restarts the job at once; for a checkpoint up to the restored one (a
+///   recovery) it counts it and goes on, since every reader starts from the
+///   destination's positions once the restored checkpoints are committed.
 #[async_trait]
 pub trait GlobalCommitter: Send + 'static {
     /// The committables the subtasks' committers committed.

@@ -573,6 +573,8 @@ where
             metrics: Arc::clone(metrics),
             ended: Default::default(),
             end_of_input_called: false,
+            restored: plan.restored,
+            recommitted: Default::default(),
             progress: global_progress
                 .take()
                 .unwrap_or_else(|| watch::channel(CheckpointId::NONE).0),

@@ -161,16 +161,18 @@ impl JobError {
 
     /// Whether a commit was superseded: its source positions had moved in
     /// the destination, another owner of a split having committed those
-    /// records. The job's restart loop restarts such a job at once (see
+    /// records (a committer's superseded request, or a global committer's
+    /// [`SinkError::superseded`](sink_api::SinkError::superseded)). The job's restart loop restarts such a job at once (see
     /// `RestartStrategy`).
     pub fn is_superseded(&self) -> bool {
-        matches!(
-            self,
+        match self {
             JobError::Commit {
                 source: CommitFailure::Superseded { .. },
                 ..
-            }
-        )
+            } => true,
+            JobError::Sink { source, .. } => source.is_superseded(),
+            _ => false,
+        }
     }
 
     pub(crate) fn invariant(task: impl Into<String>, message: impl std::fmt::Display) -> JobError {

@@ -96,7 +96,8 @@ pub struct MetricsSnapshot {
     /// Commit requests superseded: their source positions had moved in the
     /// destination (another owner of a split committed its records), so
     /// nothing of them was applied; their records are not lost, they are
-    /// the other owner's, or read again.
+    /// the other owner's, or read again. A global committer's checkpoint
+    /// that dropped such committables counts once.
     pub commits_superseded: u64,
     /// Checkpoints triggered.
     pub checkpoints_triggered: u64,

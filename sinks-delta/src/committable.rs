@@ -1,12 +1,56 @@
-//! The committable: one finished Parquet data file, described as the Delta
-//! log will describe it, plus the job identity the global committer commits
-//! it under.
+//! The committables: one finished Parquet data file, described as the
+//! Delta log will describe it, plus the job identity the global committer
+//! commits it under; and the source positions one subtask's files of one
+//! checkpoint advance, committed with them or not at all.
 
 use std::collections::HashMap;
 
 use deltalake_core::kernel::Add;
 use serde::{Deserialize, Serialize};
-use sink_api::SinkError;
+use sink_api::{PositionAdvance, SinkError};
+
+/// What a writer hands out at a checkpoint: its finished data files, and,
+/// when the job's source keeps its positions in the table, one
+/// [`CarriedPositions`] naming them.
+///
+/// Made by the writer's `prepare_commit`; stored in checkpoints (format
+/// version 2, the `format` module) until committed; passed through the
+/// per-subtask committer to the global committer, which adds a
+/// checkpoint's files and positions to the table in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeltaCommittable {
+    /// A finished data file.
+    File(DataFile),
+    /// The source positions the records of the named files advance.
+    Positions(CarriedPositions),
+}
+
+impl DeltaCommittable {
+    /// The job identity it is committed under.
+    pub fn app_id(&self) -> &str {
+        match self {
+            DeltaCommittable::File(file) => &file.app_id,
+            DeltaCommittable::Positions(positions) => &positions.app_id,
+        }
+    }
+}
+
+/// The source positions one subtask's records of one checkpoint advance,
+/// and the data files holding those records: the global committer adds the
+/// files and moves the positions in one transaction if every split is
+/// still where [`advances`](Self::advances) expect it, and drops the files
+/// otherwise (another owner of a split committed its records).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedPositions {
+    /// As [`DataFile::app_id`].
+    pub app_id: String,
+    /// The paths of the files of the same subtask and checkpoint (each also
+    /// a [`DeltaCommittable::File`]); a split's records may be in any.
+    pub files: Vec<String>,
+    /// Each split read: from where the table has it to where the records
+    /// read end.
+    pub advances: Vec<PositionAdvance>,
+}
 
 /// One data file a writer finished: written in full to the table's
 /// location, named by no log entry yet, so invisible to readers.

@@ -17,7 +17,7 @@ use sink_api::{CommitRequest, Committer, SinkError};
 use std::sync::Arc;
 use tracing::warn;
 
-use crate::committable::DataFile;
+use crate::committable::DeltaCommittable;
 use crate::errors::store_error;
 use crate::location::TableLocation;
 use crate::table_log::committed_version;
@@ -44,12 +44,23 @@ impl DeltaFileCommitter {
 
 #[async_trait]
 impl Committer for DeltaFileCommitter {
-    type Committable = DataFile;
+    type Committable = DeltaCommittable;
 
-    async fn commit(&mut self, requests: &mut [CommitRequest<DataFile>]) -> Result<(), SinkError> {
+    /// Each file: as the module says. Positions: passed on at once (the
+    /// global committer moves them with the files they name).
+    async fn commit(
+        &mut self,
+        requests: &mut [CommitRequest<DeltaCommittable>],
+    ) -> Result<(), SinkError> {
         let mut present = Vec::new();
         for (index, request) in requests.iter_mut().enumerate() {
-            let file = request.committable().clone();
+            let file = match request.committable() {
+                DeltaCommittable::File(file) => file.clone(),
+                DeltaCommittable::Positions(_) => {
+                    present.push(index);
+                    continue;
+                }
+            };
             let path = object_store::path::Path::from(file.path.as_str());
             match self.store.head(&path).await {
                 Ok(meta) if meta.size == file.size => present.push(index),
@@ -89,7 +100,10 @@ impl Committer for DeltaFileCommitter {
         }
         let paths = present
             .iter()
-            .map(|&i| requests[i].committable().path.clone())
+            .filter_map(|&i| match requests[i].committable() {
+                DeltaCommittable::File(file) => Some(file.path.clone()),
+                DeltaCommittable::Positions(_) => None,
+            })
             .collect();
         self.location
             .make_durable(paths)

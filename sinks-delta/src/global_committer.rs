@@ -11,6 +11,15 @@
 //!        └─ failed or unknown outcome ─▶ read the log again: the txn decides whether it landed
 //! ```
 //!
+//! With a source whose positions are kept in the table, a checkpoint's
+//! transaction also moves each split the subtasks read (a `txn` per split,
+//! the `positions` module): a subtask's files go in only if every split it
+//! read is still where its advance starts; otherwise they are dropped with
+//! its advances, and the commit ends superseded once the rest is in the
+//! table (`SinkError::superseded`: the runtime restarts the job, or goes on
+//! when the checkpoint is the restored one or older, since the subtasks
+//! read from the table's positions next).
+//!
 //! At end of input it records that the job's output is complete: a
 //! transaction with no files and the `txn` `<app id>/end-of-input`, whose
 //! version is the last checkpoint committed. Nothing may come after it: a
@@ -48,7 +57,7 @@
 //! the mark survives log clean-up (unless the table sets
 //! `delta.setTransactionRetentionDuration` shorter than the longest outage).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,14 +65,15 @@ use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake_core::kernel::{Action, Transaction};
 use deltalake_core::protocol::{DeltaOperation, OutputMode};
 use deltalake_core::DeltaTable;
-use sink_api::{CheckpointId, Generation, GlobalCommitter, SinkError};
+use sink_api::{CheckpointId, Generation, GlobalCommitter, SinkError, SplitKey};
 use tracing::{info, warn};
 
 use crate::app_versions::AppVersions;
-use crate::committable::DataFile;
+use crate::committable::{CarriedPositions, DataFile, DeltaCommittable};
 use crate::compaction::Compaction;
 use crate::errors::delta_error;
 use crate::location::TableLocation;
+use crate::positions::{self, Sorted};
 use crate::table_log::{maintain_log, owner_app_id, without_hooks, Owner};
 
 /// Attempts at one checkpoint's transaction before the job is failed (and
@@ -91,6 +101,43 @@ pub struct DeltaGlobalCommitter {
     last_checkpoint: Option<i64>,
     /// Whether the end of input was recorded.
     ended: bool,
+    /// Splits known to be in the table's split registry.
+    registered: HashSet<SplitKey>,
+}
+
+/// What one checkpoint's transaction is made of.
+#[derive(Clone, Copy)]
+struct Work<'a> {
+    files: &'a [DataFile],
+    groups: &'a [CarriedPositions],
+}
+
+impl Work<'_> {
+    /// No files and no positions: a marker transaction.
+    const NONE: Work<'static> = Work {
+        files: &[],
+        groups: &[],
+    };
+}
+
+/// What an attempt at a transaction did.
+#[derive(Debug)]
+enum Outcome {
+    /// The log held it already (a replay): nothing written.
+    Replay,
+    /// Written, or nothing to write once every moved split's group was
+    /// dropped; with why each dropped group was dropped.
+    Done {
+        wrote: bool,
+        conflicts: Vec<sink_api::PositionConflict>,
+    },
+}
+
+impl Outcome {
+    /// Whether this attempt wrote a transaction.
+    fn wrote(&self) -> bool {
+        matches!(self, Outcome::Done { wrote: true, .. })
+    }
 }
 
 impl DeltaGlobalCommitter {
@@ -112,6 +159,7 @@ impl DeltaGlobalCommitter {
             generation,
             last_checkpoint: None,
             ended: false,
+            registered: HashSet::new(),
         }
     }
 
@@ -140,7 +188,11 @@ impl DeltaGlobalCommitter {
             ))
             .permanent()
         })?;
-        if self.commit_once(&owner, generation, &[]).await? {
+        if self
+            .commit_once(&owner, generation, Work::NONE)
+            .await?
+            .wrote()
+        {
             info!(generation, app_id = %self.app_id, "claimed the Delta table for this start");
         }
         Ok(())
@@ -179,14 +231,13 @@ impl DeltaGlobalCommitter {
         Ok((table, &mut self.versions))
     }
 
-    /// One attempt: `Ok(true)` if this attempt wrote the transaction,
-    /// `Ok(false)` if the log already held it.
+    /// One attempt at the transaction of `app_id` at `version`.
     async fn try_commit(
         &mut self,
         app_id: &str,
         version: i64,
-        files: &[DataFile],
-    ) -> Result<bool, SinkError> {
+        work: Work<'_>,
+    ) -> Result<Outcome, SinkError> {
         let query_id = app_id.to_string();
         let job_app_id = self.app_id.clone();
         let owner_app_id = Self::owner_app_id(&job_app_id);
@@ -213,10 +264,49 @@ impl DeltaGlobalCommitter {
                 .sync_log_entry_holding(app_id, version, newest)
                 .await
                 .map_err(|e| SinkError::io("making the Delta log entry durable", e))?;
-            return Ok(false);
+            return Ok(Outcome::Replay);
         }
+        let mut found = HashMap::new();
+        for key in positions::keys(work.groups) {
+            let version = versions
+                .get(snapshot, log_store.as_ref(), &positions::split_app_id(&key))
+                .await
+                .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
+            let position = version
+                .map(|v| positions::from_version(&key, v))
+                .transpose()?;
+            found.insert(key, position);
+        }
+        let Sorted {
+            moved,
+            dropped_files,
+            conflicts,
+        } = positions::sort_groups(work.groups, &found);
+        let files: Vec<&DataFile> = work
+            .files
+            .iter()
+            .filter(|f| !dropped_files.contains(&f.path))
+            .collect();
+        if files.is_empty() && moved.is_empty() && !work.groups.is_empty() {
+            // Every group was dropped: nothing of this checkpoint remains.
+            return Ok(Outcome::Done {
+                wrote: false,
+                conflicts,
+            });
+        }
+        positions::register(&location, &mut self.registered, moved.keys()).await?;
+        let table = self.newest_cached()?;
+        let mut properties = owned_properties(app_id, version, &owner_app_id, generation);
+        for (key, to) in &moved {
+            properties = properties.with_application_transaction(Transaction::new(
+                positions::split_app_id(key),
+                positions::to_version(key, *to)?,
+            ));
+        }
+        let snapshot = table
+            .snapshot()
+            .map_err(|e| delta_error(format!("reading the Delta table {url}"), e))?;
         let actions = files.iter().map(|f| Action::Add(f.to_add())).collect();
-        let properties = owned_properties(app_id, version, &owner_app_id, generation);
         let committed = CommitBuilder::from(properties)
             .with_actions(actions)
             .build(
@@ -239,27 +329,38 @@ impl DeltaGlobalCommitter {
             checkpoint = version,
             table_version = committed.version(),
             files = files.len(),
+            splits = moved.len(),
             "committed to the Delta table"
         );
         // The table as the commit left it, instead of reading the entry again.
         table.state = Some(committed.snapshot());
         maintain_log(table, &location, committed.version()).await;
-        Ok(true)
+        Ok(Outcome::Done {
+            wrote: true,
+            conflicts,
+        })
     }
 
-    /// Commits `files` under the application `app_id` at `version`, unless
+    /// The table as last read, without reading it again.
+    fn newest_cached(&mut self) -> Result<&mut DeltaTable, SinkError> {
+        self.table
+            .as_mut()
+            .ok_or_else(|| SinkError::msg("the Delta table was not read before a commit"))
+    }
+
+    /// Commits `work` under the application `app_id` at `version`, unless
     /// the log holds it: a few attempts, each reading the log first, since
-    /// a failed attempt may have landed. `Ok(false)` for a replay.
+    /// a failed attempt may have landed (and positions may have moved).
     async fn commit_once(
         &mut self,
         app_id: &str,
         version: i64,
-        files: &[DataFile],
-    ) -> Result<bool, SinkError> {
+        work: Work<'_>,
+    ) -> Result<Outcome, SinkError> {
         let mut attempt = 1;
         loop {
-            match self.try_commit(app_id, version, files).await {
-                Ok(wrote) => return Ok(wrote),
+            match self.try_commit(app_id, version, work).await {
+                Ok(outcome) => return Ok(outcome),
                 Err(e) if e.is_permanent() || attempt >= COMMIT_ATTEMPTS => return Err(e),
                 Err(e) => {
                     warn!(version, attempt, error = %e, "commit to the Delta table failed; reading the table again");
@@ -268,6 +369,32 @@ impl DeltaGlobalCommitter {
                 }
             }
         }
+    }
+}
+
+impl DeltaGlobalCommitter {
+    /// Runs compaction, if asked for, over the partitions of checkpoint
+    /// `version`'s `files`.
+    async fn compact(&mut self, files: &[DataFile], version: i64) -> Result<(), SinkError> {
+        let Some(compaction) = self.compaction.clone() else {
+            return Ok(());
+        };
+        let partitions: BTreeSet<_> = files.iter().map(|f| f.partition_values.clone()).collect();
+        let location = self.location.clone();
+        let owner = Owner::new(
+            &self.app_id,
+            i64::try_from(self.generation.0).unwrap_or(i64::MAX),
+        );
+        let (table, versions) = self.newest().await?;
+        // Compaction is an optimisation: the data is committed whatever
+        // becomes of it.
+        if let Err(e) = compaction
+            .run(table, versions, &location, &owner, partitions)
+            .await
+        {
+            warn!(error = %e, "compaction after checkpoint {version} failed; the files stay as they are");
+        }
+        Ok(())
     }
 }
 
@@ -292,14 +419,18 @@ fn owned_properties(
 
 #[async_trait]
 impl GlobalCommitter for DeltaGlobalCommitter {
-    type Committable = DataFile;
+    type Committable = DeltaCommittable;
 
     /// Adds every file of checkpoint `checkpoint_id` to the table in one
-    /// transaction, unless the table's log already holds it.
+    /// transaction, with the positions the files' records advance, unless
+    /// the table's log already holds it. A subtask whose positions moved
+    /// meanwhile has its files dropped: once the rest is in the table, a
+    /// superseded error says so (the runtime restarts the job, or goes on
+    /// when the checkpoint is a restored one).
     async fn commit_checkpoint(
         &mut self,
         checkpoint_id: CheckpointId,
-        files: Vec<DataFile>,
+        committables: Vec<DeltaCommittable>,
     ) -> Result<(), SinkError> {
         if self.ended {
             return Err(SinkError::msg(format!(
@@ -309,15 +440,23 @@ impl GlobalCommitter for DeltaGlobalCommitter {
             ))
             .permanent());
         }
-        if let Some(other) = files.iter().find(|f| f.app_id != self.app_id) {
+        if let Some(other) = committables.iter().find(|c| c.app_id() != self.app_id) {
             return Err(SinkError::msg(format!(
-                "checkpoint {checkpoint_id} holds the data file {} of the job {}, this job is {}: \
-                 committables were mixed up",
-                other.path, other.app_id, self.app_id
+                "checkpoint {checkpoint_id} holds a committable of the job {}, this job is {}: \
+                 committables were mixed up ({other:?})",
+                other.app_id(),
+                self.app_id
             ))
             .permanent());
         }
-        if files.is_empty() {
+        let (mut files, mut groups) = (Vec::new(), Vec::new());
+        for committable in committables {
+            match committable {
+                DeltaCommittable::File(file) => files.push(file),
+                DeltaCommittable::Positions(positions) => groups.push(positions),
+            }
+        }
+        if files.is_empty() && groups.is_empty() {
             return Ok(());
         }
         let version = i64::try_from(checkpoint_id.0).map_err(|_| {
@@ -327,34 +466,41 @@ impl GlobalCommitter for DeltaGlobalCommitter {
             .permanent()
         })?;
         let app_id = self.app_id.clone();
-        let wrote = self.commit_once(&app_id, version, &files).await?;
-        self.last_checkpoint = Some(version);
-        if !wrote {
-            info!(
-                checkpoint = version,
-                app_id, "checkpoint already in the Delta table (a replay)"
-            );
-            return Ok(());
-        }
-        if let Some(compaction) = self.compaction.clone() {
-            let partitions: BTreeSet<_> =
-                files.iter().map(|f| f.partition_values.clone()).collect();
-            let location = self.location.clone();
-            let owner = Owner::new(
-                &self.app_id,
-                i64::try_from(self.generation.0).unwrap_or(i64::MAX),
-            );
-            let (table, versions) = self.newest().await?;
-            // Compaction is an optimisation: the data is committed whatever
-            // becomes of it.
-            if let Err(e) = compaction
-                .run(table, versions, &location, &owner, partitions)
-                .await
-            {
-                warn!(error = %e, "compaction after checkpoint {version} failed; the files stay as they are");
+        let work = Work {
+            files: &files,
+            groups: &groups,
+        };
+        let outcome = self.commit_once(&app_id, version, work).await?;
+        let conflicts = match outcome {
+            Outcome::Replay => {
+                self.last_checkpoint = Some(version);
+                info!(
+                    checkpoint = version,
+                    app_id, "checkpoint already in the Delta table (a replay)"
+                );
+                return Ok(());
             }
-        }
-        Ok(())
+            Outcome::Done { wrote, conflicts } => {
+                if wrote {
+                    self.last_checkpoint = Some(version);
+                    self.compact(&files, version).await?;
+                }
+                conflicts
+            }
+        };
+        let Some(first) = conflicts.first() else {
+            return Ok(());
+        };
+        Err(SinkError::other(
+            format!(
+                "checkpoint {checkpoint_id}: the files of {} subtask(s) were dropped, since \
+                 another owner committed the records of a split they read; the job reads again \
+                 from the table's positions",
+                conflicts.len()
+            ),
+            first.clone(),
+        )
+        .superseded())
     }
 
     /// Records in the table that this job's output is complete: a
@@ -363,7 +509,7 @@ impl GlobalCommitter for DeltaGlobalCommitter {
     async fn end_of_input(&mut self) -> Result<(), SinkError> {
         let marker = Self::end_of_input_app_id(&self.app_id);
         let last = self.last_checkpoint.unwrap_or(0);
-        self.commit_once(&marker, last, &[]).await?;
+        self.commit_once(&marker, last, Work::NONE).await?;
         self.ended = true;
         Ok(())
     }
@@ -463,7 +609,10 @@ mod tests {
         old.claim().await.unwrap();
         committer(4).claim().await.unwrap();
         let before = location.open().await.unwrap().unwrap().version();
-        let error = old.commit_once("job/l", 1, &[]).await.expect_err("fenced");
+        let error = old
+            .commit_once("job/l", 1, Work::NONE)
+            .await
+            .expect_err("fenced");
         assert!(error.is_permanent(), "{error}");
         assert!(error.to_string().contains("fenced off"), "{error}");
         let error = old

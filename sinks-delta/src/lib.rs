@@ -4,13 +4,15 @@
 //!
 //! ```text
 //!  records ─▶ DeltaSinkWriter (per subtask) ── Parquet files, closed at each checkpoint
-//!                 │ prepare_commit(n): DataFile { path, size, rows, partition values, stats }
+//!                 │ prepare_commit(n): DataFile { path, size, rows, partition values, stats }…
+//!                 │                    (+ CarriedPositions: the source positions the files advance)
 //!                 ▼
 //!           DeltaFileCommitter (per subtask) ── the files durable (HEAD; fsync on local disks)
 //!                 │ committed
 //!                 ▼
 //!           DeltaGlobalCommitter (one per job) ── one Delta transaction per checkpoint:
 //!                 add(every subtask's files of n) + txn(app id = job/lineage, version = n)
+//!                 + txn(split, next offset) per split read, if each is where its records start
 //!                 ▼
 //!           _delta_log/000…N.json   (conditional create: one writer wins each version)
 //! ```
@@ -28,14 +30,16 @@ mod committer;
 mod compaction;
 mod durable_store;
 mod errors;
+mod format;
 mod global_committer;
 mod location;
+mod positions;
 pub mod read;
 mod sink;
 mod table_log;
 mod writer;
 
-pub use committable::DataFile;
+pub use committable::{CarriedPositions, DataFile, DeltaCommittable};
 pub use committer::DeltaFileCommitter;
 pub use compaction::Compaction;
 pub use errors::TableFenced;

@@ -11,14 +11,19 @@ use deltalake_core::parquet::file::properties::WriterProperties;
 use deltalake_core::writer::RecordBatchWriter;
 use deltalake_core::DeltaTable;
 use serde::Serialize;
-use sink_api::{GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, SinkMetrics};
+use sink_api::{
+    CommittedPositions, GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError,
+    SinkMetrics, VersionedSerializer,
+};
 
-use crate::committable::DataFile;
+use crate::committable::DeltaCommittable;
 use crate::committer::DeltaFileCommitter;
 use crate::compaction::Compaction;
 use crate::errors::delta_error;
+use crate::format::CommittableFormat;
 use crate::global_committer::DeltaGlobalCommitter;
 use crate::location::TableLocation;
+use crate::positions;
 use crate::writer::{DeltaSinkWriter, NoResume, WriterCounters};
 
 /// Rows per Parquet row group: bounds the memory of an open file's
@@ -177,7 +182,10 @@ where
     /// that the table holds no checkpoint of this job beyond the restored
     /// one: the job's ids would repeat, and its new checkpoints be taken for
     /// replays and dropped.
-    async fn on_start(&self, start: &JobStart<'_, DataFile, NoResume>) -> Result<(), SinkError> {
+    async fn on_start(
+        &self,
+        start: &JobStart<'_, DeltaCommittable, NoResume>,
+    ) -> Result<(), SinkError> {
         self.location.check_conditional_create().await?;
         let table = self
             .location
@@ -267,7 +275,7 @@ where
     }
 
     /// The Delta global committer: one table transaction per checkpoint.
-    fn global_committer(&self) -> Option<GlobalCommitterFactory<DataFile>> {
+    fn global_committer(&self) -> Option<GlobalCommitterFactory<DeltaCommittable>> {
         let location = self.location.clone();
         let compaction = self.compaction.clone();
         let start_table = self.start_table.clone();
@@ -280,6 +288,26 @@ where
                 context.generation,
             ))
         }))
+    }
+
+    /// Format version 2 (the `format` module): a data file, or the source
+    /// positions of a subtask's files. Version 1 blobs (a data file) are
+    /// read.
+    fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<DeltaCommittable>> {
+        Arc::new(CommittableFormat)
+    }
+
+    /// Yes: a checkpoint's transaction moves each split its records were
+    /// read from (a `txn` per split), if the split is still where they
+    /// start (the `positions` module).
+    fn commits_positions(&self) -> bool {
+        true
+    }
+
+    /// Each split of `scope` in the table's split registry, at the position
+    /// its `txn` holds in the newest version of the table.
+    async fn committed_positions(&self, scope: &str) -> Result<CommittedPositions, SinkError> {
+        positions::committed_positions(&self.location, self.start_table.get(), scope).await
     }
 }
 

@@ -26,9 +26,9 @@ use arrow_json::reader::Decoder;
 use async_trait::async_trait;
 use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter};
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, Counter, Durability, SinkError, SinkWriter};
+use sink_api::{CheckpointId, Counter, Durability, PositionAdvance, SinkError, SinkWriter};
 
-use crate::committable::DataFile;
+use crate::committable::{CarriedPositions, DataFile, DeltaCommittable};
 use crate::errors::delta_error;
 use crate::location::TableLocation;
 
@@ -62,6 +62,8 @@ pub struct DeltaSinkWriter<T> {
     location: TableLocation,
     /// Files handed out whose durability no checkpoint waited for yet.
     unsynced: Vec<String>,
+    /// The source positions the records since the last checkpoint advance.
+    advances: Vec<PositionAdvance>,
     counters: WriterCounters,
     _records: PhantomData<fn(T)>,
 }
@@ -83,6 +85,7 @@ impl<T> DeltaSinkWriter<T> {
             finished: Vec::new(),
             location,
             unsynced: Vec::new(),
+            advances: Vec::new(),
             counters,
             _records: PhantomData,
         }
@@ -113,7 +116,7 @@ where
     T: Serialize + Send + Sync + 'static,
 {
     type Input = T;
-    type Committable = DataFile;
+    type Committable = DeltaCommittable;
     type State = NoResume;
 
     async fn write(&mut self, record: T) -> Result<(), SinkError> {
@@ -142,14 +145,34 @@ where
         Ok(())
     }
 
+    /// Kept for the next `prepare_commit`, which hands them out with the
+    /// files holding their records.
+    fn carry_positions(&mut self, advances: Vec<PositionAdvance>) -> Result<(), SinkError> {
+        self.advances.extend(advances);
+        Ok(())
+    }
+
     /// Closes every open file (a Parquet file cannot be resumed) and hands
-    /// out every file finished since the last call.
-    async fn prepare_commit(&mut self, _: CheckpointId) -> Result<Vec<DataFile>, SinkError> {
+    /// out every file finished since the last call, and the positions
+    /// carried since, naming those files.
+    async fn prepare_commit(
+        &mut self,
+        _: CheckpointId,
+    ) -> Result<Vec<DeltaCommittable>, SinkError> {
         self.close_files().await?;
         let finished = std::mem::take(&mut self.finished);
         self.unsynced
             .extend(finished.iter().map(|file| file.path.clone()));
-        Ok(finished)
+        let positions = (!self.advances.is_empty()).then(|| CarriedPositions {
+            app_id: self.app_id.clone(),
+            files: finished.iter().map(|file| file.path.clone()).collect(),
+            advances: std::mem::take(&mut self.advances),
+        });
+        Ok(finished
+            .into_iter()
+            .map(DeltaCommittable::File)
+            .chain(positions.map(DeltaCommittable::Positions))
+            .collect())
     }
 
     /// Fsyncs the files handed out since the last checkpoint, with their
@@ -175,6 +198,7 @@ where
     async fn close(&mut self) -> Result<(), SinkError> {
         self.files.reset();
         self.finished.clear();
+        self.advances.clear();
         Ok(())
     }
 }

@@ -51,6 +51,11 @@ pub(crate) struct GlobalTask<C: Send + 'static> {
     /// The newest checkpoint committed (or found empty), for the subtasks:
     /// their readers hear of a commit only after it.
     pub progress: watch::Sender<CheckpointId>,
+    /// The checkpoint this start restored, if any.
+    pub restored: Option<CheckpointId>,
+    /// Subtasks that forwarded what they re-committed of it (sent only by
+    /// the subtasks of a source with a position scope).
+    pub recommitted: BTreeSet<SubtaskIndex>,
 }
 
 impl<C: Send + 'static> GlobalTask<C> {
@@ -60,6 +65,10 @@ impl<C: Send + 'static> GlobalTask<C> {
         let mut aligner = BarrierAligner::new(self.parallelism);
         while let Some(message) = self.input.recv().await {
             let (subtask, input) = match message {
+                GlobalMessage::Recommitted { subtask } => {
+                    self.on_recommitted(subtask).await?;
+                    continue;
+                }
                 GlobalMessage::Barrier {
                     checkpoint_id,
                     subtask,
@@ -133,10 +142,12 @@ impl<C: Send + 'static> GlobalTask<C> {
                     source,
                 })
             }
-            GlobalMessage::Barrier { .. } => Err(JobError::invariant(
-                TASK,
-                "a barrier passed the aligner as a message",
-            )),
+            GlobalMessage::Barrier { .. } | GlobalMessage::Recommitted { .. } => {
+                Err(JobError::invariant(
+                    TASK,
+                    "a barrier or a recommit notice passed the aligner as a message",
+                ))
+            }
         }
     }
 
@@ -163,15 +174,71 @@ impl<C: Send + 'static> GlobalTask<C> {
                 })
                 .await?;
             self.committer = Some(committer);
-            result.map_err(|source| JobError::Sink {
-                task: TASK.into(),
-                action: "commit_checkpoint",
-                source,
-            })?;
+            match result {
+                Ok(()) => {}
+                Err(source) if source.is_superseded() => {
+                    metrics::add(&self.metrics.commits_superseded, 1);
+                    if self.restored.is_none_or(|restored| id > restored) {
+                        return Err(JobError::Sink {
+                            task: TASK.into(),
+                            action: "commit_checkpoint",
+                            source,
+                        });
+                    }
+                    // A recovery: what the restored checkpoint's subtasks
+                    // read was committed by another owner, and they read
+                    // from the destination's positions next.
+                    info!(checkpoint = %id, reason = %source,
+                        "a restored checkpoint's commit was superseded in part; going on");
+                }
+                Err(source) => {
+                    return Err(JobError::Sink {
+                        task: TASK.into(),
+                        action: "commit_checkpoint",
+                        source,
+                    })
+                }
+            }
             metrics::add(&self.metrics.global_commits, 1);
             self.progress.send_replace(ready.checkpoint_id);
             failpoint!("after-global-commit");
         }
+        Ok(())
+    }
+
+    /// A subtask forwarded all it re-committed of the restored checkpoint
+    /// (it sends no barrier before every subtask did, so nothing of it is
+    /// held by the aligner). Once every subtask did, every checkpoint up to
+    /// the restored one is complete here: they are committed, and the
+    /// subtasks waiting to read from the destination's positions hear of
+    /// it through `progress`.
+    async fn on_recommitted(&mut self, subtask: SubtaskIndex) -> Result<(), JobError> {
+        self.recommitted.insert(subtask);
+        let Some(restored) = self.restored else {
+            return Ok(());
+        };
+        if self.recommitted.len() < self.parallelism {
+            return Ok(());
+        }
+        self.ledger.notify_complete(restored);
+        self.act_on_ready().await?;
+        if let Some(held) = self.ledger.held().filter(|h| h.checkpoint_id <= restored) {
+            return Err(JobError::invariant(
+                TASK,
+                format_args!(
+                    "every subtask re-committed the restored checkpoint {restored}, but \
+                     checkpoint {} is incomplete: {held:?}",
+                    held.checkpoint_id
+                ),
+            ));
+        }
+        self.progress.send_if_modified(|done| {
+            let behind = *done < restored;
+            if behind {
+                *done = restored;
+            }
+            behind
+        });
         Ok(())
     }
 

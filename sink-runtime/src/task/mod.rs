@@ -93,4 +93,9 @@ pub(crate) enum GlobalMessage<C> {
     },
     /// The subtask's input ended and its final committables were forwarded.
     EndOfStream { subtask: SubtaskIndex },
+    /// The subtask re-committed and forwarded what the restored checkpoint
+    /// held for it, and waits to start its reader at the destination's
+    /// positions (a source with a position scope) until the global
+    /// committer committed every checkpoint up to the restored one.
+    Recommitted { subtask: SubtaskIndex },
 }

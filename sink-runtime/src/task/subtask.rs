@@ -387,17 +387,43 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         }
     }
 
-    /// Once every subtask re-committed its restored committables, starts
-    /// the reader at the destination's positions. Serves a cancel (or the
+    /// Once every subtask re-committed its restored committables (and the
+    /// global committer, if any, committed them), starts the reader at the
+    /// destination's positions. Serves a cancel (or the
     /// coordinator's end) meanwhile; a trigger waits in the channel.
     async fn seek_committed(&mut self, positions: SourcePositions) -> Result<Flow, JobError> {
         positions.recommitted.pass();
+        // With a global committer, the data (and positions) of the restored
+        // checkpoint are in the destination only once it committed them:
+        // read before, the positions would be behind, and every commit
+        // of this start superseded.
+        let global_recovered = match (self.global_progress.clone(), self.restored) {
+            (Some(progress), Some(restored)) => {
+                self.send_global(GlobalMessage::Recommitted {
+                    subtask: self.index,
+                })
+                .await?;
+                Some((progress, restored))
+            }
+            _ => None,
+        };
+        let recovered = async {
+            positions.recommitted.all_passed().await;
+            if let Some((mut progress, restored)) = global_recovered {
+                if progress.wait_for(|done| *done >= restored).await.is_err() {
+                    // The global committer is gone: the job is failing, and
+                    // the coordinator cancels this subtask.
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::pin!(recovered);
         // Barriers and completions that come meanwhile wait for the
         // reader's start, in order.
         let mut held = Vec::new();
         loop {
             tokio::select! {
-                () = positions.recommitted.all_passed() => break,
+                () = &mut recovered => break,
                 message = self.control.recv() => match message {
                     Some(Control::Cancel) | None => {
                         self.close().await?;

@@ -6,4 +6,5 @@
 mod certify;
 #[path = "../common/mod.rs"]
 mod common;
+mod positions;
 mod s3;

@@ -14,18 +14,18 @@ use sink_api::{
 use sink_runtime::{CheckpointConfig, Job, JobStatus, SequenceSource, Source};
 use sinks_delta::arrow_schema::{DataType, Field, Schema};
 use sinks_delta::read::log_entries;
-use sinks_delta::{Compaction, DataFile, DeltaSink, TableLocation};
+use sinks_delta::{Compaction, DeltaCommittable, DeltaSink, TableLocation};
 
 /// A global committer that does nothing.
 struct Nothing;
 
 #[sink_api::async_trait]
 impl sink_api::GlobalCommitter for Nothing {
-    type Committable = DataFile;
+    type Committable = DeltaCommittable;
     async fn commit_checkpoint(
         &mut self,
         _: CheckpointId,
-        _: Vec<DataFile>,
+        _: Vec<DeltaCommittable>,
     ) -> Result<(), sink_api::SinkError> {
         Ok(())
     }
@@ -129,7 +129,7 @@ async fn prepare_and_commit(
     sink: &DeltaSink<Event>,
     context: &InitContext,
     records: u64,
-) -> Vec<sinks_delta::DataFile> {
+) -> Vec<sinks_delta::DeltaCommittable> {
     let start =
         sink_api::JobStart::fresh(&context.job_name, &context.lineage, context.generation, 1);
     sink.on_start(&start).await.unwrap();
@@ -206,7 +206,10 @@ async fn a_missing_data_file_is_reported_lost_unless_the_log_holds_its_checkpoin
     let context = InitContext::new("missing", Lineage::new("l1"), Generation(1), 0, 1);
     let files = prepare_and_commit(&sink, &context, 50).await;
     let file = files[0].clone();
-    std::fs::remove_file(dir.path().join("table").join(&file.path)).unwrap();
+    let sinks_delta::DeltaCommittable::File(data) = &file else {
+        panic!("a data file first: {file:?}");
+    };
+    std::fs::remove_file(dir.path().join("table").join(&data.path)).unwrap();
 
     let mut committer = sink.create_committer(&context).await.unwrap();
     let mut request = [CommitRequest::new(file.clone(), CheckpointId(1), 0)];
