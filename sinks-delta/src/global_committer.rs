@@ -103,6 +103,9 @@ pub struct DeltaGlobalCommitter {
     ended: bool,
     /// Splits known to be in the table's split registry.
     registered: HashSet<SplitKey>,
+    /// Why the latest attempt of the current commit that went to delta-rs
+    /// dropped committables, if it did.
+    dropped: Vec<String>,
 }
 
 /// What one checkpoint's transaction is made of.
@@ -127,10 +130,7 @@ enum Outcome {
     Replay,
     /// Written, or nothing to write once every moved split's group was
     /// dropped; with why each dropped group was dropped.
-    Done {
-        wrote: bool,
-        conflicts: Vec<sink_api::PositionConflict>,
-    },
+    Done { wrote: bool, conflicts: Vec<String> },
 }
 
 impl Outcome {
@@ -160,6 +160,7 @@ impl DeltaGlobalCommitter {
             last_checkpoint: None,
             ended: false,
             registered: HashSet::new(),
+            dropped: Vec::new(),
         }
     }
 
@@ -281,7 +282,11 @@ impl DeltaGlobalCommitter {
             moved,
             dropped_files,
             conflicts,
-        } = positions::sort_groups(work.groups, &found);
+        } = positions::sort_groups(
+            work.groups,
+            &found,
+            &work.files.iter().map(|f| f.path.as_str()).collect(),
+        );
         let files: Vec<&DataFile> = work
             .files
             .iter()
@@ -295,6 +300,9 @@ impl DeltaGlobalCommitter {
             });
         }
         positions::register(&location, &mut self.registered, moved.keys()).await?;
+        // An attempt whose transaction lands but answers an error is found
+        // a replay by the next: what it dropped must still be reported.
+        self.dropped.clone_from(&conflicts);
         let table = self.newest_cached()?;
         let mut properties = owned_properties(app_id, version, &owner_app_id, generation);
         for (key, to) in &moved {
@@ -358,8 +366,16 @@ impl DeltaGlobalCommitter {
         work: Work<'_>,
     ) -> Result<Outcome, SinkError> {
         let mut attempt = 1;
+        self.dropped.clear();
         loop {
             match self.try_commit(app_id, version, work).await {
+                // An earlier attempt landed, having dropped committables.
+                Ok(Outcome::Replay) if !self.dropped.is_empty() => {
+                    return Ok(Outcome::Done {
+                        wrote: true,
+                        conflicts: std::mem::take(&mut self.dropped),
+                    })
+                }
                 Ok(outcome) => return Ok(outcome),
                 Err(e) if e.is_permanent() || attempt >= COMMIT_ATTEMPTS => return Err(e),
                 Err(e) => {
@@ -491,15 +507,11 @@ impl GlobalCommitter for DeltaGlobalCommitter {
         let Some(first) = conflicts.first() else {
             return Ok(());
         };
-        Err(SinkError::other(
-            format!(
-                "checkpoint {checkpoint_id}: the files of {} subtask(s) were dropped, since \
-                 another owner committed the records of a split they read; the job reads again \
-                 from the table's positions",
-                conflicts.len()
-            ),
-            first.clone(),
-        )
+        Err(SinkError::msg(format!(
+            "checkpoint {checkpoint_id}: the files of {} subtask(s) were dropped with their \
+             source positions ({first}); the job reads again from the table's positions",
+            conflicts.len()
+        ))
         .superseded())
     }
 

@@ -76,30 +76,48 @@ pub(crate) struct Sorted {
     /// The files of the groups dropped.
     pub dropped_files: HashSet<String>,
     /// Why each dropped group was dropped.
-    pub conflicts: Vec<PositionConflict>,
+    pub conflicts: Vec<String>,
 }
 
 /// Sorts a checkpoint's position groups by whether the table (`found`:
 /// each split's position, `None` for none) is where they expect, in order,
 /// each kept group moving its splits for the next: a group whose split is
 /// elsewhere is dropped with its files, whole (its files hold records of
-/// every split it read).
+/// every split it read). So is a group naming a file not in `files` (the
+/// checkpoint's files that reached the global committer; one its committer
+/// reported lost does not): its positions stay, and its records are read
+/// again.
 pub(crate) fn sort_groups(
     groups: &[CarriedPositions],
     found: &HashMap<SplitKey, Option<u64>>,
+    files: &HashSet<&str>,
 ) -> Sorted {
     let mut at = found.clone();
     let mut sorted = Sorted::default();
     for group in groups {
         let conflict = group.advances.iter().find_map(|advance| {
             let now = at.get(&advance.key).copied().flatten();
-            (now != advance.from).then(|| PositionConflict {
-                key: advance.key.clone(),
-                expected: advance.from,
-                found: now,
+            (now != advance.from).then(|| {
+                PositionConflict {
+                    key: advance.key.clone(),
+                    expected: advance.from,
+                    found: now,
+                }
+                .to_string()
             })
         });
-        match conflict {
+        let missing = || {
+            (group.files.iter())
+                .find(|file| !files.contains(file.as_str()))
+                .map(|file| {
+                    format!(
+                        "the data file {file} did not reach the global committer (its \
+                         committer reported it lost): the positions of its records do not move, \
+                         and they are read again"
+                    )
+                })
+        };
+        match conflict.or_else(missing) {
             Some(conflict) => {
                 sorted.dropped_files.extend(group.files.iter().cloned());
                 sorted.conflicts.push(conflict);
@@ -135,6 +153,11 @@ fn entry(key: &SplitKey) -> Path {
         hex(&key.scope),
         hex(&key.split)
     ))
+}
+
+/// The registry directory of `scope`.
+fn scope_dir(scope: &str) -> Path {
+    Path::from(format!("{REGISTRY}/{}", hex(scope)))
 }
 
 /// Registers each split of `keys` not in `known`, durably, and adds it
@@ -184,18 +207,6 @@ pub(crate) async fn committed_positions(
     scope: &str,
 ) -> Result<CommittedPositions, SinkError> {
     let url = location.url();
-    let prefix = Path::from(format!("{REGISTRY}/{}", hex(scope)));
-    let entries: Vec<_> = location
-        .table_store()
-        .list(Some(&prefix))
-        .map_ok(|meta| meta.location)
-        .try_collect()
-        .await
-        .map_err(|e| store_error(format!("listing the split registry of {url}"), e))?;
-    let mut positions = CommittedPositions::new();
-    if entries.is_empty() {
-        return Ok(positions);
-    }
     let reading = || format!("reading the Delta table {url}");
     let table = match table {
         Some(mut table) => {
@@ -211,6 +222,17 @@ pub(crate) async fn committed_positions(
             .map_err(|e| delta_error(reading(), e))?
             .ok_or_else(|| SinkError::msg(format!("there is no Delta table at {url}")))?,
     };
+    // Listed after the table was read: a split is registered, durably,
+    // before any transaction moves it, so every split the table read has a
+    // position of is listed.
+    let entries: Vec<_> = location
+        .table_store()
+        .list(Some(&scope_dir(scope)))
+        .map_ok(|meta| meta.location)
+        .try_collect()
+        .await
+        .map_err(|e| store_error(format!("listing the split registry of {url}"), e))?;
+    let mut positions = CommittedPositions::new();
     let snapshot = table.snapshot().map_err(|e| delta_error(reading(), e))?;
     let log_store = table.log_store();
     for path in entries {
@@ -229,13 +251,17 @@ pub(crate) async fn committed_positions(
     Ok(positions)
 }
 
-/// `name` as lower-case hexadecimal: any name is one path segment.
+/// `name` as `x` and lower-case hexadecimal: any name, the empty one
+/// too, is one path segment.
 fn hex(name: &str) -> String {
-    name.bytes().map(|b| format!("{b:02x}")).collect()
+    std::iter::once("x".to_string())
+        .chain(name.bytes().map(|b| format!("{b:02x}")))
+        .collect()
 }
 
 /// The name [`hex`] made, if `text` is one.
 fn unhex(text: &str) -> Option<String> {
+    let text = text.strip_prefix('x')?;
     if !text.len().is_multiple_of(2) {
         return None;
     }
@@ -282,7 +308,8 @@ mod tests {
             // a second owner of a within the checkpoint: behind.
             group("4", vec![advance("a", Some(10), 11)]),
         ];
-        let sorted = sort_groups(&groups, &found);
+        let files = HashSet::from(["1", "2", "3", "4"]);
+        let sorted = sort_groups(&groups, &found, &files);
         assert_eq!(
             sorted.moved,
             BTreeMap::from([(SplitKey::new("s", "a"), 15)])
@@ -291,13 +318,30 @@ mod tests {
             sorted.dropped_files,
             HashSet::from(["2".to_string(), "4".to_string()])
         );
+        assert_eq!(sorted.conflicts.len(), 2);
+        assert!(
+            sorted.conflicts[0].contains("\"c\""),
+            "{:?}",
+            sorted.conflicts
+        );
+        assert!(
+            sorted.conflicts[1].contains("at 15"),
+            "{:?}",
+            sorted.conflicts
+        );
+
+        // A file its committer reported lost: the group stays where it was.
+        let without_3 = HashSet::from(["1", "2", "4"]);
+        let sorted = sort_groups(&groups, &found, &without_3);
         assert_eq!(
-            sorted
-                .conflicts
-                .iter()
-                .map(|c| (c.key.split.as_str(), c.expected, c.found))
-                .collect::<Vec<_>>(),
-            vec![("c", Some(2), Some(3)), ("a", Some(10), Some(15))]
+            sorted.moved,
+            BTreeMap::from([(SplitKey::new("s", "a"), 12)])
+        );
+        assert!(sorted.dropped_files.contains("3"));
+        assert!(
+            sorted.conflicts.iter().any(|c| c.contains("data file 3")),
+            "{:?}",
+            sorted.conflicts
         );
     }
 
@@ -306,8 +350,11 @@ mod tests {
         for name in ["", "p0", "group/topic", "ü ✓ %2F"] {
             assert_eq!(unhex(&hex(name)).as_deref(), Some(name));
         }
-        assert_eq!(unhex("0"), None);
-        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex("x0"), None);
+        assert_eq!(unhex("xzz"), None);
+        assert_eq!(unhex("00"), None, "no prefix");
+        assert_ne!(scope_dir(""), scope_dir("a"));
+        assert_ne!(entry(&SplitKey::new("s", "")), scope_dir("s"));
         assert_ne!(
             split_app_id(&SplitKey::new("a/b", "c")),
             split_app_id(&SplitKey::new("a", "b/c"))

@@ -58,6 +58,8 @@ use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
 #[cfg(feature = "object-store")]
 use crate::upload_commit::commit_upload;
+#[cfg(feature = "object-store")]
+use crate::upload_positions::UploadLog;
 
 /// Commits the file sink's committables. Made by
 /// [`FileSink`](crate::FileSink) for the runtime, once per subtask and start.
@@ -364,9 +366,7 @@ impl FileCommitter {
             self.output = identity::read_object(object).await?;
         }
         let location = Path::new(&object.location);
-        let last = committables.len().saturating_sub(1);
-        let mut outcomes = Vec::with_capacity(committables.len());
-        for (position, c) in committables.iter().enumerate() {
+        for c in committables {
             identity::check(
                 location,
                 self.output.as_ref(),
@@ -374,16 +374,12 @@ impl FileCommitter {
                 &c.output_id,
                 &c.output_dir,
             )?;
-            if c.positions.is_some() {
-                // Its writer refuses positions on an object store output.
-                outcomes.push(Outcome::Unknown(format!(
-                    "the committable of {} belongs to a position group, which the file sink \
-                     commits on local outputs only, not on the object store output {}",
-                    c.target.display(),
-                    object.location
-                )));
-                continue;
-            }
+        }
+        let SortedOut { plain, groups } = sort_out(committables)?;
+        let mut outcomes: Vec<Option<Outcome>> = committables.iter().map(|_| None).collect();
+        let last = plain.len().saturating_sub(1);
+        for (position, &index) in plain.iter().enumerate() {
+            let c = &committables[index];
             let Some(upload) = &c.upload else {
                 return Err(SinkError::msg(format!(
                     "the committable of {} names a local file, not an upload, for the object store \
@@ -393,8 +389,8 @@ impl FileCommitter {
                 ))
                 .permanent());
             };
-            let retry = retries.get(position).copied().unwrap_or(0);
-            outcomes.push(commit_upload(object, &self.stats, c, upload, retry).await?);
+            let retry = retries.get(index).copied().unwrap_or(0);
+            outcomes[index] = Some(commit_upload(object, &self.stats, c, upload, retry).await?);
             if position < last {
                 // A crash with part of the batch committed (crash tests only).
                 #[cfg(feature = "failpoints")]
@@ -403,7 +399,32 @@ impl FileCommitter {
                 )));
             }
         }
-        Ok(outcomes)
+        let log = UploadLog {
+            output: object,
+            stats: &self.stats,
+        };
+        for (group, members) in &groups {
+            let outcome = match log.commit(group).await? {
+                GroupOutcome::Committed => Outcome::Committed,
+                // The roll-forward completed whatever was left of it.
+                GroupOutcome::AlreadyCommitted => Outcome::AlreadyCommitted,
+                GroupOutcome::Superseded(reason) => Outcome::Superseded(reason),
+                GroupOutcome::Refused(reason) => Outcome::Unknown(reason),
+            };
+            for &index in members {
+                outcomes[index] = Some(outcome.clone());
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.ok_or_else(|| {
+                    SinkError::msg(
+                        "a committable was left without an outcome: a fault of the file sink",
+                    )
+                })
+            })
+            .collect()
     }
 }
 

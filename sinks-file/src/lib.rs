@@ -93,6 +93,8 @@ mod upload_commit;
 mod upload_listing;
 #[cfg(feature = "object-store")]
 mod upload_orphans;
+#[cfg(feature = "object-store")]
+mod upload_positions;
 mod writer;
 
 pub use bucket::{

@@ -181,6 +181,7 @@ pub(crate) fn sort_out(committables: &[FileCommittable]) -> Result<SortedOut, Si
                 target: committable.target.clone(),
                 size_bytes: committable.size_bytes,
                 records: committable.records,
+                upload: committable.upload.clone(),
             });
         }
     }
@@ -491,7 +492,7 @@ impl LogWork<'_> {
     /// [`settle`](Self::settle), with the turn held by the caller.
     fn settle_in_turn(&self) -> Result<LogState, SinkError> {
         let log = PositionLog::of(self.base);
-        if !log.exists() {
+        if !log.exists()? {
             return Ok(LogState::default());
         }
         let state = log.read()?;
@@ -522,7 +523,7 @@ impl LogWork<'_> {
         let _turn = self.turn.take();
         let log = PositionLog::of(self.base);
         let mut kept = kept.clone();
-        if log.exists() {
+        if log.exists()? {
             let state = self.settle_in_turn()?;
             log.remove_temporaries(self.tag)?;
             // Rolled forward just now, so none should be pending; but a
@@ -660,6 +661,7 @@ mod tests {
             target: name.into(),
             size_bytes: text.len() as u64,
             records: text.lines().count() as u64,
+            upload: None,
         }
     }
 

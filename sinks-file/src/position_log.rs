@@ -39,6 +39,13 @@
 //! entry or a snapshot that would be is refused before anything changes
 //! ([`LogError::TooLong`]), so the log stays readable.
 //!
+//! On an object store output the log is the same objects under
+//! `<prefix>/.positions/`: an entry or a snapshot is created whole by a
+//! conditional put (`PutMode::Create`, refused when the key exists) in
+//! place of the link, and nothing needs a sync. Its calls are blocking
+//! there too (each request waited for on the runtime's handle from the
+//! blocking thread), so the log's logic is one for both.
+//!
 //! A read that found the log changed under it, and an append that found
 //! its number taken, try again after a short pause ([`Backoff`]) that
 //! grows with each attempt, so that committers sharing the output do not
@@ -56,7 +63,10 @@ use sink_api::{PositionAdvance, PositionConflict, PositionTable, SinkError, Spli
 
 use crate::blocking::assert_blocking;
 use crate::group_set::GroupSet;
+#[cfg(feature = "object-store")]
+use crate::object_output::ObjectOutput;
 use crate::position_group::PositionGroupId;
+use crate::state::Upload;
 
 /// The hidden directory of the log, in the output directory.
 pub(crate) const POSITIONS_DIR: &str = ".positions";
@@ -171,6 +181,15 @@ pub(crate) enum LogError {
         cap: u64,
         advice: &'static str,
     },
+    /// An object store's request failed.
+    #[cfg(feature = "object-store")]
+    #[error("{what} {}", path.display())]
+    Store {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: object_store::Error,
+    },
     /// Other committers changed the log under every read.
     #[error(
         "the position log {} changed under {attempts} reads in a row: too many committers \
@@ -213,6 +232,11 @@ pub(crate) struct LoggedPart {
     pub target: PathBuf,
     pub size_bytes: u64,
     pub records: u64,
+    /// On an object store output: the multipart upload that holds the
+    /// part, completed by whoever rolls the entry forward (`pending` is
+    /// then its marker, `target` the object's key under the prefix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<Upload>,
 }
 
 /// An entry of the log: one committed group.
@@ -343,11 +367,37 @@ pub(crate) enum Appended {
     Taken,
 }
 
-/// The position log of one output directory. Blocking, every method.
+/// The position log of one output. Blocking, every method.
 #[derive(Debug, Clone)]
 pub(crate) struct PositionLog {
-    /// `<out>/.positions`.
+    /// `<out>/.positions` (on an object store: `<prefix>/.positions`).
     dir: PathBuf,
+    files: Files,
+}
+
+/// Where the log's files are, and how they are made.
+#[derive(Clone)]
+enum Files {
+    /// In a local directory: linked into place, directories synced.
+    Local,
+    /// Objects of a store: created by conditional puts.
+    #[cfg(feature = "object-store")]
+    Object {
+        output: ObjectOutput,
+        /// The runtime the requests are waited for on, from blocking
+        /// threads.
+        runtime: tokio::runtime::Handle,
+    },
+}
+
+impl std::fmt::Debug for Files {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Files::Local => f.write_str("Local"),
+            #[cfg(feature = "object-store")]
+            Files::Object { output, .. } => write!(f, "Object({})", output.location),
+        }
+    }
 }
 
 impl PositionLog {
@@ -355,12 +405,32 @@ impl PositionLog {
     pub(crate) fn of(base: &Path) -> PositionLog {
         PositionLog {
             dir: base.join(POSITIONS_DIR),
+            files: Files::Local,
+        }
+    }
+
+    /// The log of the object store output `output`, whose requests are
+    /// waited for on the current runtime. Called from async code; the
+    /// log's methods then run on blocking threads.
+    #[cfg(feature = "object-store")]
+    pub(crate) fn on_store(output: &ObjectOutput) -> PositionLog {
+        PositionLog {
+            dir: Path::new(output.prefix.as_ref()).join(POSITIONS_DIR),
+            files: Files::Object {
+                output: output.clone(),
+                runtime: tokio::runtime::Handle::current(),
+            },
         }
     }
 
     /// Whether anything was ever committed through the log.
-    pub(crate) fn exists(&self) -> bool {
-        self.dir.exists()
+    pub(crate) fn exists(&self) -> Result<bool, LogError> {
+        match &self.files {
+            Files::Local => Ok(self.dir.exists()),
+            #[cfg(feature = "object-store")]
+            Files::Object { .. } => Ok(!self.numbers(&self.log_dir())?.is_empty()
+                || !self.numbers(&self.snapshot_dir())?.is_empty()),
+        }
     }
 
     fn log_dir(&self) -> PathBuf {
@@ -389,16 +459,17 @@ impl PositionLog {
             if attempt > 0 {
                 backoff.pause();
             }
-            let snapshot = newest(&self.snapshot_dir())?;
+            let snapshot = self.newest(&self.snapshot_dir())?;
             let mut state = LogState::default();
             if let Some(covers) = snapshot {
                 let path = self.snapshot_path(covers);
-                let Some(snapshot) = read_json::<Snapshot>(&path)? else {
+                let Some(snapshot) = self.read_json::<Snapshot>(&path)? else {
                     continue;
                 };
                 state = from_snapshot(&path, covers, snapshot)?;
             }
-            let numbers: Vec<u64> = numbers(&self.log_dir())?
+            let numbers: Vec<u64> = self
+                .numbers(&self.log_dir())?
                 .into_iter()
                 .filter(|seq| *seq > state.covers)
                 .collect();
@@ -406,7 +477,7 @@ impl PositionLog {
             let mut entries = Vec::with_capacity(numbers.len());
             for seq in numbers {
                 let path = self.entry_path(seq);
-                match read_json::<Entry>(&path)? {
+                match self.read_json::<Entry>(&path)? {
                     Some(entry) => entries.push((seq, entry, path)),
                     None => {
                         vanished = true;
@@ -414,7 +485,7 @@ impl PositionLog {
                     }
                 }
             }
-            if vanished || newest(&self.snapshot_dir())? != snapshot {
+            if vanished || self.newest(&self.snapshot_dir())? != snapshot {
                 continue;
             }
             for (seq, entry, path) in entries {
@@ -472,11 +543,14 @@ impl PositionLog {
         }
         // Taken, covered by a snapshot and removed while this committer was
         // away: void, whatever it holds.
-        if newest(&self.snapshot_dir())?.is_some_and(|covers| covers >= seq) {
-            remove_if_present(&path)?;
+        if self
+            .newest(&self.snapshot_dir())?
+            .is_some_and(|covers| covers >= seq)
+        {
+            self.remove_if_present(&path)?;
             return Ok(Appended::Taken);
         }
-        sync_dir(&self.log_dir())?;
+        self.sync_dir(&self.log_dir())?;
         Ok(Appended::Written)
     }
 
@@ -520,17 +594,17 @@ impl PositionLog {
         // Taken: another committer wrote the same snapshot (the same
         // entries folded the same way).
         self.link_new(&bytes, &self.snapshot_path(covers), tag)?;
-        sync_dir(&self.snapshot_dir())?;
+        self.sync_dir(&self.snapshot_dir())?;
         // Removals need no sync: an entry or a snapshot back after a power
         // cut is older than the snapshot, and passed over.
-        for seq in numbers(&self.log_dir())? {
+        for seq in self.numbers(&self.log_dir())? {
             if seq <= covers {
-                remove_if_present(&self.entry_path(seq))?;
+                self.remove_if_present(&self.entry_path(seq))?;
             }
         }
-        for older in numbers(&self.snapshot_dir())? {
+        for older in self.numbers(&self.snapshot_dir())? {
             if older < covers {
-                remove_if_present(&self.snapshot_path(older))?;
+                self.remove_if_present(&self.snapshot_path(older))?;
             }
         }
         Ok(())
@@ -565,6 +639,9 @@ impl PositionLog {
     /// the log says.
     pub(crate) fn sync_parents(&self) -> Result<bool, LogError> {
         assert_blocking("syncing the position log's directories");
+        if !matches!(self.files, Files::Local) {
+            return Ok(true);
+        }
         let log = self.log_dir();
         if !log.is_dir() {
             return Ok(false);
@@ -581,13 +658,16 @@ impl PositionLog {
     /// is renamed on its word must not outlive it in a power cut.
     pub(crate) fn sync_entries(&self) -> Result<(), LogError> {
         assert_blocking("syncing the position log");
-        sync_dir(&self.log_dir())
+        self.sync_dir(&self.log_dir())
     }
 
     /// Removes the temporary files tagged `tag` (of this lineage): left by
     /// a crash between writing one and linking it. Called at a start.
     pub(crate) fn remove_temporaries(&self, tag: &str) -> Result<(), LogError> {
         assert_blocking("removing temporary position log files");
+        if !matches!(self.files, Files::Local) {
+            return Ok(());
+        }
         let dir = self.dir.join(TEMPORARY);
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
@@ -598,13 +678,16 @@ impl PositionLog {
         for entry in entries {
             let entry = entry.map_err(io("listing", &dir))?;
             if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                remove_if_present(&entry.path())?;
+                self.remove_if_present(&entry.path())?;
             }
         }
         Ok(())
     }
 
     fn create_dirs(&self) -> Result<(), LogError> {
+        if !matches!(self.files, Files::Local) {
+            return Ok(());
+        }
         for dir in [
             self.log_dir(),
             self.snapshot_dir(),
@@ -619,8 +702,28 @@ impl PositionLog {
     }
 
     /// Writes `bytes` under a temporary name, durably, and links it to
-    /// `path`; `false` when `path` exists.
+    /// `path`; `false` when `path` exists. On an object store: a put of
+    /// `path` that only creates.
     fn link_new(&self, bytes: &[u8], path: &Path, tag: &str) -> Result<bool, LogError> {
+        #[cfg(feature = "object-store")]
+        if let Files::Object { output, runtime } = &self.files {
+            use object_store::{PutMode, PutOptions};
+            let location = key(path);
+            let put = output.store.put_opts(
+                &location,
+                bytes.to_vec().into(),
+                PutOptions::from(PutMode::Create),
+            );
+            return match runtime.block_on(put) {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+                Err(source) => Err(LogError::Store {
+                    what: "creating",
+                    path: path.to_path_buf(),
+                    source,
+                }),
+            };
+        }
         let temporary = self
             .dir
             .join(TEMPORARY)
@@ -650,59 +753,144 @@ fn number_name(number: u64) -> String {
     format!("{number:020}")
 }
 
-/// The numbers named by the files of `dir`, in order; other names are
-/// passed over. None when `dir` does not exist.
-fn numbers(dir: &Path) -> Result<Vec<u64>, LogError> {
+impl PositionLog {
+    /// The numbers named by the files of `dir`, in order; other names are
+    /// passed over. None when `dir` does not exist.
+    fn numbers(&self, dir: &Path) -> Result<Vec<u64>, LogError> {
+        let names = match &self.files {
+            Files::Local => local_names(dir)?,
+            #[cfg(feature = "object-store")]
+            Files::Object { output, runtime } => {
+                let listed = runtime
+                    .block_on(output.store.list_with_delimiter(Some(&key(dir))))
+                    .map_err(|source| LogError::Store {
+                        what: "listing",
+                        path: dir.to_path_buf(),
+                        source,
+                    })?;
+                (listed.objects.into_iter())
+                    .filter_map(|meta| meta.location.filename().map(str::to_string))
+                    .collect()
+            }
+        };
+        let mut found: Vec<u64> = names
+            .iter()
+            .filter(|name| name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()))
+            .filter_map(|name| name.parse().ok())
+            .collect();
+        found.sort_unstable();
+        Ok(found)
+    }
+
+    /// The largest number in `dir`.
+    fn newest(&self, dir: &Path) -> Result<Option<u64>, LogError> {
+        Ok(self.numbers(dir)?.last().copied())
+    }
+
+    /// Reads and decodes `path`, at most [`MAX_FILE_BYTES`] of it (see
+    /// [`cap`]); `None` when it does not exist (removed meanwhile).
+    fn read_json<T: DeserializeOwned>(&self, path: &Path) -> Result<Option<T>, LogError> {
+        let cap = cap();
+        let too_long = || LogError::Damaged {
+            path: path.to_path_buf(),
+            reason: format!("it is longer than the {cap} bytes this sink reads"),
+        };
+        let bytes = match &self.files {
+            Files::Local => {
+                let file = match File::open(path) {
+                    Ok(file) => file,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(io("opening", path)(e)),
+                };
+                let mut bytes = Vec::new();
+                file.take(cap.saturating_add(1))
+                    .read_to_end(&mut bytes)
+                    .map_err(io("reading", path))?;
+                bytes
+            }
+            #[cfg(feature = "object-store")]
+            Files::Object { output, runtime } => {
+                let store_error = |source| LogError::Store {
+                    what: "reading",
+                    path: path.to_path_buf(),
+                    source,
+                };
+                let got = match runtime.block_on(output.store.get(&key(path))) {
+                    Ok(got) => got,
+                    Err(e) if ObjectOutput::is_absent(&e) => return Ok(None),
+                    Err(e) => return Err(store_error(e)),
+                };
+                if got.meta.size > cap {
+                    return Err(too_long());
+                }
+                runtime.block_on(got.bytes()).map_err(store_error)?.to_vec()
+            }
+        };
+        if bytes.len() as u64 > cap {
+            return Err(too_long());
+        }
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| LogError::Decode {
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+
+    fn remove_if_present(&self, path: &Path) -> Result<(), LogError> {
+        match &self.files {
+            Files::Local => match fs::remove_file(path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io("removing", path)(e)),
+            },
+            #[cfg(feature = "object-store")]
+            Files::Object { output, runtime } => {
+                match runtime.block_on(output.store.delete(&key(path))) {
+                    Ok(()) => Ok(()),
+                    Err(e) if ObjectOutput::is_absent(&e) => Ok(()),
+                    Err(source) => Err(LogError::Store {
+                        what: "removing",
+                        path: path.to_path_buf(),
+                        source,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Syncs `dir` (nothing to do on an object store).
+    fn sync_dir(&self, dir: &Path) -> Result<(), LogError> {
+        match &self.files {
+            Files::Local => sink_local_fs::sync_dir(dir).map_err(io("syncing", dir)),
+            #[cfg(feature = "object-store")]
+            Files::Object { .. } => Ok(()),
+        }
+    }
+}
+
+/// The names of the files of the local directory `dir`; none when it does
+/// not exist.
+fn local_names(dir: &Path) -> Result<Vec<String>, LogError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io("listing", dir)(e)),
     };
-    let mut found = Vec::new();
+    let mut names = Vec::new();
     for entry in entries {
         let entry = entry.map_err(io("listing", dir))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(number) = name.parse() {
-                found.push(number);
-            }
+        if let Some(name) = entry.file_name().to_str() {
+            names.push(name.to_string());
         }
     }
-    found.sort_unstable();
-    Ok(found)
+    Ok(names)
 }
 
-/// The largest number in `dir`.
-fn newest(dir: &Path) -> Result<Option<u64>, LogError> {
-    Ok(numbers(dir)?.last().copied())
-}
-
-/// Reads and decodes `path`, at most [`MAX_FILE_BYTES`] of it (see
-/// [`cap`]); `None` when it does not exist (removed meanwhile).
-fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, LogError> {
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io("opening", path)(e)),
-    };
-    let cap = cap();
-    let mut bytes = Vec::new();
-    file.take(cap.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(io("reading", path))?;
-    if bytes.len() as u64 > cap {
-        return Err(LogError::Damaged {
-            path: path.to_path_buf(),
-            reason: format!("it is longer than the {cap} bytes this sink reads"),
-        });
-    }
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|source| LogError::Decode {
-            path: path.to_path_buf(),
-            source,
-        })
+/// The object key of a log path.
+#[cfg(feature = "object-store")]
+fn key(path: &Path) -> object_store::path::Path {
+    object_store::path::Path::from(path.to_string_lossy().as_ref())
 }
 
 fn check_format(path: &Path, format: u32) -> Result<(), LogError> {
@@ -749,18 +937,6 @@ fn from_snapshot(path: &Path, covers: u64, snapshot: Snapshot) -> Result<LogStat
     })
 }
 
-fn remove_if_present(path: &Path) -> Result<(), LogError> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io("removing", path)(e)),
-    }
-}
-
-fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    sink_local_fs::sync_dir(dir).map_err(io("syncing", dir))
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -800,6 +976,7 @@ pub(crate) mod tests {
                 target: format!("part-{number}").into(),
                 size_bytes: 3,
                 records: 1,
+                upload: None,
             }],
         )
     }
@@ -809,7 +986,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = PositionLog::of(dir.path());
         on_this_thread(|| {
-            assert!(!log.exists());
+            assert!(!log.exists().unwrap());
             assert_eq!(log.read().unwrap().last(), 0, "no log: nothing committed");
             let first = entry(0, vec![advance("a", None, 5)]);
             let second = entry(1, vec![advance("a", None, 7)]);
@@ -871,8 +1048,8 @@ pub(crate) mod tests {
             }
             let state = log.read().unwrap();
             log.write_snapshot(&state, "l").unwrap();
-            assert_eq!(numbers(&log.log_dir()).unwrap(), Vec::<u64>::new());
-            assert_eq!(numbers(&log.snapshot_dir()).unwrap(), vec![3]);
+            assert_eq!(log.numbers(&log.log_dir()).unwrap(), Vec::<u64>::new());
+            assert_eq!(log.numbers(&log.snapshot_dir()).unwrap(), vec![3]);
             let read = log.read().unwrap();
             assert_eq!((read.covers, read.last(), read.entries.len()), (3, 3, 0));
             assert_eq!(read.positions.scope("scope").get("a"), Some(&30));
@@ -891,7 +1068,7 @@ pub(crate) mod tests {
             assert!(read.contains(&late.group));
             // A second snapshot replaces the first.
             log.write_snapshot(&read, "l").unwrap();
-            assert_eq!(numbers(&log.snapshot_dir()).unwrap(), vec![4]);
+            assert_eq!(log.numbers(&log.snapshot_dir()).unwrap(), vec![4]);
             let read = log.read().unwrap();
             assert_eq!(read.positions.scope("scope").len(), 2);
             assert!(
@@ -1010,9 +1187,9 @@ pub(crate) mod tests {
                     error.to_string().contains("a position log snapshot"),
                     "{error}"
                 );
-                assert_eq!(numbers(&log.snapshot_dir()).unwrap(), Vec::<u64>::new());
+                assert_eq!(log.numbers(&log.snapshot_dir()).unwrap(), Vec::<u64>::new());
                 assert_eq!(
-                    numbers(&log.log_dir()).unwrap(),
+                    log.numbers(&log.log_dir()).unwrap(),
                     (1..=20).collect::<Vec<_>>()
                 );
                 let read = log.read().expect("the log stays readable");

@@ -33,6 +33,8 @@ use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
 #[cfg(feature = "object-store")]
 use crate::upload_orphans::abort_orphaned_uploads;
+#[cfg(feature = "object-store")]
+use crate::upload_positions::UploadLog;
 use crate::writer::{FileWriter, FileWriterState, WriterStart};
 
 /// Writes records into part files under a base directory, committed exactly
@@ -475,31 +477,34 @@ where
         })
     }
 
-    /// True for a local output: the committers commit each checkpoint's
-    /// committables of a writer as one position group, with the positions,
-    /// through the output's position log (the `position_commit` module).
-    /// With compaction on, the group's parts go into segments, which the
-    /// log places and finds, and the compactor (the global committer) only
-    /// merges what the committers committed. False on an object store; the
-    /// job's build then refuses a source whose positions are committed with
-    /// the data.
+    /// True: the committers commit each checkpoint's committables of a
+    /// writer as one position group, with the positions, through the
+    /// output's position log (the `position_commit` module; on an object
+    /// store `upload_positions`, the log's entries created by conditional
+    /// puts and the group's uploads completed after its entry). With
+    /// compaction on (local outputs), the group's parts go into segments,
+    /// which the log places and finds, and the compactor (the global
+    /// committer) only merges what the committers committed.
     fn commits_positions(&self) -> bool {
-        self.config.output.local().is_some()
+        true
     }
 
     /// Reads the output's position log and rolls it forward (every
-    /// committed group's parts renamed into place, durably), off the async
-    /// workers: the positions of `scope`'s splits as the committed groups
-    /// left them. Nothing when nothing was committed with positions; refused
-    /// on an object store output.
+    /// committed group's parts renamed into place, durably; on an object
+    /// store, their uploads completed), off the async workers: the
+    /// positions of `scope`'s splits as the committed groups left them.
+    /// Nothing when nothing was committed with positions.
     async fn committed_positions(&self, scope: &str) -> Result<CommittedPositions, SinkError> {
+        #[cfg(feature = "object-store")]
+        if let Output::Object(object) = &self.config.output {
+            let log = UploadLog {
+                output: object,
+                stats: &self.stats,
+            };
+            return Ok(log.settle().await?.positions.scope(scope));
+        }
         let Some(base) = self.config.output.local() else {
-            return Err(SinkError::msg(format!(
-                "the file sink keeps no source positions on the object store output {}: it \
-                 commits them on local outputs only",
-                self.config.output.describe()
-            ))
-            .permanent());
+            return Ok(CommittedPositions::new());
         };
         let (base, placement) = (base.clone(), self.placement(&self.clock()));
         let (turn, stats, scope) = (
@@ -584,12 +589,23 @@ impl<T, E, B> FileSink<T, E, B> {
             // Refused with both outputs named by the writers.
             return Ok(());
         }
+        // Every group the position log holds completed first: an upload a
+        // log entry names is committed, never an orphan.
+        let logged = UploadLog {
+            output: object,
+            stats: &self.stats,
+        }
+        .settle()
+        .await?;
+        let logged = (logged.entries.iter())
+            .flat_map(|(_, entry)| entry.parts.iter().map(|part| &part.upload));
         let committables = start.restored_committables.iter().map(|c| &c.upload);
         let kept: HashSet<String> = committables
             .chain(
                 (start.restored_writer_states.iter())
                     .flat_map(|state| state.in_progress.iter().map(|part| &part.upload)),
             )
+            .chain(logged)
             .flatten()
             .map(|upload| upload.upload_id.clone())
             .collect();

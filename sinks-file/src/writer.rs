@@ -25,7 +25,7 @@
 //! the state, and the restored tail uploaded as the upload's last part.
 //!
 //! When the job's source commits its positions with the data
-//! (`carry_positions` before each `prepare_commit`, local outputs only),
+//! (`carry_positions` before each `prepare_commit`),
 //! `prepare_commit` rolls every part in progress, so that every record
 //! read before the barrier is in the checkpoint's committables (a part
 //! spanning the barrier would commit records after their positions), and
@@ -457,23 +457,10 @@ where
     }
 
     /// Keeps `advances` for the coming `prepare_commit`, which then rolls
-    /// every part and makes its committables one position group. Refused
-    /// (permanently) on an object store output, where groups are not
-    /// committed.
+    /// every part and makes its committables one position group.
     fn carry_positions(&mut self, advances: Vec<PositionAdvance>) -> Result<(), SinkError> {
-        if self.config.output.local().is_some() {
-            self.advances = Some(advances);
-            return Ok(());
-        }
-        if advances.is_empty() {
-            return Ok(());
-        }
-        Err(SinkError::msg(format!(
-            "the file sink commits source positions with its data on local outputs only, and {} \
-             is an object store: use a source that keeps its positions in the job's checkpoints",
-            self.config.output.describe()
-        ))
-        .permanent())
+        self.advances = Some(advances);
+        Ok(())
     }
 
     /// Rolls the parts due (every part when positions were carried) and

@@ -6,5 +6,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod crash;
+mod object_positions;
 #[cfg(feature = "s3")]
 mod s3;

@@ -15,8 +15,7 @@ use sink_api::{
     PositionAdvance, Sink, SinkWriter, SplitKey,
 };
 use sinks_file::{
-    CompactionPolicy, FileCommittable, FileSink, FnBucketAssigner, LineEncoder, MemoryObjectStore,
-    ObjectOutput, RollingPolicy,
+    CompactionPolicy, FileCommittable, FileSink, FnBucketAssigner, LineEncoder, RollingPolicy,
 };
 
 fn context(lineage: &str) -> InitContext {
@@ -288,25 +287,4 @@ async fn a_group_merged_by_compaction_is_a_replay_and_nothing_comes_back() {
     }
     assert_eq!(visible_numbers(dir.path()), (0..15).collect::<Vec<_>>());
     assert_eq!(visible_files(dir.path()).len(), 1);
-}
-
-#[tokio::test]
-async fn an_object_store_output_does_not_commit_positions() {
-    let store = std::sync::Arc::new(MemoryObjectStore::new());
-    let output = ObjectOutput::new(store, object_store::path::Path::from("out"), "memory://out");
-    let sink = FileSink::<u64, _>::object_store_builder(output, LineEncoder)
-        .build()
-        .unwrap();
-    assert!(!sink.commits_positions());
-    let error = sink.committed_positions("input").await.unwrap_err();
-    assert!(error.is_permanent(), "{error}");
-    let mut writer = sink.create_writer(&context("l"), Vec::new()).await.unwrap();
-    writer.carry_positions(Vec::new()).unwrap();
-    let error = writer
-        .carry_positions(vec![advance("p0", None, 1)])
-        .unwrap_err();
-    assert!(
-        error.is_permanent() && error.to_string().contains("local outputs only"),
-        "{error}"
-    );
 }
