@@ -271,9 +271,9 @@ impl JobConfig {
             SourceKind::Bounded => SequenceSource::bounded(self.records),
             SourceKind::Unbounded => SequenceSource::unbounded(self.records),
             SourceKind::Kafka | SourceKind::KafkaUnbounded => anyhow::bail!(
-                "this demo reads no Kafka yet: file-sink-demo does (cargo run -p examples \
-                 --features kafka --bin file-sink-demo -- --source kafka --brokers … --topic … \
-                 --group …)"
+                "this demo reads no Kafka yet: file-sink-demo, delta-sink-demo and \
+                 kafka-sink-demo do (cargo run -p examples --features kafka --bin file-sink-demo \
+                 -- --source kafka --brokers … --topic … --group …)"
             ),
         };
         Ok(source.paced(self.rate))

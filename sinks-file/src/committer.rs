@@ -404,15 +404,22 @@ impl FileCommitter {
             stats: &self.stats,
         };
         for (group, members) in &groups {
-            let outcome = match log.commit(group).await? {
-                GroupOutcome::Committed => Outcome::Committed,
-                // The roll-forward completed whatever was left of it.
-                GroupOutcome::AlreadyCommitted => Outcome::AlreadyCommitted,
-                GroupOutcome::Superseded(reason) => Outcome::Superseded(reason),
-                GroupOutcome::Refused(reason) => Outcome::Unknown(reason),
+            let every = |outcome: Outcome| members.iter().map(|_| outcome.clone()).collect();
+            let decided: Vec<Outcome> = match log.commit(group).await? {
+                GroupOutcome::Committed => every(Outcome::Committed),
+                GroupOutcome::AlreadyCommitted => {
+                    let held: Vec<&FileCommittable> =
+                        members.iter().map(|&i| &committables[i]).collect();
+                    let tries: Vec<u32> = (members.iter())
+                        .map(|&i| retries.get(i).copied().unwrap_or(0))
+                        .collect();
+                    log.replayed(&held, &tries).await?
+                }
+                GroupOutcome::Superseded(reason) => every(Outcome::Superseded(reason)),
+                GroupOutcome::Refused(reason) => every(Outcome::Unknown(reason)),
             };
-            for &index in members {
-                outcomes[index] = Some(outcome.clone());
+            for (&index, outcome) in members.iter().zip(decided) {
+                outcomes[index] = Some(outcome);
             }
         }
         outcomes

@@ -425,6 +425,7 @@ impl PositionLog {
 
     /// Whether anything was ever committed through the log.
     pub(crate) fn exists(&self) -> Result<bool, LogError> {
+        assert_blocking("looking for the position log");
         match &self.files {
             Files::Local => Ok(self.dir.exists()),
             #[cfg(feature = "object-store")]
@@ -887,10 +888,13 @@ fn local_names(dir: &Path) -> Result<Vec<String>, LogError> {
     Ok(names)
 }
 
-/// The object key of a log path.
+/// The object key of a log path: the output's prefix as it is (already
+/// a key, never encoded twice), then the log's plain names.
 #[cfg(feature = "object-store")]
 fn key(path: &Path) -> object_store::path::Path {
-    object_store::path::Path::from(path.to_string_lossy().as_ref())
+    let text = path.to_string_lossy();
+    object_store::path::Path::parse(text.as_ref())
+        .unwrap_or_else(|_| object_store::path::Path::from(text.as_ref()))
 }
 
 fn check_format(path: &Path, format: u32) -> Result<(), LogError> {

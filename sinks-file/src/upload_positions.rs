@@ -8,7 +8,7 @@
 //!  (a) read the log; roll forward: every logged part whose object is absent has its upload completed
 //!  (b) the group is in the log?                        ─▶ already committed (a replay)
 //!  (c) every split at its advance's `from`?  no        ─▶ superseded: nothing applied, its uploads aborted
-//!      the group whole, no part's object there yet? no ─▶ refused
+//!      the group whole, no part's object there yet, every upload still open? no ─▶ refused / superseded
 //!  (d) entry N + 1 created by a conditional put (number taken ─▶ back to (a)) ◀── the commit point
 //!  (e) its uploads completed ─▶ committed
 //!      every SNAPSHOT_EVERY entries: a snapshot, once every logged upload is completed
@@ -26,10 +26,11 @@
 //!
 //! | found | outcome |
 //! |---|---|
-//! | the group in the log | already committed (each part's object then checked) |
+//! | the group in the log | already committed: each part's object then checked (an open upload completed; neither object nor upload: its records reported lost) |
 //! | a split not at its advance's `from` | superseded; the group's uploads aborted (no one can commit them any more) |
 //! | only some of the group's members in the commit call, or one of them twice | failed, unknown reason: a group commits whole, each member once |
-//! | a part's object exists already | failed, unknown reason: nothing is overwritten |
+//! | a part's object exists already | the log read again (another committer may have committed the group); then, still not in it: failed, unknown reason, nothing is overwritten |
+//! | a part's upload gone (the output lists uploads: S3, the in-memory store) | superseded: nothing applied, the positions do not move, its records are read again |
 //! | a logged upload gone and its object absent | a loud error naming the records lost (something other than this sink aborted it) |
 //! | otherwise | committed |
 
@@ -62,11 +63,17 @@ impl UploadLog<'_> {
     pub(crate) async fn commit(&self, group: &GroupToCommit) -> Result<GroupOutcome, SinkError> {
         let log = PositionLog::on_store(self.output);
         let mut backoff = Backoff::default();
+        let mut read_again = false;
         for _ in 0..MAX_APPENDS {
             let mut state = read(&log).await?;
             self.roll_forward(&state).await?;
-            if let Some(outcome) = self.decide(&state, group).await? {
-                return Ok(outcome);
+            match self.decide(&state, group, read_again).await? {
+                Decision::Outcome(outcome) => return Ok(outcome),
+                Decision::ReadAgain => {
+                    read_again = true;
+                    continue;
+                }
+                Decision::Append => {}
             }
             if state.entries.len() >= SNAPSHOT_EVERY {
                 // The snapshot after an earlier commit failed: written
@@ -118,64 +125,118 @@ impl UploadLog<'_> {
         )))
     }
 
-    /// Steps (b) and (c): the outcome, or `None` when the group is to be
-    /// appended.
+    /// Steps (b) and (c): what to do with the group. An object of a part
+    /// already there sends the commit back to read the log (another
+    /// committer may have committed the group meanwhile) once, and is
+    /// refused when it is there `again`.
     async fn decide(
         &self,
         state: &LogState,
         group: &GroupToCommit,
-    ) -> Result<Option<GroupOutcome>, SinkError> {
+        again: bool,
+    ) -> Result<Decision, SinkError> {
+        let outcome = |outcome| Ok(Decision::Outcome(outcome));
         if state.contains(&group.id) {
-            return Ok(Some(GroupOutcome::AlreadyCommitted));
+            return outcome(GroupOutcome::AlreadyCommitted);
         }
         if let Err(conflict) = state.positions.check(&group.advances) {
             // Positions only move forward: no one can commit the group.
             for part in &group.parts {
                 self.abort(part).await;
             }
-            return Ok(Some(GroupOutcome::Superseded(format!(
+            return outcome(GroupOutcome::Superseded(format!(
                 "{}: {conflict}",
                 group.id
-            ))));
+            )));
         }
         if group.repeated > 0 {
-            return Ok(Some(GroupOutcome::Refused(format!(
+            return outcome(GroupOutcome::Refused(format!(
                 "the commit call holds a committable of {} more than once ({} times more): a \
                  group commits with each of its members exactly once",
                 group.id, group.repeated
-            ))));
+            )));
         }
         if group.present != group.members {
-            return Ok(Some(GroupOutcome::Refused(format!(
+            return outcome(GroupOutcome::Refused(format!(
                 "the commit call holds {} of the {} committables of {}: a group commits whole, \
                  with all of its members",
                 group.present, group.members, group.id
-            ))));
+            )));
         }
         for part in &group.parts {
-            if part.upload.is_none() {
-                return Ok(Some(GroupOutcome::Refused(format!(
+            let Some(upload) = &part.upload else {
+                return outcome(GroupOutcome::Refused(format!(
                     "the part {} of {} names no upload on the object store output {}: the \
                      stored state is corrupt",
                     part.target.display(),
                     group.id,
                     self.output.location
-                ))));
-            }
+                )));
+            };
             let target = part.target.to_string_lossy();
-            match self.output.store.head(&self.output.path(&target)).await {
+            let path = self.output.path(&target);
+            match self.output.store.head(&path).await {
                 Err(e) if ObjectOutput::is_absent(&e) => {}
+                Ok(_) if !again => return Ok(Decision::ReadAgain),
                 Ok(_) => {
-                    return Ok(Some(GroupOutcome::Refused(format!(
-                        "the object {} of a part of {} exists already; refusing to overwrite it",
+                    return outcome(GroupOutcome::Refused(format!(
+                        "the object {} of a part of {} exists already, and the log does not \
+                         hold the group; refusing to overwrite it",
                         self.output.url_of(&target),
                         group.id
-                    ))))
+                    )))
                 }
                 Err(e) => return Err(self.output.error("looking at", &target, e)),
             }
+            // An upload gone (aborted by a lifecycle rule or by hand) could
+            // never be completed: nothing is committed and the positions do
+            // not move, so its records are read again. A store that cannot
+            // list uploads leaves that to the completion, which then fails
+            // loudly, naming the records lost.
+            if let Some(listing) = &self.output.upload_listing {
+                if !listing
+                    .uploads_into(&path)
+                    .await?
+                    .contains(&upload.upload_id)
+                {
+                    warn!(group = %group.id, object = %self.output.url_of(&target), "the upload of a part of a position group is gone: nothing of the group is committed");
+                    return outcome(GroupOutcome::Superseded(format!(
+                        "the upload {} of {} (a part of {}) is gone: nothing of the group is \
+                         committed and its source positions do not move, so its records are \
+                         read again from the output",
+                        upload.upload_id,
+                        self.output.url_of(&target),
+                        group.id
+                    )));
+                }
+            }
         }
-        Ok(None)
+        Ok(Decision::Append)
+    }
+
+    /// The outcome of each member of `group`, found in the log: a part's
+    /// object there at its size is already committed, an upload still open
+    /// is completed, and a part neither is reported lost (as for a plain
+    /// committable, `upload_commit`).
+    pub(crate) async fn replayed(
+        &self,
+        committables: &[&FileCommittable],
+        retries: &[u32],
+    ) -> Result<Vec<Outcome>, SinkError> {
+        let mut outcomes = Vec::with_capacity(committables.len());
+        for (c, retry) in committables.iter().zip(retries) {
+            outcomes.push(match &c.upload {
+                None => Outcome::AlreadyCommitted,
+                Some(upload) => {
+                    match commit_upload(self.output, self.stats, c, upload, *retry).await? {
+                        // Completed by this call: its entry was there already.
+                        Outcome::Committed => Outcome::AlreadyCommitted,
+                        other => other,
+                    }
+                }
+            });
+        }
+        Ok(outcomes)
     }
 
     /// Completes the upload of `part` of `entry` (number `seq`) unless its
@@ -204,8 +265,9 @@ impl UploadLog<'_> {
             positions: None,
         };
         // Retried like a commit: an upload found gone with no object yet
-        // may be one an earlier completion is still assembling.
-        let mut retry = 0;
+        // may be one an earlier completion is still assembling. Another's
+        // entry is not waited for: its own committer is.
+        let mut retry = if own { 0 } else { 3 };
         let problem = loop {
             match commit_upload(self.output, self.stats, &committable, upload, retry).await? {
                 Outcome::Committed => return Ok(true),
@@ -240,10 +302,17 @@ impl UploadLog<'_> {
         )))
     }
 
-    /// Step (a): completes every logged upload whose object is absent.
+    /// Step (a): completes every logged upload whose object is absent
+    /// (one HEAD per logged part; nothing counted for a part in place).
     async fn roll_forward(&self, state: &LogState) -> Result<(), SinkError> {
         for (seq, entry) in &state.entries {
             for part in &entry.parts {
+                let target = part.target.to_string_lossy();
+                match self.output.store.head(&self.output.path(&target)).await {
+                    Ok(_) => continue,
+                    Err(e) if ObjectOutput::is_absent(&e) => {}
+                    Err(e) => return Err(self.output.error("looking at", &target, e)),
+                }
                 if self.complete(*seq, entry, part, false).await? {
                     debug!(entry = seq, group = %entry.group, object = %part.target.display(), "rolled a committed part forward");
                 }
@@ -283,6 +352,15 @@ impl UploadLog<'_> {
         let (log, state) = (log.clone(), state.clone());
         blocking(move || Ok(log.write_snapshot(&state, "")?)).await
     }
+}
+
+/// What [`UploadLog::decide`] found.
+enum Decision {
+    Outcome(GroupOutcome),
+    /// Read the log again before deciding.
+    ReadAgain,
+    /// Append the group's entry.
+    Append,
 }
 
 /// Reads `log` on a blocking thread.

@@ -14,7 +14,13 @@
 //! ```
 //!
 //! Each record is one row `(id bigint, payload string)`: the id, and filler
-//! up to `--record-size` bytes. `--out` is the table's location; the
+//! up to `--record-size` bytes. With `--source kafka --brokers B --topic T
+//! --group G` (built with `--features delta,kafka`; `kafka-unbounded` with
+//! `--run-for`) each message of the topic is a row: its partition and offset
+//! as the id (`partition × 2^40 + offset`), its value as the payload; the
+//! partitions' positions are committed in the table with the rows, so
+//! several instances of one group (each with its own `--state`) may write
+//! one table, and a partition's next owner reads on where the table ends. `--out` is the table's location; the
 //! checkpoints live in `--out/.state` unless `--state` says where. The
 //! summary counts the rows this job committed from the table's log (the
 //! rows each of its transactions added, by its application id, so other
@@ -26,6 +32,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use examples::demo_job::{self, JobArgs, JobConfig, Mode, Preset};
+#[cfg(feature = "kafka")]
+use examples::kafka_input::KafkaSourceArgs;
 use serde::Serialize;
 use sink_api::Lineage;
 use sink_cli::location::{self, Location};
@@ -44,6 +52,10 @@ struct Args {
     /// under 16 MiB, once a partition holds 10).
     #[arg(long)]
     compaction: bool,
+    /// With --source kafka or kafka-unbounded: what to read.
+    #[cfg(feature = "kafka")]
+    #[command(flatten)]
+    kafka: KafkaSourceArgs,
 }
 
 /// The table's location when --out is not given.
@@ -61,6 +73,16 @@ impl DemoRow {
         DemoRow {
             id: i64::try_from(id).unwrap_or(i64::MAX),
             payload: "x".repeat(record_size.saturating_sub(21)),
+        }
+    }
+
+    /// A Kafka message's row: its partition and offset as the id, its
+    /// value (as text) as the payload.
+    #[cfg(feature = "kafka")]
+    fn of_message(message: &sources_kafka::KafkaMessage) -> DemoRow {
+        DemoRow {
+            id: (i64::from(message.partition) << 40) + message.offset,
+            payload: String::from_utf8_lossy(message.value_bytes()).into_owned(),
         }
     }
 }
@@ -135,7 +157,46 @@ struct Outcome {
     wall: Duration,
 }
 
-async fn run(config: &JobConfig, compaction: bool, show_progress: bool) -> anyhow::Result<Outcome> {
+async fn run(config: &JobConfig, args: &Args, show_progress: bool) -> anyhow::Result<Outcome> {
+    if config.source.is_kafka() {
+        return run_kafka(config, args, show_progress).await;
+    }
+    let record_size = config.record_size;
+    let source = config.sequence_source()?;
+    let source = sink_runtime::source::Source::map(source, move |id| DemoRow::new(id, record_size));
+    run_job(config, source, args.compaction, show_progress).await
+}
+
+#[cfg(feature = "kafka")]
+async fn run_kafka(
+    config: &JobConfig,
+    args: &Args,
+    show_progress: bool,
+) -> anyhow::Result<Outcome> {
+    let source = args.kafka.source(!config.source.is_unbounded()).await?;
+    let source = sink_runtime::source::Source::map(source, |message| DemoRow::of_message(&message));
+    run_job(config, source, args.compaction, show_progress).await
+}
+
+#[cfg(not(feature = "kafka"))]
+async fn run_kafka(_: &JobConfig, _: &Args, _: bool) -> anyhow::Result<Outcome> {
+    bail!(
+        "this build of delta-sink-demo reads no Kafka: build it with --features delta,kafka \
+         (cargo run -p examples --features delta,kafka --bin delta-sink-demo -- --source kafka \
+         --brokers … --topic … --group …)"
+    )
+}
+
+/// Runs `source` into the demo's table, as `config` says.
+async fn run_job<Src>(
+    config: &JobConfig,
+    source: Src,
+    compaction: bool,
+    show_progress: bool,
+) -> anyhow::Result<Outcome>
+where
+    Src: sink_runtime::source::Source<Record = DemoRow>,
+{
     let table = location::delta_table(&config.out, &config.options)?;
     let storage = demo_job::open_state(config).await?;
     let builder = DeltaSink::<DemoRow>::builder(table.clone(), schema());
@@ -144,9 +205,6 @@ async fn run(config: &JobConfig, compaction: bool, show_progress: bool) -> anyho
         false => builder,
     }
     .build()?;
-    let record_size = config.record_size;
-    let source = config.sequence_source()?;
-    let source = sink_runtime::source::Source::map(source, move |id| DemoRow::new(id, record_size));
     let mut builder = Job::builder(JOB_NAME, source, sink)
         .parallelism(config.parallelism)
         .mode(match config.mode {
@@ -159,6 +217,10 @@ async fn run(config: &JobConfig, compaction: bool, show_progress: bool) -> anyho
     }
     if config.allow_uncommitted {
         builder = builder.allow_uncommitted_output();
+    }
+    #[cfg(feature = "kafka")]
+    if config.source.is_kafka() {
+        builder = builder.restart_strategy(examples::kafka_input::RESTARTS);
     }
     let job = builder.build()?;
     let started = Instant::now();
@@ -224,7 +286,7 @@ async fn write_up_table(args: &Args) -> anyhow::Result<()> {
     for (label, preset) in Preset::ALL {
         let mut config = JobConfig::table_row(label, preset, &out, args.job.endpoint.as_deref())?;
         let (source, checkpoint) = (config.source_text(), config.checkpoint_text());
-        match run(&config, false, false).await {
+        match run(&config, args, false).await {
             Ok(outcome) => {
                 print_row(label, &source, &checkpoint, &outcome);
                 sink_cli::flags::fail_if_output_lost(&outcome.report)?;
@@ -236,7 +298,7 @@ async fn write_up_table(args: &Args) -> anyhow::Result<()> {
                 );
                 notes.push(format!("{label}: refused at build time: {error}"));
                 config.allow_uncommitted = true;
-                let forced = run(&config, false, false).await?;
+                let forced = run(&config, args, false).await?;
                 print_row("unbounded-nockpt (forced)", &source, &checkpoint, &forced);
             }
             Err(error) => return Err(error),
@@ -268,7 +330,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let label = args.job.label();
     let config = JobConfig::from_args(&args.job, DEFAULT_OUT)?;
-    let outcome = match run(&config, args.compaction, !args.job.json).await {
+    let outcome = match run(&config, &args, !args.job.json).await {
         Ok(outcome) => outcome,
         Err(error) => {
             if let Some(build) = error.downcast_ref::<BuildError>() {

@@ -5,6 +5,8 @@
 
 #[cfg(feature = "delta")]
 mod delta_sink_demo;
+#[cfg(all(feature = "delta", feature = "kafka"))]
+mod delta_sink_demo_kafka;
 mod file_sink_demo;
 #[cfg(feature = "kafka")]
 mod file_sink_demo_kafka;

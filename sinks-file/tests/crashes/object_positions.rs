@@ -86,7 +86,8 @@ async fn an_object_store_output_commits_positions_through_its_log() {
             store.clone(),
             object_store::path::Path::from("out"),
             "memory://out",
-        );
+        )
+        .with_upload_listing(store.clone());
         FileSink::<u64, _>::object_store_builder(output, LineEncoder)
             .build()
             .unwrap()
@@ -181,5 +182,30 @@ async fn an_object_store_output_commits_positions_through_its_log() {
         7,
         "the log says 7, and its reader completes the upload"
     );
+    assert_eq!(object_numbers(&store).await, (0..7).collect::<Vec<_>>());
+
+    // An upload aborted before its group's commit (a lifecycle rule, by
+    // hand): nothing of the group is committed, the positions stay, and
+    // its records are read again.
+    let lost = prepare(sink(), "a", 3, vec![7, 8], vec![advance("p0", Some(7), 9)]).await;
+    for c in &lost {
+        let upload = c.upload.as_ref().expect("an upload");
+        let path = object_store::path::Path::from(format!("out/{}", c.target.to_string_lossy()));
+        object_store::multipart::MultipartStore::abort_multipart(
+            store.as_ref(),
+            &path,
+            &upload.upload_id,
+        )
+        .await
+        .unwrap();
+    }
+    let outcomes = commit(&mut committer, &lost).await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, CommitOutcome::Superseded(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(b.committed_positions("input").await.unwrap()["p0"], 7);
     assert_eq!(object_numbers(&store).await, (0..7).collect::<Vec<_>>());
 }
