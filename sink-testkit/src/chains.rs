@@ -20,10 +20,14 @@ use crate::Destination;
 use crate::RecordMaker;
 
 /// Runs the job through the parallelisms `chain`, on one checkpoint
-/// storage: stage `i` of `n` stops once a share `(i + 1) / n` of the
+/// storage: stage `i` of `n` stops once a share `(i + 1) / 2n` of the
 /// records is committed and two checkpoints of its own completed (records
 /// held by writers across each change), the last finishes the input, so
-/// every stage writes.
+/// every stage writes. Half of the records are left to the last stage, so
+/// that every split still has records there, and a subtask that comes back
+/// without state writes (with `(i + 1) / n`, a loaded machine could let a
+/// stage read a split to its end, leave that subtask idle, and a sink
+/// reusing its names pass).
 pub(crate) async fn rescale_chain<D: Destination>(
     destination: &D,
     record: &RecordMaker<InputOf<D::Sink>>,
@@ -37,7 +41,7 @@ pub(crate) async fn rescale_chain<D: Destination>(
     let job = Shape::streaming(records, last).job;
     let shares = chain.len() as u64;
     for (i, &parallelism) in stages.iter().enumerate() {
-        let share = records * (i as u64 + 1) / shares;
+        let share = records * (i as u64 + 1) / (2 * shares);
         let shape = Shape {
             bounded: false,
             job: job.clone(),

@@ -5,7 +5,11 @@
 //! around it). Each finished system call becomes at most one [`Op`]; calls
 //! that failed change nothing and are dropped. A call split by another
 //! thread (`<unfinished ...>`, then `<... name resumed>`) takes effect where
-//! it resumed. A call this reader cannot model faithfully (another process,
+//! it resumed, but for `close`, which releases its descriptor before it
+//! returns: a split `close` takes effect where it began, since another
+//! thread's `open` may return the same number before the `close` is seen
+//! to finish (seen under load: the file opened was then taken for closed,
+//! and its writes lost in the model). A call this reader cannot model faithfully (another process,
 //! `io_uring`, a symbolic link) is an error naming it, never silently
 //! skipped: a harness that misses a write would pass states a power cut
 //! cannot make.
@@ -142,6 +146,13 @@ pub(crate) fn parse(text: &str) -> Result<Vec<(usize, Op)>, PowerLossError> {
             continue;
         }
         let call = if let Some(head) = rest.strip_suffix(" <unfinished ...>") {
+            if let Some(fd) = head.strip_prefix("close(") {
+                // Released at once: modelled here, not at its return.
+                let fd = int(fd.trim()).map_err(|why| bad(line_no, raw, &why))?;
+                ops.push((line_no, Op::Close { fd }));
+                unfinished.insert(pid, String::new());
+                continue;
+            }
             unfinished.insert(pid, head.to_string());
             continue;
         } else if let Some(resumed) = rest.strip_prefix("<... ") {
@@ -149,6 +160,8 @@ pub(crate) fn parse(text: &str) -> Result<Vec<(usize, Op)>, PowerLossError> {
                 return Err(bad(line_no, raw, "a resumed call without its name"));
             };
             match unfinished.remove(pid) {
+                // A close, modelled where it began.
+                Some(head) if head.is_empty() => continue,
                 Some(head) => head + tail,
                 // Began before the trace did: nothing to model.
                 None => continue,
@@ -499,6 +512,29 @@ mod tests {
 
     fn x(text: &str) -> String {
         text.bytes().map(|b| format!("\\x{b:02x}")).collect()
+    }
+
+    /// A close split by another thread's open of the same number: the
+    /// close first, then the open and the writes to the new file.
+    #[test]
+    fn a_split_close_releases_its_descriptor_where_it_began() {
+        let trace = format!(
+            "11 close(7 <unfinished ...>\n\
+             10 openat(AT_FDCWD, \"{}\", O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0666) = 7\n\
+             11 <... close resumed>) = 0\n\
+             10 write(7, \"{}\", 2) = 2\n",
+            x("out/c"),
+            x("ok"),
+        );
+        let ops: Vec<Op> = parse(&trace)
+            .unwrap()
+            .into_iter()
+            .map(|(_, op)| op)
+            .collect();
+        assert_eq!(ops.len(), 3, "{ops:?}");
+        assert_eq!(ops[0], Op::Close { fd: 7 });
+        assert!(matches!(ops[1], Op::Open { fd: 7, .. }), "{ops:?}");
+        assert!(matches!(ops[2], Op::Write { fd: 7, .. }), "{ops:?}");
     }
 
     #[test]
