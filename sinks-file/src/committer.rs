@@ -52,7 +52,9 @@ use crate::identity::{self, OutputIdentity};
 use crate::object_output::ObjectOutput;
 use crate::outcome::Outcome;
 use crate::placement::{Placed, Placement, Touched};
-use crate::position_commit::{sort_out, GroupOutcome, GroupToCommit, LogTurn, LogWork, SortedOut};
+use crate::position_commit::{
+    all_decided, sort_out, GroupOutcome, GroupToCommit, LogTurn, LogWork, SortedOut,
+};
 use crate::segments::{self, size_of, Found};
 use crate::state::FileCommittable;
 use crate::stats::FileSinkStats;
@@ -127,16 +129,7 @@ impl Work {
             }
         }
         touched.sync(&self.placement.syncs)?;
-        outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.ok_or_else(|| {
-                    SinkError::msg(
-                        "a committable was left without an outcome: a fault of the file sink",
-                    )
-                })
-            })
-            .collect()
+        all_decided(outcomes)
     }
 
     /// Commits the position group `group`, whose members are
@@ -422,16 +415,7 @@ impl FileCommitter {
                 outcomes[index] = Some(outcome);
             }
         }
-        outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.ok_or_else(|| {
-                    SinkError::msg(
-                        "a committable was left without an outcome: a fault of the file sink",
-                    )
-                })
-            })
-            .collect()
+        all_decided(outcomes)
     }
 }
 

@@ -18,9 +18,9 @@
 //! | `orphans` | hidden parts of this lineage no checkpoint refers to, removed at each start |
 //! | `segments`, `compaction` | with compaction on: committed files in segment directories, merged a segment at a time and swapped in atomically |
 //! | `placement` | where a committed part goes (its target, or with compaction the current epoch's segment of its bucket), and the directories its rename touched |
-//! | `position_group`, `position_log`, `group_set`, `position_commit` | with a source whose positions are committed with the data (local outputs): a writer's checkpoint as one position group; the position log in `<out>/.positions` (entries linked exclusively, snapshots); the committed groups as ranges per job life and subtask, of its newest start; a group's commit (replay check, position check, entry, renames) and the roll-forward of groups a crash cut short |
+//! | `position_group`, `position_log`, `group_set`, `position_commit` | with a source whose positions are committed with the data: a writer's checkpoint as one position group; the position log in `<out>/.positions` (entries linked exclusively, snapshots; on an object store, created by conditional puts); the committed groups as ranges per job life and subtask, of its newest start; a group's commit on a local output (replay check, position check, entry, renames) and the roll-forward of groups a crash cut short |
 //! | `writer`, `committer`, `sink` | the `sink-api` implementation |
-//! | `object_output`, `upload`, `upload_commit`, `upload_orphans`, `upload_listing`, `memory_store` | on an object store (feature `object-store`): the output, a part as a multipart upload, its commit, uploads no checkpoint names, the uploads in progress into a key, an in-memory store for tests |
+//! | `object_output`, `upload`, `upload_commit`, `upload_orphans`, `upload_listing`, `upload_positions`, `memory_store` | on an object store (feature `object-store`): the output, a part as a multipart upload, its commit, uploads no checkpoint names, the uploads in progress into a key, a position group's commit (its entry, then its uploads completed, and the roll-forward), an in-memory store for tests |
 //! | `multipart_limits` | S3's limits on multipart uploads |
 //!
 //! Everything not yet committed has a hidden name (a leading dot), so a crash
@@ -37,8 +37,8 @@
 //! part is rolled, the checkpoint's parts become one position group, and
 //! the committer commits the group's files and positions in one step, by an
 //! entry in the position log (`<out>/.positions`), only if every split is
-//! still where the group expects (`Sink::commits_positions`, local outputs
-//! without compaction for now).
+//! still where the group expects (`Sink::commits_positions`; on local
+//! outputs with compaction or without, and on object stores).
 //!
 //! ```no_run
 //! use sinks_file::{FileSink, LineEncoder, RollingPolicy};

@@ -109,6 +109,41 @@ pub(crate) struct GroupToCommit {
     pub repeated: u32,
 }
 
+impl GroupToCommit {
+    /// Refused when the call does not hold each member exactly once: a
+    /// group commits whole, or not at all.
+    pub(crate) fn not_whole(&self) -> Option<GroupOutcome> {
+        if self.repeated > 0 {
+            return Some(GroupOutcome::Refused(format!(
+                "the commit call holds a committable of {} more than once ({} times more): a \
+                 group commits with each of its members exactly once",
+                self.id, self.repeated
+            )));
+        }
+        (self.present != self.members).then(|| {
+            GroupOutcome::Refused(format!(
+                "the commit call holds {} of the {} committables of {}: a group commits whole, \
+                 with all of its members",
+                self.present, self.members, self.id
+            ))
+        })
+    }
+}
+
+/// Every committable's outcome, once each was decided.
+pub(crate) fn all_decided<O>(outcomes: Vec<Option<O>>) -> Result<Vec<O>, SinkError> {
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.ok_or_else(|| {
+                SinkError::msg(
+                    "a committable was left without an outcome: a fault of the file sink",
+                )
+            })
+        })
+        .collect()
+}
+
 /// What became of a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum GroupOutcome {
@@ -321,19 +356,8 @@ impl LogWork<'_> {
                 group.id
             ))));
         }
-        if group.repeated > 0 {
-            return Ok(Some(GroupOutcome::Refused(format!(
-                "the commit call holds a committable of {} more than once ({} times more): a \
-                 group commits with each of its members exactly once",
-                group.id, group.repeated
-            ))));
-        }
-        if group.present != group.members {
-            return Ok(Some(GroupOutcome::Refused(format!(
-                "the commit call holds {} of the {} committables of {}: a group commits whole, \
-                 with all of its members",
-                group.present, group.members, group.id
-            ))));
+        if let Some(refused) = group.not_whole() {
+            return Ok(Some(refused));
         }
         for part in &group.parts {
             let pending = identity::resolve(self.base, &part.pending)?;

@@ -149,19 +149,8 @@ impl UploadLog<'_> {
                 group.id
             )));
         }
-        if group.repeated > 0 {
-            return outcome(GroupOutcome::Refused(format!(
-                "the commit call holds a committable of {} more than once ({} times more): a \
-                 group commits with each of its members exactly once",
-                group.id, group.repeated
-            )));
-        }
-        if group.present != group.members {
-            return outcome(GroupOutcome::Refused(format!(
-                "the commit call holds {} of the {} committables of {}: a group commits whole, \
-                 with all of its members",
-                group.present, group.members, group.id
-            )));
+        if let Some(refused) = group.not_whole() {
+            return outcome(refused);
         }
         for part in &group.parts {
             let Some(upload) = &part.upload else {
