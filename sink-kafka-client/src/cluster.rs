@@ -184,6 +184,20 @@ impl Cluster {
         link.connection.send(request, version).await
     }
 
+    /// Waits for the answer of a request [`send`](Self::send) sent, at
+    /// most the request timeout; a connection that broke or timed out is
+    /// forgotten, as by [`call`](Self::call).
+    pub async fn wait<R: Call>(&self, answer: Answer<R>) -> Result<R::Response, WireError> {
+        let address = answer.address().to_string();
+        let result = answer.wait(self.config.request_timeout).await;
+        if let Err(error) = &result {
+            if error.breaks_connection() {
+                self.forget(&address).await;
+            }
+        }
+        result
+    }
+
     async fn forget(&self, address: &str) {
         let mut known = self.known.lock().await;
         let Known {

@@ -193,6 +193,11 @@ pub struct Answer<R> {
 }
 
 impl<R: Call> Answer<R> {
+    /// The broker's address it comes from.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
     /// Waits for the answer, at most `timeout`.
     pub async fn wait(self, timeout: Duration) -> Result<R::Response, WireError> {
         let mut bytes = match tokio::time::timeout(timeout, self.answer).await {

@@ -31,7 +31,7 @@ pub mod topic;
 
 pub use api::Call;
 pub use cluster::{ClientConfig, Cluster, CoordinatorKind, Link};
-pub use connection::MAX_FRAME;
+pub use connection::{Answer, MAX_FRAME};
 pub use error::WireError;
 
 /// The protocol's message types, as this client speaks them.

@@ -22,11 +22,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use sink_api::{CheckpointId, CommittedPositions, PositionAdvance, SubtaskIndex};
 use sink_kafka_client::fetch::{aborted, committed_records, stable_end};
 use sink_kafka_client::topic::Topic;
-use sink_kafka_client::{str_bytes, Cluster, WireError};
+use sink_kafka_client::{str_bytes, Answer, Cluster, WireError};
 use sink_runtime::source::{
     CommitOutcome, PositionLookup, PositionTracker, ReadStatus, SourceError, SourceStart,
     SplitReader,
@@ -72,6 +72,16 @@ struct Partition {
     done: bool,
 }
 
+/// A fetch sent before its records are needed: the broker prepares it
+/// while the records of the previous one are handed out and written.
+struct Ahead {
+    partition: i32,
+    /// The offset it fetches from: its answer is used only if the
+    /// partition is still assigned and still to be fetched from there.
+    offset: i64,
+    answer: Answer<FetchRequest>,
+}
+
 /// Reads the partitions the group assigns to one subtask. Made by
 /// [`KafkaSource`](crate::KafkaSource) for each subtask and start.
 pub struct KafkaReader {
@@ -91,6 +101,8 @@ pub struct KafkaReader {
     member: Option<tokio::task::JoinHandle<()>>,
     /// Which partition the next fetch starts at.
     fetch_turn: usize,
+    /// The next fetch, sent once the last one's records were buffered.
+    ahead: Option<Ahead>,
     /// Events taken by `wait_for_input`, served by the next `read_batch`.
     waiting_events: VecDeque<Event>,
     phase: Phase,
@@ -131,6 +143,7 @@ impl KafkaReader {
             control: None,
             member: None,
             fetch_turn: 0,
+            ahead: None,
             waiting_events: VecDeque::new(),
             phase: Phase::Waiting,
             read_since_checkpoint: false,
@@ -381,18 +394,78 @@ impl KafkaReader {
     }
 
     /// Fetches from every leader of a partition with records left, into
-    /// the buffer.
+    /// the buffer: the fetch sent ahead first, if it still fits; then, with
+    /// records buffered, sends the next one ahead.
     async fn fetch(&mut self) -> Result<(), SourceError> {
+        if let Some(ahead) = self.ahead.take() {
+            let fits = self.partitions.get(&ahead.partition).is_some_and(|state| {
+                state.fetch_from == ahead.offset && state.end.is_none_or(|end| ahead.offset < end)
+            });
+            // Otherwise dropped: its answer is read and thrown away.
+            if fits {
+                let answer = self
+                    .cluster
+                    .wait(ahead.answer)
+                    .await
+                    .map_err(|e| self.wire(e))?;
+                self.absorb(answer).await?;
+            }
+        }
+        if self.buffer.is_empty() {
+            self.fetch_in_turn().await?;
+        }
+        if !self.buffer.is_empty() {
+            self.send_ahead().await;
+        }
+        Ok(())
+    }
+
+    /// The partitions with records left to fetch, and where from.
+    fn open_partitions(&self) -> Vec<(i32, i64)> {
+        self.partitions
+            .iter()
+            .filter(|(_, state)| state.end.is_none_or(|end| state.fetch_from < end))
+            .map(|(partition, state)| (*partition, state.fetch_from))
+            .collect()
+    }
+
+    /// Sends the fetch of the next partition in turn without waiting for
+    /// it. A failure to send is no error: the fetch is made when needed.
+    async fn send_ahead(&mut self) {
+        let open = self.open_partitions();
+        let Some(described) = self.described.clone() else {
+            return;
+        };
+        if open.is_empty() {
+            return;
+        }
+        let (partition, offset) = open[self.fetch_turn % open.len()];
+        self.fetch_turn = self.fetch_turn.wrapping_add(1);
+        let leader = described
+            .leaders
+            .get(partition as usize)
+            .copied()
+            .unwrap_or(-1);
+        let Ok(link) = self.cluster.broker(leader).await else {
+            return;
+        };
+        let request = self.fetch_request(&[(partition, offset)]);
+        if let Ok(answer) = self.cluster.send(&link, &request).await {
+            self.ahead = Some(Ahead {
+                partition,
+                offset,
+                answer,
+            });
+        }
+    }
+
+    /// Fetches partitions one at a time, in turn, until one has records.
+    async fn fetch_in_turn(&mut self) -> Result<(), SourceError> {
         let described = self.described().await?;
         // One partition per request, in turn, until one has records: a
         // broker that answers a fetch with whole partitions (noida-db,
         // whatever max_bytes says) then answers with one at most.
-        let open: Vec<(i32, i64)> = self
-            .partitions
-            .iter()
-            .filter(|(_, state)| state.end.is_none_or(|end| state.fetch_from < end))
-            .map(|(partition, state)| (*partition, state.fetch_from))
-            .collect();
+        let open = self.open_partitions();
         if open.is_empty() {
             return Ok(());
         }
@@ -425,7 +498,18 @@ impl KafkaReader {
             .broker(leader)
             .await
             .map_err(|e| self.wire(e))?;
-        let request = FetchRequest::default()
+        let request = self.fetch_request(&partitions);
+        let answer = self
+            .cluster
+            .call(&link, &request)
+            .await
+            .map_err(|e| self.wire(e))?;
+        self.absorb(answer).await
+    }
+
+    /// The fetch of `partitions` from the offsets given.
+    fn fetch_request(&self, partitions: &[(i32, i64)]) -> FetchRequest {
+        FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(0)
             .with_min_bytes(1)
@@ -447,12 +531,13 @@ impl KafkaReader {
                                 .with_partition_max_bytes(FETCH_BYTES)
                         })
                         .collect(),
-                )]);
-        let answer = self
-            .cluster
-            .call(&link, &request)
-            .await
-            .map_err(|e| self.wire(e))?;
+                )])
+    }
+
+    /// Puts the records of a fetch's `answer` in the buffer, each
+    /// partition's from where it is fetched from (what an answer holds
+    /// before is passed over), and moves where each is fetched from.
+    async fn absorb(&mut self, answer: FetchResponse) -> Result<(), SourceError> {
         WireError::check("Fetch", || self.settings.topic.clone(), answer.error_code)
             .map_err(|e| self.wire(e))?;
         for data in answer.responses.iter().flat_map(|t| t.partitions.iter()) {
