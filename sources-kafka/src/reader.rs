@@ -260,6 +260,8 @@ impl KafkaReader {
         };
         self.partitions.clear();
         self.buffer.clear();
+        // Sent for the assignment before: never used for this one.
+        self.ahead = None;
         for partition in &assigned {
             let name = self.split_name(*partition);
             // What the destination has: the commit's expected `from`.
@@ -359,6 +361,7 @@ impl KafkaReader {
             self.tracker.release(&name);
         }
         self.buffer.clear();
+        self.ahead = None;
         match self.phase {
             Phase::Finished | Phase::Left => {}
             _ => self.phase = Phase::Draining,
@@ -393,9 +396,11 @@ impl KafkaReader {
         }
     }
 
-    /// Fetches from every leader of a partition with records left, into
-    /// the buffer: the fetch sent ahead first, if it still fits; then, with
-    /// records buffered, sends the next one ahead.
+    /// Fetches a partition with records left into the buffer: the fetch
+    /// sent ahead first, if it still fits (sent for this assignment, which
+    /// a rebalance's revoke or take-over drops, and for the offset the
+    /// partition is fetched from); then, with records buffered, sends the
+    /// next one ahead.
     async fn fetch(&mut self) -> Result<(), SourceError> {
         if let Some(ahead) = self.ahead.take() {
             let fits = self.partitions.get(&ahead.partition).is_some_and(|state| {
@@ -403,12 +408,15 @@ impl KafkaReader {
             });
             // Otherwise dropped: its answer is read and thrown away.
             if fits {
-                let answer = self
-                    .cluster
-                    .wait(ahead.answer)
-                    .await
-                    .map_err(|e| self.wire(e))?;
-                self.absorb(answer).await?;
+                match self.cluster.wait(ahead.answer).await {
+                    Ok(answer) => self.absorb(answer).await?,
+                    // Broke while the last records were written: nothing
+                    // moved, the fetch is made again below.
+                    Err(error) if error.breaks_connection() => {
+                        debug!(subtask = self.subtask, %error, "a fetch sent ahead was lost with its connection; fetching again");
+                    }
+                    Err(error) => return Err(self.wire(error)),
+                }
             }
         }
         if self.buffer.is_empty() {
