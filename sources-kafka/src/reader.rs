@@ -72,6 +72,16 @@ struct Partition {
     done: bool,
 }
 
+/// The leader of `partition` as `described` says (-1: none known, which
+/// `Cluster::broker` refuses after reading the metadata again).
+fn leader_of(described: &Topic, partition: i32) -> i32 {
+    described
+        .leaders
+        .get(partition as usize)
+        .copied()
+        .unwrap_or(-1)
+}
+
 /// A fetch sent before its records are needed: the broker prepares it
 /// while the records of the previous one are handed out and written.
 struct Ahead {
@@ -449,12 +459,7 @@ impl KafkaReader {
         }
         let (partition, offset) = open[self.fetch_turn % open.len()];
         self.fetch_turn = self.fetch_turn.wrapping_add(1);
-        let leader = described
-            .leaders
-            .get(partition as usize)
-            .copied()
-            .unwrap_or(-1);
-        let Ok(link) = self.cluster.broker(leader).await else {
+        let Ok(link) = self.cluster.broker(leader_of(&described, partition)).await else {
             return;
         };
         let request = self.fetch_request(&[(partition, offset)]);
@@ -481,12 +486,7 @@ impl KafkaReader {
         for step in 0..open.len() {
             let (partition, offset) = open[(first + step) % open.len()];
             self.fetch_turn = self.fetch_turn.wrapping_add(1);
-            let leader = described
-                .leaders
-                .get(partition as usize)
-                .copied()
-                .unwrap_or(-1);
-            self.fetch_partition(leader, vec![(partition, offset)])
+            self.fetch_partition(leader_of(&described, partition), vec![(partition, offset)])
                 .await?;
             if !self.buffer.is_empty() {
                 break;
