@@ -271,8 +271,8 @@ impl JobConfig {
             SourceKind::Bounded => SequenceSource::bounded(self.records),
             SourceKind::Unbounded => SequenceSource::unbounded(self.records),
             SourceKind::Kafka | SourceKind::KafkaUnbounded => anyhow::bail!(
-                "this demo reads no Kafka yet: file-sink-demo, delta-sink-demo and \
-                 kafka-sink-demo do (cargo run -p examples --features kafka --bin file-sink-demo \
+                "this demo reads no Kafka yet: file-sink-demo, delta-sink-demo, \
+                 postgres-sink-demo and kafka-sink-demo do (cargo run -p examples --features kafka --bin file-sink-demo \
                  -- --source kafka --brokers … --topic … --group …)"
             ),
         };

@@ -66,6 +66,14 @@ pub const RESTARTS: RestartStrategy = RestartStrategy::FixedDelay {
     delay: Duration::from_millis(500),
 };
 
+/// A message's id in the demos' tables: its partition times 2^40 plus its
+/// offset, unique over the topic while offsets stay below 2^40 (a trillion
+/// messages a partition). The Delta and PostgreSQL demos use it as the
+/// row's `id`.
+pub fn message_id(message: &KafkaMessage) -> i64 {
+    (i64::from(message.partition) << 40) + message.offset
+}
+
 /// Each message's value, then a newline.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ValueLine;

@@ -63,7 +63,7 @@ struct Args {
     #[arg(long, default_value_t = 8)]
     partitions: u32,
     /// Measurements of each kind; the medians are compared.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     runs: usize,
     /// Print one JSON object with every figure on the last line of stdout.
     #[arg(long)]

@@ -81,7 +81,7 @@ impl DemoRow {
     #[cfg(feature = "kafka")]
     fn of_message(message: &sources_kafka::KafkaMessage) -> DemoRow {
         DemoRow {
-            id: (i64::from(message.partition) << 40) + message.offset,
+            id: examples::kafka_input::message_id(message),
             payload: String::from_utf8_lossy(message.value_bytes()).into_owned(),
         }
     }

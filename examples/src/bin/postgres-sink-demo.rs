@@ -13,20 +13,33 @@
 //! (`committed` is counted with SQL) plus the transactions committed;
 //! `--baseline` first loads the same rows with one plain `COPY`, for
 //! comparison.
+//!
+//! With `--source kafka --brokers B --topic T --group G` (built with
+//! `--features postgres,kafka`; `kafka-unbounded` with `--run-for`) each
+//! message of the topic is a row: its partition × 2^40 plus its offset as
+//! the id, its value as the payload. The partitions' positions are
+//! committed in the same transactions as the rows (the sink's positions
+//! table), so several instances of one group, each with its own `--job`
+//! and `--state-dir`, may write one table.
 
 use std::path::PathBuf;
 use std::pin::pin;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use examples::demo_job::SourceKind;
+#[cfg(feature = "kafka")]
+use examples::kafka_input::KafkaSourceArgs;
 use sink_cli::flags::parse_duration;
 use sink_runtime::source::Source;
 use sink_runtime::{
-    CheckpointConfig, Job, JobStatus, LocalCheckpointStorage, RuntimeMode, SequenceSource,
+    CheckpointConfig, Job, JobReport, JobStatus, LocalCheckpointStorage, RuntimeMode,
+    SequenceSource,
 };
 use sinks_postgres::{
     redact_connection_string, Column, PgRecord, PostgresSink, ToSql, TransactionId, Type,
+    POSITIONS_TABLE,
 };
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::{Client, NoTls};
@@ -47,9 +60,28 @@ struct Args {
     /// Where the checkpoints are kept.
     #[arg(long, default_value = "./pg-demo-state")]
     state_dir: PathBuf,
+    /// The job's name, which names its prepared transactions. Default:
+    /// `postgres-sink-demo-<table>`. One live instance of a name per
+    /// database: instances of one consumer group writing one table each
+    /// need their own (and their own --state-dir).
+    #[arg(long)]
+    job: Option<String>,
     /// Records, with ids 0..N over all subtasks.
     #[arg(long, default_value_t = 160)]
     records: u64,
+    /// What the job reads: the ids 0..N, ending after the last (bounded,
+    /// the default) or not (unbounded), or a Kafka topic as a consumer
+    /// group (kafka: to the offsets it had at the job's first start;
+    /// kafka-unbounded: until --run-for is up).
+    #[arg(long, value_enum, default_value = "bounded")]
+    source: SourceKind,
+    /// With --source kafka or kafka-unbounded: what to read.
+    #[cfg(feature = "kafka")]
+    #[command(flatten)]
+    kafka: KafkaSourceArgs,
+    /// How long an unbounded job runs before it is cancelled.
+    #[arg(long, default_value = "12s", value_parser = parse_duration)]
+    run_for: Duration,
     /// Subtasks (each with its own connection).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     parallelism: u64,
@@ -66,7 +98,8 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Drop the table's rows, this job's prepared transactions and the
-    /// checkpoints first, and start over.
+    /// checkpoints first, and start over (with a Kafka source, also the
+    /// group's positions in the sink's positions table).
     #[arg(long)]
     fresh: bool,
     /// Also load the same rows with one plain COPY (no sink, no
@@ -89,6 +122,16 @@ impl DemoRow {
         DemoRow {
             id: i64::try_from(id).unwrap_or(i64::MAX),
             payload: "x".repeat(record_size.saturating_sub(21)),
+        }
+    }
+
+    /// A Kafka message's row: its partition and offset as the id, its
+    /// value (as text) as the payload.
+    #[cfg(feature = "kafka")]
+    fn of_message(message: &sources_kafka::KafkaMessage) -> DemoRow {
+        DemoRow {
+            id: examples::kafka_input::message_id(message),
+            payload: String::from_utf8_lossy(message.value_bytes()).into_owned(),
         }
     }
 }
@@ -116,9 +159,15 @@ async fn connect(url: &str) -> anyhow::Result<Client> {
     Ok(client)
 }
 
-/// Creates the table if needed; with `fresh`, empties it and rolls back
-/// this job's prepared transactions.
-async fn prepare(client: &Client, args: &Args, job: &str) -> anyhow::Result<()> {
+/// Creates the table if needed; with `fresh`, empties it, rolls back this
+/// job's prepared transactions and removes the positions of `scope` (the
+/// Kafka source's, when it reads one).
+async fn prepare(
+    client: &mut Client,
+    args: &Args,
+    job: &str,
+    scope: Option<&str>,
+) -> anyhow::Result<()> {
     let table = &args.table;
     client
         .batch_execute(&format!(
@@ -142,7 +191,32 @@ async fn prepare(client: &Client, args: &Args, job: &str) -> anyhow::Result<()> 
                 .batch_execute(&format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''")))
                 .await?;
         }
-        client.batch_execute(&format!("TRUNCATE {table}")).await?;
+        // The rows and the positions they were read to go together: a
+        // crash in between leaves both.
+        let transaction = client.transaction().await?;
+        transaction
+            .batch_execute(&format!("TRUNCATE {table}"))
+            .await?;
+        if let Some(scope) = scope {
+            // The positions table exists once a sink connected.
+            let exists: Option<String> = transaction
+                .query_one(
+                    &format!("SELECT to_regclass('{POSITIONS_TABLE}')::text"),
+                    &[],
+                )
+                .await?
+                .get(0);
+            if exists.is_some() {
+                transaction
+                    .execute(
+                        &format!("DELETE FROM {POSITIONS_TABLE} WHERE scope = $1"),
+                        &[&scope],
+                    )
+                    .await
+                    .with_context(|| format!("removing the positions of {scope}"))?;
+            }
+        }
+        transaction.commit().await?;
         if args.state_dir.exists() {
             std::fs::remove_dir_all(&args.state_dir)
                 .with_context(|| format!("removing {}", args.state_dir.display()))?;
@@ -178,17 +252,69 @@ async fn baseline(client: &Client, args: &Args) -> anyhow::Result<f64> {
     Ok(args.records as f64 / seconds.max(1e-9))
 }
 
+/// Runs `source` into `sink` as the flags say; an unbounded source is
+/// cancelled after `--run-for`.
+async fn run_job<Src>(
+    args: &Args,
+    job: &str,
+    checkpoint_interval: Option<Duration>,
+    source: Src,
+    sink: PostgresSink<DemoRow>,
+) -> anyhow::Result<JobReport>
+where
+    Src: Source<Record = DemoRow>,
+{
+    let storage = LocalCheckpointStorage::open(&args.state_dir)
+        .with_context(|| format!("opening the state directory {}", args.state_dir.display()))?;
+    let mut builder = Job::builder(job, source, sink)
+        .parallelism(args.parallelism as usize)
+        .checkpoint_storage(storage)
+        .mode(if args.batch {
+            RuntimeMode::Batch
+        } else {
+            RuntimeMode::Streaming
+        });
+    if let Some(interval) = checkpoint_interval {
+        builder = builder.checkpointing(CheckpointConfig::every(interval));
+    }
+    #[cfg(feature = "kafka")]
+    if args.source.is_kafka() {
+        builder = builder.restart_strategy(examples::kafka_input::RESTARTS);
+    }
+    let handle = builder.build()?.start();
+    if args.source.is_unbounded() {
+        let deadline = Instant::now() + args.run_for;
+        while !handle.is_finished() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        handle.cancel();
+    }
+    Ok(handle.join().await?)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     sink_cli::flags::init_tracing();
     let args = Args::parse();
-    let job = format!("postgres-sink-demo-{}", args.table);
+    let job = args
+        .job
+        .clone()
+        .unwrap_or_else(|| format!("postgres-sink-demo-{}", args.table));
     let checkpoint_interval = match args.checkpoint_interval.as_str() {
         "off" => None,
         text => Some(parse_duration(text).map_err(anyhow::Error::msg)?),
     };
-    let client = connect(&args.url).await?;
-    prepare(&client, &args, &job).await?;
+    let mut client = connect(&args.url).await?;
+    #[cfg(feature = "kafka")]
+    let kafka = match args.source.is_kafka() {
+        true => Some(args.kafka.source(!args.source.is_unbounded()).await?),
+        false => None,
+    };
+    #[cfg(feature = "kafka")]
+    let scope = kafka.as_ref().map(|source| source.scope());
+    #[cfg(not(feature = "kafka"))]
+    let scope: Option<String> = None;
+    prepare(&mut client, &args, &job, scope.as_deref()).await?;
     let baseline_rate = match args.baseline {
         true => Some(baseline(&client, &args).await?),
         false => None,
@@ -197,25 +323,33 @@ async fn main() -> anyhow::Result<()> {
     let sink = PostgresSink::<DemoRow>::connect(&args.url, &args.table, parallelism).await?;
     let stats = sink.stats_handle();
     let record_size = args.record_size as usize;
-    let source = SequenceSource::bounded(args.records)
-        .paced(args.rate)
-        .map(move |id| DemoRow::new(id, record_size));
-    let storage = LocalCheckpointStorage::open(&args.state_dir)
-        .with_context(|| format!("opening the state directory {}", args.state_dir.display()))?;
-    let builder = Job::builder(job.clone(), source, sink)
-        .parallelism(parallelism)
-        .checkpoint_storage(storage)
-        .mode(if args.batch {
-            RuntimeMode::Batch
-        } else {
-            RuntimeMode::Streaming
-        });
-    let builder = match checkpoint_interval {
-        Some(interval) => builder.checkpointing(CheckpointConfig::every(interval)),
-        None => builder,
-    };
     let started = Instant::now();
-    let report = builder.build()?.run().await?;
+    let report = match args.source {
+        SourceKind::Bounded | SourceKind::Unbounded => {
+            let ids = match args.source {
+                SourceKind::Bounded => SequenceSource::bounded(args.records),
+                _ => SequenceSource::unbounded(args.records),
+            };
+            let source = ids
+                .paced(args.rate)
+                .map(move |id| DemoRow::new(id, record_size));
+            run_job(&args, &job, checkpoint_interval, source, sink).await?
+        }
+        #[cfg(feature = "kafka")]
+        SourceKind::Kafka | SourceKind::KafkaUnbounded => {
+            let Some(source) = kafka else {
+                bail!("the Kafka source was not made");
+            };
+            let source = source.map(|message| DemoRow::of_message(&message));
+            run_job(&args, &job, checkpoint_interval, source, sink).await?
+        }
+        #[cfg(not(feature = "kafka"))]
+        SourceKind::Kafka | SourceKind::KafkaUnbounded => bail!(
+            "this build of postgres-sink-demo reads no Kafka: build it with --features \
+             postgres,kafka (cargo run -p examples --features postgres,kafka --bin \
+             postgres-sink-demo -- --source kafka --brokers … --topic … --group …)"
+        ),
+    };
     let wall = started.elapsed();
     if report.status == JobStatus::AlreadyFinished {
         eprintln!(

@@ -23,6 +23,8 @@ mod kafka_topics;
 mod output;
 #[cfg(feature = "postgres")]
 mod postgres_sink_demo;
+#[cfg(all(feature = "postgres", feature = "kafka"))]
+mod postgres_sink_demo_kafka;
 #[cfg(feature = "postgres")]
 mod postgres_sink_demo_no_server;
 mod power_loss;

@@ -7,7 +7,8 @@ use crate::output::summary;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn url() -> String {
+/// The test server (`scripts/with-postgres` sets `PG_TEST_URL`).
+pub fn url() -> String {
     std::env::var("PG_TEST_URL").unwrap_or_else(|_| {
         panic!(
             "PG_TEST_URL is not set: run through scripts/with-postgres (./scripts/test-all does)"
