@@ -298,6 +298,19 @@ async fn the_later_check_fences_the_earlier(one: (&str, u32), two: (&str, u32)) 
     use crate::positions::{self, KafkaScope};
     let cluster = new_cluster();
     let (name, topic) = topic(&cluster, 1).await;
+    // A committed record first: noida-db 0.2.3 moves a partition's log
+    // start past a transaction aborted at its very start, taking with it
+    // the records other transactions wrote in between, committed ones
+    // included (T2's "two", about 1 run in 30; docs/kafka.md). Apache
+    // Kafka never does; with a record before them the log start stays.
+    let mut producer = crate::IdempotentProducer::connect(&brokers(), &name, 1)
+        .await
+        .expect("a producer");
+    producer
+        .send_batch(vec![crate::KafkaRecord::new("head")])
+        .await
+        .expect("producing");
+    producer.flush().await.expect("flushing");
     let (source, _) = self::topic(&cluster, 1).await;
     let prefix = unique("facts-claims");
     let scope = format!("kafka/{source}/{}", unique("group"));
@@ -384,7 +397,7 @@ async fn the_later_check_fences_the_earlier(one: (&str, u32), two: (&str, u32)) 
         "{:?}",
         requests[0].outcome()
     );
-    assert_eq!(values(&name).await, ["two"]);
+    assert_eq!(values(&name).await, ["head", "two"]);
     let kafka = KafkaScope::parse(&scope).expect("a Kafka scope");
     let positions = positions::read(&cluster, &kafka).await.expect("positions");
     assert_eq!(positions.get("-/0"), Some(&7));
