@@ -39,7 +39,7 @@ use deltalake_core::DeltaResult;
 #[derive(Debug, Default)]
 pub(crate) struct AppVersions {
     /// The table version `versions` is true at.
-    as_of: Option<i64>,
+    as_of: Option<u64>,
     /// Each id asked about: its newest `txn` version, `None` if it has none.
     versions: HashMap<String, Option<i64>>,
 }
@@ -64,7 +64,7 @@ impl AppVersions {
     }
 
     /// Brings every known id to table version `to`, or forgets them all.
-    async fn catch_up(&mut self, log_store: &dyn LogStore, to: i64) -> DeltaResult<()> {
+    async fn catch_up(&mut self, log_store: &dyn LogStore, to: u64) -> DeltaResult<()> {
         let from = match self.as_of {
             Some(as_of) if as_of <= to && !self.versions.is_empty() => as_of,
             _ => {
@@ -94,7 +94,7 @@ impl AppVersions {
         Ok(())
     }
 
-    fn start_over(&mut self, at: i64) {
+    fn start_over(&mut self, at: u64) {
         self.versions.clear();
         self.as_of = Some(at);
     }

@@ -13,6 +13,7 @@
 
 use async_trait::async_trait;
 use object_store::ObjectStore;
+use object_store::ObjectStoreExt;
 use sink_api::{CommitRequest, Committer, SinkError};
 use std::sync::Arc;
 use tracing::warn;

@@ -74,7 +74,7 @@ fn is_permanent_store(error: &object_store::Error) -> bool {
         object_store::Error::PermissionDenied { .. }
         | object_store::Error::Unauthenticated { .. }
         | object_store::Error::NotSupported { .. }
-        | object_store::Error::NotImplemented
+        | object_store::Error::NotImplemented { .. }
         | object_store::Error::UnknownConfigurationKey { .. } => true,
         other => refused_by_store(&other.to_string()),
     }

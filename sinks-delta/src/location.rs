@@ -15,6 +15,7 @@
 //! works as long as it supports conditional creates (`PutMode::Create`),
 //! which is how every Delta commit is made atomic.
 
+use object_store::ObjectStoreExt;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
@@ -249,7 +250,7 @@ impl TableLocation {
         &self,
         app_id: &str,
         version: i64,
-        newest: i64,
+        newest: u64,
     ) -> std::io::Result<()> {
         let Some(dir) = self.local_dir.clone() else {
             return Ok(());
@@ -318,14 +319,14 @@ impl TableLocation {
 /// Versions looked through, newest first, for the entry holding a `txn`
 /// whose durability is not known (after a restart). Past it, the entry is
 /// long durable by the file system's own writeback.
-const TXN_SEARCH_DEPTH: i64 = 1000;
+const TXN_SEARCH_DEPTH: u64 = 1000;
 
 /// The log entry holding `txn(app_id, version)` or later, found among the
 /// JSON entries from `newest` down, fsynced with the log directory. For
 /// local tables; does nothing for object stores.
-fn sync_txn_entry(root: &FsPath, app_id: &str, version: i64, newest: i64) -> std::io::Result<()> {
+fn sync_txn_entry(root: &FsPath, app_id: &str, version: i64, newest: u64) -> std::io::Result<()> {
     let log = root.join("_delta_log");
-    for v in (newest.saturating_sub(TXN_SEARCH_DEPTH).max(0)..=newest).rev() {
+    for v in (newest.saturating_sub(TXN_SEARCH_DEPTH)..=newest).rev() {
         let path = log.join(format!("{v:020}.json"));
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,

@@ -7,6 +7,7 @@ use deltalake_core::{DeltaTable, DeltaTableConfig};
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::ObjectStore;
+use object_store::ObjectStoreExt;
 use sink_api::SinkError;
 
 use crate::errors::{delta_error, store_error};
@@ -16,7 +17,7 @@ use crate::location::TableLocation;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogEntry {
     /// The table version it made.
-    pub version: i64,
+    pub version: u64,
     /// Its operation (`CREATE TABLE`, `STREAMING UPDATE`, `OPTIMIZE`, …).
     pub operation: String,
     /// For a streaming update: the query (the sink's application id).
@@ -38,7 +39,7 @@ pub struct LogEntry {
 pub async fn log_entries(location: &TableLocation) -> Result<Vec<LogEntry>, SinkError> {
     let store = location.table_store();
     let listing = || format!("listing the log of the Delta table {}", location.url());
-    let mut names: Vec<(i64, Path)> = store
+    let mut names: Vec<(u64, Path)> = store
         .list(Some(&Path::from("_delta_log")))
         .map_ok(|meta| meta.location)
         .try_collect::<Vec<_>>()
@@ -74,7 +75,7 @@ pub async fn log_entries(location: &TableLocation) -> Result<Vec<LogEntry>, Sink
 /// breaks it. For tests of fencing (a zombie reconnected after its
 /// successor started).
 pub fn check_owners_in_order(entries: &[LogEntry]) -> Result<(), String> {
-    let mut owners: std::collections::BTreeMap<&str, (i64, i64)> = Default::default();
+    let mut owners: std::collections::BTreeMap<&str, (i64, u64)> = Default::default();
     for entry in entries {
         for (app, generation) in &entry.transactions {
             if !app.ends_with("/owner") {
@@ -95,7 +96,7 @@ pub fn check_owners_in_order(entries: &[LogEntry]) -> Result<(), String> {
     Ok(())
 }
 
-fn summarise(version: i64, bytes: &[u8]) -> Result<LogEntry, serde_json::Error> {
+fn summarise(version: u64, bytes: &[u8]) -> Result<LogEntry, serde_json::Error> {
     let mut entry = LogEntry {
         version,
         operation: String::new(),
@@ -200,7 +201,7 @@ pub async fn active_files(location: &TableLocation) -> Result<Vec<String>, SinkE
 pub async fn int64_column(
     location: &TableLocation,
     column: &str,
-    version: Option<i64>,
+    version: Option<u64>,
 ) -> Result<Vec<i64>, SinkError> {
     column_values(location, column, version, |array| {
         let ints = array.as_any().downcast_ref::<arrow_array::Int64Array>()?;
@@ -214,7 +215,7 @@ pub async fn int64_column(
 pub async fn string_column(
     location: &TableLocation,
     column: &str,
-    version: Option<i64>,
+    version: Option<u64>,
 ) -> Result<Vec<String>, SinkError> {
     column_values(location, column, version, |array| {
         let strings = array.as_any().downcast_ref::<arrow_array::StringArray>()?;
@@ -228,7 +229,7 @@ pub async fn string_column(
 async fn column_values<T>(
     location: &TableLocation,
     column: &str,
-    version: Option<i64>,
+    version: Option<u64>,
     values: impl Fn(&dyn arrow_array::Array) -> Option<Vec<T>>,
 ) -> Result<Vec<T>, SinkError> {
     let reading = || format!("reading the Delta table {}", location.url());

@@ -249,7 +249,7 @@ where
         })?;
         let properties = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
-            .set_max_row_group_size(ROW_GROUP_ROWS)
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .build();
         let files = RecordBatchWriter::for_table(&table)
             .map_err(|e| delta_error("preparing the Parquet writer", e))?

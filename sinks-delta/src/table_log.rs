@@ -92,8 +92,8 @@ pub(crate) fn without_hooks() -> CommitProperties {
 /// durable on local tables. A failure is logged and changes nothing: the
 /// log stays readable without it. Old entries are not deleted: that is the
 /// table's maintenance (`delta.logRetentionDuration`).
-pub(crate) async fn maintain_log(table: &mut DeltaTable, location: &TableLocation, version: i64) {
-    if version == 0 || version % LOG_CHECKPOINT_INTERVAL != 0 {
+pub(crate) async fn maintain_log(table: &mut DeltaTable, location: &TableLocation, version: u64) {
+    if version == 0 || !version.is_multiple_of(LOG_CHECKPOINT_INTERVAL) {
         return;
     }
     let written = async {
@@ -115,7 +115,7 @@ pub(crate) async fn maintain_log(table: &mut DeltaTable, location: &TableLocatio
 }
 
 /// Versions between two Delta log checkpoints (Delta's default).
-const LOG_CHECKPOINT_INTERVAL: i64 = 100;
+const LOG_CHECKPOINT_INTERVAL: u64 = 100;
 
 /// The newest checkpoint the application `app_id` committed to the table at
 /// `location`, or `None`. Read by the committers for a missing data file.

@@ -23,6 +23,8 @@
 //! An object store output keeps the same marker as an object
 //! (`PREFIX/.file-sink-id`), created by a conditional put.
 
+#[cfg(feature = "object-store")]
+use object_store::ObjectStoreExt;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};

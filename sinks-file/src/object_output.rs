@@ -136,7 +136,7 @@ impl ObjectOutput {
         relative
             .split('/')
             .filter(|part| !part.is_empty())
-            .fold(self.prefix.clone(), |path, part| path.child(part))
+            .fold(self.prefix.clone(), |path, part| path.join(part))
     }
 
     /// The path of `location` relative to the prefix, as [`path`](Self::path)

@@ -5,6 +5,8 @@
 //! beside the output, say). Everything else under the base path is finished:
 //! committed, complete, and never changed again.
 
+#[cfg(feature = "object-store")]
+use object_store::ObjectStoreExt;
 use std::io;
 use std::path::{Path, PathBuf};
 

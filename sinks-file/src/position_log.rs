@@ -51,6 +51,8 @@
 //! grows with each attempt, so that committers sharing the output do not
 //! spin against each other.
 
+#[cfg(feature = "object-store")]
+use object_store::ObjectStoreExt;
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::hash::{BuildHasher, Hasher};

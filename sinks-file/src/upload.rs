@@ -22,6 +22,7 @@
 //! writer state, which the runtime then encodes and stores.
 
 use object_store::multipart::PartId;
+use object_store::ObjectStoreExt;
 use object_store::{MultipartId, PutPayload};
 use serde::{Deserialize, Serialize};
 use sink_api::{Generation, Lineage, SinkError};

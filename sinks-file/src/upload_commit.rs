@@ -19,6 +19,7 @@
 //! is removed at the next start).
 
 use object_store::multipart::PartId;
+use object_store::ObjectStoreExt;
 use sink_api::SinkError;
 
 use crate::object_output::ObjectOutput;

@@ -16,6 +16,7 @@
 //! (`upload_listing`; on a store that cannot list them, they are left to
 //! the bucket's lifecycle rule, with a warning).
 
+use object_store::ObjectStoreExt;
 use std::collections::HashSet;
 
 use sink_api::{Generation, Lineage, SinkError};
@@ -192,7 +193,7 @@ mod tests {
     use crate::upload::marker_path;
     use object_store::multipart::MultipartStore;
     use object_store::path::Path as ObjectPath;
-    use object_store::ObjectStore;
+    use object_store::ObjectStoreExt;
     use std::sync::Arc;
 
     /// Starts an upload of `target` and writes its marker, as a writer of

@@ -34,6 +34,7 @@
 //! | a logged upload gone and its object absent | a loud error naming the records lost (something other than this sink aborted it) |
 //! | otherwise | committed |
 
+use object_store::ObjectStoreExt;
 use sink_api::SinkError;
 use tracing::{debug, warn};
 

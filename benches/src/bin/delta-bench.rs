@@ -147,7 +147,7 @@ async fn plain(table: &std::path::Path, rows: u64) -> anyhow::Result<Value> {
             let mut writer = RecordBatchWriter::for_table(&created)?.with_writer_properties(
                 WriterProperties::builder()
                     .set_compression(Compression::SNAPPY)
-                    .set_max_row_group_size(128 * 1024)
+                    .set_max_row_group_row_count(Some(128 * 1024))
                     .build(),
             );
             let arrow = arrow.clone();

@@ -15,6 +15,7 @@
 //! job and the baseline alternate, `--runs` times each, and the medians are
 //! compared. Everything written is removed after each measurement.
 
+use object_store::ObjectStoreExt;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -143,7 +144,7 @@ async fn plain_upload(args: &Args, url: &str, records: u64) -> anyhow::Result<Va
         .enumerate()
         .map(|(i, &(from, to))| {
             let store = store.clone();
-            let path = prefix.child(format!("plain-{i}"));
+            let path = prefix.clone().join(format!("plain-{i}"));
             tokio::spawn(async move {
                 let upload = store.put_multipart(&path).await?;
                 let mut writer = WriteMultipart::new_with_chunk_size(upload, part_size);

@@ -110,6 +110,7 @@ struct TableCount {
     /// This job's transactions that added files (one per checkpoint with
     /// data).
     delta_commits: usize,
+    /// The newest table version (-1: no table).
     version: i64,
     /// Data files in the newest version.
     data_files: usize,
@@ -145,7 +146,7 @@ async fn count(table: &TableLocation, lineage: Option<&Lineage>) -> anyhow::Resu
         table_rows: ids.len() as u64,
         distinct_ids: distinct,
         delta_commits: ours.len(),
-        version: last.version,
+        version: i64::try_from(last.version).unwrap_or(i64::MAX),
         data_files: sinks_delta::read::active_files(table).await?.len(),
     })
 }

@@ -47,6 +47,7 @@
 //! zombie's last attempt, a crash between the two puts) are removed at the
 //! next start.
 
+use object_store::ObjectStoreExt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -257,7 +258,7 @@ impl ObjectCheckpointStorage {
                     if !inner.remove_lineage().await {
                         return Err(StorageError::Message(format!(
                             "cannot remove {} while starting over; remove it, then start again",
-                            inner.url_of(&inner.prefix.child(LINEAGE_OBJECT))
+                            inner.url_of(&inner.prefix.clone().join(LINEAGE_OBJECT))
                         )));
                     }
                     return Ok(());
@@ -318,13 +319,13 @@ impl ObjectCheckpointStorage {
 
 impl Inner {
     fn head_path(&self) -> Path {
-        self.prefix.child(HEAD_OBJECT)
+        self.prefix.clone().join(HEAD_OBJECT)
     }
 
     /// Removes `LINEAGE`; whether it is gone (a failure is logged, and tried
     /// again at the next store).
     async fn remove_lineage(&self) -> bool {
-        let path = self.prefix.child(LINEAGE_OBJECT);
+        let path = self.prefix.clone().join(LINEAGE_OBJECT);
         match self.store.delete(&path).await {
             Ok(()) => true,
             Err(error) if is_absent(&error) => true,
@@ -336,7 +337,7 @@ impl Inner {
     }
 
     fn checkpoint_path(&self, id: CheckpointId, generation: Generation) -> Path {
-        self.prefix.child(format!(
+        self.prefix.clone().join(format!(
             "{CHECKPOINT_PREFIX}{:020}-g{:020}{CHECKPOINT_SUFFIX}",
             id.0, generation.0
         ))
@@ -840,7 +841,7 @@ impl CheckpointStorage for ObjectCheckpointStorage {
     /// carries the lineage, and by a start over.
     async fn lineage(&self, fresh: Lineage) -> Result<Lineage, StorageError> {
         let inner = &self.inner;
-        let path = inner.prefix.child(LINEAGE_OBJECT);
+        let path = inner.prefix.clone().join(LINEAGE_OBJECT);
         let location = inner.url_of(&path);
         let create = || PutOptions {
             mode: PutMode::Create,
@@ -1126,8 +1127,11 @@ mod tests {
             self.inner.get_opts(location, options).await
         }
 
-        async fn delete(&self, location: &Path) -> object_store::Result<()> {
-            self.inner.delete(location).await
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            self.inner.delete_stream(locations)
         }
 
         fn list(
@@ -1145,12 +1149,13 @@ mod tests {
             self.inner.list_with_delimiter(prefix).await
         }
 
-        async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-            self.inner.copy(from, to).await
-        }
-
-        async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-            self.inner.copy_if_not_exists(from, to).await
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
         }
     }
 

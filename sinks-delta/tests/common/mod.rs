@@ -49,7 +49,7 @@ pub fn sink(location: &TableLocation, partitioned: bool) -> DeltaSink<Event> {
 }
 
 /// The ids in the table's version `version` (the newest if `None`).
-pub async fn ids(location: &TableLocation, version: Option<i64>) -> Vec<i64> {
+pub async fn ids(location: &TableLocation, version: Option<u64>) -> Vec<i64> {
     sinks_delta::read::int64_column(location, "id", version)
         .await
         .expect("the table reads")

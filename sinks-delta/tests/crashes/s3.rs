@@ -107,10 +107,10 @@ async fn two_jobs_write_one_table_on_s3_at_once_and_each_row_is_there_once() {
     assert_eq!(b.expect("the second job runs").status, JobStatus::Finished);
     exactly_once(&ids(&location, None).await, 6_000).unwrap();
     let entries = log_entries(&location).await.unwrap();
-    let versions: Vec<i64> = entries.iter().map(|e| e.version).collect();
+    let versions: Vec<u64> = entries.iter().map(|e| e.version).collect();
     assert_eq!(
         versions,
-        (0..entries.len() as i64).collect::<Vec<_>>(),
+        (0..entries.len() as u64).collect::<Vec<_>>(),
         "one log entry per version, none lost or doubled"
     );
     println!(

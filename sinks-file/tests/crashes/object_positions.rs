@@ -3,6 +3,7 @@
 //! whose entry a crash left with its uploads open completed by the next
 //! reader of the log (crash points are process-wide: this executable).
 
+use object_store::ObjectStoreExt;
 use std::sync::Arc;
 
 use sink_api::{

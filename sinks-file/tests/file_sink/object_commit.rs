@@ -4,11 +4,11 @@
 //! a known failure naming the object, with its records counted as lost;
 //! a restored writer uploads its tail and loses nothing.
 
+use object_store::ObjectStoreExt;
 use std::sync::Arc;
 
 use object_store::multipart::MultipartStore;
 use object_store::path::Path;
-use object_store::ObjectStore;
 use sink_api::{
     CheckpointId, CommitOutcome, CommitRequest, Committer, Generation, InitContext, Sink,
     SinkWriter,
