@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::kafka_topics::{
-    brokers, finished_values, kill_at_random, two_instances_one_killed, unique,
+    brokers, finished_values, kill_at_random, two_instances_one_killed_then_a_drain, unique,
 };
 use crate::output::summary;
 
@@ -61,21 +61,8 @@ fn two_instances_of_one_group_on_one_output_one_killed_then_a_bounded_drain_writ
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let (topic, group) = (unique("demo-group"), unique("g"));
-    two_instances_one_killed(&topic, dir.path(), |state, run_for| {
-        let unbounded = ["--source", "kafka-unbounded", "--run-for", run_for];
-        demo(&topic, &group, &out, state, &unbounded)
+    two_instances_one_killed_then_a_drain(&topic, dir.path(), |state, flags| {
+        demo(&topic, &group, &out, state, flags)
     });
-    // A bounded run of the group, on a state of its own, drains the rest.
-    let output = demo(
-        &topic,
-        &group,
-        &out,
-        &dir.path().join("c"),
-        &["--source", "kafka"],
-    )
-    .output()
-    .unwrap();
-    let json = summary(&output);
-    assert_eq!(json["status"], "Finished", "{json}");
     assert_eq!(finished_values(&out), (0..60_000).collect::<Vec<_>>());
 }

@@ -88,13 +88,20 @@ pub fn kill_at_random(input: &str, seed: u64, unbounded: impl Fn() -> Command) {
 /// Two instances of one group reading `input` (6 partitions, 60 000
 /// values written over the run): A (state `<dir>/a`) runs, B (`<dir>/b`)
 /// joins and the partitions move, A is killed while both read and comes
-/// back from its state; both must end well. `unbounded(state, run_for)` is
-/// an instance's command.
-pub fn two_instances_one_killed(
+/// back from its state; both must end well. Then a bounded run of the
+/// group, on a state of its own (`<dir>/c`), drains the rest and must
+/// finish. `demo(state, source_flags)` is an instance's command.
+pub fn two_instances_one_killed_then_a_drain(
     input: &str,
     dir: &Path,
-    unbounded: impl Fn(&Path, &'static str) -> Command,
+    demo: impl Fn(&Path, &[&str]) -> Command,
 ) {
+    let unbounded = |state: &Path, run_for: &str| {
+        demo(
+            state,
+            &["--source", "kafka-unbounded", "--run-for", run_for],
+        )
+    };
     fill(input, 6, 0, 20_000);
     let (a_state, b_state) = (dir.join("a"), dir.join("b"));
     let a = spawn(unbounded(&a_state, "60s"));
@@ -112,6 +119,11 @@ pub fn two_instances_one_killed(
     for mut run in [a, b] {
         assert!(run.wait().unwrap().success(), "an instance failed");
     }
+    let drained = demo(&dir.join("c"), &["--source", "kafka"])
+        .output()
+        .unwrap();
+    let json = crate::output::summary(&drained);
+    assert_eq!(json["status"], "Finished", "{json}");
 }
 
 /// The ids of the values in the finished files under `out`, sorted,

@@ -1,0 +1,244 @@
+//! Where the table is: an SQL catalog (SQLite) over a warehouse directory,
+//! and the table's name in it.
+//!
+//! The catalog is iceberg-rust's `SqlCatalog`, whose tables
+//! (`iceberg_tables`, `iceberg_namespace_properties`) are the ones
+//! PyIceberg's `SqlCatalog` reads: a catalog named `default` here is
+//! `SqlCatalog("default", uri="sqlite:////path/catalog.db")` there. A
+//! commit is a compare-and-swap of the table's metadata location in
+//! `iceberg_tables`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use iceberg::io::LocalFsStorageFactory;
+use iceberg::spec::Schema;
+use iceberg::table::Table;
+use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
+use iceberg_catalog_sql::{
+    SqlBindStyle, SqlCatalogBuilder, SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI,
+    SQL_CATALOG_PROP_WAREHOUSE,
+};
+use sink_api::SinkError;
+
+use crate::errors::iceberg_error;
+
+/// The catalog name the sink uses, as PyIceberg's `SqlCatalog("default",
+/// …)` names it: rows of other names in the same database are other
+/// catalogs.
+pub const CATALOG_NAME: &str = "default";
+
+/// An SQL catalog on a SQLite database, with tables in a local warehouse
+/// directory.
+///
+/// Made by users (and, once the sink is built, by the demo from `--catalog
+/// sqlite:PATH --warehouse DIR`); [`open`](Self::open) gives the catalog
+/// the commits go through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteCatalog {
+    /// The SQLite database file, created when missing.
+    pub database: PathBuf,
+    /// The warehouse directory: a new table goes to
+    /// `<warehouse>/<namespace>/<table>`.
+    pub warehouse: PathBuf,
+}
+
+impl SqliteCatalog {
+    /// The catalog in `database` over `warehouse`; both are made absolute
+    /// (the catalog stores the table's location as a URL).
+    pub fn new(database: &Path, warehouse: &Path) -> Result<SqliteCatalog, SinkError> {
+        let absolute = |path: &Path, what: &str| {
+            std::path::absolute(path).map_err(|e| {
+                SinkError::io(format!("resolving the {what} {}", path.display()), e).permanent()
+            })
+        };
+        Ok(SqliteCatalog {
+            database: absolute(database, "catalog database")?,
+            warehouse: absolute(warehouse, "warehouse directory")?,
+        })
+    }
+
+    /// Opens the catalog, creating the database and its tables when
+    /// missing. Called by the sink at start and by tests.
+    pub async fn open(&self) -> Result<Arc<dyn Catalog>, SinkError> {
+        if let Some(parent) = self.database.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(|e| {
+                SinkError::io(format!("creating {}", parent.display()), e).permanent()
+            })?;
+        }
+        let props = HashMap::from([
+            (
+                SQL_CATALOG_PROP_URI.to_string(),
+                // `mode=rwc`: create the database file when missing.
+                format!("sqlite://{}?mode=rwc", self.database.display()),
+            ),
+            (
+                SQL_CATALOG_PROP_WAREHOUSE.to_string(),
+                format!("file://{}", self.warehouse.display()),
+            ),
+            (
+                SQL_CATALOG_PROP_BIND_STYLE.to_string(),
+                SqlBindStyle::QMark.to_string(),
+            ),
+        ]);
+        let catalog = SqlCatalogBuilder::default()
+            .with_storage_factory(Arc::new(LocalFsStorageFactory))
+            .load(CATALOG_NAME, props)
+            .await
+            .map_err(|e| {
+                iceberg_error(
+                    format!("opening the SQL catalog in {}", self.database.display()),
+                    e,
+                )
+            })?;
+        Ok(Arc::new(catalog))
+    }
+}
+
+/// A table's name in its catalog, `namespace.name` (a namespace of several
+/// levels as `a.b.name`).
+///
+/// Parsed by users and the demo from `--table`; names the table to the
+/// catalog at every commit.
+pub fn parse_table_name(text: &str) -> Result<TableIdent, SinkError> {
+    let parts: Vec<&str> = text.split('.').collect();
+    if parts.len() < 2 || parts.iter().any(|part| part.is_empty()) {
+        return Err(SinkError::msg(format!(
+            "{text:?} is not a table name: give it as NAMESPACE.NAME, such as db.events"
+        ))
+        .permanent());
+    }
+    TableIdent::from_strs(parts)
+        .map_err(|e| iceberg_error(format!("reading the table name {text:?}"), e))
+}
+
+/// The table `ident` in `catalog`, created (with its namespace) with
+/// `schema` when missing; an existing table of another schema is refused,
+/// naming both. Called by the sink at start.
+pub async fn load_or_create(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    schema: &Schema,
+) -> Result<Table, SinkError> {
+    let loading = || format!("reading the Iceberg table {ident}");
+    let exists = catalog
+        .table_exists(ident)
+        .await
+        .map_err(|e| iceberg_error(loading(), e))?;
+    if exists {
+        let table = catalog
+            .load_table(ident)
+            .await
+            .map_err(|e| iceberg_error(loading(), e))?;
+        check_schema(ident, table.metadata().current_schema(), schema)?;
+        return Ok(table);
+    }
+    let namespace: &NamespaceIdent = ident.namespace();
+    let namespace_exists = catalog
+        .namespace_exists(namespace)
+        .await
+        .map_err(|e| iceberg_error(loading(), e))?;
+    if !namespace_exists {
+        // Another start may create it meanwhile: its error is taken for
+        // success if the namespace is there after.
+        if let Err(error) = catalog.create_namespace(namespace, HashMap::new()).await {
+            let there = catalog.namespace_exists(namespace).await.unwrap_or(false);
+            if !there {
+                return Err(iceberg_error(
+                    format!("creating the namespace {}", namespace.to_url_string()),
+                    error,
+                ));
+            }
+        }
+    }
+    let creation = TableCreation::builder()
+        .name(ident.name().to_string())
+        .schema(schema.clone())
+        .build();
+    match catalog.create_table(namespace, creation).await {
+        Ok(table) => Ok(table),
+        Err(error) => {
+            // Created by another start meanwhile: use it, if its schema is
+            // ours.
+            let table = catalog
+                .load_table(ident)
+                .await
+                .map_err(|_| iceberg_error(format!("creating the Iceberg table {ident}"), error))?;
+            check_schema(ident, table.metadata().current_schema(), schema)?;
+            Ok(table)
+        }
+    }
+}
+
+/// Refuses a table whose columns (names, types, nullability, in order) are
+/// not `expected`'s. Field ids are the table's own and are not compared.
+fn check_schema(ident: &TableIdent, found: &Schema, expected: &Schema) -> Result<(), SinkError> {
+    let columns = |schema: &Schema| -> Vec<String> {
+        schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|field| {
+                let null = if field.required { "not null" } else { "null" };
+                format!("{} {} {null}", field.name, field.field_type)
+            })
+            .collect()
+    };
+    let (found, expected) = (columns(found), columns(expected));
+    if found != expected {
+        return Err(SinkError::msg(format!(
+            "the Iceberg table {ident} has the columns [{}], but the sink writes [{}]: give \
+             another table, or drop this one",
+            found.join(", "),
+            expected.join(", ")
+        ))
+        .permanent());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+
+    use super::*;
+    use crate::test_table::{fixture, schema};
+
+    #[test]
+    fn a_table_name_needs_a_namespace_and_no_empty_part() {
+        let ident = parse_table_name("db.events").unwrap();
+        assert_eq!(ident.name(), "events");
+        for bad in ["events", "db.", ".events", "a..b"] {
+            let error = parse_table_name(bad).unwrap_err();
+            assert!(error.is_permanent());
+            assert!(error.to_string().contains("NAMESPACE.NAME"), "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_table_of_another_schema_is_refused_naming_both_and_the_same_one_is_opened() {
+        let fx = fixture().await;
+        load_or_create(fx.catalog.as_ref(), &fx.ident, &schema())
+            .await
+            .unwrap();
+        let other = Schema::builder()
+            .with_fields(vec![NestedField::required(
+                1,
+                "id",
+                Type::Primitive(PrimitiveType::String),
+            )
+            .into()])
+            .build()
+            .unwrap();
+        let error = load_or_create(fx.catalog.as_ref(), &fx.ident, &other)
+            .await
+            .unwrap_err();
+        assert!(error.is_permanent());
+        let text = error.to_string();
+        assert!(
+            text.contains("id long not null") && text.contains("id string not null"),
+            "{text}"
+        );
+    }
+}

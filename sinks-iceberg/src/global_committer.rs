@@ -1,0 +1,243 @@
+//! The global committer: one fast append per checkpoint, holding every
+//! subtask's data files of that checkpoint, recognised on replay by reading
+//! the table (the `table_commit` module decides each commit).
+//!
+//! Each start of the job claims the table for its generation before its
+//! first commit ([`IcebergGlobalCommitter::claim`]): an append with no
+//! files that sets the lineage's owner mark. Every later append of that
+//! start sets it again and is made only on a table whose owner mark is not
+//! newer; the fast append's requirement (the `main` branch still at the
+//! snapshot read) makes a claim landing in between refuse it. So once a
+//! newer start's claim is in the table, no append of an older start follows
+//! it, whatever the older start's checkpoint storage says.
+//!
+//! At end of input it records that the job's output is complete (the
+//! lineage's end-of-input mark, at the last checkpoint committed), in an
+//! append with no files; a checkpoint delivered after it fails the job
+//! instead of appearing after the table said the output was complete
+//! (Flink's FLINK-38614).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use iceberg::{Catalog, TableIdent};
+use sink_api::{CheckpointId, GlobalCommitter, InitContext, SinkError};
+use tracing::info;
+
+use crate::committable::IcebergDataFile;
+use crate::errors::{iceberg_error, TableFenced};
+use crate::table_commit::{commit, Commit, Outcome};
+
+/// Commits each checkpoint's data files to the Iceberg table in one fast
+/// append.
+///
+/// Made once per start of the job, with the start's context; called by the
+/// runtime as [`GlobalCommitter`] describes.
+pub struct IcebergGlobalCommitter {
+    catalog: Arc<dyn Catalog>,
+    ident: TableIdent,
+    /// `<job>/<lineage>`: the marks this job's commits are kept under.
+    app_id: String,
+    /// This start's generation, the owner mark of every append it makes.
+    generation: u64,
+    /// Whether this start's claim is in the table.
+    claimed: bool,
+    /// The newest checkpoint committed (or found committed) by this start.
+    last_checkpoint: Option<u64>,
+}
+
+impl IcebergGlobalCommitter {
+    /// The global committer of the start `context` describes, committing
+    /// to the table `ident` of `catalog`.
+    pub(crate) fn new(
+        catalog: Arc<dyn Catalog>,
+        ident: TableIdent,
+        context: &InitContext,
+    ) -> IcebergGlobalCommitter {
+        IcebergGlobalCommitter {
+            catalog,
+            ident,
+            app_id: format!("{}/{}", context.job_name, context.lineage),
+            generation: context.generation.0,
+            claimed: false,
+            last_checkpoint: None,
+        }
+    }
+
+    /// Claims the table for this start's generation (see the module
+    /// documentation); `TableFenced` (permanent) if a newer start did.
+    pub(crate) async fn claim(&mut self) -> Result<(), SinkError> {
+        if self.claimed {
+            return Ok(());
+        }
+        let claim = Commit {
+            app_id: &self.app_id,
+            generation: self.generation,
+            checkpoint: None,
+            files: &[],
+            end_of_input: false,
+        };
+        match commit(self.catalog.as_ref(), &self.ident, &claim).await? {
+            Outcome::Fenced { newer } => Err(self.fenced(newer)),
+            Outcome::Committed(_) | Outcome::Replay => {
+                info!(table = %self.ident, app_id = %self.app_id, generation = self.generation, "claimed the table");
+                self.claimed = true;
+                Ok(())
+            }
+        }
+    }
+
+    fn fenced(&self, newer: u64) -> SinkError {
+        SinkError::other(
+            format!("committing to the Iceberg table {}", self.ident),
+            TableFenced {
+                app_id: self.app_id.clone(),
+                generation: self.generation,
+                newer,
+            },
+        )
+        .permanent()
+    }
+}
+
+#[async_trait]
+impl GlobalCommitter for IcebergGlobalCommitter {
+    type Committable = IcebergDataFile;
+
+    async fn commit_checkpoint(
+        &mut self,
+        checkpoint_id: CheckpointId,
+        committables: Vec<IcebergDataFile>,
+    ) -> Result<(), SinkError> {
+        self.claim().await?;
+        let table =
+            self.catalog.load_table(&self.ident).await.map_err(|e| {
+                iceberg_error(format!("reading the Iceberg table {}", self.ident), e)
+            })?;
+        let files = committables
+            .iter()
+            .map(|file| file.data_file(&table))
+            .collect::<Result<Vec<_>, _>>()?;
+        let work = Commit {
+            app_id: &self.app_id,
+            generation: self.generation,
+            checkpoint: Some(checkpoint_id.0),
+            files: &files,
+            end_of_input: false,
+        };
+        match commit(self.catalog.as_ref(), &self.ident, &work).await? {
+            Outcome::Fenced { newer } => return Err(self.fenced(newer)),
+            Outcome::Replay => {
+                info!(table = %self.ident, checkpoint = checkpoint_id.0, "checkpoint already in the table: nothing appended");
+            }
+            Outcome::Committed(table) => {
+                let snapshot = table.metadata().current_snapshot_id();
+                info!(table = %self.ident, checkpoint = checkpoint_id.0, files = files.len(), snapshot, "checkpoint appended");
+            }
+        }
+        self.last_checkpoint = Some(checkpoint_id.0);
+        Ok(())
+    }
+
+    async fn end_of_input(&mut self) -> Result<(), SinkError> {
+        self.claim().await?;
+        let last = match self.last_checkpoint {
+            Some(last) => last,
+            // Nothing committed by this start: the table's mark of the
+            // lineage (an earlier start's), or 0 for a job that committed
+            // nothing at all.
+            None => {
+                let table = self.catalog.load_table(&self.ident).await.map_err(|e| {
+                    iceberg_error(format!("reading the Iceberg table {}", self.ident), e)
+                })?;
+                crate::marks::Marks::read(table.metadata().properties(), &self.app_id)?
+                    .checkpoint
+                    .unwrap_or(0)
+            }
+        };
+        let end = Commit {
+            app_id: &self.app_id,
+            generation: self.generation,
+            checkpoint: Some(last),
+            files: &[],
+            end_of_input: true,
+        };
+        match commit(self.catalog.as_ref(), &self.ident, &end).await? {
+            Outcome::Fenced { newer } => Err(self.fenced(newer)),
+            Outcome::Committed(_) | Outcome::Replay => {
+                info!(table = %self.ident, checkpoint = last, "end of input recorded");
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sink_api::{Generation, Lineage};
+
+    use super::*;
+    use crate::test_table::{file, fixture, Fixture};
+
+    fn committer(fx: &Fixture, generation: u64) -> IcebergGlobalCommitter {
+        let context =
+            InitContext::new("job", Lineage::new("lineage"), Generation(generation), 0, 1);
+        IcebergGlobalCommitter::new(fx.catalog.clone(), fx.ident.clone(), &context)
+    }
+
+    async fn carried(fx: &Fixture, name: &str) -> IcebergDataFile {
+        let table = fx.table().await;
+        IcebergDataFile::new("job/lineage", file(&table, name), &table).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_delivered_again_is_appended_once_and_nothing_follows_the_end_of_input() {
+        let fx = fixture().await;
+        let mut first = committer(&fx, 1);
+        let files = vec![carried(&fx, "a").await, carried(&fx, "b").await];
+        first
+            .commit_checkpoint(CheckpointId(1), files.clone())
+            .await
+            .unwrap();
+        // A restart of the same start's work: the replay is recognised.
+        let mut again = committer(&fx, 1);
+        again
+            .commit_checkpoint(CheckpointId(1), files)
+            .await
+            .unwrap();
+        assert_eq!(fx.files().await.len(), 2);
+        again.end_of_input().await.unwrap();
+        let late = again
+            .commit_checkpoint(CheckpointId(2), vec![carried(&fx, "c").await])
+            .await
+            .unwrap_err();
+        assert!(late.is_permanent(), "{late}");
+        assert_eq!(fx.files().await.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_newer_start_fences_the_older_one_at_its_next_checkpoint() {
+        let fx = fixture().await;
+        let mut older = committer(&fx, 1);
+        older
+            .commit_checkpoint(CheckpointId(1), vec![carried(&fx, "a").await])
+            .await
+            .unwrap();
+        let mut newer = committer(&fx, 2);
+        newer.claim().await.unwrap();
+        let fenced = older
+            .commit_checkpoint(CheckpointId(2), vec![carried(&fx, "b").await])
+            .await
+            .unwrap_err();
+        assert!(fenced.is_permanent());
+        assert!(fenced.to_string().contains("generation 2"), "{fenced}");
+        // The older start cannot claim the table back either.
+        let mut oldest = committer(&fx, 1);
+        assert!(oldest.claim().await.is_err());
+        newer
+            .commit_checkpoint(CheckpointId(2), vec![carried(&fx, "b").await])
+            .await
+            .unwrap();
+        assert_eq!(fx.files().await.len(), 2);
+    }
+}
