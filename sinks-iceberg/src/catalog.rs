@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use iceberg::io::LocalFsStorageFactory;
-use iceberg::spec::Schema;
+use iceberg::spec::{NestedFieldRef, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
 use iceberg_catalog_sql::{
@@ -171,31 +171,50 @@ pub async fn load_or_create(
     }
 }
 
-/// Refuses a table whose columns (names, types, nullability, in order) are
-/// not `expected`'s. Field ids are the table's own and are not compared.
+/// Refuses a table whose columns (names, types, nullability, in order,
+/// nested ones included) are not `expected`'s. Field ids are the table's
+/// own and are not compared.
 fn check_schema(ident: &TableIdent, found: &Schema, expected: &Schema) -> Result<(), SinkError> {
-    let columns = |schema: &Schema| -> Vec<String> {
-        schema
-            .as_struct()
-            .fields()
-            .iter()
-            .map(|field| {
-                let null = if field.required { "not null" } else { "null" };
-                format!("{} {} {null}", field.name, field.field_type)
-            })
-            .collect()
-    };
-    let (found, expected) = (columns(found), columns(expected));
+    let (found, expected) = (
+        describe_fields(found.as_struct().fields()),
+        describe_fields(expected.as_struct().fields()),
+    );
     if found != expected {
         return Err(SinkError::msg(format!(
-            "the Iceberg table {ident} has the columns [{}], but the sink writes [{}]: give \
-             another table, or drop this one",
-            found.join(", "),
-            expected.join(", ")
+            "the Iceberg table {ident} has the columns [{found}], but the sink writes \
+             [{expected}]: give another table, or drop this one"
         ))
         .permanent());
     }
     Ok(())
+}
+
+/// `fields` as `name type [not] null`, comma-separated, with the element,
+/// key and value types of nested types spelled out (iceberg-rust's own
+/// `Display` of a list or a map names no element type).
+fn describe_fields(fields: &[NestedFieldRef]) -> String {
+    let field = |field: &NestedFieldRef| {
+        let null = if field.required { "not null" } else { "null" };
+        format!("{} {} {null}", field.name, describe_type(&field.field_type))
+    };
+    fields.iter().map(field).collect::<Vec<_>>().join(", ")
+}
+
+fn describe_type(field_type: &Type) -> String {
+    let element = |field: &NestedFieldRef| {
+        let null = if field.required { "" } else { " null" };
+        format!("{}{null}", describe_type(&field.field_type))
+    };
+    match field_type {
+        Type::Primitive(primitive) => primitive.to_string(),
+        Type::Struct(fields) => format!("struct<{}>", describe_fields(fields.fields())),
+        Type::List(list) => format!("list<{}>", element(&list.element_field)),
+        Type::Map(map) => format!(
+            "map<{}, {}>",
+            element(&map.key_field),
+            element(&map.value_field)
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +233,33 @@ mod tests {
             assert!(error.is_permanent());
             assert!(error.to_string().contains("NAMESPACE.NAME"), "{error}");
         }
+    }
+
+    #[test]
+    fn nested_types_are_compared_with_their_elements_and_nullability() {
+        let list_of = |element: PrimitiveType, required: bool| {
+            let element = NestedField::list_element(10, Type::Primitive(element), required);
+            Schema::builder()
+                .with_fields(vec![NestedField::required(
+                    1,
+                    "tags",
+                    Type::List(iceberg::spec::ListType::new(element.into())),
+                )
+                .into()])
+                .build()
+                .unwrap()
+        };
+        let ident = TableIdent::from_strs(["db", "t"]).unwrap();
+        let ints = list_of(PrimitiveType::Int, true);
+        assert!(check_schema(&ident, &ints, &list_of(PrimitiveType::Int, true)).is_ok());
+        let error = check_schema(&ident, &ints, &list_of(PrimitiveType::String, true))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("list<int>") && error.contains("list<string>"),
+            "{error}"
+        );
+        assert!(check_schema(&ident, &ints, &list_of(PrimitiveType::Int, false)).is_err());
     }
 
     #[tokio::test]

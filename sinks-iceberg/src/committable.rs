@@ -5,9 +5,11 @@
 //! few fields would drop the column statistics readers prune with. So the
 //! committable carries the file's entry encoded as Iceberg itself encodes
 //! it in a manifest (Avro, the `data_file` struct of the table's format
-//! version, statistics included), and decodes it against the table at the
-//! commit. A table whose schema or partitioning changed since the file was
-//! written does not decode it, and the commit fails naming the file.
+//! version, statistics included), and decodes it against the table each
+//! append is built on, only when the table's marks do not show the
+//! checkpoint committed already (a replay needs no decoding). A partition
+//! spec that is gone fails the commit naming the file; a schema changed
+//! since the file was written decodes with the table's current types.
 
 use iceberg::spec::{read_data_files_from_avro, write_data_files_to_avro, DataFile, FormatVersion};
 use iceberg::table::Table;
@@ -96,13 +98,6 @@ impl IcebergDataFile {
             3 => FormatVersion::V3,
             other => return Err(refused(format!("its format version {other} is unknown"))),
         };
-        if format_version != metadata.format_version() {
-            return Err(refused(format!(
-                "it was written for format version {}, the table is at {}",
-                self.format_version,
-                metadata.format_version() as u8
-            )));
-        }
         let spec = metadata
             .partition_spec_by_id(self.partition_spec_id)
             .ok_or_else(|| {

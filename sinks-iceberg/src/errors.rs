@@ -1,8 +1,13 @@
 //! iceberg-rust's errors, classed for the runtime: what a restart may cure
 //! (an unreachable catalog or store, a lost commit race) is transient; what
-//! needs a person (a missing namespace or table, a table of another schema,
-//! records the schema cannot hold, a feature the library lacks) is
-//! permanent.
+//! needs a person (a missing namespace or table, a feature the library
+//! lacks, a requirement the table does not meet) is permanent.
+//!
+//! `DataInvalid` stays transient: iceberg-rust's local storage reports
+//! every I/O failure with it (a file it could not open, a descriptor
+//! limit), and so does a snapshot refused for a clock that stepped back,
+//! which waiting cures. The restart strategy bounds the retries of what a
+//! restart cannot cure.
 
 use iceberg::{Error, ErrorKind};
 use sink_api::SinkError;
@@ -41,7 +46,6 @@ fn is_permanent(error: &Error) -> bool {
         ErrorKind::NamespaceNotFound
         | ErrorKind::TableNotFound
         | ErrorKind::FeatureUnsupported
-        | ErrorKind::DataInvalid
         | ErrorKind::PreconditionFailed => true,
         // A commit race, an unreachable catalog or store, and whatever the
         // library does not class: a restart reads the table again.

@@ -40,6 +40,9 @@ pub struct IcebergGlobalCommitter {
     app_id: String,
     /// This start's generation, the owner mark of every append it makes.
     generation: u64,
+    /// The checkpoint this start restored: a table whose mark is newer is
+    /// refused at the claim.
+    restored: Option<u64>,
     /// Whether this start's claim is in the table.
     claimed: bool,
     /// The newest checkpoint committed (or found committed) by this start.
@@ -59,13 +62,18 @@ impl IcebergGlobalCommitter {
             ident,
             app_id: format!("{}/{}", context.job_name, context.lineage),
             generation: context.generation.0,
+            restored: context.restored_checkpoint_id.map(|id| id.0),
             claimed: false,
             last_checkpoint: None,
         }
     }
 
     /// Claims the table for this start's generation (see the module
-    /// documentation); `TableFenced` (permanent) if a newer start did.
+    /// documentation); `TableFenced` (permanent) if a newer start did, and
+    /// a permanent error if the table holds a checkpoint of the lineage
+    /// newer than the one this start restored. The claim and that check
+    /// are one append on the table read, so no commit of another start
+    /// comes between them.
     pub(crate) async fn claim(&mut self) -> Result<(), SinkError> {
         if self.claimed {
             return Ok(());
@@ -74,6 +82,7 @@ impl IcebergGlobalCommitter {
             app_id: &self.app_id,
             generation: self.generation,
             checkpoint: None,
+            restored: self.restored,
             files: &[],
             end_of_input: false,
         };
@@ -110,19 +119,25 @@ impl GlobalCommitter for IcebergGlobalCommitter {
         committables: Vec<IcebergDataFile>,
     ) -> Result<(), SinkError> {
         self.claim().await?;
-        let table =
-            self.catalog.load_table(&self.ident).await.map_err(|e| {
-                iceberg_error(format!("reading the Iceberg table {}", self.ident), e)
-            })?;
-        let files = committables
-            .iter()
-            .map(|file| file.data_file(&table))
-            .collect::<Result<Vec<_>, _>>()?;
+        if committables.is_empty() {
+            // Nothing to append: the table's metadata does not grow with
+            // checkpoints that wrote nothing.
+            return Ok(());
+        }
+        if let Some(other) = committables.iter().find(|file| file.app_id != self.app_id) {
+            return Err(SinkError::msg(format!(
+                "the data file {} was written by {}, not by {}: the checkpoint holds another \
+                 job's files",
+                other.path, other.app_id, self.app_id
+            ))
+            .permanent());
+        }
         let work = Commit {
             app_id: &self.app_id,
             generation: self.generation,
             checkpoint: Some(checkpoint_id.0),
-            files: &files,
+            restored: None,
+            files: &committables,
             end_of_input: false,
         };
         match commit(self.catalog.as_ref(), &self.ident, &work).await? {
@@ -132,7 +147,7 @@ impl GlobalCommitter for IcebergGlobalCommitter {
             }
             Outcome::Committed(table) => {
                 let snapshot = table.metadata().current_snapshot_id();
-                info!(table = %self.ident, checkpoint = checkpoint_id.0, files = files.len(), snapshot, "checkpoint appended");
+                info!(table = %self.ident, checkpoint = checkpoint_id.0, files = committables.len(), snapshot, "checkpoint appended");
             }
         }
         self.last_checkpoint = Some(checkpoint_id.0);
@@ -159,6 +174,7 @@ impl GlobalCommitter for IcebergGlobalCommitter {
             app_id: &self.app_id,
             generation: self.generation,
             checkpoint: Some(last),
+            restored: None,
             files: &[],
             end_of_input: true,
         };
@@ -179,28 +195,31 @@ mod tests {
     use super::*;
     use crate::test_table::{file, fixture, Fixture};
 
-    fn committer(fx: &Fixture, generation: u64) -> IcebergGlobalCommitter {
+    /// The global committer of start `generation`, which restored
+    /// checkpoint `restored`.
+    fn committer(fx: &Fixture, generation: u64, restored: Option<u64>) -> IcebergGlobalCommitter {
         let context =
-            InitContext::new("job", Lineage::new("lineage"), Generation(generation), 0, 1);
+            InitContext::new("job", Lineage::new("lineage"), Generation(generation), 0, 1)
+                .restored_from(restored.map(CheckpointId));
         IcebergGlobalCommitter::new(fx.catalog.clone(), fx.ident.clone(), &context)
     }
 
     async fn carried(fx: &Fixture, name: &str) -> IcebergDataFile {
-        let table = fx.table().await;
-        IcebergDataFile::new("job/lineage", file(&table, name), &table).unwrap()
+        file(&fx.table().await, name)
     }
 
     #[tokio::test]
     async fn a_checkpoint_delivered_again_is_appended_once_and_nothing_follows_the_end_of_input() {
         let fx = fixture().await;
-        let mut first = committer(&fx, 1);
+        let mut first = committer(&fx, 1, None);
         let files = vec![carried(&fx, "a").await, carried(&fx, "b").await];
         first
             .commit_checkpoint(CheckpointId(1), files.clone())
             .await
             .unwrap();
-        // A restart of the same start's work: the replay is recognised.
-        let mut again = committer(&fx, 1);
+        // The next start, restored from checkpoint 1, delivers it again:
+        // the replay is recognised.
+        let mut again = committer(&fx, 2, Some(1));
         again
             .commit_checkpoint(CheckpointId(1), files)
             .await
@@ -218,12 +237,12 @@ mod tests {
     #[tokio::test]
     async fn a_newer_start_fences_the_older_one_at_its_next_checkpoint() {
         let fx = fixture().await;
-        let mut older = committer(&fx, 1);
+        let mut older = committer(&fx, 1, None);
         older
             .commit_checkpoint(CheckpointId(1), vec![carried(&fx, "a").await])
             .await
             .unwrap();
-        let mut newer = committer(&fx, 2);
+        let mut newer = committer(&fx, 2, Some(1));
         newer.claim().await.unwrap();
         let fenced = older
             .commit_checkpoint(CheckpointId(2), vec![carried(&fx, "b").await])
@@ -232,12 +251,61 @@ mod tests {
         assert!(fenced.is_permanent());
         assert!(fenced.to_string().contains("generation 2"), "{fenced}");
         // The older start cannot claim the table back either.
-        let mut oldest = committer(&fx, 1);
+        let mut oldest = committer(&fx, 1, Some(1));
         assert!(oldest.claim().await.is_err());
         newer
             .commit_checkpoint(CheckpointId(2), vec![carried(&fx, "b").await])
             .await
             .unwrap();
         assert_eq!(fx.files().await.len(), 2);
+    }
+
+    /// A start whose checkpoint storage is older than the table would take
+    /// its next checkpoints for replays (the table has their numbers, with
+    /// other records) and lose their records: its claim is refused.
+    #[tokio::test]
+    async fn a_start_restored_from_a_checkpoint_older_than_the_table_is_refused() {
+        let fx = fixture().await;
+        let mut first = committer(&fx, 1, None);
+        for checkpoint in 1..=3 {
+            let name = format!("f{checkpoint}");
+            first
+                .commit_checkpoint(CheckpointId(checkpoint), vec![carried(&fx, &name).await])
+                .await
+                .unwrap();
+        }
+        let mut behind = committer(&fx, 2, Some(2));
+        let error = behind.claim().await.unwrap_err();
+        assert!(error.is_permanent());
+        assert!(error.to_string().contains("checkpoint 3"), "{error}");
+        let mut current = committer(&fx, 2, Some(3));
+        current.claim().await.unwrap();
+    }
+
+    /// The end of input recorded at a checkpoint older than the table's
+    /// mark does not lower the mark.
+    #[tokio::test]
+    async fn the_checkpoint_mark_never_goes_down() {
+        let fx = fixture().await;
+        let mut first = committer(&fx, 1, None);
+        first
+            .commit_checkpoint(CheckpointId(5), vec![carried(&fx, "a").await])
+            .await
+            .unwrap();
+        let mut later = committer(&fx, 2, Some(5));
+        later
+            .commit_checkpoint(CheckpointId(4), vec![carried(&fx, "b").await])
+            .await
+            .unwrap();
+        later.end_of_input().await.unwrap();
+        let table = fx.table().await;
+        let marks =
+            crate::marks::Marks::read(table.metadata().properties(), "job/lineage").unwrap();
+        assert_eq!((marks.checkpoint, marks.end_of_input), (Some(5), Some(5)));
+        assert_eq!(
+            fx.files().await.len(),
+            1,
+            "checkpoint 4 was taken for a replay"
+        );
     }
 }

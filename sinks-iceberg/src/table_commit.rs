@@ -21,13 +21,15 @@
 
 use std::collections::HashMap;
 
-use iceberg::spec::DataFile;
+use std::time::Duration;
+
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, TableIdent};
 use sink_api::SinkError;
 use tracing::{debug, warn};
 
+use crate::committable::IcebergDataFile;
 use crate::errors::iceberg_error;
 use crate::marks::{self, Marks};
 use crate::one_attempt::OneAttempt;
@@ -35,6 +37,9 @@ use crate::one_attempt::OneAttempt;
 /// Decisions (read, append, read) for one commit before the job is failed
 /// (and restarted, when its strategy allows: a replay is recognised then).
 const COMMIT_ATTEMPTS: u32 = 5;
+
+/// The pause after the `n`th attempt is `n` times this.
+const BACKOFF: Duration = Duration::from_millis(50);
 
 /// What one commit did.
 #[derive(Debug)]
@@ -60,8 +65,15 @@ pub(crate) struct Commit<'a> {
     /// The checkpoint; `None` for a claim of the table, which moves only
     /// the owner.
     pub checkpoint: Option<u64>,
-    /// The data files; none with `end_of_input`.
-    pub files: &'a [DataFile],
+    /// For a claim: the checkpoint the start restored. A table whose
+    /// checkpoint mark is newer is refused: the checkpoint storage is older
+    /// than the table, and the start would take newer checkpoints for
+    /// replays.
+    pub restored: Option<u64>,
+    /// The data files, decoded against the table each append is built on
+    /// (only when the marks do not decide the commit first); none with
+    /// `end_of_input`.
+    pub files: &'a [IcebergDataFile],
     /// Whether to record the end of input at `checkpoint` (a commit with
     /// no files, after the last checkpoint's).
     pub end_of_input: bool,
@@ -70,6 +82,7 @@ pub(crate) struct Commit<'a> {
 impl Commit<'_> {
     /// What the table's marks say of this commit, if they decide it
     /// without an append.
+    ///
     /// What is in the table decides before who owns it: a commit whose
     /// checkpoint is there (ours, or the same checkpoint of another start
     /// of the lineage, with the same files) is done even if a newer start
@@ -80,6 +93,20 @@ impl Commit<'_> {
             // A claim: done once the owner is ours.
             if let Some(newer) = fenced {
                 return Ok(Some(Decided::Fenced(newer)));
+            }
+            if let Some(done) = found.checkpoint.filter(|done| Some(*done) > self.restored) {
+                let restored = self
+                    .restored
+                    .map_or("none".to_string(), |restored| restored.to_string());
+                return Err(SinkError::msg(format!(
+                    "the table holds checkpoint {done} of {}, newer than the checkpoint this \
+                     start restored ({restored}): the checkpoint storage is older than the \
+                     table, so newer checkpoints would be taken for replays and their records \
+                     lost; give the job its newest checkpoint storage, or start it on fresh \
+                     storage (a new lineage)",
+                    self.app_id
+                ))
+                .permanent());
             }
             return Ok((found.owner == Some(self.generation)).then_some(Decided::InTable));
         };
@@ -103,13 +130,17 @@ impl Commit<'_> {
         Ok(None)
     }
 
-    /// The properties the append sets.
-    fn properties(&self) -> HashMap<String, String> {
+    /// The properties the append sets on a table whose marks are
+    /// `found`; the checkpoint mark never goes down.
+    fn properties(&self, found: &Marks) -> HashMap<String, String> {
         let mut set = HashMap::from([(marks::owner_key(self.app_id), self.generation.to_string())]);
         if let Some(checkpoint) = self.checkpoint {
-            set.insert(marks::checkpoint_key(self.app_id), checkpoint.to_string());
+            let mark = found
+                .checkpoint
+                .map_or(checkpoint, |done| done.max(checkpoint));
+            set.insert(marks::checkpoint_key(self.app_id), mark.to_string());
             if self.end_of_input {
-                set.insert(marks::end_of_input_key(self.app_id), checkpoint.to_string());
+                set.insert(marks::end_of_input_key(self.app_id), mark.to_string());
             }
         }
         set
@@ -146,7 +177,8 @@ pub(crate) async fn commit(
         // A replay of it would add the files again once the checkpoint's
         // mark is there: the end of input is a commit of its own.
         return Err(SinkError::msg(format!(
-            "the end of input of {} was to be recorded with files; it is recorded on its own,              after the last checkpoint's files",
+            "the end of input of {} was to be recorded with files; it is recorded on its own, \
+             after the last checkpoint's files",
             commit.app_id
         ))
         .permanent());
@@ -161,17 +193,22 @@ pub(crate) async fn commit(
             Some(Decided::InTable) => return Ok(Outcome::Committed(table)),
             None => {}
         }
+        let files = commit
+            .files
+            .iter()
+            .map(|file| file.data_file(&table))
+            .collect::<Result<Vec<_>, _>>()?;
         let transaction = Transaction::new(&table);
         let append = transaction
             .fast_append()
-            .add_data_files(commit.files.iter().cloned())
+            .add_data_files(files)
             .set_snapshot_properties(commit.summary())
             // The marks say what is in the table; reading every manifest
             // of the table at each commit to look for the same paths
             // again would cost what the table holds.
             .with_check_duplicate(false);
         let properties = commit
-            .properties()
+            .properties(&found)
             .into_iter()
             .fold(transaction.update_table_properties(), |action, (k, v)| {
                 action.set(k, v)
@@ -188,11 +225,19 @@ pub(crate) async fn commit(
             }
             Err(error) => {
                 warn!(table = %ident, attempt, %error, "the commit failed or its answer was lost: reading the table again");
-                last_error = Some(iceberg_error(format!("committing to {ident}"), error));
+                let error = iceberg_error(format!("committing to {ident}"), error);
+                let permanent = error.is_permanent();
+                last_error = Some(error);
+                if permanent {
+                    // No attempt can succeed: the table read below says
+                    // whether this one landed anyway.
+                    break;
+                }
             }
         }
         // The outcome comes from the table, whatever the answer said (the
         // next round reads it: InTable after the first attempt is ours).
+        tokio::time::sleep(BACKOFF * attempt).await;
     }
     let table = load(catalog, ident).await?;
     let found = Marks::read(table.metadata().properties(), commit.app_id)?;
@@ -225,7 +270,7 @@ mod tests {
     use iceberg::{Namespace, NamespaceIdent, TableCommit, TableCreation};
 
     use super::*;
-    use crate::test_table::{file, fixture};
+    use crate::test_table::{data_file, file, fixture};
 
     #[tokio::test]
     async fn a_replayed_checkpoint_is_recognised_from_the_table_and_appends_nothing() {
@@ -265,7 +310,7 @@ mod tests {
         for one_attempt in [false, true] {
             let fx = fixture().await;
             let stale = fx.table().await;
-            let other = file(&stale, "other");
+            let other = data_file(&stale, "other");
             let moved = Transaction::new(&stale)
                 .fast_append()
                 .add_data_files([other])
@@ -274,7 +319,7 @@ mod tests {
             moved.commit(fx.catalog.as_ref()).await.unwrap();
             let ours = Transaction::new(&stale)
                 .fast_append()
-                .add_data_files([file(&stale, "ours")])
+                .add_data_files([data_file(&stale, "ours")])
                 .apply(Transaction::new(&stale))
                 .unwrap();
             let answer = match one_attempt {
@@ -304,6 +349,7 @@ mod tests {
             app_id: "job/lineage",
             generation: 2,
             checkpoint: None,
+            restored: Some(1),
             files: &[],
             end_of_input: false,
         };
@@ -330,6 +376,7 @@ mod tests {
             app_id: "job/lineage",
             generation: 1,
             checkpoint: Some(1),
+            restored: None,
             files: &[],
             end_of_input: true,
         };
@@ -473,6 +520,7 @@ mod tests {
             app_id: "job/lineage",
             generation: 1,
             checkpoint: Some(1),
+            restored: None,
             files: &files,
             end_of_input: false,
         };

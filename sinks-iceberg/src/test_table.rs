@@ -12,6 +12,7 @@ use iceberg::{Catalog, TableIdent};
 use sink_api::SinkError;
 
 use crate::catalog::{load_or_create, SqliteCatalog};
+use crate::committable::IcebergDataFile;
 use crate::table_commit::{commit, Commit, Outcome};
 
 pub fn schema() -> Schema {
@@ -25,7 +26,7 @@ pub fn schema() -> Schema {
 }
 
 /// A data file entry (the commit never reads the file itself).
-pub fn file(table: &Table, name: &str) -> DataFile {
+pub fn data_file(table: &Table, name: &str) -> DataFile {
     DataFileBuilder::default()
         .content(DataContentType::Data)
         .file_path(format!(
@@ -39,6 +40,11 @@ pub fn file(table: &Table, name: &str) -> DataFile {
         .partition_spec_id(0)
         .build()
         .unwrap()
+}
+
+/// [`data_file`] as the committable carrying it, under `job/lineage`.
+pub fn file(table: &Table, name: &str) -> IcebergDataFile {
+    IcebergDataFile::new("job/lineage", data_file(table, name), table).unwrap()
 }
 
 pub struct Fixture {
@@ -74,12 +80,13 @@ impl Fixture {
         &self,
         generation: u64,
         checkpoint: u64,
-        files: &[DataFile],
+        files: &[IcebergDataFile],
     ) -> Result<Outcome, SinkError> {
         let work = Commit {
             app_id: "job/lineage",
             generation,
             checkpoint: Some(checkpoint),
+            restored: None,
             files,
             end_of_input: false,
         };
