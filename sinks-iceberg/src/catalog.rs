@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use iceberg::io::LocalFsStorageFactory;
 use iceberg::spec::{NestedFieldRef, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
@@ -23,6 +22,7 @@ use iceberg_catalog_sql::{
 use sink_api::SinkError;
 
 use crate::errors::iceberg_error;
+use crate::storage::DurableLocalStorageFactory;
 
 /// The catalog name the sink uses, as PyIceberg's `SqlCatalog("default",
 /// …)` names it: rows of other names in the same database are other
@@ -83,7 +83,7 @@ impl SqliteCatalog {
             ),
         ]);
         let catalog = SqlCatalogBuilder::default()
-            .with_storage_factory(Arc::new(LocalFsStorageFactory))
+            .with_storage_factory(Arc::new(DurableLocalStorageFactory::default()))
             .load(CATALOG_NAME, props)
             .await
             .map_err(|e| {
@@ -93,6 +93,48 @@ impl SqliteCatalog {
                 )
             })?;
         Ok(Arc::new(catalog))
+    }
+}
+
+/// The sink's catalog, opened at its first use and then shared by the
+/// start hook, the writers, the committers and the global committer (one
+/// connection pool to the catalog's database). An open that failed is
+/// tried again at the next use.
+#[derive(Clone)]
+pub(crate) struct Connection {
+    config: Option<SqliteCatalog>,
+    opened: Arc<tokio::sync::OnceCell<Arc<dyn Catalog>>>,
+}
+
+impl Connection {
+    /// The catalog `config` describes, opened when first used.
+    pub(crate) fn new(config: SqliteCatalog) -> Connection {
+        Connection {
+            config: Some(config),
+            opened: Arc::default(),
+        }
+    }
+
+    /// A catalog opened already (tests).
+    #[cfg(test)]
+    pub(crate) fn of(catalog: Arc<dyn Catalog>) -> Connection {
+        Connection {
+            config: None,
+            opened: Arc::new(tokio::sync::OnceCell::new_with(Some(catalog))),
+        }
+    }
+
+    /// The catalog, opened now if no earlier call did.
+    pub(crate) async fn catalog(&self) -> Result<Arc<dyn Catalog>, SinkError> {
+        self.opened
+            .get_or_try_init(|| async {
+                match &self.config {
+                    Some(config) => config.open().await,
+                    None => Err(SinkError::msg("no catalog to open").permanent()),
+                }
+            })
+            .await
+            .cloned()
     }
 }
 

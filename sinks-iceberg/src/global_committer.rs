@@ -17,13 +17,12 @@
 //! instead of appearing after the table said the output was complete
 //! (Flink's FLINK-38614).
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
-use iceberg::{Catalog, TableIdent};
+use iceberg::TableIdent;
 use sink_api::{CheckpointId, GlobalCommitter, InitContext, SinkError};
 use tracing::info;
 
+use crate::catalog::Connection;
 use crate::committable::IcebergDataFile;
 use crate::errors::{iceberg_error, TableFenced};
 use crate::table_commit::{commit, Commit, Outcome};
@@ -34,7 +33,7 @@ use crate::table_commit::{commit, Commit, Outcome};
 /// Made once per start of the job, with the start's context; called by the
 /// runtime as [`GlobalCommitter`] describes.
 pub struct IcebergGlobalCommitter {
-    catalog: Arc<dyn Catalog>,
+    connection: Connection,
     ident: TableIdent,
     /// `<job>/<lineage>`: the marks this job's commits are kept under.
     app_id: String,
@@ -53,16 +52,35 @@ impl IcebergGlobalCommitter {
     /// The global committer of the start `context` describes, committing
     /// to the table `ident` of `catalog`.
     pub(crate) fn new(
-        catalog: Arc<dyn Catalog>,
+        connection: Connection,
         ident: TableIdent,
         context: &InitContext,
     ) -> IcebergGlobalCommitter {
-        IcebergGlobalCommitter {
-            catalog,
+        IcebergGlobalCommitter::for_start(
+            connection,
             ident,
-            app_id: format!("{}/{}", context.job_name, context.lineage),
-            generation: context.generation.0,
-            restored: context.restored_checkpoint_id.map(|id| id.0),
+            format!("{}/{}", context.job_name, context.lineage),
+            context.generation.0,
+            context.restored_checkpoint_id.map(|id| id.0),
+        )
+    }
+
+    /// The global committer of start `generation` of `app_id`
+    /// (`<job>/<lineage>`), which restored checkpoint `restored`: the start
+    /// hook claims the table with it.
+    pub(crate) fn for_start(
+        connection: Connection,
+        ident: TableIdent,
+        app_id: String,
+        generation: u64,
+        restored: Option<u64>,
+    ) -> IcebergGlobalCommitter {
+        IcebergGlobalCommitter {
+            connection,
+            ident,
+            app_id,
+            generation,
+            restored,
             claimed: false,
             last_checkpoint: None,
         }
@@ -86,7 +104,13 @@ impl IcebergGlobalCommitter {
             files: &[],
             end_of_input: false,
         };
-        match commit(self.catalog.as_ref(), &self.ident, &claim).await? {
+        match commit(
+            self.connection.catalog().await?.as_ref(),
+            &self.ident,
+            &claim,
+        )
+        .await?
+        {
             Outcome::Fenced { newer } => Err(self.fenced(newer)),
             Outcome::Committed(_) | Outcome::Replay => {
                 info!(table = %self.ident, app_id = %self.app_id, generation = self.generation, "claimed the table");
@@ -140,7 +164,13 @@ impl GlobalCommitter for IcebergGlobalCommitter {
             files: &committables,
             end_of_input: false,
         };
-        match commit(self.catalog.as_ref(), &self.ident, &work).await? {
+        match commit(
+            self.connection.catalog().await?.as_ref(),
+            &self.ident,
+            &work,
+        )
+        .await?
+        {
             Outcome::Fenced { newer } => return Err(self.fenced(newer)),
             Outcome::Replay => {
                 info!(table = %self.ident, checkpoint = checkpoint_id.0, "checkpoint already in the table: nothing appended");
@@ -162,7 +192,8 @@ impl GlobalCommitter for IcebergGlobalCommitter {
             // lineage (an earlier start's), or 0 for a job that committed
             // nothing at all.
             None => {
-                let table = self.catalog.load_table(&self.ident).await.map_err(|e| {
+                let catalog = self.connection.catalog().await?;
+                let table = catalog.load_table(&self.ident).await.map_err(|e| {
                     iceberg_error(format!("reading the Iceberg table {}", self.ident), e)
                 })?;
                 crate::marks::Marks::read(table.metadata().properties(), &self.app_id)?
@@ -178,7 +209,7 @@ impl GlobalCommitter for IcebergGlobalCommitter {
             files: &[],
             end_of_input: true,
         };
-        match commit(self.catalog.as_ref(), &self.ident, &end).await? {
+        match commit(self.connection.catalog().await?.as_ref(), &self.ident, &end).await? {
             Outcome::Fenced { newer } => Err(self.fenced(newer)),
             Outcome::Committed(_) | Outcome::Replay => {
                 info!(table = %self.ident, checkpoint = last, "end of input recorded");
@@ -201,7 +232,11 @@ mod tests {
         let context =
             InitContext::new("job", Lineage::new("lineage"), Generation(generation), 0, 1)
                 .restored_from(restored.map(CheckpointId));
-        IcebergGlobalCommitter::new(fx.catalog.clone(), fx.ident.clone(), &context)
+        IcebergGlobalCommitter::new(
+            Connection::of(fx.catalog.clone()),
+            fx.ident.clone(),
+            &context,
+        )
     }
 
     async fn carried(fx: &Fixture, name: &str) -> IcebergDataFile {

@@ -3,10 +3,12 @@
 //! per checkpoint, exactly once.
 //!
 //! ```text
-//!  records ─▶ writer (per subtask) ── Parquet data files, closed at each checkpoint
+//!  records ─▶ IcebergSinkWriter (per subtask) ── Parquet data files, closed (durable) at each checkpoint
 //!                 │ prepare_commit(n): the files, described as Iceberg's manifests describe them
 //!                 ▼
-//!           global committer (one per job) ── one fast append per checkpoint:
+//!           IcebergFileCommitter (per subtask) ── each file there, whole
+//!                 ▼
+//!           IcebergGlobalCommitter (one per job) ── one fast append per checkpoint:
 //!                 the checkpoint's files + table properties
 //!                 { eo-sink.checkpoint/<job>/<lineage> = n, eo-sink.owner/… = generation }
 //!                 ▼
@@ -18,22 +20,29 @@
 //! own retry, which applies a commit again to a table that moved, is not
 //! used (the `one_attempt` module).
 
-// Work in progress (issue 36): the writer, the per-subtask committer and
-// the `Sink` that bring these together come next; until then the commit
-// path is reached only from its tests.
-#![cfg_attr(not(test), allow(dead_code))]
-
 mod catalog;
 mod committable;
+mod committer;
 mod errors;
 mod global_committer;
 mod marks;
 mod one_attempt;
+pub mod read;
+mod sink;
+mod storage;
 mod table_commit;
 #[cfg(test)]
 mod test_table;
+mod writer;
 
 pub use catalog::{load_or_create, parse_table_name, SqliteCatalog, CATALOG_NAME};
 pub use committable::IcebergDataFile;
+pub use committer::IcebergFileCommitter;
 pub use errors::TableFenced;
 pub use global_committer::IcebergGlobalCommitter;
+pub use sink::{IcebergSink, IcebergSinkBuilder};
+pub use writer::{IcebergSinkWriter, NoResume};
+
+/// Re-exported: the crate the table's schema and names are given in
+/// (`iceberg::spec::Schema`, `iceberg::TableIdent`).
+pub use iceberg;

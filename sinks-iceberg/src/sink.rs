@@ -1,0 +1,236 @@
+//! The sink and its builder: the catalog, the table's name and schema, and
+//! how large files grow.
+
+use std::marker::PhantomData;
+
+use async_trait::async_trait;
+use iceberg::spec::Schema;
+use iceberg::table::Table;
+use iceberg::TableIdent;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use serde::Serialize;
+use sink_api::{GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, SinkMetrics};
+
+use crate::catalog::{load_or_create, Connection, SqliteCatalog};
+use crate::committable::IcebergDataFile;
+use crate::committer::IcebergFileCommitter;
+use crate::errors::iceberg_error;
+use crate::global_committer::IcebergGlobalCommitter;
+use crate::writer::{IcebergSinkWriter, NoResume, WriterCounters};
+
+/// Rows per Parquet row group: bounds the memory of an open file's
+/// unencoded rows.
+const ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// The Apache Iceberg sink: records of type `T` (any `serde::Serialize`
+/// type whose fields match the table's columns by name) into Parquet data
+/// files, appended to an Iceberg table one snapshot per checkpoint.
+///
+/// Made with [`IcebergSink::builder`]; given to the job builder, which also
+/// takes its global committer from it (`Sink::global_committer`), so a job
+/// cannot run it without one.
+///
+/// ```text
+/// writers ─▶ Parquet files ─▶ committables ─▶ committers (checked) ─▶ global committer ─▶ fast append
+/// ```
+pub struct IcebergSink<T> {
+    connection: Connection,
+    ident: TableIdent,
+    schema: Schema,
+    target_file_size: usize,
+    counters: WriterCounters,
+    _records: PhantomData<fn(T)>,
+}
+
+/// Configures an [`IcebergSink`]. Made by [`IcebergSink::builder`].
+pub struct IcebergSinkBuilder<T> {
+    sink: IcebergSink<T>,
+}
+
+impl<T> IcebergSink<T> {
+    /// A sink writing to the table `table` of `catalog`, whose columns are
+    /// `schema`'s (the field ids are the table's own once it exists). The
+    /// table, and its namespace, are created at the first start if
+    /// missing, unpartitioned; an existing table must have exactly these
+    /// columns and no partition spec.
+    pub fn builder(
+        catalog: SqliteCatalog,
+        table: TableIdent,
+        schema: Schema,
+    ) -> IcebergSinkBuilder<T> {
+        IcebergSinkBuilder {
+            sink: IcebergSink {
+                connection: Connection::new(catalog),
+                ident: table,
+                schema,
+                target_file_size: 128 << 20,
+                counters: WriterCounters::default(),
+                _records: PhantomData,
+            },
+        }
+    }
+
+    /// The table's name in its catalog.
+    pub fn table(&self) -> &TableIdent {
+        &self.ident
+    }
+
+    /// The table as the catalog has it now.
+    async fn load(&self) -> Result<Table, SinkError> {
+        let catalog = self.connection.catalog().await?;
+        catalog
+            .load_table(&self.ident)
+            .await
+            .map_err(|e| iceberg_error(format!("reading the Iceberg table {}", self.ident), e))
+    }
+}
+
+impl<T> IcebergSinkBuilder<T> {
+    /// A writer's open Parquet file is closed at every checkpoint (a
+    /// Parquet file cannot be resumed), and earlier once it reaches `bytes`.
+    /// Default 128 MiB.
+    pub fn roll_files_at_checkpoints_and_at_size(mut self, bytes: usize) -> Self {
+        self.sink.target_file_size = bytes;
+        self
+    }
+
+    /// Checks the configuration and returns the sink.
+    ///
+    /// # Errors
+    /// A permanent error naming the problem: a schema with no column, or a
+    /// target size of zero.
+    pub fn build(self) -> Result<IcebergSink<T>, SinkError> {
+        let sink = self.sink;
+        if sink.schema.as_struct().fields().is_empty() {
+            return Err(SinkError::msg("the table's schema has no column").permanent());
+        }
+        if sink.target_file_size == 0 {
+            return Err(SinkError::msg("the file size to roll at must be above zero").permanent());
+        }
+        Ok(sink)
+    }
+}
+
+#[async_trait]
+impl<T> Sink for IcebergSink<T>
+where
+    T: Serialize + Send + Sync + 'static,
+{
+    type Writer = IcebergSinkWriter<T>;
+    type Committer = IcebergFileCommitter;
+
+    /// Creates the table if there is none or checks that the one there has
+    /// the sink's columns and no partition spec, then claims it for this
+    /// start: a table holding a checkpoint of this job lineage beyond the
+    /// restored one is refused (the job's new checkpoints would be taken
+    /// for replays and dropped), and older starts of the job commit nothing
+    /// after this.
+    async fn on_start(
+        &self,
+        start: &JobStart<'_, IcebergDataFile, NoResume>,
+    ) -> Result<(), SinkError> {
+        let catalog = self.connection.catalog().await?;
+        let table = load_or_create(catalog.as_ref(), &self.ident, &self.schema).await?;
+        if !table.metadata().default_partition_spec().is_unpartitioned() {
+            return Err(SinkError::msg(format!(
+                "the Iceberg table {} is partitioned; this sink writes unpartitioned tables only: \
+                 give another table",
+                self.ident
+            ))
+            .permanent());
+        }
+        let mut committer = IcebergGlobalCommitter::for_start(
+            self.connection.clone(),
+            self.ident.clone(),
+            format!("{}/{}", start.job_name, start.lineage),
+            start.generation.0,
+            start.restored_checkpoint_id.map(|id| id.0),
+        );
+        committer.claim().await
+    }
+
+    async fn create_writer(
+        &self,
+        context: &InitContext,
+        _restored: Vec<NoResume>,
+    ) -> Result<IcebergSinkWriter<T>, SinkError> {
+        register(&context.metrics, &self.counters);
+        let table = self.load().await?;
+        let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+            .map_err(|e| iceberg_error("mapping the table's schema to Arrow", e))?;
+        // Strict: a field the table has no column for is an error, not
+        // silently dropped.
+        let rows = arrow_json::ReaderBuilder::new(std::sync::Arc::new(arrow))
+            .with_strict_mode(true)
+            .build_decoder()
+            .map_err(|e| SinkError::other("preparing the record encoder", e).permanent())?;
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .build();
+        // Unique to this subtask of this start of this life of the job: no
+        // other writer, and no later start, writes a file of the same name.
+        let prefix = format!(
+            "{}-g{}-s{}",
+            context.lineage, context.generation, context.subtask_index
+        );
+        IcebergSinkWriter::new(
+            table,
+            rows,
+            properties,
+            prefix,
+            self.target_file_size,
+            app_id(context),
+            self.counters.clone(),
+        )
+    }
+
+    async fn create_committer(&self, _: &InitContext) -> Result<IcebergFileCommitter, SinkError> {
+        let table = self.load().await?;
+        Ok(IcebergFileCommitter::new(
+            self.connection.catalog().await?,
+            self.ident.clone(),
+            table.file_io().clone(),
+        ))
+    }
+
+    /// The Iceberg global committer: one fast append per checkpoint.
+    fn global_committer(&self) -> Option<GlobalCommitterFactory<IcebergDataFile>> {
+        let (connection, ident) = (self.connection.clone(), self.ident.clone());
+        Some(Box::new(move |context: &InitContext| {
+            Box::new(IcebergGlobalCommitter::new(
+                connection.clone(),
+                ident.clone(),
+                context,
+            ))
+        }))
+    }
+}
+
+/// The job identity the table's marks are kept under: its name and
+/// lineage, which no other job, and no run on fresh checkpoint storage,
+/// shares.
+fn app_id(context: &InitContext) -> String {
+    format!("{}/{}", context.job_name, context.lineage)
+}
+
+fn register(metrics: &SinkMetrics, counters: &WriterCounters) {
+    metrics.register_all([
+        (
+            "iceberg_sink_files_written",
+            "Parquet data files written",
+            &counters.files,
+        ),
+        (
+            "iceberg_sink_rows_written",
+            "rows written into data files",
+            &counters.rows,
+        ),
+        (
+            "iceberg_sink_bytes_written",
+            "bytes of data files written",
+            &counters.bytes,
+        ),
+    ]);
+}
