@@ -48,6 +48,22 @@ pub fn postgres() -> Option<String> {
     }
 }
 
+/// The command that reads an Iceberg table with PyIceberg
+/// (`ICEBERG_READER`: a program and its arguments, the catalog database,
+/// the warehouse and the table's name to be appended), or `None` after
+/// printing that the external check is skipped.
+pub fn iceberg_reader() -> Option<Vec<String>> {
+    match std::env::var("ICEBERG_READER") {
+        Ok(command) if !command.trim().is_empty() => {
+            Some(command.split_whitespace().map(str::to_string).collect())
+        }
+        _ => {
+            println!("skipped: no external Iceberg reader (run under scripts/with-iceberg-reader)");
+            None
+        }
+    }
+}
+
 /// The command that reads a Delta table with the `deltalake` package
 /// (`DELTA_READER`: a program and its arguments, the table's location to be
 /// appended), or `None` after printing that the external check is skipped.

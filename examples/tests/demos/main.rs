@@ -1,6 +1,6 @@
 //! The demos, run as a user runs them. One executable, each file a module;
 //! the demos of other destinations with their features (`s3`,
-//! `postgres`, `delta`, `kafka`). The custom sink's certification is in
+//! `postgres`, `delta`, `iceberg`, `kafka`). The custom sink's certification is in
 //! `tests/crashes`.
 
 #[cfg(feature = "delta")]
@@ -14,6 +14,8 @@ mod file_sink_demo_kafka;
 mod file_sink_demo_s3;
 #[cfg(all(feature = "kafka", feature = "s3"))]
 mod groups_across_hosts;
+#[cfg(feature = "iceberg")]
+mod iceberg_sink_demo;
 #[cfg(feature = "kafka")]
 mod kafka_sink_demo;
 #[cfg(feature = "kafka")]

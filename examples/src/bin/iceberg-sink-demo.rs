@@ -1,0 +1,364 @@
+//! The Iceberg sink demo: a job writing an Apache Iceberg table through a
+//! SQLite catalog, which survives being killed.
+//!
+//! Run it again after a crash (even SIGKILL) and it resumes from its last
+//! completed checkpoint; every id reaches the table once, in at most one
+//! snapshot per checkpoint.
+//!
+//! ```text
+//! cargo run --release -p examples --features iceberg --bin iceberg-sink-demo
+//! iceberg-sink-demo --warehouse ./wh --catalog sqlite:./wh/catalog.db --table demo.events --records 1000000 --json
+//! ```
+//!
+//! Each record is one row `(id long, payload string)`: the id, and filler
+//! up to `--record-size` bytes. The table is created when missing (in
+//! `<warehouse>/<namespace>/<name>`), unpartitioned. The catalog is the SQL
+//! catalog named `default`, which PyIceberg reads as `SqlCatalog("default",
+//! uri="sqlite:////abs/path/catalog.db")`. The checkpoints live in
+//! `<warehouse>/<namespace>/.<name>.state` unless `--state` says where;
+//! each job writing the table needs its own. The summary counts the rows
+//! this job committed from the table's snapshots (those its lineage made,
+//! so other writers of the table are not counted), and, when only this job
+//! writes there, checks the table's ids: each once.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use examples::demo_job::{self, JobArgs, JobConfig, Mode};
+use serde::Serialize;
+use sink_api::Lineage;
+use sink_cli::location::Location;
+use sink_runtime::{BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode};
+use sinks_iceberg::iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use sinks_iceberg::iceberg::TableIdent;
+use sinks_iceberg::{parse_table_name, read, IcebergSink, SqliteCatalog};
+
+#[derive(Debug, Parser)]
+#[command(about = "Two-phase-commit Apache Iceberg sink demo: a job that survives kill -9")]
+struct Args {
+    #[command(flatten)]
+    job: JobArgs,
+    /// The warehouse directory, where new tables go.
+    #[arg(long, default_value = "./iceberg-demo-warehouse")]
+    warehouse: PathBuf,
+    /// The catalog: `sqlite:PATH` (created when missing). Default:
+    /// `sqlite:<warehouse>/catalog.db`.
+    #[arg(long)]
+    catalog: Option<String>,
+    /// The table, as NAMESPACE.NAME.
+    #[arg(long, default_value = "demo.events", value_parser = parse_table)]
+    table: TableIdent,
+    /// The first id: the records are ids `first-id..first-id+records`, so
+    /// that two jobs writing one table can write rows apart.
+    #[arg(long, default_value_t = 0)]
+    first_id: u64,
+}
+
+fn parse_table(text: &str) -> Result<TableIdent, String> {
+    parse_table_name(text).map_err(|e| e.to_string())
+}
+
+/// One row of the demo.
+#[derive(Debug, Serialize)]
+struct DemoRow {
+    id: i64,
+    payload: String,
+}
+
+impl DemoRow {
+    fn new(id: u64, record_size: usize) -> DemoRow {
+        DemoRow {
+            id: i64::try_from(id).unwrap_or(i64::MAX),
+            payload: "x".repeat(record_size.saturating_sub(21)),
+        }
+    }
+}
+
+fn schema() -> anyhow::Result<Schema> {
+    Ok(Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            NestedField::required(2, "payload", Type::Primitive(PrimitiveType::String)).into(),
+        ])
+        .build()?)
+}
+
+/// The demo's job name: with the lineage, what the table's marks of this
+/// job are kept under.
+const JOB_NAME: &str = "iceberg-sink-demo";
+
+/// The catalog `--catalog` names, over `--warehouse`.
+fn catalog(args: &Args) -> anyhow::Result<SqliteCatalog> {
+    let database = match &args.catalog {
+        None => args.warehouse.join("catalog.db"),
+        Some(text) => match text.strip_prefix("sqlite:") {
+            Some(path) if !path.is_empty() => PathBuf::from(path),
+            _ => bail!(
+                "--catalog {text}: give the catalog as sqlite:PATH (an SQLite database, created \
+                 when missing), such as sqlite:./wh/catalog.db"
+            ),
+        },
+    };
+    Ok(SqliteCatalog::new(&database, &args.warehouse)?)
+}
+
+/// What the table holds after a run, read back from it.
+#[derive(Debug, Default)]
+struct TableCount {
+    /// Rows this job's snapshots added (its lineage's), however many other
+    /// writers the table has.
+    rows: u64,
+    /// Rows in the table, every writer's.
+    table_rows: u64,
+    /// Distinct ids in the table; `None` when other writers' rows are in it
+    /// too (their ids may equal this job's without a duplicate).
+    distinct_ids: Option<u64>,
+    /// This job's snapshots that added files (one per checkpoint with
+    /// data).
+    appends: usize,
+    /// Checkpoints that have more than one snapshot of this job adding
+    /// files (always 0: each is appended once).
+    checkpoints_appended_twice: usize,
+    /// Snapshots of the table, every writer's.
+    snapshots: usize,
+    /// Data files in the current snapshot.
+    data_files: usize,
+}
+
+/// The table after a run of the job in `lineage`.
+async fn count(
+    catalog: &SqliteCatalog,
+    ident: &TableIdent,
+    lineage: Option<&Lineage>,
+) -> anyhow::Result<TableCount> {
+    let opened = catalog.open().await?;
+    let Some(table) = read::table(opened.as_ref(), ident).await? else {
+        return Ok(TableCount {
+            distinct_ids: Some(0),
+            ..TableCount::default()
+        });
+    };
+    let app_id = lineage.map(|lineage| format!("{JOB_NAME}/{lineage}"));
+    let snapshots = read::snapshots(&table);
+    let adding: Vec<_> = snapshots.iter().filter(|s| s.added_files > 0).collect();
+    let (ours, others): (Vec<_>, Vec<_>) = adding
+        .into_iter()
+        .partition(|s| app_id.is_some() && s.lineage == app_id);
+    let mut checkpoints: Vec<_> = ours.iter().filter_map(|s| s.checkpoint).collect();
+    let appended = checkpoints.len();
+    checkpoints.sort_unstable();
+    checkpoints.dedup();
+    let ids = read::int64_column(&table, "id").await?;
+    let distinct = others.is_empty().then(|| {
+        let distinct: std::collections::BTreeSet<i64> = ids.iter().copied().collect();
+        distinct.len() as u64
+    });
+    Ok(TableCount {
+        rows: ours.iter().map(|s| s.added_rows).sum(),
+        table_rows: ids.len() as u64,
+        distinct_ids: distinct,
+        appends: ours.len(),
+        checkpoints_appended_twice: appended - checkpoints.len(),
+        snapshots: snapshots.len(),
+        data_files: read::live_files(&table).await?.len(),
+    })
+}
+
+/// What one run gives.
+struct Outcome {
+    report: JobReport,
+    table: TableCount,
+    wall: Duration,
+}
+
+/// Runs the job `config` describes into the table.
+async fn run(
+    config: &JobConfig,
+    catalog: &SqliteCatalog,
+    ident: &TableIdent,
+    first_id: u64,
+    show_progress: bool,
+) -> anyhow::Result<Outcome> {
+    let record_size = config.record_size;
+    let source = config.sequence_source()?;
+    let source = sink_runtime::source::Source::map(source, move |id| {
+        DemoRow::new(first_id.saturating_add(id), record_size)
+    });
+    let storage = demo_job::open_state(config).await?;
+    if config.fresh {
+        // The table's files went with the output; its catalog entry goes
+        // now (a crash before this leaves an entry whose files are gone:
+        // the next --fresh run drops it).
+        let opened = catalog.open().await?;
+        if opened.table_exists(ident).await? {
+            opened
+                .drop_table(ident)
+                .await
+                .with_context(|| format!("dropping {ident} for --fresh"))?;
+        }
+    }
+    let sink =
+        IcebergSink::<DemoRow>::builder(catalog.clone(), ident.clone(), schema()?).build()?;
+    let mut builder = Job::builder(JOB_NAME, source, sink)
+        .parallelism(config.parallelism)
+        .mode(match config.mode {
+            Mode::Streaming => RuntimeMode::Streaming,
+            Mode::Batch => RuntimeMode::Batch,
+        })
+        .checkpoint_storage(storage);
+    if let Some(interval) = config.checkpoint_interval {
+        builder = builder.checkpointing(CheckpointConfig::every(interval));
+    }
+    if config.allow_uncommitted {
+        builder = builder.allow_uncommitted_output();
+    }
+    let job = builder.build()?;
+    let started = Instant::now();
+    let handle = job.start();
+    let bar = demo_job::progress_bar(show_progress);
+    let deadline = config
+        .source
+        .is_unbounded()
+        .then(|| started + config.run_for);
+    let report = loop {
+        if let Some(bar) = &bar {
+            let metrics = handle.metrics();
+            bar.set_message(format!(
+                "written {:>10}   checkpoints {}",
+                metrics.records_written, metrics.checkpoints_completed
+            ));
+        }
+        if handle.is_finished() {
+            break handle.join().await?;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            handle.cancel();
+            break handle.join().await?;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let wall = started.elapsed();
+    let table = count(catalog, ident, report.lineage.as_ref())
+        .await
+        .with_context(|| format!("reading the table {ident} back"))?;
+    // Only this job writes there: each of its rows once, and nothing else.
+    if let Some(distinct) = table.distinct_ids {
+        if table.table_rows != distinct || table.rows != table.table_rows {
+            bail!(
+                "the table {ident} holds {} rows, {distinct} distinct ids, and the job's \
+                 snapshots added {}",
+                table.table_rows,
+                table.rows
+            );
+        }
+    }
+    Ok(Outcome {
+        report,
+        table,
+        wall,
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    sink_cli::flags::init_tracing();
+    let mut args = Args::parse();
+    if args.job.out.is_some() {
+        bail!("iceberg-sink-demo writes a table of a catalog: give --warehouse, --catalog and --table, not --out");
+    }
+    if args.job.endpoint.is_some() {
+        bail!("iceberg-sink-demo writes local tables only in this version: --endpoint is not used");
+    }
+    if matches!(args.job.state, Some(Location::S3(_))) {
+        bail!("iceberg-sink-demo keeps its checkpoints in a local directory in this version");
+    }
+    let catalog = catalog(&args)?;
+    let table_dir = catalog.table_dir(&args.table);
+    let state = match &args.job.state {
+        Some(state) => state.clone(),
+        None => {
+            let parent = table_dir.parent().unwrap_or(&catalog.warehouse);
+            Location::Local(parent.join(format!(".{}.state", args.table.name())))
+        }
+    };
+    args.job.out = Some(Location::Local(table_dir.clone()));
+    args.job.state = Some(state);
+    let label = args.job.label();
+    let config = JobConfig::from_args(&args.job, "unused")?;
+    let outcome = match run(
+        &config,
+        &catalog,
+        &args.table,
+        args.first_id,
+        !args.job.json,
+    )
+    .await
+    {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            if let Some(build) = error.downcast_ref::<BuildError>() {
+                bail!("{build}\n(for this demo: pass --checkpoint-interval 1s, or --allow-uncommitted to see the pitfall)");
+            }
+            return Err(error);
+        }
+    };
+    if outcome.report.status == JobStatus::AlreadyFinished {
+        eprintln!(
+            "the job writing {} has finished already; nothing was written (pass --fresh to start \
+             over)",
+            args.table
+        );
+    }
+    let m = &outcome.report.metrics;
+    let t = &outcome.table;
+    let wall_s = outcome.wall.as_secs_f64();
+    if args.job.json {
+        let summary = serde_json::json!({
+            "mode": label,
+            "status": format!("{:?}", outcome.report.status),
+            "records": config.records,
+            "parallelism": config.parallelism,
+            "written": m.records_written,
+            "committed": t.rows,
+            "table_rows": t.table_rows,
+            "distinct_ids": t.distinct_ids,
+            "prepare_commit_calls": m.prepare_commit_calls,
+            "commit_calls": m.commit_calls,
+            "checkpoints_completed": m.checkpoints_completed,
+            "iceberg_appends": t.appends,
+            "checkpoints_appended_twice": t.checkpoints_appended_twice,
+            "snapshots": t.snapshots,
+            "data_files": t.data_files,
+            "lineage": outcome.report.lineage.as_ref().map(|l| l.to_string()),
+            "wall_s": wall_s,
+            "records_per_s": if wall_s > 0.0 { m.records_written as f64 / wall_s } else { 0.0 },
+            "losses": sink_cli::flags::losses_json(&outcome.report),
+        });
+        println!("{summary}");
+    } else {
+        println!(
+            "{label}: {:?}; written {}, {} rows committed by this job, {} in the table {} ({}), \
+             {} checkpoints, {} appends, {} snapshots, {} data files, {:.2} s",
+            outcome.report.status,
+            m.records_written,
+            t.rows,
+            t.table_rows,
+            args.table,
+            match t.distinct_ids {
+                Some(distinct) => format!("{distinct} distinct ids"),
+                None => "other writers' rows too".to_string(),
+            },
+            m.checkpoints_completed,
+            t.appends,
+            t.snapshots,
+            t.data_files,
+            wall_s
+        );
+    }
+    sink_cli::flags::fail_if_output_lost(&outcome.report)
+}

@@ -1,0 +1,270 @@
+//! The Iceberg sink demo, run as a user would run it: kill -9 and resume,
+//! two jobs writing one table at once, and bad flags; each table read back
+//! by a reader no one here wrote (PyIceberg, through
+//! `scripts/with-iceberg-reader`, which the README's test command uses).
+//!
+//! Without the reader (`ICEBERG_READER` unset) the tests read the table
+//! with this project's reader and say the external one was skipped; the
+//! test command's stage fails on that word.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use sinks_iceberg::iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+
+use crate::output::{summary, text};
+
+/// The demo on the warehouse `warehouse` (its catalog database in it).
+fn command(warehouse: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_iceberg-sink-demo"));
+    command.arg("--warehouse").arg(warehouse).args(args);
+    command
+}
+
+fn demo(warehouse: &Path, args: &[&str]) -> Output {
+    command(warehouse, args).output().expect("the demo runs")
+}
+
+fn spawn(warehouse: &Path, args: &[&str]) -> Child {
+    command(warehouse, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the demo starts")
+}
+
+/// The table `demo.events` of the warehouse's catalog, read by PyIceberg,
+/// or `None` (with the reason printed) without it.
+fn external_read(warehouse: &Path) -> Option<serde_json::Value> {
+    let reader = sink_testkit::servers::iceberg_reader()?;
+    let output = Command::new(&reader[0])
+        .args(&reader[1..])
+        .arg(warehouse.join("catalog.db"))
+        .arg(warehouse)
+        .arg("demo.events")
+        .output()
+        .expect("the reader runs");
+    Some(summary(&output))
+}
+
+/// The snapshots of `read` that added rows, as (lineage, checkpoint,
+/// rows).
+fn appends(read: &serde_json::Value) -> Vec<(String, u64, u64)> {
+    read["snapshots"]
+        .as_array()
+        .expect("snapshots")
+        .iter()
+        .filter(|s| s["added_files"].as_u64().unwrap_or(0) > 0)
+        .map(|s| {
+            (
+                s["lineage"]
+                    .as_str()
+                    .expect("the sink's lineage")
+                    .to_string(),
+                s["checkpoint"].as_u64().expect("the sink's checkpoint"),
+                s["added_records"].as_u64().expect("rows added"),
+            )
+        })
+        .collect()
+}
+
+/// Kill -9 at random moments, then run to the end: every id once in the
+/// table as PyIceberg reads it, and at most one snapshot adding rows per
+/// checkpoint, in checkpoint order.
+#[test]
+fn killed_and_resumed_it_commits_every_row_once_as_pyiceberg_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().join("wh");
+    let args = [
+        "--records",
+        "300000",
+        "--rate",
+        "60000",
+        "--checkpoint-interval",
+        "200ms",
+        "--json",
+    ];
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut kills = 0;
+    let mut last = None;
+    for attempt in 0..20 {
+        let mut child = spawn(&warehouse, &args);
+        if attempt < 4 {
+            std::thread::sleep(Duration::from_millis(rng.u64(300..1_500)));
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                kills += 1;
+                continue;
+            }
+        }
+        let report = summary(&child.wait_with_output().unwrap());
+        let finished_before = kills > 0 && report["status"] == "AlreadyFinished";
+        assert!(
+            report["status"] == "Finished" || finished_before,
+            "seed {seed}: {report}"
+        );
+        assert_eq!(report["committed"], 300_000, "seed {seed}: {report}");
+        assert_eq!(report["distinct_ids"], 300_000, "seed {seed}: {report}");
+        assert_eq!(
+            report["checkpoints_appended_twice"], 0,
+            "seed {seed}: {report}"
+        );
+        last = Some(report);
+        break;
+    }
+    let last = last.expect("the demo finished");
+    assert!(kills >= 1, "seed {seed}: the demo finished before any kill");
+
+    let Some(read) = external_read(&warehouse) else {
+        return;
+    };
+    println!(
+        "PyIceberg read, after {kills} kills: {} rows, {} distinct ids, {} snapshots",
+        read["rows"],
+        read["distinct_ids"],
+        read["snapshots"].as_array().map_or(0, Vec::len)
+    );
+    assert_eq!(read["rows"], 300_000, "seed {seed}: {read}");
+    assert_eq!(read["distinct_ids"], 300_000, "seed {seed}: {read}");
+    let appends = appends(&read);
+    let checkpoints: Vec<u64> = appends.iter().map(|(_, c, _)| *c).collect();
+    assert!(checkpoints.len() >= 3, "several checkpoints: {read}");
+    assert!(
+        checkpoints.windows(2).all(|w| w[0] < w[1]),
+        "at most one snapshot adding rows per checkpoint, in order: {checkpoints:?}"
+    );
+    assert!(
+        appends.iter().all(|(lineage, _, _)| Some(lineage.as_str())
+            == last["lineage"]
+                .as_str()
+                .map(|l| format!("iceberg-sink-demo/{l}"))
+                .as_deref()),
+        "one lineage through every kill: {read}"
+    );
+    assert_eq!(
+        appends.iter().map(|(_, _, rows)| rows).sum::<u64>(),
+        300_000,
+        "{read}"
+    );
+}
+
+/// Two jobs (each its own checkpoints) append to one table at the same
+/// time, their commits racing for the catalog's compare-and-swap: every row
+/// of both once.
+#[test]
+fn two_jobs_writing_one_table_at_once_write_every_row_of_both_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().join("wh");
+    // The table and its namespace exist before the race.
+    let created = summary(&demo(&warehouse, &["--records", "0", "--json"]));
+    assert_eq!(created["table_rows"], 0, "{created}");
+    let job = |state: &str, first_id: &str| {
+        let state = dir.path().join(state);
+        let state = state.to_str().expect("a UTF-8 path").to_string();
+        let args = [
+            "--state",
+            &state,
+            "--first-id",
+            first_id,
+            "--records",
+            "100000",
+            "--rate",
+            "25000",
+            "--checkpoint-interval",
+            "100ms",
+            "--json",
+        ];
+        spawn(&warehouse, &args)
+    };
+    let (a, b) = (job("state-a", "1000000"), job("state-b", "2000000"));
+    for child in [a, b] {
+        let report = summary(&child.wait_with_output().unwrap());
+        assert_eq!(report["status"], "Finished", "{report}");
+        assert_eq!(report["committed"], 100_000, "{report}");
+        assert_eq!(report["checkpoints_appended_twice"], 0, "{report}");
+        assert!(report["iceberg_appends"].as_u64().unwrap() >= 5, "{report}");
+    }
+    let Some(read) = external_read(&warehouse) else {
+        return;
+    };
+    println!(
+        "PyIceberg read two jobs' table: {} rows, {} distinct ids, {} snapshots",
+        read["rows"],
+        read["distinct_ids"],
+        read["snapshots"].as_array().map_or(0, Vec::len)
+    );
+    assert_eq!(read["rows"], 200_000, "{read}");
+    assert_eq!(read["distinct_ids"], 200_000, "{read}");
+    assert_eq!(
+        (read["min_id"].as_u64(), read["max_id"].as_u64()),
+        (Some(1_000_000), Some(2_099_999))
+    );
+    let lineages: std::collections::BTreeSet<String> = appends(&read)
+        .into_iter()
+        .map(|(lineage, _, _)| lineage)
+        .collect();
+    assert_eq!(lineages.len(), 2, "{read}");
+}
+
+/// Bad flags and a table the sink cannot write are refused with a message
+/// that names the fix, and write nothing.
+#[test]
+fn bad_flags_and_a_table_of_another_schema_are_refused_naming_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().join("wh");
+    for (args, expected) in [
+        (vec!["--table", "events"], "NAMESPACE.NAME"),
+        (vec!["--catalog", "postgres://x"], "sqlite:PATH"),
+        (vec!["--out", "x"], "not --out"),
+    ] {
+        let output = demo(&warehouse, &args);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(
+            text(&output).contains(expected),
+            "{args:?}: {}",
+            text(&output)
+        );
+    }
+    // The catalog's database cannot be made: a directory is at its path.
+    std::fs::create_dir_all(dir.path().join("a-directory")).unwrap();
+    let catalog = format!("sqlite:{}", dir.path().join("a-directory").display());
+    let unreachable = demo(&warehouse, &["--catalog", &catalog, "--records", "10"]);
+    assert!(!unreachable.status.success());
+    assert!(
+        text(&unreachable).contains("opening the SQL catalog"),
+        "{}",
+        text(&unreachable)
+    );
+    // A table of another schema at the name: refused naming both schemas,
+    // and left as it was.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let catalog =
+        sinks_iceberg::SqliteCatalog::new(&warehouse.join("catalog.db"), &warehouse).unwrap();
+    let ident = sinks_iceberg::parse_table_name("demo.events").unwrap();
+    let other = Schema::builder()
+        .with_fields(vec![NestedField::required(
+            1,
+            "id",
+            Type::Primitive(PrimitiveType::String),
+        )
+        .into()])
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let opened = catalog.open().await.unwrap();
+        sinks_iceberg::load_or_create(opened.as_ref(), &ident, &other)
+            .await
+            .unwrap();
+    });
+    let refused = demo(&warehouse, &["--records", "10", "--json"]);
+    assert!(!refused.status.success());
+    let message = text(&refused);
+    assert!(
+        message.contains("id string not null") && message.contains("id long not null"),
+        "{message}"
+    );
+    assert!(message.contains("give another table"), "{message}");
+}
