@@ -343,4 +343,62 @@ mod tests {
             "checkpoint 4 was taken for a replay"
         );
     }
+
+    /// The table dropped while the job runs: the next commit fails the job
+    /// (permanent), naming the table; the checkpoint keeps its files for a
+    /// run once the table is back.
+    #[tokio::test]
+    async fn a_table_dropped_while_the_job_runs_fails_the_commit_naming_it() {
+        let fx = fixture().await;
+        let mut running = committer(&fx, 1, None);
+        running
+            .commit_checkpoint(CheckpointId(1), vec![carried(&fx, "a").await])
+            .await
+            .unwrap();
+        let late = carried(&fx, "b").await;
+        fx.catalog.drop_table(&fx.ident).await.unwrap();
+        let error = running
+            .commit_checkpoint(CheckpointId(2), vec![late])
+            .await
+            .unwrap_err();
+        assert!(error.is_permanent(), "{error}");
+        assert!(error.to_string().contains("db.events"), "{error}");
+    }
+
+    /// A column added by another writer while the job runs: the files the
+    /// job wrote with the schema before are still appended (Iceberg reads
+    /// them by field id), and a replay is still recognised.
+    #[tokio::test]
+    async fn a_column_added_while_the_job_runs_keeps_its_files_appendable() {
+        use iceberg::spec::{PrimitiveType, Type};
+        use iceberg::transaction::{AddColumn, ApplyTransactionAction as _, Transaction};
+
+        let fx = fixture().await;
+        let mut running = committer(&fx, 1, None);
+        let (a, b) = (carried(&fx, "a").await, carried(&fx, "b").await);
+        running
+            .commit_checkpoint(CheckpointId(1), vec![a.clone()])
+            .await
+            .unwrap();
+        let table = fx.table().await;
+        let transaction = Transaction::new(&table);
+        let transaction = transaction
+            .update_schema()
+            .add_column(AddColumn::optional(
+                "extra",
+                Type::Primitive(PrimitiveType::Int),
+            ))
+            .apply(transaction)
+            .unwrap();
+        transaction.commit(fx.catalog.as_ref()).await.unwrap();
+        running
+            .commit_checkpoint(CheckpointId(2), vec![b])
+            .await
+            .unwrap();
+        running
+            .commit_checkpoint(CheckpointId(1), vec![a])
+            .await
+            .unwrap();
+        assert_eq!(fx.files().await.len(), 2);
+    }
 }

@@ -10,6 +10,7 @@ use std::collections::HashSet;
 
 use arrow_array::{Array, Int64Array};
 use futures::TryStreamExt as _;
+use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use sink_api::SinkError;
@@ -117,15 +118,16 @@ pub fn snapshots(table: &Table) -> Vec<SnapshotEntry> {
     entries
 }
 
-/// The data files of the table's current snapshot, by location.
+/// The data files of the table's current snapshot, as its manifests
+/// describe them (statistics included).
 ///
 /// # Errors
 /// A manifest cannot be read.
-pub async fn live_files(table: &Table) -> Result<HashSet<String>, SinkError> {
+pub async fn data_files(table: &Table) -> Result<Vec<DataFile>, SinkError> {
     let reading = || format!("reading the manifests of {}", table.identifier());
-    let mut paths = HashSet::new();
+    let mut files = Vec::new();
     let Some(snapshot) = table.metadata().current_snapshot() else {
-        return Ok(paths);
+        return Ok(files);
     };
     let list = table
         .manifest_list_reader(snapshot)
@@ -137,11 +139,25 @@ pub async fn live_files(table: &Table) -> Result<HashSet<String>, SinkError> {
             .load_manifest(table.file_io())
             .await
             .map_err(|e| iceberg_error(reading(), e))?;
-        for entry in manifest.entries() {
-            if entry.is_alive() {
-                paths.insert(entry.data_file().file_path().to_string());
-            }
-        }
+        files.extend(
+            manifest
+                .entries()
+                .iter()
+                .filter(|entry| entry.is_alive())
+                .map(|entry| entry.data_file().clone()),
+        );
     }
-    Ok(paths)
+    Ok(files)
+}
+
+/// The locations of the data files of the table's current snapshot.
+///
+/// # Errors
+/// A manifest cannot be read.
+pub async fn live_files(table: &Table) -> Result<HashSet<String>, SinkError> {
+    Ok(data_files(table)
+        .await?
+        .into_iter()
+        .map(|file| file.file_path().to_string())
+        .collect())
 }

@@ -88,8 +88,10 @@ impl<T> IcebergSink<T> {
 
 impl<T> IcebergSinkBuilder<T> {
     /// A writer's open Parquet file is closed at every checkpoint (a
-    /// Parquet file cannot be resumed), and earlier once it reaches `bytes`.
-    /// Default 128 MiB.
+    /// Parquet file cannot be resumed), and earlier once it holds more than
+    /// `bytes` (encoded and buffered), checked before each batch of records
+    /// the runtime hands the writer. Default 128 MiB; a writer holds up to
+    /// a row group of unencoded rows in memory.
     pub fn roll_files_at_checkpoints_and_at_size(mut self, bytes: usize) -> Self {
         self.sink.target_file_size = bytes;
         self

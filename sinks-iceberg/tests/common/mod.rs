@@ -1,0 +1,110 @@
+//! What the Iceberg sink's tests share: the record, its schema, and a
+//! table of its own in a temporary catalog, which the kit certifies.
+
+#![allow(dead_code)]
+
+use serde::Serialize;
+use sink_testkit::Destination;
+use sinks_iceberg::iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use sinks_iceberg::iceberg::TableIdent;
+use sinks_iceberg::{read, IcebergSink, SqliteCatalog};
+
+/// The kit's record: an id and some text.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    pub id: i64,
+    pub payload: String,
+}
+
+impl Event {
+    pub fn new(id: u64) -> Event {
+        Event {
+            id: id as i64,
+            payload: format!("event number {id}"),
+        }
+    }
+}
+
+pub fn schema() -> Schema {
+    Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            NestedField::optional(2, "payload", Type::Primitive(PrimitiveType::String)).into(),
+        ])
+        .build()
+        .expect("a schema")
+}
+
+/// A catalog and warehouse of their own for one kit scenario.
+pub struct LocalTable {
+    pub catalog: SqliteCatalog,
+    pub ident: TableIdent,
+    pub dir: tempfile::TempDir,
+}
+
+impl LocalTable {
+    pub fn new() -> LocalTable {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let catalog = SqliteCatalog::new(&dir.path().join("catalog.db"), &dir.path().join("wh"))
+            .expect("a catalog");
+        LocalTable {
+            catalog,
+            ident: TableIdent::from_strs(["db", "events"]).expect("a name"),
+            dir,
+        }
+    }
+
+    pub async fn table(&self) -> Option<sinks_iceberg::iceberg::table::Table> {
+        let catalog = self.catalog.open().await.expect("the catalog opens");
+        read::table(catalog.as_ref(), &self.ident)
+            .await
+            .expect("the catalog reads")
+    }
+}
+
+#[sink_api::async_trait]
+impl Destination for LocalTable {
+    type Sink = IcebergSink<Event>;
+
+    /// Files rolled at 1 KiB: a subtask's checkpoint hands out several,
+    /// so a commit call holds several requests, and a lost answer can fall
+    /// in the middle of one.
+    async fn sink(&self) -> IcebergSink<Event> {
+        IcebergSink::builder(self.catalog.clone(), self.ident.clone(), schema())
+            .roll_files_at_checkpoints_and_at_size(1024)
+            .build()
+            .expect("a valid sink")
+    }
+
+    async fn committed_ids(&self) -> Vec<u64> {
+        let Some(table) = self.table().await else {
+            return Vec::new();
+        };
+        read::int64_column(&table, "id")
+            .await
+            .expect("the table reads")
+            .into_iter()
+            .map(|id| id as u64)
+            .collect()
+    }
+
+    /// Data files in the table's data directory that no snapshot names.
+    async fn open_transactions(&self) -> Option<usize> {
+        let Some(table) = self.table().await else {
+            return Some(0);
+        };
+        let live = read::live_files(&table).await.expect("the manifests read");
+        let data = self.catalog.warehouse.join("db/events/data");
+        let written = match std::fs::read_dir(&data) {
+            Ok(entries) => entries
+                .map(|entry| {
+                    let path = entry.expect("a directory entry").path();
+                    format!("file://{}", path.display())
+                })
+                .collect::<Vec<_>>(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => panic!("the data directory cannot be read: {e}"),
+        };
+        Some(written.iter().filter(|path| !live.contains(*path)).count())
+    }
+}

@@ -1,0 +1,165 @@
+//! The Iceberg sink's parts driven by hand, as the runtime drives them: the
+//! writer's files read back, the per-subtask committer's answers for files
+//! missing or changed, and records the table cannot hold.
+
+mod common;
+
+use common::{Event, LocalTable};
+use serde::Serialize;
+use sink_api::{
+    CheckpointId, CommitOutcome, CommitRequest, Committer as _, Generation, InitContext, JobStart,
+    Lineage, Sink as _, SinkWriter as _,
+};
+use sink_testkit::Destination as _;
+use sinks_iceberg::{read, IcebergDataFile, IcebergSink};
+
+fn context(generation: u64) -> InitContext {
+    InitContext::new("job", Lineage::new("l1"), Generation(generation), 0, 1)
+}
+
+/// A start of the sink, then one writer's files of checkpoint 1 with
+/// `records` events, checked by the committer.
+async fn prepare_and_check(
+    sink: &IcebergSink<Event>,
+    context: &InitContext,
+    records: u64,
+) -> Vec<IcebergDataFile> {
+    let start = JobStart::fresh(&context.job_name, &context.lineage, context.generation, 1);
+    sink.on_start(&start).await.unwrap();
+    let mut writer = sink.create_writer(context, Vec::new()).await.unwrap();
+    // Batches of 100, as the runtime hands them: a file rolls between them.
+    for first in (0..records).step_by(100) {
+        let batch = (first..records.min(first + 100)).map(Event::new).collect();
+        writer.write_batch(batch).await.unwrap();
+    }
+    let files = writer.prepare_commit(CheckpointId(1)).await.unwrap();
+    let mut committer = sink.create_committer(context).await.unwrap();
+    let mut requests: Vec<_> = files
+        .iter()
+        .cloned()
+        .map(|f| CommitRequest::new(f, CheckpointId(1), 0))
+        .collect();
+    committer.commit(&mut requests).await.unwrap();
+    assert!(requests
+        .iter()
+        .all(|r| *r.outcome() == CommitOutcome::Committed));
+    files
+}
+
+#[tokio::test]
+async fn files_written_rolled_and_appended_read_back_with_their_statistics() {
+    let table = LocalTable::new();
+    let sink = IcebergSink::builder(table.catalog.clone(), table.ident.clone(), common::schema())
+        .roll_files_at_checkpoints_and_at_size(4096)
+        .build()
+        .unwrap();
+    let context = context(1);
+    let files = prepare_and_check(&sink, &context, 2000).await;
+    assert!(files.len() > 1, "rolled at 4 KiB: {} files", files.len());
+    assert_eq!(files.iter().map(|f| f.rows).sum::<u64>(), 2000);
+    // Nothing is visible before the global committer's append.
+    assert!(table.committed_ids().await.is_empty());
+    let factory = sink.global_committer().expect("the sink brings one");
+    factory(&context)
+        .commit_checkpoint(CheckpointId(1), files.clone())
+        .await
+        .unwrap();
+    let mut ids = table.committed_ids().await;
+    ids.sort_unstable();
+    assert_eq!(ids, (0..2000).collect::<Vec<_>>());
+    // Each file's entry kept the writer's column statistics.
+    let loaded = table.table().await.unwrap();
+    let appended = read::data_files(&loaded).await.unwrap();
+    assert_eq!(appended.len(), files.len());
+    assert!(
+        appended.iter().all(
+            |file| file.lower_bounds().contains_key(&1) && file.upper_bounds().contains_key(&1)
+        ),
+        "{appended:?}"
+    );
+    // Nothing is left open after the end of input.
+    assert_eq!(table.open_transactions().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_missing_data_file_is_reported_lost_unless_the_table_holds_its_checkpoint() {
+    let table = LocalTable::new();
+    let sink = table.sink().await;
+    let first = context(1);
+    let files = prepare_and_check(&sink, &first, 50).await;
+    let file = files[0].clone();
+    std::fs::remove_file(file.path.trim_start_matches("file://")).unwrap();
+
+    let mut committer = sink.create_committer(&first).await.unwrap();
+    let mut request = [CommitRequest::new(file.clone(), CheckpointId(1), 0)];
+    committer.commit(&mut request).await.unwrap();
+    assert_eq!(*request[0].outcome(), CommitOutcome::RetryLater);
+    let mut request = [CommitRequest::new(file.clone(), CheckpointId(1), 3)];
+    committer.commit(&mut request).await.unwrap();
+    assert_eq!(
+        request[0].records_lost(),
+        Some(50),
+        "{:?}",
+        request[0].outcome()
+    );
+
+    // Once the table holds checkpoint 1, the same file missing is a replay
+    // of something committed (and since rewritten by table maintenance).
+    let kept = prepare_and_check(&sink, &context(2), 10).await;
+    let factory = sink.global_committer().unwrap();
+    factory(&context(2))
+        .commit_checkpoint(CheckpointId(1), kept)
+        .await
+        .unwrap();
+    let mut request = [CommitRequest::new(file, CheckpointId(1), 0)];
+    committer.commit(&mut request).await.unwrap();
+    assert_eq!(*request[0].outcome(), CommitOutcome::AlreadyCommitted);
+}
+
+#[tokio::test]
+async fn a_data_file_of_another_size_fails_its_commit() {
+    let table = LocalTable::new();
+    let sink = table.sink().await;
+    let context = context(1);
+    let files = prepare_and_check(&sink, &context, 50).await;
+    let file = files[0].clone();
+    std::fs::write(file.path.trim_start_matches("file://"), b"not this file").unwrap();
+    let mut committer = sink.create_committer(&context).await.unwrap();
+    let mut request = [CommitRequest::new(file, CheckpointId(1), 0)];
+    committer.commit(&mut request).await.unwrap();
+    assert!(
+        matches!(
+            request[0].outcome(),
+            CommitOutcome::FailedWithUnknownReason(_)
+        ),
+        "{:?}",
+        request[0].outcome()
+    );
+}
+
+#[tokio::test]
+async fn a_record_the_table_cannot_hold_is_a_permanent_error_naming_the_problem() {
+    #[derive(Serialize)]
+    struct Wrong {
+        id: String,
+        payload: String,
+    }
+    let table = LocalTable::new();
+    let sink =
+        IcebergSink::<Wrong>::builder(table.catalog.clone(), table.ident.clone(), common::schema())
+            .build()
+            .unwrap();
+    let context = context(1);
+    let start = JobStart::fresh(&context.job_name, &context.lineage, context.generation, 1);
+    sink.on_start(&start).await.unwrap();
+    let mut writer = sink.create_writer(&context, Vec::new()).await.unwrap();
+    let error = writer
+        .write(Wrong {
+            id: "seven".into(),
+            payload: "x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(error.is_permanent(), "{error}");
+    assert!(error.to_string().contains("schema"), "{error}");
+}
