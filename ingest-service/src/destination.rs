@@ -1,6 +1,6 @@
 //! Where the ingest service's events go: finished JSON-lines files (local or
 //! on object storage), a PostgreSQL table (one `jsonb` row per event), a
-//! Delta table, or a Kafka topic (one message per event).
+//! Delta or Iceberg table, or a Kafka topic (one message per event).
 //! Chosen by [`Config::destination`](super::Config::destination); both are
 //! driven by the same pipeline, so the HTTP contract is the same.
 
@@ -38,6 +38,17 @@ pub enum Destination {
     /// (a directory or `s3://…`) with one column `event` (the JSON text),
     /// created if missing; needs the `delta` feature.
     Delta,
+    /// An Apache Iceberg table with one column `event` (the JSON text),
+    /// created if missing, in an SQL catalog on SQLite over the warehouse
+    /// [`Config::data_location`](super::Config::data_location) (a local
+    /// directory); needs the `iceberg` feature.
+    Iceberg {
+        /// The catalog's SQLite database; `<warehouse>/catalog.db` when
+        /// `None`.
+        catalog: Option<std::path::PathBuf>,
+        /// The table, as `NAMESPACE.NAME`.
+        table: String,
+    },
     /// A PostgreSQL table with one `event jsonb NOT NULL` column, created
     /// if missing; the server needs `max_prepared_transactions` of at least
     /// twice the parallelism.
@@ -64,6 +75,7 @@ impl Destination {
         match self {
             Destination::Files => data.to_string(),
             Destination::Delta => format!("the Delta table {data}"),
+            Destination::Iceberg { table, .. } => format!("the Iceberg table {table} in {data}"),
             Destination::Postgres { table, .. } => format!("the PostgreSQL table {table}"),
             Destination::Kafka { brokers, topic } => {
                 format!("the Kafka topic {topic} on {brokers}")

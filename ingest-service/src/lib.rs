@@ -128,7 +128,10 @@ pub mod auth;
 #[cfg(feature = "delta")]
 pub mod delta;
 mod destination;
+pub mod event_sink;
 pub mod files;
+#[cfg(feature = "iceberg")]
+pub mod iceberg;
 pub mod kafka;
 mod metrics;
 mod request;
@@ -522,13 +525,35 @@ impl IngestService {
                 "this ingest-service was built without Delta Lake support: build it with \
                  `cargo build --release -p examples --features delta`"
             ),
+            #[cfg(feature = "iceberg")]
+            Destination::Iceberg { catalog, table } => {
+                let Location::Local(warehouse) = &data else {
+                    anyhow::bail!(
+                        "--sink iceberg writes local tables in this version: give a local \
+                         --output-dir or --out, not {data}"
+                    );
+                };
+                let database = catalog
+                    .clone()
+                    .unwrap_or_else(|| warehouse.join("catalog.db"));
+                let catalog = sinks_iceberg::SqliteCatalog::new(&database, warehouse)?;
+                let table = sinks_iceberg::parse_table_name(table)?;
+                let sink = iceberg::EventTable::new(catalog, table)
+                    .context("configuring the Iceberg sink")?;
+                start_pipeline(&config, storage, sink).await
+            }
+            #[cfg(not(feature = "iceberg"))]
+            Destination::Iceberg { .. } => anyhow::bail!(
+                "this ingest-service was built without Apache Iceberg support: build it with \
+                 `cargo build --release -p ingest-service --features iceberg`"
+            ),
             Destination::Kafka { brokers, topic } => {
                 let sink = sinks_kafka::KafkaSink::builder(brokers, topic)
                     .partitions(u32::try_from(config.parallelism).unwrap_or(u32::MAX))
                     .connect()
                     .await
                     .with_context(|| format!("connecting the sink to the Kafka topic {topic}"))?;
-                start_pipeline(&config, storage, kafka::EventTopic(sink)).await
+                start_pipeline(&config, storage, event_sink::EventSink(sink)).await
             }
             Destination::Postgres { url, table } => {
                 create_table(url, table).await?;
@@ -796,25 +821,25 @@ fn refuse(status: StatusCode, message: impl Into<String>, retry_after_s: u64) ->
 pub const EXIT_FENCED: u8 = 3;
 
 /// Whether `error` says a newer start of this instance fenced it: its
-/// chain holds the checkpoint storage's `Fenced` or the Delta sink's
-/// `sinks_delta::TableFenced` (with the `delta` feature). Read by the binary to choose
+/// chain holds the checkpoint storage's `Fenced`, the Kafka sink's
+/// `NewerInstance`, or the table sinks' `TableFenced` (Delta with the
+/// `delta` feature, Iceberg with `iceberg`). Read by the binary to choose
 /// its exit status.
 pub fn is_fenced(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
-        matches!(
+        let storage = matches!(
             cause.downcast_ref::<sink_runtime::storage::StorageError>(),
             Some(sink_runtime::storage::StorageError::Fenced { .. })
-        ) || {
-            #[cfg(feature = "delta")]
-            {
-                cause.downcast_ref::<sinks_delta::TableFenced>().is_some()
-                    || cause.downcast_ref::<sinks_kafka::NewerInstance>().is_some()
-            }
-            #[cfg(not(feature = "delta"))]
-            {
-                cause.downcast_ref::<sinks_kafka::NewerInstance>().is_some()
-            }
-        }
+        );
+        #[cfg(feature = "delta")]
+        let delta = cause.downcast_ref::<sinks_delta::TableFenced>().is_some();
+        #[cfg(not(feature = "delta"))]
+        let delta = false;
+        #[cfg(feature = "iceberg")]
+        let iceberg = cause.downcast_ref::<sinks_iceberg::TableFenced>().is_some();
+        #[cfg(not(feature = "iceberg"))]
+        let iceberg = false;
+        storage || delta || iceberg || cause.downcast_ref::<sinks_kafka::NewerInstance>().is_some()
     })
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use arrow_array::{Array, Int64Array};
+use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
 use futures::TryStreamExt as _;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
@@ -61,11 +61,51 @@ pub async fn table(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Option<T
 /// The column is missing or not a `long`, a data file cannot be read, or
 /// a value is null.
 pub async fn int64_column(table: &Table, column: &str) -> Result<Vec<i64>, SinkError> {
+    let mut values = Vec::new();
+    for batch in column_batches(table, column).await? {
+        let array = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| SinkError::msg(format!("the column {column} is not a long")))?;
+        if array.null_count() > 0 {
+            return Err(SinkError::msg(format!("the column {column} holds nulls")));
+        }
+        values.extend(array.values().iter().copied());
+    }
+    Ok(values)
+}
+
+/// Every value of the `string` column `column` in the table's current
+/// snapshot (none before the first append). A null is an error.
+///
+/// # Errors
+/// The column is missing or not a `string`, a data file cannot be read, or
+/// a value is null.
+pub async fn string_column(table: &Table, column: &str) -> Result<Vec<String>, SinkError> {
+    let mut values = Vec::new();
+    for batch in column_batches(table, column).await? {
+        let array = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| SinkError::msg(format!("the column {column} is not a string")))?;
+        if array.null_count() > 0 {
+            return Err(SinkError::msg(format!("the column {column} holds nulls")));
+        }
+        values.extend(array.iter().flatten().map(str::to_string));
+    }
+    Ok(values)
+}
+
+/// The record batches of the column `column` in the table's current
+/// snapshot.
+async fn column_batches(table: &Table, column: &str) -> Result<Vec<RecordBatch>, SinkError> {
     let reading = || format!("reading the column {column} of {}", table.identifier());
     if table.metadata().current_snapshot().is_none() {
         return Ok(Vec::new());
     }
-    let batches: Vec<_> = table
+    table
         .scan()
         .select([column])
         .build()
@@ -75,20 +115,7 @@ pub async fn int64_column(table: &Table, column: &str) -> Result<Vec<i64>, SinkE
         .map_err(|e| iceberg_error(reading(), e))?
         .try_collect()
         .await
-        .map_err(|e| iceberg_error(reading(), e))?;
-    let mut values = Vec::new();
-    for batch in batches {
-        let array = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or_else(|| SinkError::msg(format!("{}: not a long column", reading())))?;
-        if array.null_count() > 0 {
-            return Err(SinkError::msg(format!("{}: it holds nulls", reading())));
-        }
-        values.extend(array.values().iter().copied());
-    }
-    Ok(values)
+        .map_err(|e| iceberg_error(reading(), e))
 }
 
 /// The table's snapshots on the `main` branch, oldest first (those still

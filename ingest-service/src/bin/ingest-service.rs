@@ -66,7 +66,9 @@ struct Args {
     endpoint: Option<String>,
     /// Where the events go: files (under --output-dir or --out), a
     /// PostgreSQL table (--url, --table), a Delta Lake table at DIR/data or
-    /// --out (built with the delta feature), or a Kafka topic (--brokers,
+    /// --out (built with the delta feature), an Apache Iceberg table
+    /// (--table NAMESPACE.NAME, --catalog; its warehouse DIR/data or --out;
+    /// built with the iceberg feature), or a Kafka topic (--brokers,
     /// --topic).
     #[arg(long, value_enum, default_value = "files")]
     sink: SinkKind,
@@ -105,9 +107,15 @@ struct Args {
     #[arg(long, default_value = "ingest-events")]
     topic: String,
     /// With --sink postgres: the table, created if missing with one column
-    /// `event jsonb NOT NULL`.
-    #[arg(long, default_value = "ingest_events", value_parser = parse_table_name)]
-    table: String,
+    /// `event jsonb NOT NULL` (default ingest_events). With --sink iceberg:
+    /// the table as NAMESPACE.NAME, created if missing with one column
+    /// `event string` (default ingest.events).
+    #[arg(long)]
+    table: Option<String>,
+    /// With --sink iceberg: the SQL catalog, as sqlite:PATH (created when
+    /// missing). Default: sqlite:WAREHOUSE/catalog.db.
+    #[arg(long)]
+    catalog: Option<String>,
     /// Time between checkpoints (commits), such as 1s or 200ms; or
     /// `on-demand`: a checkpoint as soon as events wait for one and none is
     /// in flight (answers in about one checkpoint's duration).
@@ -231,9 +239,36 @@ impl Args {
         if self.brokers.is_some() && self.sink != SinkKind::Kafka {
             bail!("--brokers goes with --sink kafka");
         }
+        if self.table.is_some() && !matches!(self.sink, SinkKind::Postgres | SinkKind::Iceberg) {
+            bail!("--table goes with --sink postgres or --sink iceberg");
+        }
+        if self.catalog.is_some() && self.sink != SinkKind::Iceberg {
+            bail!("--catalog goes with --sink iceberg");
+        }
         let destination = match (self.sink, &url) {
             (SinkKind::Files, None) => Destination::Files,
             (SinkKind::Delta, None) => Destination::Delta,
+            (SinkKind::Iceberg, None) => {
+                let catalog = match self.catalog.as_deref() {
+                    None => None,
+                    Some(text) => match text.strip_prefix("sqlite:") {
+                        Some(path) if !path.is_empty() => Some(PathBuf::from(path)),
+                        _ => bail!(
+                            "--catalog {text}: give the catalog as sqlite:PATH (an SQLite \
+                             database, created when missing)"
+                        ),
+                    },
+                };
+                let table = self
+                    .table
+                    .clone()
+                    .unwrap_or_else(|| "ingest.events".to_string());
+                let parts: Vec<&str> = table.split('.').collect();
+                if parts.len() < 2 || parts.iter().any(|part| part.is_empty()) {
+                    bail!("--table {table}: give the Iceberg table as NAMESPACE.NAME, such as ingest.events");
+                }
+                Destination::Iceberg { catalog, table }
+            }
             (SinkKind::Kafka, None) => {
                 if self.out.is_some() {
                     bail!("--out names a file destination; with --sink kafka the events go to --topic");
@@ -246,7 +281,7 @@ impl Args {
                     topic: self.topic.clone(),
                 }
             }
-            (SinkKind::Files | SinkKind::Delta | SinkKind::Kafka, Some(_)) => {
+            (SinkKind::Files | SinkKind::Delta | SinkKind::Iceberg | SinkKind::Kafka, Some(_)) => {
                 bail!("--url and --url-env go with --sink postgres")
             }
             (SinkKind::Postgres, None) => {
@@ -259,7 +294,8 @@ impl Args {
             }
             (SinkKind::Postgres, Some(url)) => Destination::Postgres {
                 url: url.clone(),
-                table: self.table.clone(),
+                table: parse_table_name(self.table.as_deref().unwrap_or("ingest_events"))
+                    .map_err(anyhow::Error::msg)?,
             },
         };
         if self.tls_cert.is_none() && !self.plain_http {
@@ -370,6 +406,8 @@ enum SinkKind {
     Postgres,
     /// A Delta Lake table.
     Delta,
+    /// An Apache Iceberg table.
+    Iceberg,
     /// A Kafka topic.
     Kafka,
 }

@@ -153,6 +153,13 @@ impl Service {
                     topic,
                 ]);
             }
+            #[cfg(feature = "iceberg")]
+            Output::Iceberg { dir } => {
+                command
+                    .arg("--output-dir")
+                    .arg(dir)
+                    .args(["--sink", "iceberg"]);
+            }
         }
         if !extra.contains(&"--checkpoint-interval") {
             command.args(["--checkpoint-interval", "100ms"]);
@@ -351,6 +358,12 @@ enum Output {
         topic: String,
         dir: PathBuf,
     },
+    /// Events in the Iceberg table `ingest.events` of the catalog
+    /// `<dir>/data/catalog.db`, checkpoints in `<dir>/checkpoints`.
+    #[cfg(feature = "iceberg")]
+    Iceberg {
+        dir: PathBuf,
+    },
 }
 
 impl Output {
@@ -394,6 +407,27 @@ impl Output {
                     .collect();
                 let mut ids = BTreeMap::new();
                 count_ids(topic, &text.join("\n"), &mut ids);
+                ids
+            }
+            #[cfg(feature = "iceberg")]
+            Output::Iceberg { dir } => {
+                let warehouse = dir.join("data");
+                let catalog =
+                    sinks_iceberg::SqliteCatalog::new(&warehouse.join("catalog.db"), &warehouse)
+                        .unwrap();
+                let ident = sinks_iceberg::parse_table_name("ingest.events").unwrap();
+                let opened = catalog.open().await.expect("the catalog opens");
+                let mut ids = BTreeMap::new();
+                let Some(table) = sinks_iceberg::read::table(opened.as_ref(), &ident)
+                    .await
+                    .expect("the catalog reads")
+                else {
+                    return ids;
+                };
+                let events = sinks_iceberg::read::string_column(&table, "event")
+                    .await
+                    .expect("the table reads");
+                count_ids("ingest.events", &events.join("\n"), &mut ids);
                 ids
             }
         }
@@ -1513,6 +1547,24 @@ async fn on_kafka_on_demand_sigkill_under_load_then_retries_store_everything_onc
     sigkill_then_retries_with(
         out,
         "k",
+        &["--parallelism", "2", "--checkpoint-interval", "on-demand"],
+    )
+    .await;
+}
+
+/// Into an Iceberg table, with checkpoints on demand: killed under load,
+/// started again, the requests without a 200 retried with their keys:
+/// every event is in the table once.
+#[cfg(feature = "iceberg")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_iceberg_on_demand_sigkill_under_load_then_retries_store_everything_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Output::Iceberg {
+        dir: dir.path().to_path_buf(),
+    };
+    sigkill_then_retries_with(
+        out,
+        "i",
         &["--parallelism", "2", "--checkpoint-interval", "on-demand"],
     )
     .await;
