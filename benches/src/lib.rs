@@ -4,7 +4,8 @@
 //! and a plain baseline doing the same work in the same run, each in a child
 //! process of its own, and reports their ratio: `sink-bench` (the runtime
 //! and the file sink on local disk), `s3-bench` (the file sink on an
-//! S3-compatible server), `delta-bench` (the Delta sink, `delta` feature).
+//! S3-compatible server), `delta-bench` (the Delta sink, `delta` feature), `iceberg-bench` (the
+//! Iceberg sink, `iceberg` feature).
 
 /// Peak resident set size of this process, in bytes (Linux; 0 elsewhere).
 /// Read by the benchmarks at the end of a measurement.
