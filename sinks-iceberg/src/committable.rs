@@ -173,4 +173,55 @@ mod tests {
         assert!(error.is_permanent());
         assert!(error.to_string().contains("/data/a.parquet"), "{error}");
     }
+
+    /// A committable as format version 1 stores it (the runtime's bincode
+    /// serializer, version 1): checkpoints taken now must read for good.
+    const GOLDEN_V1: &[u8] = &[
+        // blob header: magic and version 1
+        b'E', b'O', 1, 0, 0, 0, //
+        // app_id "j/L"
+        3, b'j', b'/', b'L', //
+        // path "a.parquet"
+        9, b'a', b'.', b'p', b'a', b'r', b'q', b'u', b'e', b't', //
+        // size 9, rows 2, format_version 2, partition_spec_id 0 (zigzag)
+        9, 2, 2, 0, //
+        // entry: 3 bytes
+        3, 1, 2, 3,
+    ];
+
+    #[test]
+    fn a_version_1_committable_reads_for_good() {
+        use sink_api::{deserialize_versioned, serialize_versioned, Sink as _};
+
+        use crate::{IcebergSink, SqliteCatalog};
+
+        let committable = IcebergDataFile {
+            app_id: "j/L".into(),
+            path: "a.parquet".into(),
+            size: 9,
+            rows: 2,
+            format_version: 2,
+            partition_spec_id: 0,
+            entry: vec![1, 2, 3],
+        };
+        // The sink's own serializer (the catalog is opened at the first
+        // start, so none is needed here).
+        let catalog = SqliteCatalog {
+            database: "/nowhere/catalog.db".into(),
+            warehouse: "/nowhere".into(),
+        };
+        let ident = iceberg::TableIdent::from_strs(["db", "t"]).unwrap();
+        let sink = IcebergSink::<u8>::builder(catalog, ident, crate::test_table::schema())
+            .build()
+            .unwrap();
+        let format = sink.committable_serializer();
+        assert_eq!(
+            serialize_versioned(format.as_ref(), &committable).unwrap(),
+            GOLDEN_V1
+        );
+        assert_eq!(
+            deserialize_versioned(format.as_ref(), GOLDEN_V1).unwrap(),
+            committable
+        );
+    }
 }
