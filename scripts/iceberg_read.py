@@ -5,6 +5,9 @@ operation, the sink's lineage and checkpoint from the summary, rows and
 files added), and the table's `eo-sink.*` properties.
 
     python iceberg_read.py CATALOG_DB WAREHOUSE NAMESPACE.NAME
+
+WAREHOUSE is a directory or an s3:// URL; for s3:// the endpoint and
+credentials come from the AWS_* variables (scripts/with-s3 sets them).
 """
 
 import json
@@ -16,11 +19,20 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 def main() -> None:
     database, warehouse, name = sys.argv[1:4]
-    catalog = SqlCatalog(
-        "default",
-        uri=f"sqlite:///{os.path.abspath(database)}",
-        warehouse=f"file://{os.path.abspath(warehouse)}",
-    )
+    properties = {"uri": f"sqlite:///{os.path.abspath(database)}"}
+    if warehouse.startswith("s3://"):
+        properties["warehouse"] = warehouse
+        for key, variable in (
+            ("s3.endpoint", "AWS_ENDPOINT_URL"),
+            ("s3.access-key-id", "AWS_ACCESS_KEY_ID"),
+            ("s3.secret-access-key", "AWS_SECRET_ACCESS_KEY"),
+            ("s3.region", "AWS_REGION"),
+        ):
+            if variable in os.environ:
+                properties[key] = os.environ[variable]
+    else:
+        properties["warehouse"] = f"file://{os.path.abspath(warehouse)}"
+    catalog = SqlCatalog("default", **properties)
     table = catalog.load_table(name)
     ids = table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
     snapshots = []

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use iceberg::io::StorageFactory;
 use iceberg::spec::{NestedFieldRef, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
@@ -20,7 +21,7 @@ use iceberg_catalog_sql::{
     SQL_CATALOG_PROP_WAREHOUSE,
 };
 use sink_api::SinkError;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions as _, Connection as _};
 
 use crate::errors::iceberg_error;
@@ -31,44 +32,131 @@ use crate::storage::DurableLocalStorageFactory;
 /// catalogs.
 pub const CATALOG_NAME: &str = "default";
 
-/// An SQL catalog on a SQLite database, with tables in a local warehouse
-/// directory.
+/// An SQL catalog on a SQLite database, with tables in a warehouse: a
+/// local directory, or an `s3://` prefix (the `s3` feature).
 ///
-/// Made by users (and, once the sink is built, by the demo from `--catalog
-/// sqlite:PATH --warehouse DIR`); [`open`](Self::open) gives the catalog
-/// the commits go through.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Made by users, the demo (`--catalog sqlite:PATH --warehouse DIR|s3://…`)
+/// and the ingest service; [`open`](Self::open) gives the catalog the
+/// commits go through.
+#[derive(Debug, Clone)]
 pub struct SqliteCatalog {
-    /// The SQLite database file, created when missing.
+    /// The SQLite database file, created when missing. A local file even
+    /// for tables on object storage: its commits are what the catalog's
+    /// compare-and-swap rests on.
     pub database: PathBuf,
-    /// The warehouse directory: a new table goes to
-    /// `<warehouse>/<namespace>/<table>`.
-    pub warehouse: PathBuf,
+    /// Where new tables go: `<warehouse>/<namespace>/<table>`.
+    pub warehouse: Warehouse,
+}
+
+/// Where a catalog's tables are.
+#[derive(Debug, Clone)]
+pub enum Warehouse {
+    /// A local directory (absolute).
+    Local(PathBuf),
+    /// An `s3://bucket/prefix` URL (without a trailing `/`), and the client
+    /// of its bucket.
+    #[cfg(feature = "s3")]
+    S3 {
+        /// The URL.
+        url: String,
+        /// The client, rooted at the bucket.
+        store: std::sync::Arc<dyn object_store::ObjectStore>,
+    },
 }
 
 impl SqliteCatalog {
-    /// The catalog in `database` over `warehouse`; both are made absolute
-    /// (the catalog stores the table's location as a URL).
+    /// The catalog in `database` over the local directory `warehouse`;
+    /// both are made absolute (the catalog stores the table's location as
+    /// a URL).
     pub fn new(database: &Path, warehouse: &Path) -> Result<SqliteCatalog, SinkError> {
-        let absolute = |path: &Path, what: &str| {
-            std::path::absolute(path).map_err(|e| {
-                SinkError::io(format!("resolving the {what} {}", path.display()), e).permanent()
-            })
-        };
         Ok(SqliteCatalog {
             database: absolute(database, "catalog database")?,
-            warehouse: absolute(warehouse, "warehouse directory")?,
+            warehouse: Warehouse::Local(absolute(warehouse, "warehouse directory")?),
         })
     }
 
+    /// The catalog in `database` over the warehouse `url`
+    /// (`s3://bucket/prefix`), reached with the client `sink-object-store`
+    /// makes of it: endpoint, region and credentials from the usual
+    /// `AWS_*` variables, then from `options` (such as `endpoint`), which
+    /// win. Contacts nothing: a missing bucket or refused credentials fail
+    /// the first start.
+    #[cfg(feature = "s3")]
+    pub fn s3(
+        database: &Path,
+        url: &str,
+        options: &[(String, String)],
+    ) -> Result<SqliteCatalog, SinkError> {
+        let s3 = sink_object_store::s3(url, options).map_err(|e| {
+            SinkError::msg(format!("the warehouse URL {url} is not usable: {e}")).permanent()
+        })?;
+        Ok(SqliteCatalog {
+            database: absolute(database, "catalog database")?,
+            warehouse: Warehouse::S3 {
+                url: url.trim_end_matches('/').to_string(),
+                store: std::sync::Arc::new(s3.store),
+            },
+        })
+    }
+
+    /// The warehouse as a URL: `file:///dir` or `s3://bucket/prefix`.
+    pub fn warehouse_url(&self) -> String {
+        match &self.warehouse {
+            Warehouse::Local(dir) => format!("file://{}", dir.display()),
+            #[cfg(feature = "s3")]
+            Warehouse::S3 { url, .. } => url.clone(),
+        }
+    }
+
     /// Where the catalog puts a new table `ident`:
-    /// `<warehouse>/<namespace levels>/<name>` (a namespace with a
-    /// location property of its own puts it there instead).
-    pub fn table_dir(&self, ident: &TableIdent) -> PathBuf {
-        let mut dir = self.warehouse.clone();
-        dir.extend(ident.namespace().iter());
-        dir.push(ident.name());
-        dir
+    /// `<warehouse>/<namespace levels>/<name>`, as a URL (a namespace with
+    /// a location property of its own puts it there instead).
+    pub fn table_location(&self, ident: &TableIdent) -> String {
+        let mut location = self.warehouse_url();
+        for level in ident
+            .namespace()
+            .iter()
+            .chain([ident.name().to_string()].iter())
+        {
+            location.push('/');
+            location.push_str(level);
+        }
+        location
+    }
+
+    /// [`table_location`](Self::table_location) as a local directory, for
+    /// a local warehouse; `None` on object storage.
+    pub fn table_dir(&self, ident: &TableIdent) -> Option<PathBuf> {
+        match &self.warehouse {
+            Warehouse::Local(dir) => {
+                let mut dir = dir.clone();
+                dir.extend(ident.namespace().iter());
+                dir.push(ident.name());
+                Some(dir)
+            }
+            #[cfg(feature = "s3")]
+            Warehouse::S3 { .. } => None,
+        }
+    }
+
+    /// The storage the catalog's tables are written through.
+    fn storage(&self) -> Arc<dyn StorageFactory> {
+        match &self.warehouse {
+            Warehouse::Local(_) => Arc::new(DurableLocalStorageFactory::default()),
+            #[cfg(feature = "s3")]
+            Warehouse::S3 { url, store } => {
+                let bucket = url
+                    .trim_start_matches("s3://")
+                    .split('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                Arc::new(crate::object_storage::ObjectStorageFactory::new(
+                    store.clone(),
+                    bucket,
+                ))
+            }
+        }
     }
 
     /// Opens the catalog, creating the database and its tables when
@@ -81,17 +169,14 @@ impl SqliteCatalog {
                 // `mode=rwc`: create the database file when missing.
                 format!("sqlite://{}?mode=rwc", self.database.display()),
             ),
-            (
-                SQL_CATALOG_PROP_WAREHOUSE.to_string(),
-                format!("file://{}", self.warehouse.display()),
-            ),
+            (SQL_CATALOG_PROP_WAREHOUSE.to_string(), self.warehouse_url()),
             (
                 SQL_CATALOG_PROP_BIND_STYLE.to_string(),
                 SqlBindStyle::QMark.to_string(),
             ),
         ]);
         let catalog = SqlCatalogBuilder::default()
-            .with_storage_factory(Arc::new(DurableLocalStorageFactory::default()))
+            .with_storage_factory(self.storage())
             .load(CATALOG_NAME, props)
             .await
             .map_err(|e| {
@@ -167,15 +252,24 @@ impl SqliteCatalog {
                 .map_err(|e| SinkError::other(preparing(), e))?
                 .map_err(|e| SinkError::io(preparing(), e).permanent())?;
         }
-        let options = SqliteConnectOptions::new()
+        // Only a database not in WAL mode yet is switched (which takes a
+        // lock another process's open connection would refuse).
+        let mut connection = SqliteConnectOptions::new()
             .filename(&database)
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full);
-        let connection = options
             .connect()
             .await
             .map_err(|e| SinkError::other(preparing(), e))?;
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut connection)
+            .await
+            .map_err(|e| SinkError::other(preparing(), e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&mut connection)
+                .await
+                .map_err(|e| SinkError::other(preparing(), e))?;
+        }
         connection
             .close()
             .await
@@ -185,6 +279,13 @@ impl SqliteCatalog {
             .map_err(|e| SinkError::other(preparing(), e))?
             .map_err(|e| SinkError::io(preparing(), e))
     }
+}
+
+/// `path`, absolute, or a permanent error naming its role.
+fn absolute(path: &Path, what: &str) -> Result<PathBuf, SinkError> {
+    std::path::absolute(path).map_err(|e| {
+        SinkError::io(format!("resolving the {what} {}", path.display()), e).permanent()
+    })
 }
 
 /// A table's name in its catalog, `namespace.name` (a namespace of several

@@ -208,7 +208,7 @@ mod tests {
         // start, so none is needed here).
         let catalog = SqliteCatalog {
             database: "/nowhere/catalog.db".into(),
-            warehouse: "/nowhere".into(),
+            warehouse: crate::Warehouse::Local("/nowhere".into()),
         };
         let ident = iceberg::TableIdent::from_strs(["db", "t"]).unwrap();
         let sink = IcebergSink::<u8>::builder(catalog, ident, crate::test_table::schema())

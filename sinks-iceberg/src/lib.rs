@@ -26,6 +26,8 @@ mod committer;
 mod errors;
 mod global_committer;
 mod marks;
+#[cfg(feature = "s3")]
+mod object_storage;
 mod one_attempt;
 pub mod read;
 mod sink;
@@ -35,7 +37,7 @@ mod table_commit;
 mod test_table;
 mod writer;
 
-pub use catalog::{load_or_create, parse_table_name, SqliteCatalog, CATALOG_NAME};
+pub use catalog::{load_or_create, parse_table_name, SqliteCatalog, Warehouse, CATALOG_NAME};
 pub use committable::IcebergDataFile;
 pub use committer::IcebergFileCommitter;
 pub use errors::TableFenced;

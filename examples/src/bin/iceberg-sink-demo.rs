@@ -8,13 +8,16 @@
 //! ```text
 //! cargo run --release -p examples --features iceberg --bin iceberg-sink-demo
 //! iceberg-sink-demo --warehouse ./wh --catalog sqlite:./wh/catalog.db --table demo.events --records 1000000 --json
+//! iceberg-sink-demo --warehouse s3://bucket/wh --catalog sqlite:./catalog.db --endpoint http://127.0.0.1:9000
 //! ```
 //!
 //! Each record is one row `(id long, payload string)`: the id, and filler
 //! up to `--record-size` bytes. The table is created when missing (in
-//! `<warehouse>/<namespace>/<name>`), unpartitioned. The catalog is the SQL
+//! `<warehouse>/<namespace>/<name>`, a directory or an `s3://` prefix),
+//! unpartitioned. The catalog is the SQL
 //! catalog named `default`, which PyIceberg reads as `SqlCatalog("default",
-//! uri="sqlite:////abs/path/catalog.db")`. The checkpoints live in
+//! uri="sqlite:////abs/path/catalog.db")`; it is a local file, also for a
+//! warehouse on S3. The checkpoints live in
 //! `<warehouse>/<namespace>/.<name>.state` unless `--state` says where;
 //! each job writing the table needs its own. The summary counts the rows
 //! this job committed from the table's snapshots (those its lineage made,
@@ -40,11 +43,14 @@ use sinks_iceberg::{parse_table_name, read, IcebergSink, SqliteCatalog};
 struct Args {
     #[command(flatten)]
     job: JobArgs,
-    /// The warehouse directory, where new tables go.
-    #[arg(long, default_value = "./iceberg-demo-warehouse")]
-    warehouse: PathBuf,
-    /// The catalog: `sqlite:PATH` (created when missing). Default:
-    /// `sqlite:<warehouse>/catalog.db`.
+    /// Where new tables go: a directory, or an s3://bucket/prefix URL
+    /// (credentials and region from the AWS_* variables; --endpoint for
+    /// S3-compatible servers).
+    #[arg(long, default_value = "./iceberg-demo-warehouse", value_parser = Location::parse)]
+    warehouse: Location,
+    /// The catalog: `sqlite:PATH` (a local SQLite database, created when
+    /// missing). Default: `sqlite:<warehouse>/catalog.db` for a local
+    /// warehouse; needed with an s3:// one.
     #[arg(long)]
     catalog: Option<String>,
     /// The table, as NAMESPACE.NAME.
@@ -91,9 +97,13 @@ const JOB_NAME: &str = "iceberg-sink-demo";
 
 /// The catalog `--catalog` names, over `--warehouse`.
 fn catalog(args: &Args) -> anyhow::Result<SqliteCatalog> {
-    let database = match &args.catalog {
-        None => args.warehouse.join("catalog.db"),
-        Some(text) => match text.strip_prefix("sqlite:") {
+    let database = match (&args.catalog, &args.warehouse) {
+        (None, Location::Local(dir)) => dir.join("catalog.db"),
+        (None, Location::S3(_)) => bail!(
+            "--warehouse s3://… needs --catalog sqlite:PATH: the catalog is a local SQLite \
+             database"
+        ),
+        (Some(text), _) => match text.strip_prefix("sqlite:") {
             Some(path) if !path.is_empty() => PathBuf::from(path),
             _ => bail!(
                 "--catalog {text}: give the catalog as sqlite:PATH (an SQLite database, created \
@@ -101,7 +111,14 @@ fn catalog(args: &Args) -> anyhow::Result<SqliteCatalog> {
             ),
         },
     };
-    Ok(SqliteCatalog::new(&database, &args.warehouse)?)
+    Ok(match &args.warehouse {
+        Location::Local(dir) => SqliteCatalog::new(&database, dir)?,
+        Location::S3(url) => SqliteCatalog::s3(
+            &database,
+            url,
+            &sink_cli::location::s3_options(args.job.endpoint.as_deref()),
+        )?,
+    })
 }
 
 /// What the table holds after a run, read back from it.
@@ -271,23 +288,24 @@ async fn main() -> anyhow::Result<()> {
     if args.job.out.is_some() {
         bail!("iceberg-sink-demo writes a table of a catalog: give --warehouse, --catalog and --table, not --out");
     }
-    if args.job.endpoint.is_some() {
-        bail!("iceberg-sink-demo writes local tables only in this version: --endpoint is not used");
-    }
-    if matches!(args.job.state, Some(Location::S3(_))) {
-        bail!("iceberg-sink-demo keeps its checkpoints in a local directory in this version");
-    }
     let catalog = catalog(&args)?;
-    let table_dir = catalog.table_dir(&args.table);
-    let state = match &args.job.state {
-        Some(state) => state.clone(),
+    // The table's location is the job's output (what --fresh clears); its
+    // checkpoints go beside it, under a name readers skip.
+    let (out, state) = match catalog.table_dir(&args.table) {
+        Some(dir) => {
+            let parent = dir.parent().map(PathBuf::from).unwrap_or_default();
+            let state = Location::Local(parent.join(format!(".{}.state", args.table.name())));
+            (Location::Local(dir), state)
+        }
         None => {
-            let parent = table_dir.parent().unwrap_or(&catalog.warehouse);
-            Location::Local(parent.join(format!(".{}.state", args.table.name())))
+            let location = catalog.table_location(&args.table);
+            let parent = location.rsplit_once('/').map_or("", |(parent, _)| parent);
+            let state = Location::S3(format!("{parent}/.{}.state", args.table.name()));
+            (Location::S3(location), state)
         }
     };
-    args.job.out = Some(Location::Local(table_dir.clone()));
-    args.job.state = Some(state);
+    args.job.state = Some(args.job.state.clone().unwrap_or(state));
+    args.job.out = Some(out);
     let label = args.job.label();
     let config = JobConfig::from_args(&args.job, "unused")?;
     let outcome = match run(

@@ -151,6 +151,76 @@ fn killed_and_resumed_it_commits_every_row_once_as_pyiceberg_reads_it() {
     );
 }
 
+/// The demo with its table and checkpoints on the S3-compatible test
+/// server (`scripts/with-s3`), its catalog database local: killed once,
+/// resumed, every id once as PyIceberg reads the table on the server.
+#[test]
+fn on_s3_killed_and_resumed_it_commits_every_row_once_as_pyiceberg_reads_it() {
+    let Some(s3) = sink_testkit::servers::s3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = format!("s3://{}/iceberg-demo-{}", s3.bucket, fastrand::u64(..));
+    let catalog = dir.path().join("catalog.db");
+    let catalog_flag = format!("sqlite:{}", catalog.display());
+    let args = [
+        "--warehouse",
+        warehouse.as_str(),
+        "--catalog",
+        catalog_flag.as_str(),
+        "--endpoint",
+        s3.endpoint.as_str(),
+        "--records",
+        "60000",
+        "--rate",
+        "20000",
+        "--checkpoint-interval",
+        "200ms",
+        "--json",
+    ];
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_iceberg-sink-demo"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the demo starts")
+    };
+    let mut child = run();
+    std::thread::sleep(Duration::from_millis(900));
+    let killed = child.try_wait().unwrap().is_none();
+    if killed {
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let report = summary(&run().wait_with_output().unwrap());
+    assert!(
+        report["status"] == "Finished" || report["status"] == "AlreadyFinished",
+        "{report}"
+    );
+    assert_eq!(report["committed"], 60_000, "{report}");
+    assert_eq!(report["distinct_ids"], 60_000, "{report}");
+    assert_eq!(report["checkpoints_appended_twice"], 0, "{report}");
+    let Some(reader) = sink_testkit::servers::iceberg_reader() else {
+        return;
+    };
+    let read = summary(
+        &Command::new(&reader[0])
+            .args(&reader[1..])
+            .arg(&catalog)
+            .arg(&warehouse)
+            .arg("demo.events")
+            .output()
+            .expect("the reader runs"),
+    );
+    println!(
+        "PyIceberg read the table on S3 (killed: {killed}): {} rows, {} distinct ids",
+        read["rows"], read["distinct_ids"]
+    );
+    assert_eq!(read["rows"], 60_000, "{read}");
+    assert_eq!(read["distinct_ids"], 60_000, "{read}");
+}
+
 /// Two jobs (each its own checkpoints) append to one table at the same
 /// time, their commits racing for the catalog's compare-and-swap: every row
 /// of both once.
@@ -234,7 +304,7 @@ fn bad_flags_and_a_table_of_another_schema_are_refused_naming_the_fix() {
     let unreachable = demo(&warehouse, &["--catalog", &catalog, "--records", "10"]);
     assert!(!unreachable.status.success());
     assert!(
-        text(&unreachable).contains("opening the SQL catalog"),
+        text(&unreachable).contains("preparing the catalog database"),
         "{}",
         text(&unreachable)
     );

@@ -24,7 +24,7 @@
 //! [`Model::crash_tree`] builds one such state: the minimal one (nothing
 //! that was not synced survives) or one chosen at random within the rules.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
@@ -96,6 +96,9 @@ pub(crate) struct Model {
     /// Per rename across directories, whether it is durable (either of its
     /// directories was synced after it).
     links: Vec<bool>,
+    /// Files mapped shared and writable: their content holds what the
+    /// program wrote with calls, not what it wrote through the mapping.
+    mapped: HashSet<Ino>,
 }
 
 impl Model {
@@ -114,6 +117,7 @@ impl Model {
             fds: HashMap::new(),
             descriptions: Vec::new(),
             links: Vec::new(),
+            mapped: HashSet::new(),
         };
         let mut inos: HashMap<PathBuf, Ino> = HashMap::from([(PathBuf::new(), 0)]);
         for (path, entry) in initial.entries() {
@@ -349,6 +353,11 @@ impl Model {
                 self.descriptions[to_d].pos += bytes.len() as u64;
                 self.write_at(target, at, &bytes);
             }
+            Op::MapShared { fd } => {
+                if let Some(ino) = self.file_of(*fd)? {
+                    self.mapped.insert(ino);
+                }
+            }
             Op::Close { fd } => {
                 self.fds.remove(fd);
             }
@@ -372,6 +381,30 @@ impl Model {
             Node::File { data, .. } => DirOrFile::File(data.clone()),
         });
         tree
+    }
+
+    /// The paths (in [`logical_tree`](Self::logical_tree)) of the files
+    /// the program mapped shared and writable: their content there is what
+    /// its write calls left, which the mapping may have changed since.
+    pub(crate) fn mapped_paths(&self) -> BTreeSet<PathBuf> {
+        let mut paths = BTreeSet::new();
+        let mut stack = vec![(0, PathBuf::new())];
+        while let Some((ino, path)) = stack.pop() {
+            match &self.nodes[ino] {
+                Node::Dir { entries, .. } if path.components().count() < 64 => {
+                    for (name, child) in entries {
+                        stack.push((*child, path.join(name)));
+                    }
+                }
+                Node::Dir { .. } => {}
+                Node::File { .. } => {
+                    if self.mapped.contains(&ino) {
+                        paths.insert(path);
+                    }
+                }
+            }
+        }
+        paths
     }
 
     /// One state a power cut at this point can leave.
@@ -896,6 +929,28 @@ mod tests {
             Op::Close { fd: 3 },
         ];
         assert_eq!(paths(&model(&ops).logical_tree()), ["g=aZ!"]);
+    }
+
+    /// A file mapped shared and writable is named, so that the check
+    /// against the disk compares only that it is there; its content is
+    /// what the write calls left.
+    #[test]
+    fn a_shared_writable_mapping_marks_its_file_content_unknown() {
+        let mut ops = vec![open("db-shm", 3), write(3, b"\0\0\0\0")];
+        ops.push(Op::MapShared { fd: 3 });
+        let model = model(&ops);
+        assert_eq!(
+            model.mapped_paths().into_iter().collect::<Vec<_>>(),
+            vec![PathBuf::from("db-shm")]
+        );
+        let tree = model.logical_tree();
+        let mut disk = Tree::default();
+        disk.insert("db-shm".into(), Entry::File(b"\x01\0\0\x07".to_vec()));
+        assert_eq!(tree.difference(&disk, &model.mapped_paths()), None);
+        assert!(tree.difference(&disk, &BTreeSet::new()).is_some());
+        assert!(Tree::default()
+            .difference(&disk, &model.mapped_paths())
+            .is_some());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use super::PowerLossError;
 pub(crate) const TRACED_CALLS: &str = "open,openat,creat,write,pwrite64,writev,pwritev,pwritev2,\
 ftruncate,truncate,fallocate,lseek,fsync,fdatasync,sync,syncfs,rename,renameat,renameat2,\
 link,linkat,symlink,symlinkat,unlink,unlinkat,rmdir,mkdir,mkdirat,copy_file_range,sendfile,\
-close,dup,dup2,dup3,fcntl,io_uring_setup,sendto,sendmsg,clone,clone3,fork,vfork";
+close,dup,dup2,dup3,fcntl,io_uring_setup,sendto,sendmsg,clone,clone3,fork,vfork,mmap";
 
 /// Where a relative path starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +126,11 @@ pub(crate) enum Op {
     Close {
         fd: i32,
     },
+    /// `mmap` of a file, shared and writable: what the program writes
+    /// through the mapping is not in the trace.
+    MapShared {
+        fd: i32,
+    },
     Dup {
         from: i32,
         to: i32,
@@ -201,6 +206,10 @@ fn op_of(call: &str) -> Result<Option<Op>, String> {
     // `= ?`: the process ended inside the call, whose effect is unknown to
     // the trace: not a number, so nothing.
     let returned = call[equals + 3..].split(' ').next().unwrap_or("");
+    if name == "mmap" {
+        // Returns an address; a failure is -1.
+        return map_of(&split_args(&call[open + 1..close]), returned);
+    }
     let Ok(ret) = returned.parse::<i64>() else {
         return Ok(None);
     };
@@ -383,6 +392,21 @@ fn op_of(call: &str) -> Result<Option<Op>, String> {
         _ => return Ok(None),
     };
     Ok(Some(op))
+}
+
+/// The operation of a finished `mmap` with arguments `args` that returned
+/// `returned`: a shared, writable mapping of a descriptor, or nothing.
+fn map_of(args: &[&str], returned: &str) -> Result<Option<Op>, String> {
+    if returned.starts_with('-') || args.len() < 5 {
+        return Ok(None);
+    }
+    let (prot, flags) = (args[2], args[3]);
+    let shared = flags.split('|').any(|flag| flag.starts_with("MAP_SHARED"));
+    if !shared || !prot.contains("PROT_WRITE") {
+        return Ok(None);
+    }
+    let fd = int(args[4])?;
+    Ok((fd >= 0).then_some(Op::MapShared { fd }))
 }
 
 /// The arguments of a call, split at the commas outside brackets and
@@ -600,6 +624,21 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn only_shared_writable_mappings_of_a_descriptor_are_operations() {
+        let trace = "10 mmap(NULL, 32768, PROT_READ|PROT_WRITE, MAP_SHARED, 7, 0) = 0x7f1c2d000000\n\
+             10 mmap(NULL, 8192, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0) = 0x7f1c2e000000\n\
+             10 mmap(NULL, 4096, PROT_READ, MAP_SHARED, 8, 0) = 0x7f1c2f000000\n\
+             10 mmap(NULL, 4096, PROT_READ|PROT_WRITE, MAP_PRIVATE, 9, 0) = 0x7f1c30000000\n\
+             10 mmap(NULL, 4096, PROT_READ|PROT_WRITE, MAP_SHARED_VALIDATE, 11, 0) = -1 EINVAL (Invalid argument)\n";
+        let ops: Vec<Op> = parse(trace)
+            .unwrap()
+            .into_iter()
+            .map(|(_, op)| op)
+            .collect();
+        assert_eq!(ops, vec![Op::MapShared { fd: 7 }]);
     }
 
     #[test]

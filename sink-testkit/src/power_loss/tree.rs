@@ -74,8 +74,13 @@ impl Tree {
         self.entries.insert(path, entry);
     }
 
-    /// The first difference from `other`, described, or `None`.
-    pub(crate) fn difference(&self, other: &Tree) -> Option<String> {
+    /// The first difference from `other`, described, or `None`. At the
+    /// paths of `unknown_content`, only that both hold a file is compared.
+    pub(crate) fn difference(
+        &self,
+        other: &Tree,
+        unknown_content: &std::collections::BTreeSet<PathBuf>,
+    ) -> Option<String> {
         let describe = |entry: Option<&Entry>| match entry {
             None => "nothing".to_string(),
             Some(Entry::Dir) => "a directory".to_string(),
@@ -85,7 +90,13 @@ impl Tree {
             self.entries.keys().chain(other.entries.keys()).collect();
         paths.into_iter().find_map(|path| {
             let (mine, theirs) = (self.entries.get(path), other.entries.get(path));
-            (mine != theirs).then(|| {
+            let same = match (mine, theirs) {
+                (Some(Entry::File(_)), Some(Entry::File(_))) => {
+                    mine == theirs || unknown_content.contains(path.as_path())
+                }
+                _ => mine == theirs,
+            };
+            (!same).then(|| {
                 format!(
                     "{}: {} here, {} there",
                     path.display(),

@@ -94,7 +94,11 @@ impl Destination for LocalTable {
             return Some(0);
         };
         let live = read::live_files(&table).await.expect("the manifests read");
-        let data = self.catalog.warehouse.join("db/events/data");
+        let data = self
+            .catalog
+            .table_dir(&self.ident)
+            .expect("a local table")
+            .join("data");
         let written = match std::fs::read_dir(&data) {
             Ok(entries) => entries
                 .map(|entry| {
@@ -106,5 +110,100 @@ impl Destination for LocalTable {
             Err(e) => panic!("the data directory cannot be read: {e}"),
         };
         Some(written.iter().filter(|path| !live.contains(*path)).count())
+    }
+}
+
+/// A table of its own on the S3-compatible test server for one kit
+/// scenario: a warehouse under a fresh prefix of the test bucket, its
+/// catalog database in a temporary directory.
+#[cfg(feature = "s3")]
+pub struct S3Table {
+    pub catalog: SqliteCatalog,
+    pub ident: TableIdent,
+    pub prefix: String,
+    pub dir: tempfile::TempDir,
+}
+
+#[cfg(feature = "s3")]
+impl S3Table {
+    pub fn new(server: &sink_testkit::servers::S3Server) -> S3Table {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let prefix = format!("iceberg/{:016x}", fastrand::u64(..));
+        let url = format!("s3://{}/{prefix}", server.bucket);
+        let options = vec![
+            ("endpoint".to_string(), server.endpoint.clone()),
+            ("allow_http".to_string(), "true".to_string()),
+        ];
+        let catalog =
+            SqliteCatalog::s3(&dir.path().join("catalog.db"), &url, &options).expect("a catalog");
+        S3Table {
+            catalog,
+            ident: TableIdent::from_strs(["db", "events"]).expect("a name"),
+            prefix,
+            dir,
+        }
+    }
+
+    pub async fn table(&self) -> Option<sinks_iceberg::iceberg::table::Table> {
+        let catalog = self.catalog.open().await.expect("the catalog opens");
+        read::table(catalog.as_ref(), &self.ident)
+            .await
+            .expect("the catalog reads")
+    }
+}
+
+#[cfg(feature = "s3")]
+#[sink_api::async_trait]
+impl Destination for S3Table {
+    type Sink = IcebergSink<Event>;
+
+    /// Files rolled at 1 KiB, as on local tables.
+    async fn sink(&self) -> IcebergSink<Event> {
+        IcebergSink::builder(self.catalog.clone(), self.ident.clone(), schema())
+            .roll_files_at_checkpoints_and_at_size(1024)
+            .build()
+            .expect("a valid sink")
+    }
+
+    async fn committed_ids(&self) -> Vec<u64> {
+        let Some(table) = self.table().await else {
+            return Vec::new();
+        };
+        read::int64_column(&table, "id")
+            .await
+            .expect("the table reads")
+            .into_iter()
+            .map(|id| id as u64)
+            .collect()
+    }
+
+    /// Data objects under the table's `data/` that no snapshot names.
+    async fn open_transactions(&self) -> Option<usize> {
+        use futures::TryStreamExt as _;
+
+        let Some(table) = self.table().await else {
+            return Some(0);
+        };
+        let live = read::live_files(&table).await.expect("the manifests read");
+        let sinks_iceberg::Warehouse::S3 { url, store } = &self.catalog.warehouse else {
+            panic!("an S3 warehouse");
+        };
+        let bucket = url
+            .trim_start_matches("s3://")
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let data = object_store::path::Path::from(format!("{}/db/events/data", self.prefix));
+        let written: Vec<_> = store
+            .list(Some(&data))
+            .try_collect()
+            .await
+            .expect("the data objects list");
+        Some(
+            written
+                .iter()
+                .filter(|meta| !live.contains(&format!("s3://{bucket}/{}", meta.location)))
+                .count(),
+        )
     }
 }
