@@ -40,11 +40,12 @@ pub enum Destination {
     Delta,
     /// An Apache Iceberg table with one column `event` (the JSON text),
     /// created if missing, in an SQL catalog on SQLite over the warehouse
-    /// [`Config::data_location`](super::Config::data_location) (a local
-    /// directory); needs the `iceberg` feature.
+    /// [`Config::data_location`](super::Config::data_location) (a
+    /// directory or `s3://…`); needs the `iceberg` feature.
     Iceberg {
-        /// The catalog's SQLite database; `<warehouse>/catalog.db` when
-        /// `None`.
+        /// The catalog's SQLite database (a local file); for a local
+        /// warehouse `<warehouse>/catalog.db` when `None`, needed with
+        /// one on S3.
         catalog: Option<std::path::PathBuf>,
         /// The table, as `NAMESPACE.NAME`.
         table: String,

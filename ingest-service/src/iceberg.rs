@@ -3,7 +3,8 @@
 //! with one column, `event`, its JSON text, appended by the Iceberg sink's
 //! global committer in one snapshot per checkpoint. The table is in an SQL
 //! catalog on SQLite (the one PyIceberg's `SqlCatalog("default", …)`
-//! reads), its files in the data directory.
+//! reads, a local file), its files in the data directory or under the
+//! `s3://` data location.
 //!
 //! [`EventTable`] is the Iceberg sink taking events ([`EventSink`]): each
 //! event becomes an [`EventRow`], every other call is passed through, so

@@ -527,16 +527,21 @@ impl IngestService {
             ),
             #[cfg(feature = "iceberg")]
             Destination::Iceberg { catalog, table } => {
-                let Location::Local(warehouse) = &data else {
-                    anyhow::bail!(
-                        "--sink iceberg writes local tables in this version: give a local \
-                         --output-dir or --out, not {data}"
-                    );
+                let catalog = match (&data, catalog) {
+                    (Location::Local(warehouse), catalog) => {
+                        let database = catalog
+                            .clone()
+                            .unwrap_or_else(|| warehouse.join("catalog.db"));
+                        sinks_iceberg::SqliteCatalog::new(&database, warehouse)?
+                    }
+                    (Location::S3(url), Some(database)) => {
+                        sinks_iceberg::SqliteCatalog::s3(database, url, &config.s3_options)?
+                    }
+                    (Location::S3(url), None) => anyhow::bail!(
+                        "--sink iceberg with the warehouse {url} needs --catalog sqlite:PATH: \
+                         the catalog is a local SQLite database"
+                    ),
                 };
-                let database = catalog
-                    .clone()
-                    .unwrap_or_else(|| warehouse.join("catalog.db"));
-                let catalog = sinks_iceberg::SqliteCatalog::new(&database, warehouse)?;
                 let table = sinks_iceberg::parse_table_name(table)?;
                 let sink = iceberg::EventTable::new(catalog, table)
                     .context("configuring the Iceberg sink")?;

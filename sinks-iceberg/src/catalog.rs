@@ -40,16 +40,17 @@ pub const CATALOG_NAME: &str = "default";
 /// commits go through.
 #[derive(Debug, Clone)]
 pub struct SqliteCatalog {
-    /// The SQLite database file, created when missing. A local file even
-    /// for tables on object storage: its commits are what the catalog's
-    /// compare-and-swap rests on.
-    pub database: PathBuf,
+    /// The SQLite database file (absolute), created when missing. A local
+    /// file even for tables on object storage: its commits are what the
+    /// catalog's compare-and-swap rests on.
+    database: PathBuf,
     /// Where new tables go: `<warehouse>/<namespace>/<table>`.
-    pub warehouse: Warehouse,
+    warehouse: Warehouse,
 }
 
 /// Where a catalog's tables are.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Warehouse {
     /// A local directory (absolute).
     Local(PathBuf),
@@ -67,12 +68,23 @@ pub enum Warehouse {
 impl SqliteCatalog {
     /// The catalog in `database` over the local directory `warehouse`;
     /// both are made absolute (the catalog stores the table's location as
-    /// a URL).
+    /// a URL). A path holding `?`, `#` or `%` is refused: it would be read
+    /// as part of a URL.
     pub fn new(database: &Path, warehouse: &Path) -> Result<SqliteCatalog, SinkError> {
         Ok(SqliteCatalog {
             database: absolute(database, "catalog database")?,
             warehouse: Warehouse::Local(absolute(warehouse, "warehouse directory")?),
         })
+    }
+
+    /// The SQLite database file (absolute).
+    pub fn database(&self) -> &Path {
+        &self.database
+    }
+
+    /// Where the catalog's new tables go.
+    pub fn warehouse(&self) -> &Warehouse {
+        &self.warehouse
     }
 
     /// The catalog in `database` over the warehouse `url`
@@ -139,6 +151,69 @@ impl SqliteCatalog {
         }
     }
 
+    /// The first metadata file (`*.metadata.json`) under the location the
+    /// catalog would give a new table `ident`, if any: a table whose
+    /// catalog entry is not in this database. Read by the sink before it
+    /// creates a table, so that it never starts a new table over the files
+    /// of one another catalog (another host's database, an older copy)
+    /// holds.
+    pub(crate) async fn existing_metadata(
+        &self,
+        ident: &TableIdent,
+    ) -> Result<Option<String>, SinkError> {
+        let location = self.table_location(ident);
+        let looking = || format!("looking for table metadata under {location}/metadata");
+        let is_metadata = |name: &str| name.ends_with(".metadata.json");
+        match &self.warehouse {
+            Warehouse::Local(_) => {
+                let Some(dir) = self.table_dir(ident).map(|dir| dir.join("metadata")) else {
+                    return Ok(None);
+                };
+                let found = tokio::task::spawn_blocking(move || match std::fs::read_dir(&dir) {
+                    Ok(entries) => entries
+                        .filter_map(|entry| entry.ok())
+                        .map(|entry| entry.path())
+                        .find(|path| path.to_str().is_some_and(is_metadata))
+                        .map(|path| Ok(path.display().to_string()))
+                        .transpose(),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(e),
+                })
+                .await
+                .map_err(|e| SinkError::other(looking(), e))?;
+                found.map_err(|e| SinkError::io(looking(), e))
+            }
+            #[cfg(feature = "s3")]
+            Warehouse::S3 { url, store } => {
+                use futures::TryStreamExt as _;
+
+                let bucket_and_key = url.trim_start_matches("s3://");
+                let key = bucket_and_key.split_once('/').map_or("", |(_, key)| key);
+                let mut prefix = String::from(key);
+                for level in ident
+                    .namespace()
+                    .iter()
+                    .chain([ident.name().to_string()].iter())
+                {
+                    if !prefix.is_empty() {
+                        prefix.push('/');
+                    }
+                    prefix.push_str(level);
+                }
+                prefix.push_str("/metadata");
+                let listed: Vec<_> = store
+                    .list(Some(&object_store::path::Path::from(prefix)))
+                    .try_collect()
+                    .await
+                    .map_err(|e| SinkError::other(looking(), e))?;
+                Ok(listed
+                    .iter()
+                    .map(|meta| meta.location.to_string())
+                    .find(|name| is_metadata(name)))
+            }
+        }
+    }
+
     /// The storage the catalog's tables are written through.
     fn storage(&self) -> Arc<dyn StorageFactory> {
         match &self.warehouse {
@@ -200,6 +275,11 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
+    /// What the catalog was opened from (`None` for one opened already).
+    pub(crate) fn config(&self) -> Option<&SqliteCatalog> {
+        self.config.as_ref()
+    }
+
     /// The catalog `config` describes, opened when first used.
     pub(crate) fn new(config: SqliteCatalog) -> Connection {
         Connection {
@@ -252,28 +332,28 @@ impl SqliteCatalog {
                 .map_err(|e| SinkError::other(preparing(), e))?
                 .map_err(|e| SinkError::io(preparing(), e).permanent())?;
         }
-        // Only a database not in WAL mode yet is switched (which takes a
-        // lock another process's open connection would refuse).
-        let mut connection = SqliteConnectOptions::new()
-            .filename(&database)
-            .create_if_missing(true)
-            .connect()
-            .await
-            .map_err(|e| SinkError::other(preparing(), e))?;
-        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-            .fetch_one(&mut connection)
-            .await
-            .map_err(|e| SinkError::other(preparing(), e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            sqlx::query("PRAGMA journal_mode = WAL")
-                .execute(&mut connection)
-                .await
-                .map_err(|e| SinkError::other(preparing(), e))?;
+        // SQLite refuses a change of journal mode while another connection
+        // (another start, a reader) holds the database, without waiting:
+        // the switch is tried again for a while.
+        let mut attempt = 0;
+        loop {
+            match switch_to_wal(&database).await {
+                Ok(()) => break,
+                Err(error) if is_busy(&error) && attempt < BUSY_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(BUSY_PAUSE).await;
+                }
+                Err(sqlx::Error::Protocol(mode)) => {
+                    return Err(SinkError::msg(format!(
+                        "{}: SQLite kept the journal mode {mode} instead of WAL, in which alone \
+                         a commit survives a power cut; put the database on a local file system",
+                        preparing()
+                    ))
+                    .permanent())
+                }
+                Err(error) => return Err(SinkError::other(preparing(), error)),
+            }
         }
-        connection
-            .close()
-            .await
-            .map_err(|e| SinkError::other(preparing(), e))?;
         tokio::task::spawn_blocking(move || sink_local_fs::sync_entries_of(&database))
             .await
             .map_err(|e| SinkError::other(preparing(), e))?
@@ -281,9 +361,59 @@ impl SqliteCatalog {
     }
 }
 
-/// `path`, absolute, or a permanent error naming its role.
+/// Times a database another connection holds is tried again, and the
+/// pause between (about 5 s in all).
+const BUSY_ATTEMPTS: u32 = 50;
+const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Puts the SQLite database `database` (created when missing) in WAL mode,
+/// if it is not already (only the switch takes a lock other connections'
+/// reads refuse). A mode SQLite keeps instead is `Protocol(mode)`.
+async fn switch_to_wal(database: &Path) -> Result<(), sqlx::Error> {
+    let mut connection = SqliteConnectOptions::new()
+        .filename(database)
+        .create_if_missing(true)
+        .connect()
+        .await?;
+    let mut mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut connection)
+        .await?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        // SQLite answers the mode it is in, which is not WAL where the
+        // file system cannot hold one (no shared memory).
+        mode = sqlx::query_scalar("PRAGMA journal_mode = WAL")
+            .fetch_one(&mut connection)
+            .await?;
+    }
+    connection.close().await?;
+    match mode.eq_ignore_ascii_case("wal") {
+        true => Ok(()),
+        false => Err(sqlx::Error::Protocol(mode)),
+    }
+}
+
+/// Whether SQLite refused for another connection's lock (`SQLITE_BUSY`,
+/// `SQLITE_LOCKED`).
+fn is_busy(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "5" || code == "6")
+}
+
+/// `path`, absolute, or a permanent error naming its role. A path holding
+/// `?`, `#` or `%`, which the catalog would read as part of a URL, or that
+/// is not UTF-8, is refused.
 fn absolute(path: &Path, what: &str) -> Result<PathBuf, SinkError> {
-    std::path::absolute(path).map_err(|e| {
+    let Some(text) = path.to_str().filter(|text| !text.contains(['?', '#', '%'])) else {
+        return Err(SinkError::msg(format!(
+            "the {what} {} cannot be named in the catalog's URLs: give a path of UTF-8 \
+             without ?, # or %",
+            path.display()
+        ))
+        .permanent());
+    };
+    std::path::absolute(text).map_err(|e| {
         SinkError::io(format!("resolving the {what} {}", path.display()), e).permanent()
     })
 }

@@ -206,10 +206,8 @@ mod tests {
         };
         // The sink's own serializer (the catalog is opened at the first
         // start, so none is needed here).
-        let catalog = SqliteCatalog {
-            database: "/nowhere/catalog.db".into(),
-            warehouse: crate::Warehouse::Local("/nowhere".into()),
-        };
+        let catalog =
+            SqliteCatalog::new("/nowhere/catalog.db".as_ref(), "/nowhere".as_ref()).unwrap();
         let ident = iceberg::TableIdent::from_strs(["db", "t"]).unwrap();
         let sink = IcebergSink::<u8>::builder(catalog, ident, crate::test_table::schema())
             .build()

@@ -76,10 +76,14 @@ pub(crate) struct ObjectStorage {
 }
 
 /// An `object_store` error as iceberg-rust's, naming what was done. A
-/// missing object is `DataInvalid`, as iceberg-rust's storages report it.
+/// missing object is `DataInvalid`, as iceberg-rust's storages report it
+/// (transient); refused credentials or permissions are
+/// `PreconditionFailed`, which the sink classes permanent.
 fn store_error(doing: String, error: object_store::Error) -> Error {
     let kind = match error {
         object_store::Error::NotFound { .. } => ErrorKind::DataInvalid,
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => ErrorKind::PreconditionFailed,
         _ => ErrorKind::Unexpected,
     };
     Error::new(kind, format!("{doing}: {error}")).with_source(error)
@@ -89,7 +93,7 @@ impl ObjectStorage {
     fn store(&self) -> Result<&Arc<dyn ObjectStore>> {
         self.store.as_ref().ok_or_else(|| {
             Error::new(
-                ErrorKind::Unexpected,
+                ErrorKind::PreconditionFailed,
                 format!(
                     "the storage of s3://{} was read back without its client",
                     self.bucket
@@ -107,7 +111,7 @@ impl ObjectStorage {
             .and_then(|rest| rest.strip_prefix('/'))
             .ok_or_else(|| {
                 Error::new(
-                    ErrorKind::DataInvalid,
+                    ErrorKind::PreconditionFailed,
                     format!(
                         "{location} is not in the bucket s3://{} the catalog's warehouse is in",
                         self.bucket
@@ -244,6 +248,16 @@ struct ObjectWrite {
 }
 
 impl ObjectWrite {
+    /// Aborts the upload (best effort: an upload whose abort fails is left
+    /// to the bucket's lifecycle rules) and closes the writer.
+    async fn abort(&mut self) {
+        if let Some(mut writer) = self.writer.take() {
+            if let Err(error) = writer.abort().await {
+                tracing::warn!(location = %self.location, %error, "an upload could not be aborted");
+            }
+        }
+    }
+
     fn writer(&mut self) -> Result<&mut BufWriter> {
         self.writer.as_mut().ok_or_else(|| {
             Error::new(
@@ -256,20 +270,29 @@ impl ObjectWrite {
 
 #[async_trait]
 impl FileWrite for ObjectWrite {
+    /// A failed write aborts the upload: the object is not made, and no
+    /// part is left behind.
     async fn write(&mut self, bytes: Bytes) -> Result<()> {
         let location = self.location.clone();
-        self.writer()?
-            .put(bytes)
-            .await
-            .map_err(|e| store_error(format!("writing {location}"), e))
+        let written = self.writer()?.put(bytes).await;
+        if let Err(error) = written {
+            self.abort().await;
+            return Err(store_error(format!("writing {location}"), error));
+        }
+        Ok(())
     }
 
     async fn close(&mut self) -> Result<()> {
         let location = self.location.clone();
-        let writer = self.writer()?;
-        writer.shutdown().await.map_err(|e| {
-            Error::new(ErrorKind::Unexpected, format!("completing {location}: {e}")).with_source(e)
-        })?;
+        let completed = self.writer()?.shutdown().await;
+        if let Err(error) = completed {
+            self.abort().await;
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                format!("completing {location}: {error}"),
+            )
+            .with_source(error));
+        }
         self.writer = None;
         Ok(())
     }

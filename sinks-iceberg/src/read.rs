@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
 use futures::TryStreamExt as _;
-use iceberg::spec::DataFile;
+use iceberg::spec::{DataContentType, DataFile};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use sink_api::SinkError;
@@ -118,8 +118,8 @@ async fn column_batches(table: &Table, column: &str) -> Result<Vec<RecordBatch>,
         .map_err(|e| iceberg_error(reading(), e))
 }
 
-/// The table's snapshots on the `main` branch, oldest first (those still
-/// in its metadata: expired ones are gone).
+/// The table's snapshots, oldest first (those still in its metadata:
+/// expired ones are gone), on every branch.
 pub fn snapshots(table: &Table) -> Vec<SnapshotEntry> {
     let mut entries: Vec<_> = table
         .metadata()
@@ -145,8 +145,8 @@ pub fn snapshots(table: &Table) -> Vec<SnapshotEntry> {
     entries
 }
 
-/// The data files of the table's current snapshot, as its manifests
-/// describe them (statistics included).
+/// The data files of the table's current snapshot (not its delete files),
+/// as its manifests describe them (statistics included).
 ///
 /// # Errors
 /// A manifest cannot be read.
@@ -170,7 +170,9 @@ pub async fn data_files(table: &Table) -> Result<Vec<DataFile>, SinkError> {
             manifest
                 .entries()
                 .iter()
-                .filter(|entry| entry.is_alive())
+                .filter(|entry| {
+                    entry.is_alive() && entry.data_file().content_type() == DataContentType::Data
+                })
                 .map(|entry| entry.data_file().clone()),
         );
     }

@@ -122,8 +122,9 @@ where
     type Writer = IcebergSinkWriter<T>;
     type Committer = IcebergFileCommitter;
 
-    /// Creates the table if there is none or checks that the one there has
-    /// the sink's columns and no partition spec, then claims it for this
+    /// Creates the table if there is none (refusing a location that holds
+    /// another catalog's table) or checks that the one there has the
+    /// sink's columns and no partition spec, then claims it for this
     /// start: a table holding a checkpoint of this job lineage beyond the
     /// restored one is refused (the job's new checkpoints would be taken
     /// for replays and dropped), and older starts of the job commit nothing
@@ -133,6 +134,24 @@ where
         start: &JobStart<'_, IcebergDataFile, NoResume>,
     ) -> Result<(), SinkError> {
         let catalog = self.connection.catalog().await?;
+        let exists = catalog
+            .table_exists(&self.ident)
+            .await
+            .map_err(|e| iceberg_error(format!("reading the Iceberg table {}", self.ident), e))?;
+        if let (false, Some(config)) = (exists, self.connection.config()) {
+            if let Some(found) = config.existing_metadata(&self.ident).await? {
+                return Err(SinkError::msg(format!(
+                    "the catalog {} has no table {}, but its location holds the metadata of \
+                     one ({found}): this is not the catalog database the table was made in \
+                     (another host's, or an older copy). Run the job with that catalog, or \
+                     register the table in this one (PyIceberg's `register_table`); a new table \
+                     there would hide its rows",
+                    config.database().display(),
+                    self.ident
+                ))
+                .permanent());
+            }
+        }
         let table = load_or_create(catalog.as_ref(), &self.ident, &self.schema).await?;
         if !table.metadata().default_partition_spec().is_unpartitioned() {
             return Err(SinkError::msg(format!(

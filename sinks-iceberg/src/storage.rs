@@ -74,6 +74,13 @@ impl SyncedDirs {
         Ok(())
     }
 
+    /// Forgets `dir`: it was removed (its table dropped and made again, by
+    /// this process or another), and the next [`ensure`](Self::ensure)
+    /// creates and syncs it again.
+    fn forget(&self, dir: &Path) {
+        self.lock().remove(dir);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -104,10 +111,17 @@ fn local_path(location: &str) -> PathBuf {
 }
 
 /// An I/O error as iceberg-rust's, naming what was done. A missing file is
-/// `DataInvalid`, as iceberg-rust's local storage reports it.
+/// `DataInvalid`, as iceberg-rust's local storage reports it (transient:
+/// a restart reads again); what needs a person (a permission, a read-only
+/// or full file system) is `PreconditionFailed`, which the sink classes
+/// permanent.
 fn io_error(doing: String, error: std::io::Error) -> Error {
+    use std::io::ErrorKind as Io;
     let kind = match error.kind() {
-        std::io::ErrorKind::NotFound => ErrorKind::DataInvalid,
+        Io::NotFound => ErrorKind::DataInvalid,
+        Io::PermissionDenied | Io::ReadOnlyFilesystem | Io::StorageFull | Io::QuotaExceeded => {
+            ErrorKind::PreconditionFailed
+        }
         _ => ErrorKind::Unexpected,
     };
     Error::new(kind, format!("{doing}: {error}")).with_source(error)
@@ -138,6 +152,22 @@ impl DurableLocalStorage {
         self.synced_dirs
             .ensure(parent)
             .map_err(|e| io_error(format!("creating the directory {}", parent.display()), e))
+    }
+
+    /// Creates `path` for writing in its directory, made durably first; a
+    /// directory removed since it was made is made again, once.
+    fn create(&self, path: &Path) -> Result<File> {
+        self.prepare_parent(path)?;
+        match File::create(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.synced_dirs
+                    .forget(path.parent().unwrap_or(Path::new("/")));
+                self.prepare_parent(path)?;
+                File::create(path)
+            }
+            other => other,
+        }
+        .map_err(|e| io_error(format!("creating {}", path.display()), e))
     }
 }
 
@@ -188,14 +218,10 @@ impl Storage for DurableLocalStorage {
         let path = local_path(location);
         let storage = self.clone();
         blocking(move || {
-            storage.prepare_parent(&path)?;
-            let written = File::create(&path)
-                .and_then(|mut file| {
-                    file.write_all(&bytes)?;
-                    file.sync_all()
-                })
-                .map_err(|e| io_error(format!("writing {}", path.display()), e));
-            written?;
+            let mut file = storage.create(&path)?;
+            file.write_all(&bytes)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| io_error(format!("writing {}", path.display()), e))?;
             DurableLocalStorage::sync_parent(&path)
         })
         .await
@@ -205,9 +231,7 @@ impl Storage for DurableLocalStorage {
         let path = local_path(location);
         let storage = self.clone();
         blocking(move || {
-            storage.prepare_parent(&path)?;
-            let file = File::create(&path)
-                .map_err(|e| io_error(format!("creating {}", path.display()), e))?;
+            let file = storage.create(&path)?;
             Ok(Box::new(DurableWrite {
                 file: Some(file),
                 path,
@@ -361,5 +385,9 @@ mod tests {
         assert!(!storage.exists(&streamed).await.unwrap());
         // Deleting what is not there is not an error.
         storage.delete(&streamed).await.unwrap();
+        // A directory removed behind the storage's back is made again.
+        std::fs::remove_dir_all(dir.path().join("t")).unwrap();
+        storage.write(&whole, Bytes::from("[]")).await.unwrap();
+        assert_eq!(storage.read(&whole).await.unwrap(), Bytes::from("[]"));
     }
 }

@@ -163,3 +163,39 @@ async fn a_record_the_table_cannot_hold_is_a_permanent_error_naming_the_problem(
     assert!(error.is_permanent(), "{error}");
     assert!(error.to_string().contains("schema"), "{error}");
 }
+
+/// A catalog database that does not hold the table whose files are at the
+/// location it would give a new one (another host's database, an older
+/// copy): the start is refused, naming the metadata found, instead of a
+/// new table hiding the rows already committed.
+#[tokio::test]
+async fn a_catalog_without_the_table_whose_files_are_there_is_refused() {
+    let table = LocalTable::new();
+    let sink = table.sink().await;
+    let files = prepare_and_check(&sink, &context(1), 10).await;
+    let factory = sink.global_committer().unwrap();
+    factory(&context(1))
+        .commit_checkpoint(CheckpointId(1), files)
+        .await
+        .unwrap();
+    let warehouse = match table.catalog.warehouse() {
+        sinks_iceberg::Warehouse::Local(dir) => dir.clone(),
+        other => panic!("a local warehouse: {other:?}"),
+    };
+    let other =
+        sinks_iceberg::SqliteCatalog::new(&table.dir.path().join("other.db"), &warehouse).unwrap();
+    let stranger = IcebergSink::<Event>::builder(other, table.ident.clone(), common::schema())
+        .build()
+        .unwrap();
+    let lineage = Lineage::new("l2");
+    let start = JobStart::fresh("job", &lineage, Generation(1), 1);
+    let error = stranger.on_start(&start).await.unwrap_err();
+    assert!(error.is_permanent(), "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("metadata.json") && text.contains("register_table"),
+        "{text}"
+    );
+    // The table's rows are untouched.
+    assert_eq!(table.committed_ids().await.len(), 10);
+}

@@ -203,6 +203,24 @@ async fn run(
     let source = sink_runtime::source::Source::map(source, move |id| {
         DemoRow::new(first_id.saturating_add(id), record_size)
     });
+    if config.fresh {
+        // --fresh removes the files where the flags place the table: a
+        // table the catalog has elsewhere (made under another --warehouse)
+        // is refused, not orphaned.
+        let opened = catalog.open().await?;
+        if opened.table_exists(ident).await? {
+            if let Ok(table) = opened.load_table(ident).await {
+                let (found, placed) = (table.metadata().location(), catalog.table_location(ident));
+                if found.trim_end_matches('/') != placed {
+                    bail!(
+                        "--fresh refused, nothing was deleted: the catalog has {ident} at {found}, \
+                         not at {placed} where --warehouse puts it; give the --warehouse it was \
+                         made under"
+                    );
+                }
+            }
+        }
+    }
     let storage = demo_job::open_state(config).await?;
     if config.fresh {
         // The table's files went with the output; its catalog entry goes

@@ -112,8 +112,9 @@ struct Args {
     /// `event string` (default ingest.events).
     #[arg(long)]
     table: Option<String>,
-    /// With --sink iceberg: the SQL catalog, as sqlite:PATH (created when
-    /// missing). Default: sqlite:WAREHOUSE/catalog.db.
+    /// With --sink iceberg: the SQL catalog, as sqlite:PATH (a local file,
+    /// created when missing). Default: sqlite:WAREHOUSE/catalog.db for a
+    /// local warehouse; needed with an s3:// --out.
     #[arg(long)]
     catalog: Option<String>,
     /// Time between checkpoints (commits), such as 1s or 200ms; or
@@ -266,6 +267,13 @@ impl Args {
                 let parts: Vec<&str> = table.split('.').collect();
                 if parts.len() < 2 || parts.iter().any(|part| part.is_empty()) {
                     bail!("--table {table}: give the Iceberg table as NAMESPACE.NAME, such as ingest.events");
+                }
+                if self.instance_id.is_some() {
+                    bail!(
+                        "--instance-id with --sink iceberg: the Iceberg catalog is a local SQLite \
+                         database, which instances on other hosts cannot share; run one instance, \
+                         or write files, Delta or Kafka with several"
+                    );
                 }
                 Destination::Iceberg { catalog, table }
             }

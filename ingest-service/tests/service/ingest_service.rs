@@ -1463,6 +1463,26 @@ fn bad_checkpoint_and_sink_flags_are_refused_with_the_fix() {
             "longer than",
         ),
         (&["--sink", "postgres"][..], "needs --url"),
+        (
+            &["--sink", "iceberg", "--table", "events"][..],
+            "NAMESPACE.NAME",
+        ),
+        (
+            &["--sink", "iceberg", "--catalog", "events.db"][..],
+            "sqlite:PATH",
+        ),
+        (
+            &[
+                "--sink",
+                "iceberg",
+                "--instance-id",
+                "a",
+                "--instances",
+                "a,b",
+            ][..],
+            "cannot share",
+        ),
+        (&["--catalog", "sqlite:x.db"][..], "--sink iceberg"),
         (&["--instances", "a,b"][..], "--instance-id"),
         (
             &["--instance-id", "c", "--instances", "a,b"][..],

@@ -42,10 +42,11 @@
 //! through a test-only abstraction (`docs/architecture.md`). What it does
 //! not model is refused with an error, not skipped: another process,
 //! `io_uring`, symbolic links, `RENAME_EXCHANGE`. Writes through a shared,
-//! writable `mmap` of a file are not in a trace: such a file's content in
-//! a crash state is what the program's write calls left, as if no mapped
-//! page had reached the disk (SQLite's WAL index, its `-shm` file, which
-//! SQLite rebuilds from the log after a crash, is one); a program whose
+//! writable `mmap` of a file are not in a trace, so such a file's content
+//! is unknown to the model: the minimal crash state holds what the
+//! program's write calls left of it, the random ones anything of its
+//! length, page by page (SQLite's WAL index, its `-shm` file, which SQLite
+//! rebuilds from the log after a crash, is such a file); a program whose
 //! durability rests on `msync` cannot be checked here. The model is checked
 //! against the disk after every recording: what it says the program left
 //! must be what the program left (for a mapped file, that it is there).

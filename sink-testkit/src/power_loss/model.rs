@@ -376,7 +376,7 @@ impl Model {
     /// What the program sees now (and what a killed process leaves).
     pub(crate) fn logical_tree(&self) -> Tree {
         let mut tree = Tree::default();
-        self.walk(0, PathBuf::new(), &mut tree, &mut |node| match node {
+        self.walk(0, PathBuf::new(), &mut tree, &mut |_, node| match node {
             Node::Dir { entries, .. } => DirOrFile::Dir(entries.clone()),
             Node::File { data, .. } => DirOrFile::File(data.clone()),
         });
@@ -420,7 +420,7 @@ impl Model {
             })
             .collect();
         let mut tree = Tree::default();
-        self.walk(0, PathBuf::new(), &mut tree, &mut |node| match node {
+        self.walk(0, PathBuf::new(), &mut tree, &mut |ino, node| match node {
             Node::Dir {
                 synced, pending, ..
             } => {
@@ -440,19 +440,27 @@ impl Model {
                 }
                 DirOrFile::Dir(entries)
             }
-            Node::File { data, synced } => DirOrFile::File(match choice {
-                _ if data == synced => data.clone(),
-                Choice::Minimal => synced.clone(),
-                Choice::Random(rng) => {
-                    let tear = PAGE * rng.usize(0..=data.len().max(synced.len()) / PAGE);
-                    match rng.u8(0..4) {
-                        0 => synced.clone(),
-                        1 => data.clone(),
-                        2 => torn(data, synced, tear, false),
-                        _ => torn(data, synced, tear, true),
+            Node::File { data, synced } => {
+                let written = match choice {
+                    _ if data == synced => data.clone(),
+                    Choice::Minimal => synced.clone(),
+                    Choice::Random(rng) => {
+                        let tear = PAGE * rng.usize(0..=data.len().max(synced.len()) / PAGE);
+                        match rng.u8(0..4) {
+                            0 => synced.clone(),
+                            1 => data.clone(),
+                            2 => torn(data, synced, tear, false),
+                            _ => torn(data, synced, tear, true),
+                        }
                     }
-                }
-            }),
+                };
+                DirOrFile::File(match choice {
+                    // Any page written through a mapping may or may not
+                    // have reached the disk, so its pages are anything.
+                    Choice::Random(rng) if self.mapped.contains(&ino) => scribbled(written, rng),
+                    _ => written,
+                })
+            }
         });
         tree
     }
@@ -464,14 +472,14 @@ impl Model {
         ino: Ino,
         path: PathBuf,
         tree: &mut Tree,
-        view: &mut dyn FnMut(&Node) -> DirOrFile,
+        view: &mut dyn FnMut(Ino, &Node) -> DirOrFile,
     ) {
         let mut seen: HashMap<Ino, DirOrFile> = HashMap::new();
         let mut stack = vec![(ino, path)];
         while let Some((ino, path)) = stack.pop() {
             let seen_view = seen
                 .entry(ino)
-                .or_insert_with(|| view(&self.nodes[ino]))
+                .or_insert_with(|| view(ino, &self.nodes[ino]))
                 .clone();
             match seen_view {
                 DirOrFile::Dir(entries) => {
@@ -683,6 +691,21 @@ fn apply_change(entries: &mut BTreeMap<OsString, Ino>, change: &Change) {
 /// A write torn at `tear`: the new bytes before it, the durable ones after
 /// it, and where the durable file was shorter, nothing (`zeros`: zeros up
 /// to the new length, as when the size reached the disk before the data).
+/// A file written through a shared mapping as a crash may leave it: its
+/// length (which only calls change), each page what the calls wrote, zeros
+/// or other bytes, chosen at random.
+fn scribbled(mut bytes: Vec<u8>, rng: &mut fastrand::Rng) -> Vec<u8> {
+    let mode = rng.u8(0..3);
+    for page in bytes.chunks_mut(PAGE) {
+        match (mode, rng.u8(0..3)) {
+            (0, _) | (2, 0) => {}
+            (1, _) | (2, 1) => page.fill(0),
+            _ => page.iter_mut().for_each(|byte| *byte = rng.u8(..)),
+        }
+    }
+    bytes
+}
+
 fn torn(data: &[u8], synced: &[u8], tear: usize, zeros: bool) -> Vec<u8> {
     let mut bytes = data[..tear.min(data.len())].to_vec();
     if synced.len() > bytes.len() {
@@ -932,11 +955,14 @@ mod tests {
     }
 
     /// A file mapped shared and writable is named, so that the check
-    /// against the disk compares only that it is there; its content is
-    /// what the write calls left.
+    /// against the disk compares only that it is there; the minimal crash
+    /// state holds what the write calls left, random ones anything of the
+    /// same length.
     #[test]
     fn a_shared_writable_mapping_marks_its_file_content_unknown() {
-        let mut ops = vec![open("db-shm", 3), write(3, b"\0\0\0\0")];
+        let mut ops = vec![open("db-shm", 3), write(3, &[0; 5000])];
+        ops.push(Op::Sync { fd: 3 });
+        ops.extend(sync(".", 4));
         ops.push(Op::MapShared { fd: 3 });
         let model = model(&ops);
         assert_eq!(
@@ -945,12 +971,32 @@ mod tests {
         );
         let tree = model.logical_tree();
         let mut disk = Tree::default();
-        disk.insert("db-shm".into(), Entry::File(b"\x01\0\0\x07".to_vec()));
+        disk.insert("db-shm".into(), Entry::File(vec![7; 5000]));
         assert_eq!(tree.difference(&disk, &model.mapped_paths()), None);
         assert!(tree.difference(&disk, &BTreeSet::new()).is_some());
         assert!(Tree::default()
             .difference(&disk, &model.mapped_paths())
             .is_some());
+        let path = Path::new("db-shm");
+        let minimal = model.crash_tree(&mut Choice::Minimal);
+        assert_eq!(minimal.get(path), Some(&Entry::File(vec![0; 5000])));
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut contents = BTreeSet::new();
+        for _ in 0..30 {
+            let state = model.crash_tree(&mut Choice::Random(&mut rng));
+            match state.get(path) {
+                Some(Entry::File(bytes)) => {
+                    assert_eq!(bytes.len(), 5000, "only calls change its length");
+                    contents.insert(bytes.clone());
+                }
+                other => panic!("the synced mapped file is gone: {other:?}"),
+            }
+        }
+        assert!(
+            contents.len() > 2,
+            "random states vary its pages: {}",
+            contents.len()
+        );
     }
 
     #[test]

@@ -40,7 +40,12 @@ pub struct LocalTable {
     pub catalog: SqliteCatalog,
     pub ident: TableIdent,
     pub dir: tempfile::TempDir,
+    /// The catalog as the test reads it, opened once.
+    opened: Opened,
 }
+
+/// A catalog opened at its first read, then shared by the reads.
+type Opened = tokio::sync::OnceCell<std::sync::Arc<dyn sinks_iceberg::iceberg::Catalog>>;
 
 impl LocalTable {
     pub fn new() -> LocalTable {
@@ -51,11 +56,15 @@ impl LocalTable {
             catalog,
             ident: TableIdent::from_strs(["db", "events"]).expect("a name"),
             dir,
+            opened: Opened::new(),
         }
     }
 
     pub async fn table(&self) -> Option<sinks_iceberg::iceberg::table::Table> {
-        let catalog = self.catalog.open().await.expect("the catalog opens");
+        let catalog = self
+            .opened
+            .get_or_init(|| async { self.catalog.open().await.expect("the catalog opens") })
+            .await;
         read::table(catalog.as_ref(), &self.ident)
             .await
             .expect("the catalog reads")
@@ -122,6 +131,7 @@ pub struct S3Table {
     pub ident: TableIdent,
     pub prefix: String,
     pub dir: tempfile::TempDir,
+    opened: Opened,
 }
 
 #[cfg(feature = "s3")]
@@ -141,11 +151,15 @@ impl S3Table {
             ident: TableIdent::from_strs(["db", "events"]).expect("a name"),
             prefix,
             dir,
+            opened: Opened::new(),
         }
     }
 
     pub async fn table(&self) -> Option<sinks_iceberg::iceberg::table::Table> {
-        let catalog = self.catalog.open().await.expect("the catalog opens");
+        let catalog = self
+            .opened
+            .get_or_init(|| async { self.catalog.open().await.expect("the catalog opens") })
+            .await;
         read::table(catalog.as_ref(), &self.ident)
             .await
             .expect("the catalog reads")
@@ -185,7 +199,7 @@ impl Destination for S3Table {
             return Some(0);
         };
         let live = read::live_files(&table).await.expect("the manifests read");
-        let sinks_iceberg::Warehouse::S3 { url, store } = &self.catalog.warehouse else {
+        let sinks_iceberg::Warehouse::S3 { url, store } = self.catalog.warehouse() else {
             panic!("an S3 warehouse");
         };
         let bucket = url
