@@ -151,65 +151,98 @@ impl SqliteCatalog {
         }
     }
 
-    /// The first metadata file (`*.metadata.json`) under the location the
-    /// catalog would give a new table `ident`, if any: a table whose
-    /// catalog entry is not in this database. Read by the sink before it
-    /// creates a table, so that it never starts a new table over the files
-    /// of one another catalog (another host's database, an older copy)
-    /// holds.
-    pub(crate) async fn existing_metadata(
+    /// The newest metadata file under the location the catalog would give
+    /// a new table `ident`, if it describes a table with snapshots: a table
+    /// whose catalog entry is not in this database (another host's
+    /// database, an older copy). Read by the sink before it creates a
+    /// table, so that it never starts a new table over the rows of one
+    /// another catalog holds. Metadata with no snapshot is passed over: a
+    /// start killed while it created the table leaves it (the file written,
+    /// the catalog's row not), and there are no rows to hide.
+    pub(crate) async fn table_with_rows_at(
         &self,
         ident: &TableIdent,
     ) -> Result<Option<String>, SinkError> {
         let location = self.table_location(ident);
         let looking = || format!("looking for table metadata under {location}/metadata");
+        let mut files = self.metadata_files(ident).await?;
+        // `NNNNN-<uuid>.metadata.json`: the highest version is the newest.
+        files.sort_by_key(|file| {
+            let name = file.rsplit('/').next().unwrap_or_default();
+            name.split('-').next().and_then(|v| v.parse::<u64>().ok())
+        });
+        let Some(newest) = files.pop() else {
+            return Ok(None);
+        };
+        let storage = self
+            .storage()
+            .build(&iceberg::io::StorageConfig::new())
+            .map_err(|e| iceberg_error(looking(), e))?;
+        let bytes = storage
+            .read(&newest)
+            .await
+            .map_err(|e| iceberg_error(format!("reading {newest}"), e))?;
+        let metadata: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            SinkError::other(format!("reading {newest}: it is not table metadata"), e).permanent()
+        })?;
+        let has_snapshots = metadata["snapshots"]
+            .as_array()
+            .is_some_and(|snapshots| !snapshots.is_empty());
+        Ok(has_snapshots.then_some(newest))
+    }
+
+    /// The metadata files (`*.metadata.json`) under the location a new
+    /// table `ident` gets, as URLs.
+    async fn metadata_files(&self, ident: &TableIdent) -> Result<Vec<String>, SinkError> {
+        let location = self.table_location(ident);
+        let listing = || format!("listing the metadata files under {location}/metadata");
         let is_metadata = |name: &str| name.ends_with(".metadata.json");
         match &self.warehouse {
             Warehouse::Local(_) => {
                 let Some(dir) = self.table_dir(ident).map(|dir| dir.join("metadata")) else {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 };
-                let found = tokio::task::spawn_blocking(move || match std::fs::read_dir(&dir) {
+                let names = tokio::task::spawn_blocking(move || match std::fs::read_dir(&dir) {
                     Ok(entries) => entries
-                        .filter_map(|entry| entry.ok())
-                        .map(|entry| entry.path())
-                        .find(|path| path.to_str().is_some_and(is_metadata))
-                        .map(|path| Ok(path.display().to_string()))
-                        .transpose(),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                        .map(|entry| entry.map(|entry| entry.file_name()))
+                        .collect::<Result<Vec<_>, _>>(),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
                     Err(e) => Err(e),
                 })
                 .await
-                .map_err(|e| SinkError::other(looking(), e))?;
-                found.map_err(|e| SinkError::io(looking(), e))
+                .map_err(|e| SinkError::other(listing(), e))?
+                .map_err(|e| SinkError::io(listing(), e))?;
+                Ok(names
+                    .iter()
+                    .filter_map(|name| name.to_str())
+                    .filter(|name| is_metadata(name))
+                    .map(|name| format!("{location}/metadata/{name}"))
+                    .collect())
             }
             #[cfg(feature = "s3")]
             Warehouse::S3 { url, store } => {
                 use futures::TryStreamExt as _;
 
-                let bucket_and_key = url.trim_start_matches("s3://");
-                let key = bucket_and_key.split_once('/').map_or("", |(_, key)| key);
-                let mut prefix = String::from(key);
-                for level in ident
-                    .namespace()
-                    .iter()
-                    .chain([ident.name().to_string()].iter())
-                {
-                    if !prefix.is_empty() {
-                        prefix.push('/');
-                    }
-                    prefix.push_str(level);
-                }
-                prefix.push_str("/metadata");
+                let bucket = url
+                    .trim_start_matches("s3://")
+                    .split('/')
+                    .next()
+                    .unwrap_or_default();
+                let prefix = location
+                    .trim_start_matches("s3://")
+                    .split_once('/')
+                    .map_or(String::new(), |(_, key)| format!("{key}/metadata"));
                 let listed: Vec<_> = store
                     .list(Some(&object_store::path::Path::from(prefix)))
                     .try_collect()
                     .await
-                    .map_err(|e| SinkError::other(looking(), e))?;
+                    .map_err(|e| SinkError::other(listing(), e))?;
                 Ok(listed
                     .iter()
                     .map(|meta| meta.location.to_string())
-                    .find(|name| is_metadata(name)))
+                    .filter(|name| is_metadata(name))
+                    .map(|name| format!("s3://{bucket}/{name}"))
+                    .collect())
             }
         }
     }

@@ -139,10 +139,11 @@ where
             .await
             .map_err(|e| iceberg_error(format!("reading the Iceberg table {}", self.ident), e))?;
         if let (false, Some(config)) = (exists, self.connection.config()) {
-            if let Some(found) = config.existing_metadata(&self.ident).await? {
+            if let Some(found) = config.table_with_rows_at(&self.ident).await? {
                 return Err(SinkError::msg(format!(
                     "the catalog {} has no table {}, but its location holds the metadata of \
-                     one ({found}): this is not the catalog database the table was made in \
+                     one with snapshots ({found}): this is not the catalog database the table \
+                     was made in \
                      (another host's, or an older copy). Run the job with that catalog, or \
                      register the table in this one (PyIceberg's `register_table`); a new table \
                      there would hide its rows",

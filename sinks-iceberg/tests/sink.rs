@@ -167,10 +167,22 @@ async fn a_record_the_table_cannot_hold_is_a_permanent_error_naming_the_problem(
 /// A catalog database that does not hold the table whose files are at the
 /// location it would give a new one (another host's database, an older
 /// copy): the start is refused, naming the metadata found, instead of a
-/// new table hiding the rows already committed.
+/// new table hiding the rows already committed. Metadata of a table with
+/// no snapshot (a start killed while it created the table) is passed over.
 #[tokio::test]
 async fn a_catalog_without_the_table_whose_files_are_there_is_refused() {
     let table = LocalTable::new();
+    let warehouse = match table.catalog.warehouse() {
+        sinks_iceberg::Warehouse::Local(dir) => dir.clone(),
+        other => panic!("a local warehouse: {other:?}"),
+    };
+    // A table created, and nothing committed, through another database.
+    let first = sinks_iceberg::SqliteCatalog::new(&table.dir.path().join("first.db"), &warehouse)
+        .unwrap();
+    let opened = first.open().await.unwrap();
+    sinks_iceberg::load_or_create(opened.as_ref(), &table.ident, &common::schema())
+        .await
+        .unwrap();
     let sink = table.sink().await;
     let files = prepare_and_check(&sink, &context(1), 10).await;
     let factory = sink.global_committer().unwrap();
@@ -198,4 +210,55 @@ async fn a_catalog_without_the_table_whose_files_are_there_is_refused() {
     );
     // The table's rows are untouched.
     assert_eq!(table.committed_ids().await.len(), 10);
+}
+
+/// Flink's FLINK-38614 on a real table: a job with checkpoints, whose last
+/// records come after the last periodic barrier, records its end of input
+/// only after the final checkpoint's files are in the table. The last
+/// snapshot is the end of input (no files), no snapshot adds files past
+/// the checkpoint it names, and every record is there once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_input_is_recorded_after_the_final_checkpoints_files() {
+    use sink_runtime::{CheckpointConfig, Job, SequenceSource, Source as _};
+
+    let table = LocalTable::new();
+    let sink = table.sink().await;
+    let report = Job::builder(
+        "final",
+        SequenceSource::bounded(3000).paced(10_000).map(Event::new),
+        sink,
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(std::time::Duration::from_millis(
+        40,
+    )))
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    let lineage = report.lineage.expect("a lineage");
+    let app_id = format!("final/{lineage}");
+    let loaded = table.table().await.expect("the table");
+    let mut ids = read::int64_column(&loaded, "id").await.unwrap();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..3000).collect::<Vec<_>>());
+    let properties = loaded.metadata().properties();
+    let end: u64 = properties[&format!("eo-sink.end-of-input/{app_id}")]
+        .parse()
+        .unwrap();
+    let snapshots = read::snapshots(&loaded);
+    let last = snapshots.last().expect("snapshots");
+    assert_eq!(
+        (last.lineage.as_deref(), last.checkpoint, last.added_files),
+        (Some(app_id.as_str()), Some(end), 0),
+        "the end of input is the last snapshot: {snapshots:?}"
+    );
+    let appends: Vec<u64> = snapshots
+        .iter()
+        .filter(|s| s.added_files > 0)
+        .filter_map(|s| s.checkpoint)
+        .collect();
+    assert!(appends.len() >= 2, "several checkpoints: {snapshots:?}");
+    assert!(appends.iter().all(|&c| c <= end), "{appends:?} after {end}");
 }
