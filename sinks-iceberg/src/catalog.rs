@@ -156,9 +156,10 @@ impl SqliteCatalog {
     /// whose catalog entry is not in this database (another host's
     /// database, an older copy). Read by the sink before it creates a
     /// table, so that it never starts a new table over the rows of one
-    /// another catalog holds. Metadata with no snapshot is passed over: a
-    /// start killed while it created the table leaves it (the file written,
-    /// the catalog's row not), and there are no rows to hide.
+    /// another catalog holds. Metadata with no snapshot, or that does not
+    /// read as metadata, is passed over: a start killed while it created
+    /// the table leaves it (the file written, or part of it, and the
+    /// catalog's row not), and there are no rows to hide.
     pub(crate) async fn table_with_rows_at(
         &self,
         ident: &TableIdent,
@@ -171,24 +172,27 @@ impl SqliteCatalog {
             let name = file.rsplit('/').next().unwrap_or_default();
             name.split('-').next().and_then(|v| v.parse::<u64>().ok())
         });
-        let Some(newest) = files.pop() else {
-            return Ok(None);
-        };
         let storage = self
             .storage()
             .build(&iceberg::io::StorageConfig::new())
             .map_err(|e| iceberg_error(looking(), e))?;
-        let bytes = storage
-            .read(&newest)
-            .await
-            .map_err(|e| iceberg_error(format!("reading {newest}"), e))?;
-        let metadata: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-            SinkError::other(format!("reading {newest}: it is not table metadata"), e).permanent()
-        })?;
-        let has_snapshots = metadata["snapshots"]
-            .as_array()
-            .is_some_and(|snapshots| !snapshots.is_empty());
-        Ok(has_snapshots.then_some(newest))
+        // The newest file that reads as metadata decides; one that does not
+        // (a write a power cut cut short, before its table was ever in a
+        // catalog) is passed over.
+        while let Some(newest) = files.pop() {
+            let bytes = storage
+                .read(&newest)
+                .await
+                .map_err(|e| iceberg_error(format!("reading {newest}"), e))?;
+            let Ok(metadata) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+                continue;
+            };
+            let has_snapshots = metadata["snapshots"]
+                .as_array()
+                .is_some_and(|snapshots| !snapshots.is_empty());
+            return Ok(has_snapshots.then_some(newest));
+        }
+        Ok(None)
     }
 
     /// The metadata files (`*.metadata.json`) under the location a new

@@ -168,7 +168,8 @@ async fn a_record_the_table_cannot_hold_is_a_permanent_error_naming_the_problem(
 /// location it would give a new one (another host's database, an older
 /// copy): the start is refused, naming the metadata found, instead of a
 /// new table hiding the rows already committed. Metadata of a table with
-/// no snapshot (a start killed while it created the table) is passed over.
+/// no snapshot, or cut short (a start killed while it created the table),
+/// is passed over.
 #[tokio::test]
 async fn a_catalog_without_the_table_whose_files_are_there_is_refused() {
     let table = LocalTable::new();
@@ -177,12 +178,18 @@ async fn a_catalog_without_the_table_whose_files_are_there_is_refused() {
         other => panic!("a local warehouse: {other:?}"),
     };
     // A table created, and nothing committed, through another database.
-    let first = sinks_iceberg::SqliteCatalog::new(&table.dir.path().join("first.db"), &warehouse)
-        .unwrap();
+    let first =
+        sinks_iceberg::SqliteCatalog::new(&table.dir.path().join("first.db"), &warehouse).unwrap();
     let opened = first.open().await.unwrap();
     sinks_iceberg::load_or_create(opened.as_ref(), &table.ident, &common::schema())
         .await
         .unwrap();
+    // And a newer metadata file a power cut left empty.
+    std::fs::write(
+        warehouse.join("db/events/metadata/00001-cut.metadata.json"),
+        b"",
+    )
+    .unwrap();
     let sink = table.sink().await;
     let files = prepare_and_check(&sink, &context(1), 10).await;
     let factory = sink.global_committer().unwrap();
