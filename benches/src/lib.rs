@@ -62,3 +62,59 @@ pub fn peak_rss_mib(runs: &[serde_json::Value]) -> f64 {
         .unwrap_or(0) as f64
         / 1_048_576.0
 }
+
+/// Alternates the two measurements of a table benchmark `runs` times (at
+/// least once), the baseline first: each is this program run again as
+/// `--child <WHAT> <dir>/<WHAT>-<run> --rows <rows>` (its table made and
+/// removed in `dir`). Returns the sink's and the baseline's measurements.
+/// Called by `delta-bench` and `iceberg-bench`.
+pub fn alternate_children(
+    runs: usize,
+    rows: u64,
+    dir: &std::path::Path,
+) -> anyhow::Result<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
+    use anyhow::Context as _;
+
+    let exe = std::env::current_exe().context("finding this program")?;
+    let measure = |what: &str, run: usize| {
+        let place = dir.join(format!("{what}-{run}"));
+        let output = std::process::Command::new(&exe)
+            .arg("--child")
+            .arg(what)
+            .arg(&place)
+            .args(["--rows", &rows.to_string()])
+            .output()
+            .with_context(|| format!("running the {what} measurement"));
+        let _ = std::fs::remove_dir_all(&place);
+        measurement(what, output?)
+    };
+    let (mut sink, mut plain) = (Vec::new(), Vec::new());
+    for run in 0..runs.max(1) {
+        plain.push(measure("plain", run)?);
+        sink.push(measure("sink", run)?);
+    }
+    Ok((sink, plain))
+}
+
+/// The figures of a table benchmark from its measurements: rows per second
+/// of each side (medians), their ratio, and each side's peak RSS, with
+/// every measurement.
+pub fn table_summary(
+    rows: u64,
+    runs: usize,
+    sink: Vec<serde_json::Value>,
+    plain: Vec<serde_json::Value>,
+) -> serde_json::Value {
+    let (sink_rate, plain_rate) = (median_rate(&sink, "rows"), median_rate(&plain, "rows"));
+    serde_json::json!({
+        "rows": rows,
+        "runs": runs,
+        "sink_rows_per_s": sink_rate,
+        "plain_rows_per_s": plain_rate,
+        "ratio": sink_rate / plain_rate,
+        "sink_peak_rss_mib": peak_rss_mib(&sink),
+        "plain_peak_rss_mib": peak_rss_mib(&plain),
+        "sink": sink,
+        "plain": plain,
+    })
+}

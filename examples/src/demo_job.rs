@@ -4,13 +4,13 @@
 
 use std::io::IsTerminal;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use sink_runtime::storage::StorageError;
-use sink_runtime::{LocalCheckpointStorage, SequenceSource};
+use sink_runtime::{JobHandle, JobReport, LocalCheckpointStorage, SequenceSource};
 
 use sink_cli::flags::parse_duration;
 use sink_cli::location::{self, Location, Storage};
@@ -284,6 +284,45 @@ impl JobConfig {
         self.checkpoint_interval
             .map_or("off".into(), |i| format!("{i:?}"))
     }
+}
+
+/// Waits for the job `handle` started at `started` to end, as the table
+/// demos run it: a spinner with the records written and the checkpoints
+/// (when `show_progress` and stderr is a terminal), and an unbounded
+/// source cancelled after `--run-for`. Called by `delta-sink-demo` and
+/// `iceberg-sink-demo`.
+pub async fn wait_for(
+    handle: JobHandle,
+    config: &JobConfig,
+    started: Instant,
+    show_progress: bool,
+) -> anyhow::Result<JobReport> {
+    let bar = progress_bar(show_progress);
+    let deadline = config
+        .source
+        .is_unbounded()
+        .then(|| started + config.run_for);
+    let report = loop {
+        if let Some(bar) = &bar {
+            let metrics = handle.metrics();
+            bar.set_message(format!(
+                "written {:>10}   checkpoints {}",
+                metrics.records_written, metrics.checkpoints_completed
+            ));
+        }
+        if handle.is_finished() {
+            break handle.join().await?;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            handle.cancel();
+            break handle.join().await?;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(report)
 }
 
 /// A spinner on stderr when it is a terminal and `enabled`.

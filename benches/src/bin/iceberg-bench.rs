@@ -18,7 +18,6 @@
 //! are compared. Every row is counted in the table afterwards.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,7 +42,7 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use serde::Serialize;
 use serde_json::{json, Value};
-use sink_benches::{measurement, median_rate, peak_rss_bytes, peak_rss_mib};
+use sink_benches::{alternate_children, peak_rss_bytes, table_summary};
 use sink_runtime::source::Source;
 use sink_runtime::{CheckpointConfig, Job, LocalCheckpointStorage, SequenceSource};
 use sinks_iceberg::{read, IcebergSink, SqliteCatalog};
@@ -265,21 +264,6 @@ async fn plain(warehouse: &std::path::Path, rows: u64) -> anyhow::Result<Value> 
     Ok(json!({ "seconds": seconds, "rows": rows, "peak_rss_bytes": peak }))
 }
 
-/// Runs one measurement in a child process, and removes its warehouse.
-fn measure(args: &Args, dir: &std::path::Path, what: &str, run: usize) -> anyhow::Result<Value> {
-    let exe = std::env::current_exe().context("finding this program")?;
-    let warehouse = dir.join(format!("{what}-{run}"));
-    let output = Command::new(exe)
-        .arg("--child")
-        .arg(what)
-        .arg(&warehouse)
-        .args(["--rows", &args.rows.to_string()])
-        .output()
-        .with_context(|| format!("running the {what} measurement"))?;
-    let _ = std::fs::remove_dir_all(&warehouse);
-    measurement(what, output)
-}
-
 fn main() -> anyhow::Result<()> {
     sink_cli::flags::init_tracing();
     let args = Args::parse();
@@ -298,23 +282,12 @@ fn main() -> anyhow::Result<()> {
         .dir
         .clone()
         .unwrap_or_else(|| scratch.path().to_path_buf());
-    let (mut sink, mut plain) = (Vec::new(), Vec::new());
-    for run in 0..args.runs.max(1) {
-        plain.push(measure(&args, &dir, "plain", run)?);
-        sink.push(measure(&args, &dir, "sink", run)?);
-    }
-    let (sink_rate, plain_rate) = (median_rate(&sink, "rows"), median_rate(&plain, "rows"));
-    let summary = json!({
-        "rows": args.rows,
-        "runs": args.runs,
-        "sink_rows_per_s": sink_rate,
-        "plain_rows_per_s": plain_rate,
-        "ratio": sink_rate / plain_rate,
-        "sink_peak_rss_mib": peak_rss_mib(&sink),
-        "plain_peak_rss_mib": peak_rss_mib(&plain),
-        "sink": sink,
-        "plain": plain,
-    });
+    let (sink, plain) = alternate_children(args.runs, args.rows, &dir)?;
+    let summary = table_summary(args.rows, args.runs, sink, plain);
+    let (sink_rate, plain_rate) = (
+        summary["sink_rows_per_s"].as_f64().unwrap_or(f64::NAN),
+        summary["plain_rows_per_s"].as_f64().unwrap_or(f64::NAN),
+    );
     if args.json {
         println!("{summary}");
     } else {
@@ -324,8 +297,8 @@ fn main() -> anyhow::Result<()> {
         );
         println!(
             "peak RSS: Iceberg sink {:.0} MiB, iceberg-rust's writer {:.0} MiB",
-            peak_rss_mib(&sink),
-            peak_rss_mib(&plain)
+            summary["sink_peak_rss_mib"].as_f64().unwrap_or(0.0),
+            summary["plain_peak_rss_mib"].as_f64().unwrap_or(0.0)
         );
     }
     Ok(())

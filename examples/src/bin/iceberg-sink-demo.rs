@@ -252,31 +252,7 @@ async fn run(
     let job = builder.build()?;
     let started = Instant::now();
     let handle = job.start();
-    let bar = demo_job::progress_bar(show_progress);
-    let deadline = config
-        .source
-        .is_unbounded()
-        .then(|| started + config.run_for);
-    let report = loop {
-        if let Some(bar) = &bar {
-            let metrics = handle.metrics();
-            bar.set_message(format!(
-                "written {:>10}   checkpoints {}",
-                metrics.records_written, metrics.checkpoints_completed
-            ));
-        }
-        if handle.is_finished() {
-            break handle.join().await?;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            handle.cancel();
-            break handle.join().await?;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    let report = demo_job::wait_for(handle, config, started, show_progress).await?;
     let wall = started.elapsed();
     let table = count(catalog, ident, report.lineage.as_ref())
         .await

@@ -35,6 +35,29 @@ pub fn schema() -> Schema {
         .expect("a schema")
 }
 
+/// The sink the kit certifies: files rolled at 1 KiB, so that a subtask's
+/// checkpoint hands out several, a commit call holds several requests, and
+/// a lost answer can fall in the middle of one.
+fn kit_sink(catalog: &SqliteCatalog, ident: &TableIdent) -> IcebergSink<Event> {
+    IcebergSink::builder(catalog.clone(), ident.clone(), schema())
+        .roll_files_at_checkpoints_and_at_size(1024)
+        .build()
+        .expect("a valid sink")
+}
+
+/// The ids in `table` (none without a table).
+async fn ids(table: Option<sinks_iceberg::iceberg::table::Table>) -> Vec<u64> {
+    let Some(table) = table else {
+        return Vec::new();
+    };
+    read::int64_column(&table, "id")
+        .await
+        .expect("the table reads")
+        .into_iter()
+        .map(|id| id as u64)
+        .collect()
+}
+
 /// A catalog and warehouse of their own for one kit scenario.
 pub struct LocalTable {
     pub catalog: SqliteCatalog,
@@ -75,26 +98,12 @@ impl LocalTable {
 impl Destination for LocalTable {
     type Sink = IcebergSink<Event>;
 
-    /// Files rolled at 1 KiB: a subtask's checkpoint hands out several,
-    /// so a commit call holds several requests, and a lost answer can fall
-    /// in the middle of one.
     async fn sink(&self) -> IcebergSink<Event> {
-        IcebergSink::builder(self.catalog.clone(), self.ident.clone(), schema())
-            .roll_files_at_checkpoints_and_at_size(1024)
-            .build()
-            .expect("a valid sink")
+        kit_sink(&self.catalog, &self.ident)
     }
 
     async fn committed_ids(&self) -> Vec<u64> {
-        let Some(table) = self.table().await else {
-            return Vec::new();
-        };
-        read::int64_column(&table, "id")
-            .await
-            .expect("the table reads")
-            .into_iter()
-            .map(|id| id as u64)
-            .collect()
+        ids(self.table().await).await
     }
 
     /// Data files in the table's data directory that no snapshot names.
@@ -171,24 +180,12 @@ impl S3Table {
 impl Destination for S3Table {
     type Sink = IcebergSink<Event>;
 
-    /// Files rolled at 1 KiB, as on local tables.
     async fn sink(&self) -> IcebergSink<Event> {
-        IcebergSink::builder(self.catalog.clone(), self.ident.clone(), schema())
-            .roll_files_at_checkpoints_and_at_size(1024)
-            .build()
-            .expect("a valid sink")
+        kit_sink(&self.catalog, &self.ident)
     }
 
     async fn committed_ids(&self) -> Vec<u64> {
-        let Some(table) = self.table().await else {
-            return Vec::new();
-        };
-        read::int64_column(&table, "id")
-            .await
-            .expect("the table reads")
-            .into_iter()
-            .map(|id| id as u64)
-            .collect()
+        ids(self.table().await).await
     }
 
     /// Data objects under the table's `data/` that no snapshot names.
