@@ -18,7 +18,10 @@
 //! A replayed or retried checkpoint is recognised from the table's
 //! properties (the `marks` module), never from memory, and iceberg-rust's
 //! own retry, which applies a commit again to a table that moved, is not
-//! used (the `one_attempt` module).
+//! used (the `one_attempt` module). Tables live in a local warehouse,
+//! written durably (the `storage` module), or on S3 (the `s3` feature);
+//! the catalog is an SQL catalog on a local SQLite database. The project's
+//! `docs/iceberg-sink.md` says what holds after each kind of crash.
 
 mod catalog;
 mod committable;
