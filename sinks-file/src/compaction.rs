@@ -746,6 +746,9 @@ fn exchange(_: &Path, _: &Path) -> io::Result<()> {
 /// The start of the probe's directories, in the base directory.
 const PROBE: &str = ".compaction-probe-";
 
+/// Probes whose directories another start removed, before the probe fails.
+const PROBE_ATTEMPTS: u32 = 5;
+
 /// Checks that the filesystem of `base` exchanges directories atomically.
 /// On a fresh start (`fresh`) a missing `base` is created (durably), as its
 /// writers would; on a restored start a missing `base` is left to the
@@ -773,13 +776,26 @@ pub(crate) fn probe(base: &Path, fresh: bool) -> Result<(), SinkError> {
             remove_all(&entry.path())?;
         }
     }
-    let id = uuid::Uuid::new_v4();
-    let a = base.join(format!("{PROBE}{id}-a"));
-    let b = base.join(format!("{PROBE}{id}-b"));
-    let made = fs::create_dir(&a).and_then(|()| fs::create_dir(&b));
-    let result = made.and_then(|()| exchange(&a, &b));
-    let _ = fs::remove_dir(&a);
-    let _ = fs::remove_dir(&b);
+    // Another start on the same output removes this probe's directories
+    // as leftovers when it begins at the same moment (two instances of a
+    // job reading the same splits): the exchange then finds them gone,
+    // which says nothing of the filesystem, and is tried again.
+    let mut attempt = 0;
+    let result = loop {
+        let id = uuid::Uuid::new_v4();
+        let a = base.join(format!("{PROBE}{id}-a"));
+        let b = base.join(format!("{PROBE}{id}-b"));
+        let made = fs::create_dir(&a).and_then(|()| fs::create_dir(&b));
+        let result = made.and_then(|()| exchange(&a, &b));
+        let _ = fs::remove_dir(&a);
+        let _ = fs::remove_dir(&b);
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempt < PROBE_ATTEMPTS => {
+                attempt += 1;
+            }
+            other => break other,
+        }
+    };
     result.map_err(|e| {
         SinkError::io(
             format!(
