@@ -99,6 +99,20 @@ pub(crate) struct Model {
     /// Files mapped shared and writable: their content holds what the
     /// program wrote with calls, not what it wrote through the mapping.
     mapped: HashSet<Ino>,
+    /// Files an [`Op::Uncertain`] wrote to: their content is not known.
+    unsure_content: HashSet<Ino>,
+    /// Paths (relative to the root) an [`Op::Uncertain`] named: whether
+    /// they, and anything under them, exist is not known.
+    unsure_entries: BTreeSet<PathBuf>,
+}
+
+/// What the final check against the disk does not compare: the content of
+/// files written through a shared mapping or by an uncertain call, and the
+/// entries at (and under) paths an uncertain call named.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Unknowns {
+    pub content: BTreeSet<PathBuf>,
+    pub entries: BTreeSet<PathBuf>,
 }
 
 impl Model {
@@ -118,6 +132,8 @@ impl Model {
             descriptions: Vec::new(),
             links: Vec::new(),
             mapped: HashSet::new(),
+            unsure_content: HashSet::new(),
+            unsure_entries: BTreeSet::new(),
         };
         let mut inos: HashMap<PathBuf, Ino> = HashMap::from([(PathBuf::new(), 0)]);
         for (path, entry) in initial.entries() {
@@ -361,6 +377,12 @@ impl Model {
             Op::Close { fd } => {
                 self.fds.remove(fd);
             }
+            Op::Uncertain { op, applied } => {
+                self.mark_unsure(op)?;
+                if *applied {
+                    return self.apply(op);
+                }
+            }
             Op::Dup { from, to } => match self.fds.get(from).copied() {
                 Some(d) => {
                     self.fds.insert(*to, d);
@@ -383,10 +405,56 @@ impl Model {
         tree
     }
 
+    /// Records what an uncertain `op` names as unknown to the final check.
+    fn mark_unsure(&mut self, op: &Op) -> Result<(), String> {
+        let (ats, fds): (Vec<&At>, Vec<i32>) = match op {
+            Op::Open { at, .. } | Op::TruncatePath { at, .. } | Op::Unlink { at } => {
+                (vec![at], vec![])
+            }
+            Op::Mkdir { at } => (vec![at], vec![]),
+            Op::Rename { from, to } | Op::Link { from, to } => (vec![from, to], vec![]),
+            Op::Exchange { a, b } => (vec![a, b], vec![]),
+            Op::LinkFd { to, .. } => (vec![to], vec![]),
+            Op::Write { fd, .. } | Op::Truncate { fd, .. } | Op::Extend { fd, .. } => {
+                (vec![], vec![*fd])
+            }
+            Op::Copy { to, .. } => (vec![], vec![*to]),
+            _ => (vec![], vec![]),
+        };
+        for at in ats {
+            let path = self.absolute(at)?;
+            if let Some(names) = self.inside(&path) {
+                self.unsure_entries.insert(names.iter().collect());
+            }
+        }
+        for fd in fds {
+            if let Some(ino) = self.inode_of(fd) {
+                self.unsure_content.insert(ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// What the final check against the disk must not compare.
+    pub(crate) fn unknowns(&self) -> Unknowns {
+        let unsure: HashSet<Ino> = self.unsure_content.union(&self.mapped).copied().collect();
+        Unknowns {
+            content: self.paths_of(&unsure),
+            entries: self.unsure_entries.clone(),
+        }
+    }
+
     /// The paths (in [`logical_tree`](Self::logical_tree)) of the files
     /// the program mapped shared and writable: their content there is what
     /// its write calls left, which the mapping may have changed since.
+    #[cfg(test)]
     pub(crate) fn mapped_paths(&self) -> BTreeSet<PathBuf> {
+        self.paths_of(&self.mapped)
+    }
+
+    /// The paths (in [`logical_tree`](Self::logical_tree)) of the files
+    /// `inos`.
+    fn paths_of(&self, inos: &HashSet<Ino>) -> BTreeSet<PathBuf> {
         let mut paths = BTreeSet::new();
         let mut stack = vec![(0, PathBuf::new())];
         while let Some((ino, path)) = stack.pop() {
@@ -398,7 +466,7 @@ impl Model {
                 }
                 Node::Dir { .. } => {}
                 Node::File { .. } => {
-                    if self.mapped.contains(&ino) {
+                    if inos.contains(&ino) {
                         paths.insert(path);
                     }
                 }
@@ -972,10 +1040,10 @@ mod tests {
         let tree = model.logical_tree();
         let mut disk = Tree::default();
         disk.insert("db-shm".into(), Entry::File(vec![7; 5000]));
-        assert_eq!(tree.difference(&disk, &model.mapped_paths()), None);
-        assert!(tree.difference(&disk, &BTreeSet::new()).is_some());
+        assert_eq!(tree.difference(&disk, &model.unknowns()), None);
+        assert!(tree.difference(&disk, &Unknowns::default()).is_some());
         assert!(Tree::default()
-            .difference(&disk, &model.mapped_paths())
+            .difference(&disk, &model.unknowns())
             .is_some());
         let path = Path::new("db-shm");
         let minimal = model.crash_tree(&mut Choice::Minimal);

@@ -5,6 +5,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::model::Unknowns;
+
 /// One entry of a [`Tree`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Entry {
@@ -75,12 +77,9 @@ impl Tree {
     }
 
     /// The first difference from `other`, described, or `None`. At the
-    /// paths of `unknown_content`, only that both hold a file is compared.
-    pub(crate) fn difference(
-        &self,
-        other: &Tree,
-        unknown_content: &std::collections::BTreeSet<PathBuf>,
-    ) -> Option<String> {
+    /// paths of `unknown.content`, only that both hold a file is compared;
+    /// at and under those of `unknown.entries`, nothing.
+    pub(crate) fn difference(&self, other: &Tree, unknown: &Unknowns) -> Option<String> {
         let describe = |entry: Option<&Entry>| match entry {
             None => "nothing".to_string(),
             Some(Entry::Dir) => "a directory".to_string(),
@@ -89,10 +88,13 @@ impl Tree {
         let paths: std::collections::BTreeSet<&PathBuf> =
             self.entries.keys().chain(other.entries.keys()).collect();
         paths.into_iter().find_map(|path| {
+            if unknown.entries.iter().any(|entry| path.starts_with(entry)) {
+                return None;
+            }
             let (mine, theirs) = (self.entries.get(path), other.entries.get(path));
             let same = match (mine, theirs) {
                 (Some(Entry::File(_)), Some(Entry::File(_))) => {
-                    mine == theirs || unknown_content.contains(path.as_path())
+                    mine == theirs || unknown.content.contains(path.as_path())
                 }
                 _ => mine == theirs,
             };
