@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sink_api::InputOf;
-use sink_api::{BincodeSerializer, CheckpointId, InitContext, JobStart, Sink};
+use sink_api::{CheckpointId, InitContext, JobStart, Sink};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -176,7 +176,7 @@ where
     let serializers = Serializers::<S, Src> {
         committable: spec.sink.committable_serializer(),
         writer_state: spec.sink.writer_state_serializer(),
-        splits: Arc::new(BincodeSerializer::new(1)),
+        splits: spec.source.split_codec(),
     };
     if let Some(marker) = spec.storage.finished().await? {
         info!(generation = %marker.generation, last_checkpoint = ?marker.last_checkpoint,

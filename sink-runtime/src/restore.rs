@@ -156,9 +156,9 @@ where
             }
             subtasks[summary.subtask % parallelism].pending.push(part);
         }
-        let splits: Vec<Src::Split> =
-            deserialize_versioned(serializers.splits.as_ref(), &snapshot.source_splits)
-                .map_err(|e| decode("the source position", e))?;
+        let splits: Vec<Src::Split> = (serializers.splits)
+            .decode(&snapshot.source_splits)
+            .map_err(|e| decode("the source position", e))?;
         for split in splits {
             subtasks[dealer(&mut splits_dealt, snapshot.subtask)]
                 .splits
@@ -184,7 +184,7 @@ where
 mod tests {
     use std::sync::Arc;
 
-    use sink_api::{serialize_versioned, BincodeSerializer, Sink};
+    use sink_api::{serialize_versioned, Sink};
     use sinks_memory::{MemorySink, MemoryStore, MemoryWriterState};
 
     use super::*;
@@ -198,7 +198,7 @@ mod tests {
         Serializers {
             committable: sink.committable_serializer(),
             writer_state: sink.writer_state_serializer(),
-            splits: Arc::new(BincodeSerializer::new(1)),
+            splits: Arc::new(crate::source::BincodeSplits::default()),
         }
     }
 
@@ -224,8 +224,7 @@ mod tests {
                     .collect();
                 SubtaskSnapshot {
                     subtask: subtask as usize,
-                    source_splits: serialize_versioned(serializers.splits.as_ref(), &splits)
-                        .unwrap(),
+                    source_splits: serializers.splits.encode(&splits).unwrap(),
                     writer_states,
                     pending: Vec::new(),
                     end_of_input: false,

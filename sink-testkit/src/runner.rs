@@ -136,6 +136,10 @@ impl<S: Source> Source for SixSplits<S> {
         self.0.boundedness()
     }
 
+    fn split_codec(&self) -> std::sync::Arc<dyn sink_runtime::source::SplitCodec<S::Split>> {
+        self.0.split_codec()
+    }
+
     fn create_splits(&self, parallelism: usize) -> Vec<S::Split> {
         self.0.create_splits(parallelism.max(6))
     }

@@ -115,7 +115,7 @@ fn splits(checkpoint: &CompletedCheckpoint) -> Vec<Vec<u8>> {
     checkpoint
         .subtasks
         .iter()
-        .map(|s| s.source_splits.clone())
+        .map(|s| s.source_splits.to_vec())
         .collect()
 }
 
@@ -176,7 +176,7 @@ async fn decoders(root: &Path) -> (Vec<Decoder>, Vec<std::path::PathBuf>) {
     decoders.push(blob_decoder(
         "sequence source splits",
         Arc::new(BincodeSerializer::<Vec<RangeSplit>>::new(version_of(
-            &checkpoint.subtasks[0].source_splits,
+            &checkpoint.subtasks[0].source_splits.to_vec(),
         ))),
         splits(&checkpoint),
     ));
@@ -263,7 +263,7 @@ async fn decoders(root: &Path) -> (Vec<Decoder>, Vec<std::path::PathBuf>) {
     decoders.push(blob_decoder(
         "pipeline key partitions",
         Arc::new(BincodeSerializer::<Vec<KeyPartition>>::new(version_of(
-            &checkpoint.subtasks[0].source_splits,
+            &checkpoint.subtasks[0].source_splits.to_vec(),
         ))),
         splits(&checkpoint),
     ));

@@ -47,6 +47,10 @@ where
         self.inner.boundedness()
     }
 
+    fn split_codec(&self) -> std::sync::Arc<dyn crate::source::SplitCodec<S::Split>> {
+        self.inner.split_codec()
+    }
+
     fn create_splits(&self, parallelism: usize) -> Vec<S::Split> {
         self.inner.create_splits(parallelism)
     }

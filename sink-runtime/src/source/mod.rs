@@ -20,6 +20,7 @@
 //! vector or an iterator); [`Source::map`] turns any source's records into
 //! another type.
 
+mod codec;
 mod mapped;
 mod partitioned;
 mod positions;
@@ -31,6 +32,7 @@ use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
 use sink_api::{CheckpointId, PositionAdvance, SubtaskIndex};
 
+pub use codec::{BincodeSplits, SplitCodec};
 pub use mapped::{Mapped, MappedReader};
 pub use partitioned::{PartitionedReader, PartitionedSequence, PartitionedSplit};
 pub use positions::{PositionLookup, PositionTracker, SourceStart};
@@ -202,6 +204,17 @@ pub trait Source: Send + Sync + 'static {
     /// records.
     fn position_scope(&self) -> Option<String> {
         None
+    }
+
+    /// How its splits are stored in checkpoints. Called once per start of
+    /// a job. The default, [`BincodeSplits`], stores them whole in every
+    /// checkpoint: right for splits that say where reading is; a source
+    /// whose splits carry large state that changes little between
+    /// checkpoints (the pipeline's idempotency keys) seals it into chunks
+    /// that are stored once. A source that wraps another returns the
+    /// other's.
+    fn split_codec(&self) -> std::sync::Arc<dyn SplitCodec<Self::Split>> {
+        std::sync::Arc::new(BincodeSplits::default())
     }
 
     /// Cuts the whole input into splits for a fresh start with `parallelism`

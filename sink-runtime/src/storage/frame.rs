@@ -19,16 +19,15 @@ use sink_api::{
     MAX_DECODED_PAYLOAD,
 };
 
-use super::{
-    CompletedCheckpoint, FinishedMarker, GlobalCommitterSnapshot, LostOutput, StorageError,
-    SubtaskSnapshot,
-};
+use super::shared::{CompletedCheckpointWhole, StoredCheckpoint};
+use super::{FinishedMarker, GlobalCommitterSnapshot, LostOutput, StorageError};
 
 const MAGIC: &[u8; 6] = b"EOSINK";
 /// The version of the frame and of the payloads this build writes: 2 since
 /// checkpoints carry the job's lineage, 3 since the finished marker keeps
-/// what the job lost.
-pub(super) const FORMAT_VERSION: u32 = 3;
+/// what the job lost, 4 since checkpoints store sealed chunks once and
+/// name them in later checkpoints (the `shared` module).
+pub(super) const FORMAT_VERSION: u32 = 4;
 /// The oldest version this build reads (format 1: checkpoints without a
 /// lineage; `tests/data/checkpoints/v1` holds files of it).
 const OLDEST_READ_VERSION: u32 = 1;
@@ -68,6 +67,24 @@ pub(super) fn encode<T: Serialize + DeserializeOwned>(
     let payload = BincodeSerializer::<T>::new(FORMAT_VERSION)
         .serialize(value)
         .map_err(|e| StorageError::Message(format!("encoding {what}: {e}")))?;
+    Ok(frame_of(kind, FORMAT_VERSION, &payload))
+}
+
+/// Encodes `value`, which is only ever written (its stored form is read
+/// as another type), into a frame of kind `kind`, in this build's format.
+pub(super) fn encode_written<T: Serialize>(
+    kind: Kind,
+    value: &T,
+    what: &str,
+) -> Result<Vec<u8>, StorageError> {
+    let payload = bincode::serde::encode_to_vec(value, bincode::config::standard())
+        .map_err(|e| StorageError::Message(format!("encoding {what}: {e}")))?;
+    if payload.len() > MAX_DECODED_PAYLOAD {
+        return Err(StorageError::Message(format!(
+            "encoding {what}: its {} bytes are more than the {MAX_DECODED_PAYLOAD} a restore reads back",
+            payload.len()
+        )));
+    }
     Ok(frame_of(kind, FORMAT_VERSION, &payload))
 }
 
@@ -188,19 +205,20 @@ pub(super) fn decode<T: Framed>(
 }
 
 /// Decodes a checkpoint frame read from `location` and checks that it is
-/// checkpoint `id`, as its name says.
+/// checkpoint `id`, as its name says. Its chunk references are the
+/// storage's to resolve.
 pub(super) fn decode_checkpoint(
     bytes: &[u8],
     id: CheckpointId,
     location: &str,
-) -> Result<CompletedCheckpoint, StorageError> {
-    let checkpoint: CompletedCheckpoint = decode(bytes, Kind::Checkpoint, location)?;
-    if checkpoint.checkpoint_id != id {
+) -> Result<StoredCheckpoint, StorageError> {
+    let checkpoint: StoredCheckpoint = decode(bytes, Kind::Checkpoint, location)?;
+    if checkpoint.checkpoint_id() != id {
         return Err(StorageError::Corrupt {
             path: location.into(),
             problem: format!(
                 "its name says checkpoint {id}, its content checkpoint {}",
-                checkpoint.checkpoint_id
+                checkpoint.checkpoint_id()
             ),
         });
     }
@@ -209,13 +227,23 @@ pub(super) fn decode_checkpoint(
 
 /// A value kept in a frame, read in every format version this build knows.
 /// The default reads the same payload in every version.
-pub(super) trait Framed: Serialize + DeserializeOwned {
-    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
-        BincodeSerializer::<Self>::new(version).deserialize(version, payload)
-    }
+pub(super) trait Framed: DeserializeOwned {
+    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError>;
 }
 
-impl Framed for u64 {}
+/// The payload read the same way in every version.
+fn same_in_every_version<T: Serialize + DeserializeOwned>(
+    version: u32,
+    payload: &[u8],
+) -> Result<T, SerializerError> {
+    BincodeSerializer::<T>::new(version).deserialize(version, payload)
+}
+
+impl Framed for u64 {
+    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
+        same_in_every_version(version, payload)
+    }
+}
 
 impl Framed for FinishedMarker {
     fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
@@ -223,7 +251,7 @@ impl Framed for FinishedMarker {
             1 | 2 => BincodeSerializer::<FinishedMarkerV2>::new(version)
                 .deserialize(version, payload)
                 .map(FinishedMarker::from),
-            _ => BincodeSerializer::<Self>::new(version).deserialize(version, payload),
+            _ => same_in_every_version(version, payload),
         }
     }
 }
@@ -259,42 +287,76 @@ impl From<FinishedMarkerV2> for FinishedMarker {
     }
 }
 
-impl Framed for Lineage {}
+impl Framed for Lineage {
+    fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
+        same_in_every_version(version, payload)
+    }
+}
 
-impl Framed for CompletedCheckpoint {
+impl Framed for StoredCheckpoint {
     fn decode(version: u32, payload: &[u8]) -> Result<Self, SerializerError> {
         match version {
-            1 => BincodeSerializer::<CheckpointV1>::new(1)
-                .deserialize(1, payload)
-                .map(CompletedCheckpoint::from),
-            _ => BincodeSerializer::<Self>::new(version).deserialize(version, payload),
+            1 => decode_read_only::<CheckpointV1>(version, payload)
+                .map(|old| StoredCheckpoint::whole(old.0, None)),
+            2 | 3 => decode_read_only::<CheckpointV3>(version, payload).map(|old| {
+                let lineage = old.lineage.clone();
+                StoredCheckpoint::whole(old.checkpoint(), lineage)
+            }),
+            _ => decode_read_only(version, payload),
         }
     }
 }
 
+/// Decodes a payload of `version` into a type that is only ever read (its
+/// stored form is written as another type), bounded like every decode.
+fn decode_read_only<T: DeserializeOwned>(
+    version: u32,
+    payload: &[u8],
+) -> Result<T, SerializerError> {
+    let what = std::any::type_name::<T>();
+    let error = |message| SerializerError::Decode {
+        what,
+        version,
+        message,
+    };
+    let (value, read) = sink_api::decode_bincode_bounded(payload).map_err(error)?;
+    if read != payload.len() {
+        return Err(error(format!(
+            "{} trailing bytes after the value",
+            payload.len() - read
+        )));
+    }
+    Ok(value)
+}
+
 /// A checkpoint of format 1: without a lineage.
-#[derive(Serialize, Deserialize)]
-struct CheckpointV1 {
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct CheckpointV1(CompletedCheckpointWhole);
+
+/// A checkpoint of formats 2 and 3: with a lineage, splits stored whole.
+#[derive(Deserialize)]
+struct CheckpointV3 {
     checkpoint_id: CheckpointId,
     job_name: String,
     generation: Generation,
+    lineage: Option<Lineage>,
     parallelism: usize,
-    subtasks: Vec<SubtaskSnapshot>,
+    subtasks: Vec<super::shared::SubtaskSnapshotWhole>,
     global_committer: Option<GlobalCommitterSnapshot>,
     is_final: bool,
 }
 
-impl From<CheckpointV1> for CompletedCheckpoint {
-    fn from(old: CheckpointV1) -> CompletedCheckpoint {
-        CompletedCheckpoint {
-            checkpoint_id: old.checkpoint_id,
-            job_name: old.job_name,
-            generation: old.generation,
-            lineage: None,
-            parallelism: old.parallelism,
-            subtasks: old.subtasks,
-            global_committer: old.global_committer,
-            is_final: old.is_final,
+impl CheckpointV3 {
+    fn checkpoint(self) -> CompletedCheckpointWhole {
+        CompletedCheckpointWhole {
+            checkpoint_id: self.checkpoint_id,
+            job_name: self.job_name,
+            generation: self.generation,
+            parallelism: self.parallelism,
+            subtasks: self.subtasks,
+            global_committer: self.global_committer,
+            is_final: self.is_final,
         }
     }
 }

@@ -32,6 +32,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use sink_api::{CheckpointId, Generation, Lineage};
 
 use super::frame::{self, Framed, Kind};
+use super::shared::{stored_form, ChunkBook, Holder, StoredCheckpoint};
 use super::{CheckpointStorage, CompletedCheckpoint, FinishedMarker, StorageError};
 
 const LOCK_FILE: &str = "LOCK";
@@ -59,7 +60,17 @@ struct Inner {
     /// Whether `LINEAGE` was removed (once a stored checkpoint carries the
     /// lineage).
     lineage_removed: std::sync::atomic::AtomicBool,
+    /// Where the chunks of the checkpoints here are held.
+    book: std::sync::Mutex<ChunkBook>,
     _lock: File,
+}
+
+impl Inner {
+    fn book(&self) -> std::sync::MutexGuard<'_, ChunkBook> {
+        // Every change of the book is made whole under the lock; a panic
+        // elsewhere leaves it consistent.
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// One checkpoint file found in a state directory, for inspection tools.
@@ -130,6 +141,7 @@ impl LocalCheckpointStorage {
                 dir,
                 retained: retained.max(1),
                 lineage_removed: std::sync::atomic::AtomicBool::new(false),
+                book: std::sync::Mutex::new(ChunkBook::default()),
                 _lock: lock,
             }),
         })
@@ -160,9 +172,10 @@ impl LocalCheckpointStorage {
     /// - `FINISHED` is removed first, then the checkpoints oldest first, and
     ///   the directory is synced: a crash part-way leaves the newest
     ///   checkpoints (a resume from them is still exact, or refused by a sink
-    ///   whose output was cleared), never a state that resumes from an older
-    ///   checkpoint than the newest, nor a finished marker without its
-    ///   checkpoints.
+    ///   whose output was cleared, or refused because a chunk they name was
+    ///   in an older checkpoint, removed: start over again), never a state
+    ///   that resumes from an older checkpoint than the newest, nor a
+    ///   finished marker without its checkpoints.
     /// - Only the job's progress goes: what the job wrote elsewhere (a sink's
     ///   output) is the caller's to clear, and must be cleared while this
     ///   storage is open, so that no other instance is using it.
@@ -178,6 +191,7 @@ impl LocalCheckpointStorage {
                 StorageError::io(format!("removing the checkpoint {}", path.display()), e)
             })?;
         }
+        self.inner.book().clear();
         // A new life: the next start draws a new lineage.
         remove_if_present(&dir.join(LINEAGE_FILE))?;
         File::open(dir)
@@ -235,7 +249,7 @@ impl LocalCheckpointStorage {
             .into_iter()
             .map(|(checkpoint_id, path)| {
                 let size_bytes = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                let content = read_checkpoint(&path, checkpoint_id);
+                let content = load_checkpoint(dir, checkpoint_id, &path, None);
                 CheckpointFile {
                     checkpoint_id,
                     path,
@@ -287,7 +301,11 @@ impl CheckpointStorage for LocalCheckpointStorage {
         .await
     }
 
+    /// Writes the checkpoint's file, with the chunks no kept checkpoint
+    /// holds yet, then removes the files neither retained nor holding a
+    /// chunk a retained checkpoint names.
     async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
+        // Cheap: the chunks, most of a large state, are shared.
         let checkpoint = checkpoint.clone();
         self.blocking(move |inner| {
             let existing = list_checkpoints(&inner.dir)?;
@@ -301,14 +319,18 @@ impl CheckpointStorage for LocalCheckpointStorage {
                 }
             }
             let name = checkpoint_file_name(checkpoint.checkpoint_id);
-            write_framed(&inner.dir, &name, Kind::Checkpoint, &checkpoint)?;
+            let this = Holder {
+                checkpoint: checkpoint.checkpoint_id,
+                generation: checkpoint.generation,
+            };
+            let held = inner.book().held(&checkpoint);
+            let what = format!("checkpoint {}", checkpoint.checkpoint_id);
+            let stored = stored_form(&checkpoint, this, &held);
+            let bytes = frame::encode_written(Kind::Checkpoint, &stored, &what)?;
+            write_atomically(&inner.dir, &name, &bytes)?;
+            inner.book().stored(&checkpoint, this);
             // Older checkpoints go only now that a newer one is durable.
-            let excess = (existing.len() + 1).saturating_sub(inner.retained);
-            for (_, path) in existing.iter().take(excess) {
-                fs::remove_file(path).map_err(|e| {
-                    StorageError::io(format!("removing the old checkpoint {}", path.display()), e)
-                })?;
-            }
+            remove_unretained(inner, &existing, this)?;
             // The lineage lives in the checkpoints from now on: a start that
             // finds none (they were removed) must draw a new one, or its
             // checkpoint ids would repeat in the lineage.
@@ -323,9 +345,13 @@ impl CheckpointStorage for LocalCheckpointStorage {
         .await
     }
 
+    /// The newest checkpoint file, with the chunks it names from the older
+    /// files that hold them.
     async fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
         self.blocking(|inner| match list_checkpoints(&inner.dir)?.pop() {
-            Some((id, path)) => read_checkpoint(&path, id).map(Some),
+            Some((id, path)) => {
+                load_checkpoint(&inner.dir, id, &path, Some(&mut inner.book())).map(Some)
+            }
             None => Ok(None),
         })
         .await
@@ -401,9 +427,93 @@ fn list_checkpoints(dir: &Path) -> Result<Vec<(CheckpointId, PathBuf)>, StorageE
     Ok(found)
 }
 
-fn read_checkpoint(path: &Path, id: CheckpointId) -> Result<CompletedCheckpoint, StorageError> {
+fn read_stored(path: &Path, id: CheckpointId) -> Result<StoredCheckpoint, StorageError> {
     let bytes = read_state_file(path, Kind::Checkpoint)?;
     frame::decode_checkpoint(&bytes, id, &path.display().to_string())
+}
+
+/// Checkpoint `id` of `dir`, at `path`, with the chunks it names read from
+/// the files that hold them; what it names is recorded in `book`, if given.
+fn load_checkpoint(
+    dir: &Path,
+    id: CheckpointId,
+    path: &Path,
+    book: Option<&mut ChunkBook>,
+) -> Result<CompletedCheckpoint, StorageError> {
+    let stored = read_stored(path, id)?;
+    let this = Holder {
+        checkpoint: id,
+        generation: stored.generation(),
+    };
+    let mut held = std::collections::HashMap::new();
+    for holder in stored.holders(this) {
+        if holder == this {
+            continue;
+        }
+        let holder_path = dir.join(checkpoint_file_name(holder.checkpoint));
+        let chunks = match read_stored(&holder_path, holder.checkpoint) {
+            Ok(other) if other.generation() == holder.generation => other.into_chunks(),
+            // Gone or another checkpoint: named in the error below.
+            Ok(_) => continue,
+            Err(StorageError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                continue
+            }
+            Err(other) => return Err(other),
+        };
+        held.insert(holder, chunks);
+    }
+    if let Some(book) = book {
+        book.read(&stored, this);
+    }
+    stored.resolve(this, &held, &path.display().to_string())
+}
+
+/// Removes the checkpoint files of `existing` (the files before `newest`
+/// was stored) that are neither among the retained ones (`newest` and the
+/// ones before it) nor hold a chunk one of those names. A retained file
+/// whose references cannot be read keeps every file: nothing it may name
+/// is removed.
+fn remove_unretained(
+    inner: &Inner,
+    existing: &[(CheckpointId, PathBuf)],
+    newest: Holder,
+) -> Result<(), StorageError> {
+    let older_retained = &existing[existing.len() + 1 - inner.retained.min(existing.len() + 1)..];
+    let mut retained = vec![newest];
+    for (id, path) in older_retained {
+        let known = inner.book().known().find(|h| h.checkpoint == *id).copied();
+        let holder = match known {
+            Some(holder) => holder,
+            None => match read_stored(path, *id) {
+                Ok(stored) => {
+                    let holder = Holder {
+                        checkpoint: *id,
+                        generation: stored.generation(),
+                    };
+                    inner.book().read(&stored, holder);
+                    holder
+                }
+                Err(error) => {
+                    tracing::warn!(checkpoint = %path.display(), %error, "cannot read a retained checkpoint's references; no older checkpoint is removed");
+                    return Ok(());
+                }
+            },
+        };
+        retained.push(holder);
+    }
+    let keep: Vec<CheckpointId> = (inner.book().keep(&retained).into_iter())
+        .map(|holder| holder.checkpoint)
+        .collect();
+    for (id, path) in existing {
+        if !keep.contains(id) {
+            fs::remove_file(path).map_err(|e| {
+                StorageError::io(format!("removing the old checkpoint {}", path.display()), e)
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// The bytes of the state file at `path`, its header checked before its
@@ -486,8 +596,8 @@ fn highest_recorded(dir: &Path) -> u64 {
     let checkpoints = list_checkpoints(dir).unwrap_or_default();
     let from_checkpoints = checkpoints
         .iter()
-        .filter_map(|(id, path)| read_checkpoint(path, *id).ok())
-        .map(|checkpoint| checkpoint.generation.0);
+        .filter_map(|(id, path)| read_stored(path, *id).ok())
+        .map(|checkpoint| checkpoint.generation().0);
     let finished = read_optional::<FinishedMarker>(&dir.join(FINISHED_FILE), Kind::Finished)
         .ok()
         .flatten()
@@ -551,6 +661,78 @@ fn read_framed<T: Framed>(path: &Path, kind: Kind) -> Result<T, StorageError> {
 mod tests {
     use super::*;
     use crate::storage::tests::sample_checkpoint as checkpoint;
+
+    /// A chunk is written once, in the first checkpoint that holds it;
+    /// later ones name it there, so that file is kept while a retained
+    /// checkpoint names it and goes when none does. Another start reads it
+    /// back under its id, and does not store it again.
+    #[tokio::test]
+    async fn chunks_are_stored_once_and_their_holder_kept_while_named() {
+        use crate::storage::tests::{checkpoint_with_chunks as with, chunk_ids};
+        use crate::storage::Chunk;
+        let dir = tempfile::tempdir().unwrap();
+        let ids = || -> Vec<u64> {
+            (list_checkpoints(dir.path()).unwrap().iter())
+                .map(|(id, _)| id.0)
+                .collect()
+        };
+        let size = |id: u64| {
+            fs::metadata(dir.path().join(checkpoint_file_name(CheckpointId(id))))
+                .unwrap()
+                .len()
+        };
+        let big = Chunk::seal(vec![5; 100_000]);
+        let storage = LocalCheckpointStorage::open_retaining(dir.path(), 2).unwrap();
+        for id in 1..=4 {
+            let small = Chunk::seal(vec![id as u8; 10]);
+            storage
+                .store(&with(id, &[big.clone(), small]))
+                .await
+                .unwrap();
+        }
+        assert_eq!(ids(), [1, 3, 4], "1 holds the chunk 3 and 4 name");
+        assert!(
+            size(1) > 100_000 && size(4) < 1_000,
+            "{} {}",
+            size(1),
+            size(4)
+        );
+        let latest = storage.latest().await.unwrap().unwrap();
+        assert_eq!(latest.subtasks[0].source_splits.len(), 3 + 100_000 + 10);
+        assert_eq!(chunk_ids(&latest)[0], big.id());
+        drop(storage);
+
+        // Another start: the chunk read back keeps its id, and is named.
+        let storage = LocalCheckpointStorage::open_retaining(dir.path(), 2).unwrap();
+        let restored = storage.latest().await.unwrap().unwrap();
+        let big_again = restored.subtasks[0]
+            .source_splits
+            .chunks()
+            .next()
+            .unwrap()
+            .clone();
+        assert_eq!(big_again.id(), big.id());
+        storage.store(&with(5, &[big_again])).await.unwrap();
+        assert!(size(5) < 1_000);
+        assert_eq!(ids(), [1, 4, 5]);
+        // Once no retained checkpoint names it, its holder goes.
+        storage.store(&with(6, &[])).await.unwrap();
+        storage.store(&with(7, &[])).await.unwrap();
+        assert_eq!(ids(), [6, 7]);
+
+        // A holder gone: the checkpoint that names it is corrupt, naming
+        // the chunk; never read without it.
+        let lost = Chunk::seal(vec![9; 10]);
+        storage.store(&with(8, std::slice::from_ref(&lost))).await.unwrap();
+        storage.store(&with(9, std::slice::from_ref(&lost))).await.unwrap();
+        fs::remove_file(dir.path().join(checkpoint_file_name(CheckpointId(8)))).unwrap();
+        let error = storage.latest().await.unwrap_err();
+        assert!(matches!(error, StorageError::Corrupt { .. }), "{error}");
+        assert!(
+            error.to_string().contains(&lost.id().to_string()),
+            "{error}"
+        );
+    }
 
     #[tokio::test]
     async fn stores_reads_and_retains_the_newest() {

@@ -15,6 +15,7 @@ mod local;
 mod memory;
 #[cfg(feature = "object-store")]
 mod object;
+mod shared;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,7 @@ pub use local::{CheckpointFile, LocalCheckpointStorage, StateDirectory};
 pub use memory::MemoryCheckpointStorage;
 #[cfg(feature = "object-store")]
 pub use object::ObjectCheckpointStorage;
+pub use shared::{Chunk, ChunkId, Piece, StateBytes};
 
 /// Committables of one (checkpoint, subtask) that were not committed when the
 /// checkpoint was taken.
@@ -45,15 +47,15 @@ pub struct PendingCommittables {
 }
 
 /// What one subtask contributed to a checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubtaskSnapshot {
     /// The subtask.
     pub subtask: SubtaskIndex,
-    /// What its source reader has left to read: a versioned blob of the
-    /// source's splits. Encoded as a byte string (the same bytes bincode
-    /// writes for a sequence of `u8`, written at the speed of a copy).
-    #[serde(with = "serde_bytes")]
-    pub source_splits: Vec<u8>,
+    /// What its source reader has left to read: its splits as the source's
+    /// [`SplitCodec`](crate::source::SplitCodec) stored them, in pieces
+    /// of which the sealed chunks are stored once for every checkpoint
+    /// that holds them.
+    pub source_splits: StateBytes,
     /// Its writer's states, each a versioned blob of the sink's writer-state
     /// serializer.
     pub writer_states: Vec<Vec<u8>>,
@@ -72,7 +74,7 @@ pub struct GlobalCommitterSnapshot {
 }
 
 /// A completed checkpoint: everything needed to resume the job from it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletedCheckpoint {
     /// The checkpoint's id.
     pub checkpoint_id: CheckpointId,
@@ -393,7 +395,7 @@ pub(crate) mod tests {
             parallelism: 1,
             subtasks: vec![SubtaskSnapshot {
                 subtask: 0,
-                source_splits: vec![1, 2, 3],
+                source_splits: StateBytes::from(vec![1, 2, 3]),
                 writer_states: vec![vec![4]],
                 pending: Vec::new(),
                 end_of_input: false,
@@ -401,6 +403,25 @@ pub(crate) mod tests {
             global_committer: None,
             is_final: false,
         }
+    }
+
+    /// [`sample_checkpoint`] with `chunks` after its splits' bytes.
+    pub(crate) fn checkpoint_with_chunks(id: u64, chunks: &[Chunk]) -> CompletedCheckpoint {
+        let mut checkpoint = sample_checkpoint(id);
+        let splits = &mut checkpoint.subtasks[0].source_splits;
+        for chunk in chunks {
+            splits.push_chunk(chunk.clone());
+        }
+        checkpoint
+    }
+
+    /// The ids of the chunks of a checkpoint's first subtask.
+    pub(crate) fn chunk_ids(checkpoint: &CompletedCheckpoint) -> Vec<ChunkId> {
+        checkpoint.subtasks[0]
+            .source_splits
+            .chunks()
+            .map(Chunk::id)
+            .collect()
     }
 
     /// A subtask's snapshot as it was declared before its splits were a
@@ -417,7 +438,7 @@ pub(crate) mod tests {
     #[test]
     fn splits_as_a_byte_string_are_the_bytes_stored_before() {
         let splits: Vec<u8> = (0..=255).chain(0..=255).collect();
-        let now = SubtaskSnapshot {
+        let now = shared::SubtaskSnapshotWhole {
             subtask: 3,
             source_splits: splits.clone(),
             writer_states: vec![vec![7, 8]],

@@ -5,7 +5,8 @@
 //! ```text
 //! PREFIX/
 //!   HEAD                                                  the claimed generation, the retained
-//!                                                         checkpoints, the finished marker
+//!                                                         checkpoints, the older ones kept for
+//!                                                         their chunks, the finished marker
 //!   checkpoint-00000000000000000007-g00000000000000000003.ckpt   checkpoint 7, stored by generation 3
 //!   checkpoint-00000000000000000008-g00000000000000000003.ckpt
 //!   LINEAGE                                               the lineage of starts while no checkpoint
@@ -46,6 +47,15 @@
 //! instance never overwrites another's; objects that no `HEAD` names (a
 //! zombie's last attempt, a crash between the two puts) are removed at the
 //! next start.
+//!
+//! A checkpoint object also holds the chunks of state it stored first (the
+//! `shared` module); a later checkpoint names them there. `HEAD` names the
+//! older checkpoints kept only for such chunks (`kept`) beside the retained
+//! ones, so a start never removes an object a retained checkpoint needs,
+//! and a zombie removes only what its own `HEAD` stopped naming, which no
+//! checkpoint of a newer instance names either: a newer instance names
+//! only the chunks of the checkpoint it restored (which the zombie's `HEAD`
+//! named when it was read) and chunks of its own generation.
 
 use object_store::ObjectStoreExt;
 use std::sync::Arc;
@@ -61,6 +71,7 @@ use tokio::sync::Mutex;
 use tracing::{info, warn};
 
 use super::frame::{self, FinishedMarkerV2, Framed, Kind};
+use super::shared::{stored_form, ChunkBook, Holder};
 use super::{
     CheckpointFile, CheckpointStorage, CompletedCheckpoint, FinishedMarker, StateDirectory,
     StorageError,
@@ -93,6 +104,16 @@ struct Head {
     checkpoints: Vec<(CheckpointId, Generation)>,
     /// Set once the job ended with everything committed.
     finished: Option<FinishedMarker>,
+    /// Older checkpoints kept only for the chunks a retained one names
+    /// (format 4 on), oldest first.
+    kept: Vec<(CheckpointId, Generation)>,
+}
+
+impl Head {
+    /// Every checkpoint object it names.
+    fn named(&self) -> impl Iterator<Item = &(CheckpointId, Generation)> {
+        self.checkpoints.iter().chain(&self.kept)
+    }
 }
 
 impl Framed for Head {
@@ -104,10 +125,27 @@ impl Framed for Head {
                     generation: old.generation,
                     checkpoints: old.checkpoints,
                     finished: old.finished.map(FinishedMarker::from),
+                    kept: Vec::new(),
+                }),
+            3 => BincodeSerializer::<HeadV3>::new(version)
+                .deserialize(version, payload)
+                .map(|old| Head {
+                    generation: old.generation,
+                    checkpoints: old.checkpoints,
+                    finished: old.finished,
+                    kept: Vec::new(),
                 }),
             _ => BincodeSerializer::<Self>::new(version).deserialize(version, payload),
         }
     }
+}
+
+/// `HEAD` of format 3: no checkpoints kept for their chunks.
+#[derive(Serialize, Deserialize)]
+struct HeadV3 {
+    generation: u64,
+    checkpoints: Vec<(CheckpointId, Generation)>,
+    finished: Option<FinishedMarker>,
 }
 
 /// `HEAD` of formats 1 and 2: its finished marker without what was lost.
@@ -127,6 +165,8 @@ struct Claim {
     /// Whether this start removed `LINEAGE` (once a checkpoint carries the
     /// lineage).
     lineage_removed: bool,
+    /// Where the chunks of the checkpoints `head` names are held.
+    book: ChunkBook,
 }
 
 /// Durable checkpoint storage on an object store, shared by the instances
@@ -248,8 +288,7 @@ impl ObjectCheckpointStorage {
             };
             let cleared = Head {
                 generation: head.generation.saturating_add(1),
-                checkpoints: Vec::new(),
-                finished: None,
+                ..Head::default()
             };
             match inner.put_head(&cleared, version).await? {
                 Some(_) => {
@@ -291,14 +330,13 @@ impl ObjectCheckpointStorage {
         let head = head.unwrap_or_default();
         let mut checkpoints = Vec::new();
         for &(checkpoint_id, generation) in &head.checkpoints {
-            let path = inner.checkpoint_path(checkpoint_id, generation);
-            let location = inner.url_of(&path);
-            let (size_bytes, content) = match inner.get(&path).await {
-                Ok(Some(bytes)) => (
-                    bytes.len() as u64,
-                    frame::decode_checkpoint(&bytes, checkpoint_id, &location),
-                ),
-                Ok(None) => (0, Err(inner.missing_checkpoint(checkpoint_id, &location))),
+            let this = Holder {
+                checkpoint: checkpoint_id,
+                generation,
+            };
+            let location = inner.url_of(&inner.checkpoint_path(checkpoint_id, generation));
+            let (size_bytes, content) = match inner.load(this, None).await {
+                Ok((size, checkpoint)) => (size, Ok(checkpoint)),
                 Err(error) => (0, Err(error)),
             };
             checkpoints.push(CheckpointFile {
@@ -535,6 +573,44 @@ impl Inner {
         Err(self.contended())
     }
 
+    /// The checkpoint object of `this`, its size and its content with the
+    /// chunks it names read from the objects that hold them; what it names
+    /// is recorded in `book`, if given. Missing or unreadable, it is
+    /// [`StorageError::Corrupt`], as is a chunk it names that is gone.
+    async fn load(
+        &self,
+        this: Holder,
+        book: Option<&mut ChunkBook>,
+    ) -> Result<(u64, CompletedCheckpoint), StorageError> {
+        let path = self.checkpoint_path(this.checkpoint, this.generation);
+        let location = self.url_of(&path);
+        let Some(bytes) = self.get(&path).await? else {
+            return Err(self.missing_checkpoint(this.checkpoint, &location));
+        };
+        let stored = frame::decode_checkpoint(&bytes, this.checkpoint, &location)?;
+        let mut held = std::collections::HashMap::new();
+        for holder in stored.holders(this) {
+            if holder == this {
+                continue;
+            }
+            let holder_path = self.checkpoint_path(holder.checkpoint, holder.generation);
+            // Gone: named in the error of `resolve`.
+            if let Some(bytes) = self.get(&holder_path).await? {
+                let other = frame::decode_checkpoint(
+                    &bytes,
+                    holder.checkpoint,
+                    &self.url_of(&holder_path),
+                )?;
+                held.insert(holder, other.into_chunks());
+            }
+        }
+        if let Some(book) = book {
+            book.read(&stored, this);
+        }
+        let checkpoint = stored.resolve(this, &held, &location)?;
+        Ok((bytes.len() as u64, checkpoint))
+    }
+
     /// Removes every checkpoint object `head` does not name that an older
     /// generation than `head`'s stored: those of stores that lost their
     /// race, and those left by a crash between the two puts of a store.
@@ -544,8 +620,7 @@ impl Inner {
     async fn remove_unnamed(&self, head: &Head) -> Result<(), StorageError> {
         use futures::TryStreamExt;
         let named: Vec<Path> = head
-            .checkpoints
-            .iter()
+            .named()
             .map(|&(id, generation)| self.checkpoint_path(id, generation))
             .collect();
         let listed: Vec<object_store::ObjectMeta> = match self
@@ -693,6 +768,7 @@ impl CheckpointStorage for ObjectCheckpointStorage {
                     head: next,
                     version,
                     lineage_removed: false,
+                    book: ChunkBook::default(),
                 });
                 return Ok(Generation(generation));
             }
@@ -725,15 +801,22 @@ impl CheckpointStorage for ObjectCheckpointStorage {
         }
         let generation = Generation(claim.head.generation);
         let path = inner.checkpoint_path(id, generation);
+        let this = Holder {
+            checkpoint: id,
+            generation,
+        };
+        // Cheap: the chunks, most of a large state, are shared.
         let (owned, name) = (checkpoint.clone(), inner.url_of(&path));
+        let held = claim.book.held(checkpoint);
         // Checkpoints hold every writer state (file tails among them):
         // encoded on a blocking thread, not on the async workers.
-        let bytes =
-            tokio::task::spawn_blocking(move || frame::encode(Kind::Checkpoint, &owned, &name))
-                .await
-                .map_err(|e| {
-                    StorageError::Message(format!("encoding checkpoint {id} ended abnormally: {e}"))
-                })??;
+        let bytes = tokio::task::spawn_blocking(move || {
+            frame::encode_written(Kind::Checkpoint, &stored_form(&owned, this, &held), &name)
+        })
+        .await
+        .map_err(|e| {
+            StorageError::Message(format!("encoding checkpoint {id} ended abnormally: {e}"))
+        })??;
         let create = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -753,12 +836,46 @@ impl CheckpointStorage for ObjectCheckpointStorage {
             }
             Err(error) => return Err(inner.remote("writing", &path, error)),
         }
+        claim.book.stored(checkpoint, this);
         let mut next = claim.head.clone();
         next.checkpoints.push((id, generation));
-        let dropped: Vec<(CheckpointId, Generation)> = {
-            let excess = next.checkpoints.len().saturating_sub(inner.retained);
-            next.checkpoints.drain(..excess).collect()
-        };
+        let excess = next.checkpoints.len().saturating_sub(inner.retained);
+        next.checkpoints.drain(..excess);
+        // Which older checkpoints the retained ones name chunks of: read
+        // once per start for those this instance did not store.
+        for &(retained, retained_generation) in &next.checkpoints {
+            let holder = Holder {
+                checkpoint: retained,
+                generation: retained_generation,
+            };
+            if !claim.book.knows(holder) {
+                if let Err(error) = inner.load(holder, Some(&mut claim.book)).await {
+                    warn!(storage = %inner.location, %error, "cannot read a retained checkpoint's references; no older checkpoint is removed");
+                    next.kept = claim
+                        .head
+                        .named()
+                        .filter(|n| !next.checkpoints.contains(n))
+                        .copied()
+                        .collect();
+                    inner.update_claimed(claim, next).await?;
+                    return Ok(());
+                }
+            }
+        }
+        let retained: Vec<Holder> = (next.checkpoints.iter())
+            .map(|&(checkpoint, generation)| Holder {
+                checkpoint,
+                generation,
+            })
+            .collect();
+        next.kept = (claim.book.keep(&retained).into_iter())
+            .map(|holder| (holder.checkpoint, holder.generation))
+            .filter(|named| !next.checkpoints.contains(named))
+            .collect();
+        let dropped: Vec<(CheckpointId, Generation)> = (claim.head.named())
+            .filter(|named| !next.named().any(|n| n == *named))
+            .copied()
+            .collect();
         // On failure the object stays: a write of HEAD whose answer was
         // lost may still name it. One HEAD does not name is removed by the
         // next start.
@@ -784,15 +901,20 @@ impl CheckpointStorage for ObjectCheckpointStorage {
     async fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
         let inner = &self.inner;
         let (head, _) = inner.read_head().await?;
-        let Some(&(id, generation)) = head.as_ref().and_then(|h| h.checkpoints.last()) else {
+        let Some(&(checkpoint, generation)) = head.as_ref().and_then(|h| h.checkpoints.last())
+        else {
             return Ok(None);
         };
-        let path = inner.checkpoint_path(id, generation);
-        let location = inner.url_of(&path);
-        match inner.get(&path).await? {
-            Some(bytes) => frame::decode_checkpoint(&bytes, id, &location).map(Some),
-            None => Err(inner.missing_checkpoint(id, &location)),
-        }
+        let this = Holder {
+            checkpoint,
+            generation,
+        };
+        let mut claim = inner.claim.lock().await;
+        let book = claim.as_mut().map(|claim| &mut claim.book);
+        inner
+            .load(this, book)
+            .await
+            .map(|(_, checkpoint)| Some(checkpoint))
     }
 
     /// Sets the finished marker in `HEAD`, fenced like a store.
@@ -918,6 +1040,73 @@ mod tests {
             .unwrap();
         names.sort();
         names
+    }
+
+    /// A chunk is stored once, in the first checkpoint object that holds
+    /// it; `HEAD` keeps that object while a retained checkpoint names the
+    /// chunk, also through the next start (which removes what `HEAD` does
+    /// not name), and it goes once none does.
+    #[tokio::test]
+    async fn chunks_are_stored_once_and_their_holder_kept_while_named() {
+        use crate::storage::tests::{checkpoint_with_chunks as with, chunk_ids};
+        use crate::storage::Chunk;
+        let store = Arc::new(InMemory::new());
+        let first = storage(&store).retaining(2);
+        first.begin().await.unwrap();
+        let big = Chunk::seal(vec![5; 100_000]);
+        for id in 1..=4 {
+            let small = Chunk::seal(vec![id as u8; 10]);
+            first.store(&with(id, &[big.clone(), small])).await.unwrap();
+        }
+        let checkpoint_objects = |names: Vec<String>| -> Vec<String> {
+            names
+                .into_iter()
+                .filter(|n| n.contains("checkpoint-"))
+                .collect()
+        };
+        let named =
+            |id: u64, generation: u64| format!("state/checkpoint-{id:020}-g{generation:020}.ckpt");
+        assert_eq!(
+            checkpoint_objects(objects(&store).await),
+            [named(1, 1), named(3, 1), named(4, 1)]
+        );
+        let size = |id: u64, generation: u64| {
+            let store = store.clone();
+            async move {
+                let path = Path::from(named(id, generation));
+                store.head(&path).await.unwrap().size
+            }
+        };
+        assert!(size(4, 1).await < 1_000);
+
+        // A new instance: its start keeps what HEAD keeps, and it reads
+        // the chunk back under its id.
+        let next = storage(&store).retaining(2);
+        next.begin().await.unwrap();
+        assert_eq!(checkpoint_objects(objects(&store).await).len(), 3);
+        let restored = next.latest().await.unwrap().unwrap();
+        assert_eq!(chunk_ids(&restored)[0], big.id());
+        let big_again = restored.subtasks[0]
+            .source_splits
+            .chunks()
+            .next()
+            .unwrap()
+            .clone();
+        next.store(&with(5, &[big_again])).await.unwrap();
+        assert!(size(5, 2).await < 1_000);
+        next.store(&with(6, &[])).await.unwrap();
+        next.store(&with(7, &[])).await.unwrap();
+        assert_eq!(
+            checkpoint_objects(objects(&store).await),
+            [named(6, 2), named(7, 2)]
+        );
+        // The first instance is fenced: its last object stays for the
+        // next start to remove, and it removes nothing of the newer one's.
+        assert!(first.store(&with(8, &[])).await.is_err());
+        assert_eq!(
+            checkpoint_objects(objects(&store).await),
+            [named(6, 2), named(7, 2), named(8, 1)]
+        );
     }
 
     #[tokio::test]

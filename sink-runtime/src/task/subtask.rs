@@ -38,8 +38,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sink_api::{
-    serialize_versioned, BincodeSerializer, CheckpointId, Durability, Sink, SinkError, SinkWriter,
-    SubtaskIndex, VersionedSerializer,
+    serialize_versioned, CheckpointId, Durability, Sink, SinkError, SinkWriter, SubtaskIndex,
+    VersionedSerializer,
 };
 use sink_api::{CommittableOf, InputOf, WriterStateOf};
 use tokio::sync::{mpsc, watch};
@@ -53,7 +53,9 @@ use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
 use crate::error::JobError;
 use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
-use crate::source::{CommitOutcome, PositionLookup, ReadStatus, Source, SourceStart, SplitReader};
+use crate::source::{
+    CommitOutcome, PositionLookup, ReadStatus, Source, SourceStart, SplitCodec, SplitReader,
+};
 use crate::storage::{encode_pending, PendingCommittables, SubtaskSnapshot};
 
 /// Longest a busy subtask runs before it lets other tasks run.
@@ -125,7 +127,7 @@ enum Flow {
 pub(crate) struct Serializers<S: Sink, Src: Source> {
     pub committable: Arc<dyn VersionedSerializer<CommittableOf<S>>>,
     pub writer_state: Arc<dyn VersionedSerializer<WriterStateOf<S>>>,
-    pub splits: Arc<BincodeSerializer<Vec<Src::Split>>>,
+    pub splits: Arc<dyn SplitCodec<Src::Split>>,
 }
 
 impl<S: Sink, Src: Source> Clone for Serializers<S, Src> {
@@ -662,11 +664,9 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
             .iter()
             .flat_map(|(_, parts)| parts.iter().cloned());
         let pending = in_flight.chain(waiting).collect();
-        let source_splits = serialize_versioned(
-            self.serializers.splits.as_ref(),
-            &self.reader.snapshot_splits(),
-        )
-        .map_err(encode_error("encoding the source position"))?;
+        let source_splits = (self.serializers.splits)
+            .encode(&self.reader.snapshot_splits())
+            .map_err(encode_error("encoding the source position"))?;
         Ok(SubtaskSnapshot {
             subtask: self.index,
             source_splits,

@@ -16,6 +16,7 @@
 //! | `v1` | 1 | the first format |
 //! | `v2` | 2 | checkpoints carry the job's lineage (read from `v1` as none) |
 //! | `v3` | 3 | the finished marker keeps what the job lost (read from `v1` and `v2` as nothing) |
+//! | `v4` | 4 | checkpoints store sealed chunks once and name them later: subtask 0's splits end in a chunk that checkpoint 6, kept for it, holds (read from `v1` to `v3` as inline bytes) |
 
 use std::path::{Path, PathBuf};
 
@@ -23,10 +24,10 @@ use sink_api::{
     deserialize_versioned, serialize_versioned, BincodeSerializer, CheckpointId, Generation,
     Lineage, VersionedSerializer,
 };
-use sink_runtime::source::RangeSplit;
+use sink_runtime::source::{BincodeSplits, RangeSplit, SplitCodec};
 use sink_runtime::storage::{
-    CheckpointStorage, CommittableSummary, CompletedCheckpoint, FinishedMarker,
-    GlobalCommitterSnapshot, LostOutput, PendingCommittables, SubtaskSnapshot,
+    CheckpointStorage, Chunk, CommittableSummary, CompletedCheckpoint, FinishedMarker,
+    GlobalCommitterSnapshot, LostOutput, PendingCommittables, StateBytes, SubtaskSnapshot,
 };
 use sink_runtime::{KnownCommitFailure, LocalCheckpointStorage};
 use sinks_memory::{MemoryCommittable, MemoryWriterState};
@@ -37,12 +38,21 @@ fn data(version: &str) -> PathBuf {
         .join(version)
 }
 
-fn splits(ranges: &[(u64, u64)]) -> Vec<u8> {
+fn splits(ranges: &[(u64, u64)]) -> StateBytes {
     let splits: Vec<RangeSplit> = ranges
         .iter()
         .map(|&(next, end)| RangeSplit { next, end })
         .collect();
-    serialize_versioned(&BincodeSerializer::<Vec<RangeSplit>>::new(1), &splits).unwrap()
+    BincodeSplits::default().encode(&splits).unwrap()
+}
+
+/// `state` with its bytes from `at` on in a sealed chunk.
+fn sealed_from(state: StateBytes, at: usize) -> StateBytes {
+    let bytes = state.to_vec();
+    let mut cut = StateBytes::new();
+    cut.push_inline(&bytes[..at]);
+    cut.push_chunk(Chunk::seal(bytes[at..].to_vec()));
+    cut
 }
 
 fn committable(transaction_id: &str, record_count: u64) -> Vec<u8> {
@@ -80,21 +90,22 @@ fn formats() -> Vec<(&'static str, Option<Lineage>, FinishedMarker)> {
     vec![
         ("v1", None, finished(LostOutput::default())),
         ("v2", Some(lineage.clone()), finished(LostOutput::default())),
-        (
-            "v3",
-            Some(lineage),
-            finished(LostOutput {
-                commits_failed: 1,
-                records_lost: 10,
-                known_failures: vec![KnownCommitFailure::new(
-                    CheckpointId(6),
-                    1,
-                    "the pending file part-3-1.txt is gone",
-                    Some(10),
-                )],
-            }),
-        ),
+        ("v3", Some(lineage.clone()), finished(lost())),
+        ("v4", Some(lineage), finished(lost())),
     ]
+}
+
+fn lost() -> LostOutput {
+    LostOutput {
+        commits_failed: 1,
+        records_lost: 10,
+        known_failures: vec![KnownCommitFailure::new(
+            CheckpointId(6),
+            1,
+            "the pending file part-3-1.txt is gone",
+            Some(10),
+        )],
+    }
 }
 
 /// What the golden checkpoint holds: two subtasks of the in-memory sink over
@@ -145,11 +156,19 @@ async fn golden_checkpoint_files_of_every_format_are_read_back() {
     if std::env::var_os("GOLDEN_WRITE").is_some() {
         let (current, lineage, marker) = formats.last().cloned().unwrap();
         let dir = data(current);
-        let storage = LocalCheckpointStorage::open(&dir).unwrap();
+        let storage = LocalCheckpointStorage::open_retaining(&dir, 1).unwrap();
         for _ in 0..3 {
             storage.begin().await.unwrap();
         }
-        storage.store(&expected(lineage)).await.unwrap();
+        // Checkpoint 6 stores the chunk; 7 names it, and 6 is kept for it
+        // (retaining 1 checkpoint).
+        let mut last = expected(lineage);
+        let split = sealed_from(last.subtasks[0].source_splits.clone(), 4);
+        last.subtasks[0].source_splits = split;
+        let mut before = last.clone();
+        before.checkpoint_id = CheckpointId(6);
+        storage.store(&before).await.unwrap();
+        storage.store(&last).await.unwrap();
         storage.mark_finished(marker).await.unwrap();
         drop(storage);
         std::fs::remove_file(dir.join("LOCK")).unwrap();
@@ -159,11 +178,21 @@ async fn golden_checkpoint_files_of_every_format_are_read_back() {
         let state = LocalCheckpointStorage::inspect(data(version)).expect("the golden directory");
         assert_eq!(state.generation, Some(Generation(3)), "{version}");
         assert_eq!(state.finished, Some(marker), "{version}");
-        assert_eq!(state.checkpoints.len(), 1, "{version}");
-        let checkpoint = state.checkpoints[0]
+        let checkpoint = state.checkpoints.last().unwrap();
+        assert_eq!(checkpoint.checkpoint_id, CheckpointId(7), "{version}");
+        let checkpoint = checkpoint
             .content
             .as_ref()
             .unwrap_or_else(|e| panic!("format {version} is read: {e}"));
+        if version == "v4" {
+            // The chunk is stored once, in checkpoint 6, kept for it.
+            assert_eq!(state.checkpoints.len(), 2);
+            let splits = &checkpoint.subtasks[0].source_splits;
+            assert_eq!(splits.chunks().count(), 1);
+            assert!(state.checkpoints[1].size_bytes < state.checkpoints[0].size_bytes);
+        } else {
+            assert_eq!(state.checkpoints.len(), 1, "{version}");
+        }
         assert_eq!(*checkpoint, expected(lineage), "{version}");
 
         // The blobs inside decode with this build's serializers.
@@ -177,7 +206,8 @@ async fn golden_checkpoint_files_of_every_format_are_read_back() {
         assert_eq!(state.next_transaction_seq, 4);
         let ranges = BincodeSerializer::<Vec<RangeSplit>>::new(1);
         assert_eq!(ranges.version(), 1);
-        let split = deserialize_versioned(&ranges, &checkpoint.subtasks[0].source_splits).unwrap();
+        let stored = checkpoint.subtasks[0].source_splits.to_vec();
+        let split = deserialize_versioned(&ranges, &stored).unwrap();
         assert_eq!(split[0].next, 40);
     }
 }
@@ -198,7 +228,7 @@ async fn a_checkpoint_of_an_unknown_format_is_refused_naming_both_versions() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("format version 99") && error.contains("versions 1 to 3"),
+        error.contains("format version 99") && error.contains("versions 1 to 4"),
         "{error}"
     );
 }

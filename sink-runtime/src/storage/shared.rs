@@ -1,0 +1,743 @@
+//! State shared between checkpoints: bytes in pieces, some of them sealed
+//! chunks that a storage writes once and later checkpoints reference.
+//!
+//! A checkpoint's state mostly repeats the one before: an idempotency-key
+//! table gains the keys of one checkpoint and loses its oldest. Whoever
+//! makes such state (a source's [`SplitCodec`](crate::source::SplitCodec))
+//! seals what will not change into a [`Chunk`] and hands the state over as
+//! [`StateBytes`]: inline pieces and chunks, which read one after the other
+//! are the state's bytes. A storage writes a chunk once, in the first
+//! checkpoint that holds it, and every later checkpoint that holds it again
+//! names it by its [`ChunkId`] and that checkpoint: a checkpoint costs what
+//! changed, not what it holds.
+//!
+//! # The stored form (format 4)
+//!
+//! A stored checkpoint (this module's [`StoredCheckpoint`]) is the
+//! checkpoint with each subtask's splits as a list of pieces, each inline
+//! bytes or a chunk reference `(chunk id, holder)`, followed by the chunks
+//! it stores first: `(chunk id, bytes)`. The holder is the checkpoint that
+//! stored the chunk, `(checkpoint id, generation)`: the name of its file or
+//! object. A storage keeps every checkpoint that holds a chunk a retained
+//! checkpoint names ([`ChunkBook`]), and removes it once none does.
+//! Formats 1 to 3 stored the splits whole, and are read as one inline
+//! piece.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_bytes::{ByteBuf, Bytes};
+use sink_api::{CheckpointId, Generation, Lineage, SubtaskIndex};
+
+use super::{
+    CompletedCheckpoint, GlobalCommitterSnapshot, PendingCommittables, StorageError,
+    SubtaskSnapshot,
+};
+
+/// The name of a sealed [`Chunk`]: 128 random bits drawn when it is sealed,
+/// so no two chunks share one, in any process or storage.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ChunkId(u128);
+
+impl ChunkId {
+    /// A new id, never drawn before.
+    fn draw() -> ChunkId {
+        ChunkId(uuid::Uuid::new_v4().as_u128())
+    }
+}
+
+impl fmt::Display for ChunkId {
+    /// 32 lower-case hex digits.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for ChunkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ChunkId({self})")
+    }
+}
+
+/// Immutable bytes of a checkpoint's state, written once by a storage and
+/// named by later checkpoints that hold them again.
+///
+/// Sealed by a [`SplitCodec`](crate::source::SplitCodec) (the pipeline's
+/// key table seals the keys of each checkpoint) and cheap to clone: clones
+/// share the bytes. Two chunks with the same id hold the same bytes: a
+/// chunk restored from a storage keeps the id it was stored under, so a
+/// codec that hands it back to the storage costs nothing to store again.
+#[derive(Clone)]
+pub struct Chunk {
+    id: ChunkId,
+    bytes: Arc<[u8]>,
+}
+
+impl Chunk {
+    /// Seals `bytes` under a new id.
+    pub fn seal(bytes: Vec<u8>) -> Chunk {
+        Chunk {
+            id: ChunkId::draw(),
+            bytes: bytes.into(),
+        }
+    }
+
+    /// A chunk read back from a storage, under the id it was stored with.
+    pub(crate) fn restored(id: ChunkId, bytes: Vec<u8>) -> Chunk {
+        Chunk {
+            id,
+            bytes: bytes.into(),
+        }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> ChunkId {
+        self.id
+    }
+
+    /// Its bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Chunk({}, {} bytes)", self.id, self.bytes.len())
+    }
+}
+
+/// One piece of [`StateBytes`].
+#[derive(Debug, Clone)]
+pub enum Piece {
+    /// Bytes stored with the checkpoint itself.
+    Inline(Vec<u8>),
+    /// A sealed chunk, stored once for every checkpoint that holds it.
+    Chunk(Chunk),
+}
+
+/// A checkpoint's stored state in pieces: read one after the other, they
+/// are its bytes. Made by a [`SplitCodec`](crate::source::SplitCodec) at
+/// every checkpoint, read back by it at a restore.
+///
+/// Equality compares the bytes, not how they are cut into pieces.
+#[derive(Clone, Default)]
+pub struct StateBytes {
+    pieces: Vec<Piece>,
+}
+
+impl StateBytes {
+    /// No bytes.
+    pub fn new() -> StateBytes {
+        StateBytes::default()
+    }
+
+    /// Appends `bytes` inline (to the last piece, when it is inline too).
+    pub fn push_inline(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        match self.pieces.last_mut() {
+            Some(Piece::Inline(last)) => last.extend_from_slice(bytes),
+            _ => self.pieces.push(Piece::Inline(bytes.to_vec())),
+        }
+    }
+
+    /// Appends a sealed chunk.
+    pub fn push_chunk(&mut self, chunk: Chunk) {
+        self.pieces.push(Piece::Chunk(chunk));
+    }
+
+    /// The pieces, in order.
+    pub fn pieces(&self) -> &[Piece] {
+        &self.pieces
+    }
+
+    /// The chunks among the pieces, in order.
+    pub fn chunks(&self) -> impl Iterator<Item = &Chunk> {
+        self.pieces.iter().filter_map(|piece| match piece {
+            Piece::Chunk(chunk) => Some(chunk),
+            Piece::Inline(_) => None,
+        })
+    }
+
+    /// How many bytes the pieces hold in all.
+    pub fn len(&self) -> usize {
+        self.pieces.iter().map(piece_len).sum()
+    }
+
+    /// Whether they hold none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many of those bytes are inline.
+    pub fn inline_len(&self) -> usize {
+        self.pieces
+            .iter()
+            .filter(|piece| matches!(piece, Piece::Inline(_)))
+            .map(piece_len)
+            .sum()
+    }
+
+    /// The bytes, in one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(self.len());
+        for piece in &self.pieces {
+            bytes.extend_from_slice(piece_bytes(piece));
+        }
+        bytes
+    }
+}
+
+fn piece_bytes(piece: &Piece) -> &[u8] {
+    match piece {
+        Piece::Inline(bytes) => bytes,
+        Piece::Chunk(chunk) => chunk.bytes(),
+    }
+}
+
+fn piece_len(piece: &Piece) -> usize {
+    piece_bytes(piece).len()
+}
+
+impl From<Vec<u8>> for StateBytes {
+    /// One inline piece.
+    fn from(bytes: Vec<u8>) -> StateBytes {
+        let mut state = StateBytes::new();
+        if !bytes.is_empty() {
+            state.pieces.push(Piece::Inline(bytes));
+        }
+        state
+    }
+}
+
+impl PartialEq for StateBytes {
+    fn eq(&self, other: &StateBytes) -> bool {
+        self.len() == other.len()
+            && self
+                .pieces
+                .iter()
+                .flat_map(|p| piece_bytes(p).iter())
+                .eq(other.pieces.iter().flat_map(|p| piece_bytes(p).iter()))
+    }
+}
+
+impl Eq for StateBytes {}
+
+impl fmt::Debug for StateBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "StateBytes({} bytes, {} inline, {} chunks)",
+            self.len(),
+            self.inline_len(),
+            self.chunks().count()
+        )
+    }
+}
+
+/// The checkpoint that stored a chunk first, which names its file or
+/// object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub(crate) struct Holder {
+    pub checkpoint: CheckpointId,
+    pub generation: Generation,
+}
+
+/// A piece as stored.
+#[derive(Debug, Deserialize)]
+enum StoredPiece {
+    Inline(ByteBuf),
+    Chunk { id: ChunkId, holder: Holder },
+}
+
+/// A piece to store (the same encoding as [`StoredPiece`]).
+#[derive(Serialize)]
+enum StoredPieceRef<'a> {
+    Inline(&'a Bytes),
+    Chunk { id: ChunkId, holder: Holder },
+}
+
+#[derive(Debug, Deserialize)]
+struct StoredSubtask {
+    subtask: SubtaskIndex,
+    source_splits: Vec<StoredPiece>,
+    writer_states: Vec<Vec<u8>>,
+    pending: Vec<PendingCommittables>,
+    end_of_input: bool,
+}
+
+#[derive(Serialize)]
+struct StoredSubtaskRef<'a> {
+    subtask: SubtaskIndex,
+    source_splits: Vec<StoredPieceRef<'a>>,
+    writer_states: &'a Vec<Vec<u8>>,
+    pending: &'a Vec<PendingCommittables>,
+    end_of_input: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct StoredChunk {
+    id: ChunkId,
+    bytes: ByteBuf,
+}
+
+#[derive(Serialize)]
+struct StoredChunkRef<'a> {
+    id: ChunkId,
+    bytes: &'a Bytes,
+}
+
+/// A checkpoint as a storage reads it (format 4; older formats are read
+/// into it with their splits inline): its pieces name chunks that other
+/// stored checkpoints may hold.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StoredCheckpoint {
+    checkpoint_id: CheckpointId,
+    job_name: String,
+    generation: Generation,
+    lineage: Option<Lineage>,
+    parallelism: usize,
+    subtasks: Vec<StoredSubtask>,
+    global_committer: Option<GlobalCommitterSnapshot>,
+    is_final: bool,
+    /// The chunks this checkpoint stored first.
+    chunks: Vec<StoredChunk>,
+}
+
+/// A checkpoint to store (the same encoding as [`StoredCheckpoint`]).
+#[derive(Serialize)]
+pub(crate) struct StoredCheckpointRef<'a> {
+    checkpoint_id: CheckpointId,
+    job_name: &'a str,
+    generation: Generation,
+    lineage: &'a Option<Lineage>,
+    parallelism: usize,
+    subtasks: Vec<StoredSubtaskRef<'a>>,
+    global_committer: &'a Option<GlobalCommitterSnapshot>,
+    is_final: bool,
+    chunks: Vec<StoredChunkRef<'a>>,
+}
+
+impl StoredCheckpoint {
+    /// A checkpoint of format 1 to 3, whose splits are stored whole.
+    pub(crate) fn whole(
+        checkpoint: CompletedCheckpointWhole,
+        lineage: Option<Lineage>,
+    ) -> StoredCheckpoint {
+        StoredCheckpoint {
+            checkpoint_id: checkpoint.checkpoint_id,
+            job_name: checkpoint.job_name,
+            generation: checkpoint.generation,
+            lineage,
+            parallelism: checkpoint.parallelism,
+            subtasks: (checkpoint.subtasks.into_iter())
+                .map(|s| StoredSubtask {
+                    subtask: s.subtask,
+                    source_splits: vec![StoredPiece::Inline(ByteBuf::from(s.source_splits))],
+                    writer_states: s.writer_states,
+                    pending: s.pending,
+                    end_of_input: s.end_of_input,
+                })
+                .collect(),
+            global_committer: checkpoint.global_committer,
+            is_final: checkpoint.is_final,
+            chunks: Vec::new(),
+        }
+    }
+
+    /// Its id.
+    pub(crate) fn checkpoint_id(&self) -> CheckpointId {
+        self.checkpoint_id
+    }
+
+    /// The generation that stored it.
+    pub(crate) fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    /// The checkpoints whose chunks it names, itself among them when it
+    /// stored any.
+    pub(crate) fn holders(&self, this: Holder) -> BTreeSet<Holder> {
+        let mut holders: BTreeSet<Holder> = (self.subtasks.iter())
+            .flat_map(|s| s.source_splits.iter())
+            .filter_map(|piece| match piece {
+                StoredPiece::Chunk { holder, .. } => Some(*holder),
+                StoredPiece::Inline(_) => None,
+            })
+            .collect();
+        if !self.chunks.is_empty() {
+            holders.insert(this);
+        }
+        holders
+    }
+
+    /// The chunks it stored first, by id.
+    pub(crate) fn into_chunks(self) -> HashMap<ChunkId, Chunk> {
+        (self.chunks.into_iter())
+            .map(|c| (c.id, Chunk::restored(c.id, c.bytes.into_vec())))
+            .collect()
+    }
+
+    /// The checkpoint, its chunk references resolved: `this` is where it
+    /// is stored, `held` the chunks of each other holder it names (see
+    /// [`holders`](Self::holders)), `location` names it in errors.
+    pub(crate) fn resolve(
+        self,
+        this: Holder,
+        held: &HashMap<Holder, HashMap<ChunkId, Chunk>>,
+        location: &str,
+    ) -> Result<CompletedCheckpoint, StorageError> {
+        let own: HashMap<ChunkId, Chunk> = (self.chunks.into_iter())
+            .map(|c| (c.id, Chunk::restored(c.id, c.bytes.into_vec())))
+            .collect();
+        let mut subtasks = Vec::with_capacity(self.subtasks.len());
+        for stored in self.subtasks {
+            let mut splits = StateBytes::new();
+            for piece in stored.source_splits {
+                match piece {
+                    StoredPiece::Inline(bytes) => splits.push_inline(&bytes),
+                    StoredPiece::Chunk { id, holder } => {
+                        let chunks = if holder == this {
+                            Some(&own)
+                        } else {
+                            held.get(&holder)
+                        };
+                        let chunk = chunks.and_then(|c| c.get(&id)).ok_or_else(|| {
+                            StorageError::Corrupt {
+                                path: location.into(),
+                                problem: format!(
+                                    "it names chunk {id} of checkpoint {} (generation {}), which \
+                                     that checkpoint does not hold or which is gone",
+                                    holder.checkpoint, holder.generation
+                                ),
+                            }
+                        })?;
+                        splits.push_chunk(chunk.clone());
+                    }
+                }
+            }
+            subtasks.push(SubtaskSnapshot {
+                subtask: stored.subtask,
+                source_splits: splits,
+                writer_states: stored.writer_states,
+                pending: stored.pending,
+                end_of_input: stored.end_of_input,
+            });
+        }
+        Ok(CompletedCheckpoint {
+            checkpoint_id: self.checkpoint_id,
+            job_name: self.job_name,
+            generation: self.generation,
+            lineage: self.lineage,
+            parallelism: self.parallelism,
+            subtasks,
+            global_committer: self.global_committer,
+            is_final: self.is_final,
+        })
+    }
+}
+
+/// A checkpoint as formats 1 to 3 stored it (format 1 without the lineage,
+/// which its reader passes apart): the splits one byte string.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompletedCheckpointWhole {
+    pub checkpoint_id: CheckpointId,
+    pub job_name: String,
+    pub generation: Generation,
+    pub parallelism: usize,
+    pub subtasks: Vec<SubtaskSnapshotWhole>,
+    pub global_committer: Option<GlobalCommitterSnapshot>,
+    pub is_final: bool,
+}
+
+/// A subtask's part as formats 1 to 3 stored it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct SubtaskSnapshotWhole {
+    pub subtask: SubtaskIndex,
+    #[serde(with = "serde_bytes")]
+    pub source_splits: Vec<u8>,
+    pub writer_states: Vec<Vec<u8>>,
+    pub pending: Vec<PendingCommittables>,
+    pub end_of_input: bool,
+}
+
+/// What a storage knows of the chunks it stored or read: where each is
+/// held, and which holders each retained checkpoint names. Kept by the
+/// local and the object storage under their lock, one per storage.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ChunkBook {
+    /// Every chunk a kept checkpoint holds, and that checkpoint.
+    held_by: HashMap<ChunkId, Holder>,
+    /// The holders each known checkpoint names.
+    holders_of: BTreeMap<Holder, BTreeSet<Holder>>,
+}
+
+/// The stored form of `checkpoint`, to be stored as `this`: the chunks it
+/// holds that `held` names a holder of are named, the others stored in it.
+pub(crate) fn stored_form<'a>(
+    checkpoint: &'a CompletedCheckpoint,
+    this: Holder,
+    held: &HashMap<ChunkId, Holder>,
+) -> StoredCheckpointRef<'a> {
+    let mut new_chunks: Vec<StoredChunkRef<'a>> = Vec::new();
+    let mut added: BTreeSet<ChunkId> = BTreeSet::new();
+    let subtasks = (checkpoint.subtasks.iter())
+        .map(|s| StoredSubtaskRef {
+            subtask: s.subtask,
+            source_splits: (s.source_splits.pieces().iter())
+                .map(|piece| match piece {
+                    Piece::Inline(bytes) => StoredPieceRef::Inline(Bytes::new(bytes)),
+                    Piece::Chunk(chunk) => {
+                        let holder = match held.get(&chunk.id) {
+                            Some(holder) => *holder,
+                            None => {
+                                if added.insert(chunk.id) {
+                                    new_chunks.push(StoredChunkRef {
+                                        id: chunk.id,
+                                        bytes: Bytes::new(chunk.bytes()),
+                                    });
+                                }
+                                this
+                            }
+                        };
+                        StoredPieceRef::Chunk {
+                            id: chunk.id,
+                            holder,
+                        }
+                    }
+                })
+                .collect(),
+            writer_states: &s.writer_states,
+            pending: &s.pending,
+            end_of_input: s.end_of_input,
+        })
+        .collect();
+    StoredCheckpointRef {
+        checkpoint_id: checkpoint.checkpoint_id,
+        job_name: &checkpoint.job_name,
+        generation: checkpoint.generation,
+        lineage: &checkpoint.lineage,
+        parallelism: checkpoint.parallelism,
+        subtasks,
+        global_committer: &checkpoint.global_committer,
+        is_final: checkpoint.is_final,
+        chunks: new_chunks,
+    }
+}
+
+impl ChunkBook {
+    /// The holders of the chunks of `checkpoint` that a kept checkpoint
+    /// holds, for [`stored_form`].
+    pub(crate) fn held(&self, checkpoint: &CompletedCheckpoint) -> HashMap<ChunkId, Holder> {
+        (checkpoint.subtasks.iter())
+            .flat_map(|s| s.source_splits.chunks())
+            .filter_map(|chunk| Some((chunk.id, *self.held_by.get(&chunk.id)?)))
+            .collect()
+    }
+
+    /// `checkpoint`, stored as `this` in the form [`stored_form`] gave for
+    /// [`held`](Self::held), is durable: its new chunks are held by it.
+    pub(crate) fn stored(&mut self, checkpoint: &CompletedCheckpoint, this: Holder) {
+        let mut holders = BTreeSet::new();
+        for chunk in checkpoint
+            .subtasks
+            .iter()
+            .flat_map(|s| s.source_splits.chunks())
+        {
+            let holder = *self.held_by.entry(chunk.id).or_insert(this);
+            holders.insert(holder);
+        }
+        self.holders_of.insert(this, holders);
+    }
+
+    /// `checkpoint`, read from `this`, is known: its chunks are where its
+    /// references say.
+    pub(crate) fn read(&mut self, stored: &StoredCheckpoint, this: Holder) {
+        for piece in stored.subtasks.iter().flat_map(|s| s.source_splits.iter()) {
+            if let StoredPiece::Chunk { id, holder } = piece {
+                self.held_by.insert(*id, *holder);
+            }
+        }
+        for chunk in &stored.chunks {
+            self.held_by.insert(chunk.id, this);
+        }
+        self.holders_of.insert(this, stored.holders(this));
+    }
+
+    /// Whether the holders `checkpoint` names are known (it was stored or
+    /// read by this storage).
+    pub(crate) fn knows(&self, checkpoint: Holder) -> bool {
+        self.holders_of.contains_key(&checkpoint)
+    }
+
+    /// The checkpoints whose holders are known.
+    pub(crate) fn known(&self) -> impl Iterator<Item = &Holder> {
+        self.holders_of.keys()
+    }
+
+    /// The checkpoints to keep when `retained` are: those and every holder
+    /// they name. Forgets everything else: the chunks of other holders are
+    /// stored again if a later checkpoint holds them. Every retained
+    /// checkpoint must be [known](Self::knows).
+    pub(crate) fn keep(&mut self, retained: &[Holder]) -> BTreeSet<Holder> {
+        let mut keep: BTreeSet<Holder> = retained.iter().copied().collect();
+        for checkpoint in retained {
+            if let Some(holders) = self.holders_of.get(checkpoint) {
+                keep.extend(holders.iter().copied());
+            }
+        }
+        self.holders_of
+            .retain(|checkpoint, _| retained.contains(checkpoint));
+        self.held_by.retain(|_, holder| keep.contains(holder));
+        keep
+    }
+
+    /// Forgets everything (the storage started over).
+    pub(crate) fn clear(&mut self) {
+        *self = ChunkBook::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(checkpoint: u64) -> Holder {
+        Holder {
+            checkpoint: CheckpointId(checkpoint),
+            generation: Generation(1),
+        }
+    }
+
+    fn checkpoint(id: u64, splits: StateBytes) -> CompletedCheckpoint {
+        let mut checkpoint = super::super::tests::sample_checkpoint(id);
+        checkpoint.subtasks[0].source_splits = splits;
+        checkpoint
+    }
+
+    fn encode(stored: &StoredCheckpointRef<'_>) -> Vec<u8> {
+        bincode::serde::encode_to_vec(stored, bincode::config::standard()).unwrap()
+    }
+
+    fn decode(bytes: &[u8]) -> StoredCheckpoint {
+        sink_api::decode_bincode_bounded(bytes).unwrap().0
+    }
+
+    #[test]
+    fn state_bytes_compare_their_bytes_however_cut() {
+        let chunk = Chunk::seal(b"cd".to_vec());
+        let mut cut = StateBytes::new();
+        cut.push_inline(b"ab");
+        cut.push_chunk(chunk.clone());
+        cut.push_inline(b"e");
+        cut.push_inline(b"f");
+        assert_eq!(cut, StateBytes::from(b"abcdef".to_vec()));
+        assert_ne!(cut, StateBytes::from(b"abcdeg".to_vec()));
+        assert_eq!(
+            cut.pieces().len(),
+            3,
+            "inline bytes join the last inline piece"
+        );
+        assert_eq!((cut.len(), cut.inline_len()), (6, 4));
+        assert_eq!(
+            cut.chunks().map(Chunk::id).collect::<Vec<_>>(),
+            [chunk.id()]
+        );
+        assert_ne!(Chunk::seal(Vec::new()).id(), Chunk::seal(Vec::new()).id());
+    }
+
+    /// A chunk is stored in the first checkpoint that holds it; the next
+    /// names it there, and reads back the same bytes under the same id.
+    #[test]
+    fn a_chunk_is_stored_once_and_named_by_later_checkpoints() {
+        let old = Chunk::seal(vec![7; 1000]);
+        let mut book = ChunkBook::default();
+        let mut first_splits = StateBytes::from(b"head".to_vec());
+        first_splits.push_chunk(old.clone());
+        let first = checkpoint(1, first_splits);
+        let first_bytes = encode(&stored_form(&first, holder(1), &book.held(&first)));
+        book.stored(&first, holder(1));
+        assert!(first_bytes.len() > 1000);
+
+        let new = Chunk::seal(vec![8; 10]);
+        let mut second_splits = StateBytes::from(b"head".to_vec());
+        second_splits.push_chunk(old.clone());
+        second_splits.push_chunk(new.clone());
+        // A chunk twice in one checkpoint is stored once.
+        second_splits.push_chunk(new.clone());
+        let second = checkpoint(2, second_splits);
+        let second_bytes = encode(&stored_form(&second, holder(2), &book.held(&second)));
+        book.stored(&second, holder(2));
+        assert!(second_bytes.len() < 200, "{}", second_bytes.len());
+
+        let stored = decode(&second_bytes);
+        assert_eq!(stored.holders(holder(2)), [holder(1), holder(2)].into());
+        let held = HashMap::from([(holder(1), decode(&first_bytes).into_chunks())]);
+        let read = stored.resolve(holder(2), &held, "here").unwrap();
+        assert_eq!(read, second);
+        let ids: Vec<ChunkId> = read.subtasks[0]
+            .source_splits
+            .chunks()
+            .map(Chunk::id)
+            .collect();
+        assert_eq!(ids, [old.id(), new.id(), new.id()]);
+
+        // Without its holder, it is corrupt, naming the chunk.
+        let error = decode(&second_bytes)
+            .resolve(holder(2), &HashMap::new(), "here")
+            .unwrap_err();
+        assert!(error.to_string().contains(&old.id().to_string()), "{error}");
+    }
+
+    /// Holders stay while a retained checkpoint names them; chunks of
+    /// forgotten holders are stored again.
+    #[test]
+    fn holders_are_kept_while_a_retained_checkpoint_names_them() {
+        let old = Chunk::seal(vec![1; 10]);
+        let mut book = ChunkBook::default();
+        let store = |book: &mut ChunkBook, id: u64, with_old: bool| {
+            let mut splits = StateBytes::new();
+            if with_old {
+                splits.push_chunk(old.clone());
+            }
+            splits.push_chunk(Chunk::seal(vec![id as u8]));
+            let checkpoint = checkpoint(id, splits);
+            let stored = decode(&encode(&stored_form(
+                &checkpoint,
+                holder(id),
+                &book.held(&checkpoint),
+            )));
+            book.stored(&checkpoint, holder(id));
+            stored.holders(holder(id))
+        };
+        assert_eq!(store(&mut book, 1, true), [holder(1)].into());
+        assert_eq!(store(&mut book, 2, true), [holder(1), holder(2)].into());
+        assert_eq!(
+            book.keep(&[holder(1), holder(2)]),
+            [holder(1), holder(2)].into()
+        );
+        assert_eq!(store(&mut book, 3, false), [holder(3)].into());
+        // Retained 2 and 3: 2 names checkpoint 1's chunk.
+        let kept = book.keep(&[holder(2), holder(3)]);
+        assert_eq!(kept, [holder(1), holder(2), holder(3)].into());
+        assert_eq!(store(&mut book, 4, true), [holder(1), holder(4)].into());
+        assert_eq!(
+            book.keep(&[holder(3), holder(4)]),
+            [holder(1), holder(3), holder(4)].into()
+        );
+        assert_eq!(store(&mut book, 5, false), [holder(5)].into());
+        assert_eq!(store(&mut book, 6, false), [holder(6)].into());
+        // Neither 5 nor 6 names checkpoint 1: it goes, and `old` with it,
+        // so the next checkpoint that holds it stores it again.
+        assert_eq!(
+            book.keep(&[holder(5), holder(6)]),
+            [holder(5), holder(6)].into()
+        );
+        assert_eq!(store(&mut book, 7, true), [holder(7)].into());
+        assert!(book.knows(holder(7)) && !book.knows(holder(1)));
+    }
+}
