@@ -109,6 +109,15 @@ pub fn deserialize_versioned<T>(
     serializer: &dyn VersionedSerializer<T>,
     blob: &[u8],
 ) -> Result<T, SerializerError> {
+    let (version, payload) = split_versioned::<T>(blob)?;
+    serializer.deserialize(version, payload)
+}
+
+/// The version a blob written by [`serialize_versioned`] carries, and its
+/// payload: for a decoder that reads the payload in parts (a stored state
+/// whose header is followed by sealed chunks). `T` names the type in the
+/// error for a blob without the envelope.
+pub fn split_versioned<T>(blob: &[u8]) -> Result<(u32, &[u8]), SerializerError> {
     let header = blob
         .get(..BLOB_HEADER_LEN)
         .filter(|header| header[..BLOB_MAGIC.len()] == BLOB_MAGIC)
@@ -118,7 +127,7 @@ pub fn deserialize_versioned<T>(
         })?;
     let mut version = [0u8; 4];
     version.copy_from_slice(&header[BLOB_MAGIC.len()..]);
-    serializer.deserialize(u32::from_le_bytes(version), &blob[BLOB_HEADER_LEN..])
+    Ok((u32::from_le_bytes(version), &blob[BLOB_HEADER_LEN..]))
 }
 
 /// The default serializer: bincode 2 over serde, at one fixed format version.

@@ -33,8 +33,8 @@ use sink_api::{
     InitContext, Lineage, PositionAdvance, Sink, SinkWriter, SplitKey, VersionedSerializer,
 };
 use sink_runtime::pipeline::{KeyPartition, Pipeline};
-use sink_runtime::source::RangeSplit;
-use sink_runtime::storage::CompletedCheckpoint;
+use sink_runtime::source::{RangeSplit, SplitCodec};
+use sink_runtime::storage::{CompletedCheckpoint, StateBytes};
 use sink_runtime::{CheckpointConfig, Job, LocalCheckpointStorage, SequenceSource};
 use sinks_file::{FileSink, LineEncoder, RollingPolicy};
 use sinks_memory::{MemorySink, MemoryStore};
@@ -77,6 +77,29 @@ fn blob_decoder<T: 'static>(
         samples,
         decode: Box::new(move |bytes| {
             deserialize_versioned(&*serializer, bytes)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+    }
+}
+
+/// A source's split codec and real stored splits it reads (whole, as a
+/// storage that keeps no chunks apart hands them back).
+fn codec_decoder<S: 'static>(
+    what: &str,
+    codec: Arc<dyn SplitCodec<S>>,
+    samples: Vec<Vec<u8>>,
+) -> Decoder {
+    assert!(!samples.is_empty(), "no sample of {what}");
+    for sample in &samples {
+        (codec.decode(&StateBytes::from(sample.clone())))
+            .unwrap_or_else(|e| panic!("a real {what} decodes: {e}"));
+    }
+    Decoder {
+        what: what.to_string(),
+        samples,
+        decode: Box::new(move |bytes| {
+            (codec.decode(&StateBytes::from(bytes.to_vec())))
                 .map(drop)
                 .map_err(|e| e.to_string())
         }),
@@ -260,11 +283,9 @@ async fn decoders(root: &Path) -> (Vec<Decoder>, Vec<std::path::PathBuf>) {
     }
     pipeline.shutdown().await.expect("a clean shutdown");
     let checkpoint = newest(&state);
-    decoders.push(blob_decoder(
+    decoders.push(codec_decoder(
         "pipeline key partitions",
-        Arc::new(BincodeSerializer::<Vec<KeyPartition>>::new(version_of(
-            &checkpoint.subtasks[0].source_splits.to_vec(),
-        ))),
+        KeyPartition::codec(),
         splits(&checkpoint),
     ));
     state_dirs.push(state);

@@ -22,11 +22,14 @@ use sink_api::{CheckpointId, SubtaskIndex};
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
+use super::key_log::KeyLog;
 use super::keys::{
     partition_of, IdempotencyKey, KeyNamespaces, KeyPartition, KeyRetention, KeyTable, Seen,
 };
 use super::ticket::{TicketError, Waiter};
-use crate::source::{Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SplitReader};
+use crate::source::{
+    Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SplitCodec, SplitReader,
+};
 
 /// One send: records, their optional idempotency key, and who waits for the
 /// answer.
@@ -136,6 +139,12 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
         Boundedness::Bounded
     }
 
+    /// Format 4 of the keys: each reader's keys in sealed segments that
+    /// checkpoints share (module `key_log`).
+    fn split_codec(&self) -> Arc<dyn SplitCodec<KeyPartition>> {
+        KeyPartition::codec()
+    }
+
     fn create_splits(&self, _parallelism: usize) -> Vec<KeyPartition> {
         (0..self.partitions)
             .map(|index| KeyPartition::empty(index, self.partitions))
@@ -189,7 +198,23 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
         // rescale, another subtask may still be re-committing their records
         // (and every subtask passed that checkpoint's barrier only after its
         // re-commit was done).
-        let tables: BTreeMap<u32, KeyTable> = splits
+        // The stored log is kept when it was exactly this reader's
+        // partitions' (a restart at the same parallelism); otherwise every
+        // key is sealed again at the first barrier.
+        let kept_log = splits
+            .first()
+            .and_then(|first| first.log.clone())
+            .filter(|log| {
+                splits
+                    .iter()
+                    .all(|split| split.log.as_ref().is_some_and(|l| Arc::ptr_eq(l, log)))
+                    && log
+                        .partitions
+                        .iter()
+                        .copied()
+                        .eq(splits.iter().map(|s| s.index))
+            });
+        let mut tables: BTreeMap<u32, KeyTable> = splits
             .into_iter()
             .map(|split| {
                 let index = split.index;
@@ -201,6 +226,15 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
                 Ok((table.index(), table))
             })
             .collect::<Result<_, SourceError>>()?;
+        let log = match &kept_log {
+            Some(state) => KeyLog::adopt(state, tables.values()),
+            None => {
+                for table in tables.values_mut() {
+                    table.unseal_all();
+                }
+                KeyLog::default()
+            }
+        };
         let restored_through = tables
             .values()
             .map(KeyTable::newest_checkpoint)
@@ -236,6 +270,7 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
             closed: false,
             of,
             tables,
+            log,
             max_keys: per_partition.max(1),
             max_age: self.retention.max_age,
             max_in_flight: self.max_in_flight.max(1),
@@ -261,6 +296,8 @@ pub(crate) struct ChannelReader<R> {
     /// The partition count, when this reader owns any partition.
     of: Option<u32>,
     tables: BTreeMap<u32, KeyTable>,
+    /// The tables' keys as checkpoints store them.
+    log: KeyLog,
     /// The committed keys each namespace may keep in each partition.
     max_keys: usize,
     max_age: Duration,
@@ -375,6 +412,8 @@ impl<R> ChannelReader<R> {
             for table in self.tables.values_mut() {
                 table.forget_checkpoint(checkpoint_id);
             }
+            self.log.forget(checkpoint_id);
+            self.log.release(&mut self.tables);
             for waiter in self.awaiting.remove(&checkpoint_id).unwrap_or_default() {
                 self.in_flight -= 1;
                 waiter.fail(TicketError::PartlyLost { checkpoint_id });
@@ -427,7 +466,13 @@ impl<R: Send + 'static> SplitReader for ChannelReader<R> {
     }
 
     fn snapshot_splits(&self) -> Vec<KeyPartition> {
-        self.tables.values().map(KeyTable::snapshot).collect()
+        // The segments are shared: a snapshot copies none of their keys.
+        let log = Arc::new(self.log.state(self.tables.keys().copied().collect()));
+        (self.tables.values())
+            .map(|table| {
+                KeyPartition::logged(table.index(), table.of(), log.clone(), table.loose())
+            })
+            .collect()
     }
 
     async fn wait_for_input(&mut self) {
@@ -453,6 +498,7 @@ impl<R: Send + 'static> SplitReader for ChannelReader<R> {
         for table in self.tables.values_mut() {
             table.assign(checkpoint_id);
         }
+        self.log.seal(&mut self.tables);
         if !self.unassigned.is_empty() {
             let waiters = std::mem::take(&mut self.unassigned);
             self.awaiting
@@ -477,6 +523,7 @@ impl<R: Send + 'static> SplitReader for ChannelReader<R> {
         for table in self.tables.values_mut() {
             table.expire(self.committed_through, self.max_keys, self.max_age, now);
         }
+        self.log.release(&mut self.tables);
     }
 }
 

@@ -37,20 +37,28 @@
 //! as one byte string: `(u32::MAX, 3, index, of, count, bytes)`, where
 //! `bytes` are the `count` keys, oldest first, each encoded with bincode 2's
 //! standard configuration as the tuple `(key, checkpoint, accepted_at_ms,
-//! fingerprint)`. A table keeps those encodings as its keys are assigned to
-//! checkpoints, so a snapshot copies bytes instead of encoding every key
-//! again (a checkpoint of 100 000 keys costs a copy of about 4 MB). Formats 1
-//! to 3 are read: format-1 keys come back without a fingerprint. Another
-//! version is refused with a clear error.
+//! fingerprint)`. Formats 1 to 3 are read: format-1 keys come back without
+//! a fingerprint. Another version is refused with a clear error.
+//!
+//! Format 4 is not a partition's but a reader's: the pipeline's source
+//! stores the keys of all of a reader's partitions as sealed segments
+//! shared between checkpoints (module `key_log`), so that a checkpoint
+//! writes the keys added since the last one, not every key it holds (format
+//! 3 copied them all: about 4 MB at 100 000 keys). A partition's serde form
+//! stays format 3, for a source that stores the splits with the default
+//! codec.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::{Error as _, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sink_api::CheckpointId;
+
+use super::key_log::{LogState, SegmentId};
 
 /// The first field of a stored partition from format 2 on: no format-1
 /// partition index can be this (they are below [`MAX_KEY_PARTITIONS`]).
@@ -246,9 +254,10 @@ impl KeyNamespaces {
 /// One key partition as stored in a checkpoint: the split type of the
 /// pipeline's source.
 ///
-/// Made and read only by the runtime. Its serde form is the versioned tuple
-/// described in the module documentation, meant for the runtime's bincode
-/// split serializer: format 3 is written; formats 1 to 3 are read.
+/// Made and read only by the runtime, stored by the pipeline source's codec
+/// (format 4, module `key_log`). Its serde form is the versioned tuple
+/// described in the module documentation, for the default bincode codec:
+/// format 3 is written; formats 1 to 3 are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyPartition {
     /// Which partition, in `0..of`.
@@ -258,31 +267,35 @@ pub struct KeyPartition {
     pub(crate) of: u32,
     /// How many keys `encoded` holds.
     count: u64,
-    /// Its keys, oldest first, each encoded as a [`StoredKey`] with
-    /// [`KEY_ENCODING`].
+    /// Its keys outside `log`, oldest first, each encoded as a
+    /// [`StoredKey`] with [`KEY_ENCODING`]; they come after the log's.
     encoded: Vec<u8>,
+    /// The sealed segments that hold its other keys (and other partitions'
+    /// of the same reader): the reader's log at a snapshot, the stored log
+    /// at a restore.
+    pub(crate) log: Option<Arc<LogState>>,
 }
 
-/// A key as stored, format 2 (and, encoded, format 3).
+/// A key as stored, format 2 (and, encoded, formats 3 and 4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct StoredKey {
-    key: String,
-    checkpoint: u64,
-    accepted_at_ms: u64,
-    fingerprint: Option<Fingerprint>,
+pub(super) struct StoredKey {
+    pub key: String,
+    pub checkpoint: u64,
+    pub accepted_at_ms: u64,
+    pub fingerprint: Option<Fingerprint>,
 }
 
 /// A [`StoredKey`] to encode without copying its key: the same encoding.
 #[derive(Serialize)]
-struct StoredKeyRef<'a> {
-    key: &'a str,
-    checkpoint: u64,
-    accepted_at_ms: u64,
-    fingerprint: Option<Fingerprint>,
+pub(super) struct StoredKeyRef<'a> {
+    pub key: &'a str,
+    pub checkpoint: u64,
+    pub accepted_at_ms: u64,
+    pub fingerprint: Option<Fingerprint>,
 }
 
 /// Appends the format-3 encoding of a key to `out`; returns its length.
-fn encode_key(out: &mut Vec<u8>, key: StoredKeyRef<'_>) -> usize {
+pub(super) fn encode_key(out: &mut Vec<u8>, key: StoredKeyRef<'_>) -> usize {
     let before = out.len();
     // Encoding into a vector fails only for types serde cannot describe,
     // and these are plain fields.
@@ -292,7 +305,7 @@ fn encode_key(out: &mut Vec<u8>, key: StoredKeyRef<'_>) -> usize {
 
 /// The keys of a format-3 byte string of `count` keys; an error for bytes
 /// that do not hold exactly that many.
-fn decode_keys(count: u64, bytes: &[u8]) -> Result<Vec<StoredKey>, String> {
+pub(super) fn decode_keys(count: u64, bytes: &[u8]) -> Result<Vec<StoredKey>, String> {
     let mut keys = Vec::new();
     let mut offset = 0;
     while offset < bytes.len() {
@@ -318,7 +331,7 @@ fn decode_keys(count: u64, bytes: &[u8]) -> Result<Vec<StoredKey>, String> {
 }
 
 /// A partition of `keys` in format 3.
-fn encoded_partition(index: u32, of: u32, keys: &[StoredKey]) -> KeyPartition {
+pub(super) fn encoded_partition(index: u32, of: u32, keys: &[StoredKey]) -> KeyPartition {
     let mut encoded = Vec::new();
     for key in keys {
         encode_key(
@@ -336,6 +349,7 @@ fn encoded_partition(index: u32, of: u32, keys: &[StoredKey]) -> KeyPartition {
         of,
         count: keys.len() as u64,
         encoded,
+        log: None,
     }
 }
 
@@ -359,15 +373,28 @@ impl From<StoredKeyV1> for StoredKey {
 }
 
 impl Serialize for KeyPartition {
-    /// Format 3: `(marker, 3, index, of, count, bytes)`.
+    /// Format 3: `(marker, 3, index, of, count, bytes)`, with every key,
+    /// also those of the log.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let whole;
+        let (count, encoded) = match &self.log {
+            None => (self.count, &self.encoded),
+            Some(_) => {
+                let keys: Vec<StoredKey> = (self.keys().map_err(serde::ser::Error::custom)?)
+                    .into_iter()
+                    .map(|(key, _)| key)
+                    .collect();
+                whole = encoded_partition(self.index, self.of, &keys);
+                (whole.count, &whole.encoded)
+            }
+        };
         let mut tuple = serializer.serialize_tuple(6)?;
         tuple.serialize_element(&FORMAT_MARKER)?;
         tuple.serialize_element(&FORMAT_VERSION)?;
         tuple.serialize_element(&self.index)?;
         tuple.serialize_element(&self.of)?;
-        tuple.serialize_element(&self.count)?;
-        tuple.serialize_element(serde_bytes::Bytes::new(&self.encoded))?;
+        tuple.serialize_element(&count)?;
+        tuple.serialize_element(serde_bytes::Bytes::new(encoded))?;
         tuple.end()
     }
 }
@@ -430,6 +457,7 @@ impl<'de> Visitor<'de> for PartitionVisitor {
                     of,
                     count,
                     encoded,
+                    log: None,
                 })
             }
             version => Err(A::Error::custom(format!(
@@ -441,6 +469,14 @@ impl<'de> Visitor<'de> for PartitionVisitor {
 }
 
 impl KeyPartition {
+    /// How the pipeline stores a reader's key partitions in checkpoints
+    /// (format 4; formats 1 to 3 are read): its source's
+    /// [`SplitCodec`](crate::source::SplitCodec), for tools and tests that
+    /// read stored state.
+    pub fn codec() -> Arc<dyn crate::source::SplitCodec<KeyPartition>> {
+        Arc::new(super::key_log::KeyCodec)
+    }
+
     /// An empty partition, for a fresh start.
     pub(crate) fn empty(index: u32, of: u32) -> KeyPartition {
         KeyPartition {
@@ -448,7 +484,58 @@ impl KeyPartition {
             of,
             count: 0,
             encoded: Vec::new(),
+            log: None,
         }
+    }
+
+    /// Partition `index` of `of` at a snapshot: its keys in `log` and, after
+    /// them, the `loose` ones (their count and encodings: assigned to a
+    /// checkpoint and not sealed yet).
+    pub(crate) fn logged(
+        index: u32,
+        of: u32,
+        log: Arc<LogState>,
+        loose: (u64, Vec<u8>),
+    ) -> KeyPartition {
+        KeyPartition {
+            index,
+            of,
+            count: loose.0,
+            encoded: loose.1,
+            log: Some(log),
+        }
+    }
+
+    /// Its keys outside the log: their count and encodings.
+    pub(super) fn loose(&self) -> (u64, &[u8]) {
+        (self.count, &self.encoded)
+    }
+
+    /// Every key, oldest first, with the segment of the log that holds it
+    /// (`None` outside the log): a later copy of a key replaces an earlier.
+    pub(super) fn keys(&self) -> Result<Vec<(StoredKey, Option<SegmentId>)>, String> {
+        let mut all: Vec<Option<(StoredKey, Option<SegmentId>)>> = Vec::new();
+        if let Some(log) = &self.log {
+            for (key, segment) in log.keys_of(self.index)?.iter() {
+                all.push(Some((key.clone(), Some(*segment))));
+            }
+        }
+        for key in decode_keys(self.count, &self.encoded)? {
+            all.push(Some((key, None)));
+        }
+        let mut last: HashMap<String, usize> = HashMap::with_capacity(all.len());
+        let mut earlier = Vec::new();
+        for (position, entry) in all.iter().enumerate() {
+            if let Some((key, _)) = entry {
+                if let Some(before) = last.insert(key.key.clone(), position) {
+                    earlier.push(before);
+                }
+            }
+        }
+        for position in earlier {
+            all[position] = None;
+        }
+        Ok(all.into_iter().flatten().collect())
     }
 }
 
@@ -474,10 +561,12 @@ pub(crate) enum Seen {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+pub(super) struct Entry {
     checkpoint: Option<CheckpointId>,
-    accepted_at_ms: u64,
-    fingerprint: Option<Fingerprint>,
+    pub accepted_at_ms: u64,
+    pub fingerprint: Option<Fingerprint>,
+    /// The segment of the reader's log that holds it, once sealed.
+    segment: Option<SegmentId>,
 }
 
 /// The live keys of one partition, owned by the reader of the subtask that
@@ -494,14 +583,12 @@ pub(crate) struct KeyTable {
     /// How many keys of each namespace `entries` holds; a namespace without
     /// keys has no entry (owners that come and go leave nothing behind).
     held: HashMap<String, usize>,
-    /// The format-3 encodings of the keys assigned to a checkpoint, which
-    /// are the oldest ones of `order`, from `encoded_start` on: what a
-    /// snapshot stores.
-    encoded: Vec<u8>,
-    encoded_start: usize,
-    /// The length of each of those encodings, oldest first: the one of
-    /// `order[i]` is `encoded_lens[i]`.
-    encoded_lens: VecDeque<usize>,
+    /// Keys assigned to a checkpoint and not sealed into a segment yet, in
+    /// order (some may be gone since).
+    unsealed: Vec<String>,
+    /// The segments of keys removed since the reader last asked: each
+    /// holds one live key fewer.
+    released: Vec<SegmentId>,
 }
 
 impl KeyTable {
@@ -515,7 +602,7 @@ impl KeyTable {
         partition: KeyPartition,
         namespaces: KeyNamespaces,
     ) -> Result<KeyTable, String> {
-        let keys = decode_keys(partition.count, &partition.encoded)?;
+        let keys = partition.keys()?;
         let mut table = KeyTable {
             index: partition.index,
             of: partition.of,
@@ -523,20 +610,124 @@ impl KeyTable {
             order: VecDeque::with_capacity(keys.len()),
             entries: HashMap::with_capacity(keys.len()),
             held: HashMap::new(),
-            encoded: Vec::new(),
-            encoded_start: 0,
-            encoded_lens: VecDeque::new(),
+            unsealed: Vec::new(),
+            released: Vec::new(),
         };
-        for stored in keys {
+        for (stored, segment) in keys {
             let entry = Entry {
                 checkpoint: Some(CheckpointId(stored.checkpoint)),
                 accepted_at_ms: stored.accepted_at_ms,
                 fingerprint: stored.fingerprint,
+                segment,
             };
+            if segment.is_none() {
+                table.unsealed.push(stored.key.clone());
+            }
             table.insert(stored.key, entry);
         }
-        table.encode_from(0);
         Ok(table)
+    }
+
+    /// Every key is to be sealed again: the reader starts a log of its own
+    /// rather than keep the restored one (whose segments hold other
+    /// partitions' keys, after a rescale).
+    pub(super) fn unseal_all(&mut self) {
+        self.unsealed.clear();
+        for key in &self.order {
+            if let Some(entry) = self.entries.get_mut(key) {
+                entry.segment = None;
+                self.unsealed.push(key.clone());
+            }
+        }
+    }
+
+    /// Counts, per segment of the restored log, the keys it holds here.
+    pub(super) fn count_segments(&self, counts: &mut HashMap<SegmentId, u32>) {
+        for entry in self.entries.values() {
+            if let Some(segment) = entry.segment {
+                *counts.entry(segment).or_default() += 1;
+            }
+        }
+    }
+
+    /// Appends the keys assigned and not sealed yet to `out` as records of
+    /// segment `segment` (module `key_log`), and records them there.
+    /// Returns how many, and the oldest and newest checkpoint among them.
+    pub(super) fn seal_into(
+        &mut self,
+        out: &mut Vec<u8>,
+        segment: SegmentId,
+    ) -> (u32, CheckpointId, CheckpointId) {
+        let (mut count, mut first, mut last) = (0, CheckpointId(u64::MAX), CheckpointId::NONE);
+        for key in std::mem::take(&mut self.unsealed) {
+            let Some(entry) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            let (Some(checkpoint), None) = (entry.checkpoint, entry.segment) else {
+                continue;
+            };
+            entry.segment = Some(segment);
+            super::key_log::encode_record(out, self.index, &key, checkpoint, entry);
+            count += 1;
+            first = first.min(checkpoint);
+            last = last.max(checkpoint);
+        }
+        (count, first, last)
+    }
+
+    /// Moves `key`, stored in segment `from` with `checkpoint`, to segment
+    /// `to`, appending its record to `out`; false (nothing written) when
+    /// the table no longer holds that copy of it.
+    pub(super) fn reseal(
+        &mut self,
+        key: &str,
+        checkpoint: CheckpointId,
+        from: SegmentId,
+        to: SegmentId,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        match self.entries.get_mut(key) {
+            Some(entry) if entry.segment == Some(from) && entry.checkpoint == Some(checkpoint) => {
+                entry.segment = Some(to);
+                super::key_log::encode_record(out, self.index, key, checkpoint, entry);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The segments of the keys removed since the last call, one per key.
+    pub(super) fn take_released(&mut self) -> Vec<SegmentId> {
+        std::mem::take(&mut self.released)
+    }
+
+    /// The keys assigned and not sealed (normally none: a barrier seals
+    /// them before the snapshot): their count and format-3 encodings.
+    pub(super) fn loose(&self) -> (u64, Vec<u8>) {
+        let mut encoded = Vec::new();
+        let mut count = 0;
+        for key in &self.unsealed {
+            if let Some(entry) = self.entries.get(key) {
+                if let (Some(checkpoint), None) = (entry.checkpoint, entry.segment) {
+                    encode_key(
+                        &mut encoded,
+                        StoredKeyRef {
+                            key,
+                            checkpoint: checkpoint.0,
+                            accepted_at_ms: entry.accepted_at_ms,
+                            fingerprint: entry.fingerprint,
+                        },
+                    );
+                    count += 1;
+                }
+            }
+        }
+        (count, encoded)
+    }
+
+    /// How many partitions there are.
+    pub(crate) fn of(&self) -> u32 {
+        self.of
     }
 
     /// Adds `key` at the back of the order, unless it is known already
@@ -555,11 +746,14 @@ impl KeyTable {
         self.order.push_back(key);
     }
 
-    /// Removes `key`'s entry and counts it out of its namespace; its place
-    /// in `order` and its encoding are the caller's to remove.
+    /// Removes `key`'s entry and counts it out of its namespace (and out
+    /// of its segment); its place in `order` is the caller's to remove.
     fn remove_entry(&mut self, key: &str) {
-        if self.entries.remove(key).is_none() {
+        let Some(entry) = self.entries.remove(key) else {
             return;
+        };
+        if let Some(segment) = entry.segment {
+            self.released.push(segment);
         }
         let namespace = self.namespaces.namespace(key);
         if let Some(held) = self.held.get_mut(namespace) {
@@ -578,68 +772,17 @@ impl KeyTable {
             .unwrap_or(0)
     }
 
-    /// Appends the encodings of the keys of `order` from position `from`
-    /// on, up to the first not assigned to a checkpoint.
-    fn encode_from(&mut self, from: usize) {
-        for key in self.order.iter().skip(from) {
-            let Some(entry) = self.entries.get(key) else {
-                continue;
-            };
-            let Some(checkpoint) = entry.checkpoint else {
-                break;
-            };
-            let len = encode_key(
-                &mut self.encoded,
-                StoredKeyRef {
-                    key,
-                    checkpoint: checkpoint.0,
-                    accepted_at_ms: entry.accepted_at_ms,
-                    fingerprint: entry.fingerprint,
-                },
-            );
-            self.encoded_lens.push_back(len);
-        }
-    }
-
-    /// Drops the encoding of the oldest key, which is leaving the table.
-    fn drop_oldest_encoding(&mut self) {
-        if let Some(len) = self.encoded_lens.pop_front() {
-            self.encoded_start += len;
-        }
-        if self.encoded_lens.is_empty() {
-            self.encoded.clear();
-            self.encoded_start = 0;
-        } else if self.encoded_start > 64 * 1024 && self.encoded_start * 2 > self.encoded.len() {
-            self.encoded.drain(..self.encoded_start);
-            self.encoded_start = 0;
-        }
-    }
-
     /// Removes the keys for which `doomed(position in order, key, entry)`
-    /// holds, wherever they are in the order, with their encodings (the
-    /// others' are copied, not encoded again). One pass over the table.
+    /// holds, wherever they are in the order. One pass over the table.
     fn remove_where(&mut self, mut doomed: impl FnMut(usize, &str, Option<&Entry>) -> bool) {
         let old_order = std::mem::take(&mut self.order);
-        let old_lens = std::mem::take(&mut self.encoded_lens);
-        let old_encoded = std::mem::take(&mut self.encoded);
-        let mut offset = self.encoded_start;
-        self.encoded_start = 0;
         self.order.reserve(old_order.len());
-        self.encoded
-            .reserve(old_encoded.len().saturating_sub(offset));
         for (position, key) in old_order.into_iter().enumerate() {
-            let len = old_lens.get(position).copied();
             if doomed(position, &key, self.entries.get(&key)) {
                 self.remove_entry(&key);
             } else {
-                if let Some(len) = len {
-                    self.encoded
-                        .extend_from_slice(&old_encoded[offset..offset + len]);
-                    self.encoded_lens.push_back(len);
-                }
                 self.order.push_back(key);
             }
-            offset += len.unwrap_or(0);
         }
     }
 
@@ -657,16 +800,23 @@ impl KeyTable {
             .unwrap_or(CheckpointId::NONE)
     }
 
-    /// The table as stored in a checkpoint: the keys assigned to one (all of
-    /// them, when called after [`assign`](Self::assign)), as a copy of their
-    /// encodings.
+    /// The table as format 3 stores it: the keys assigned to a checkpoint
+    /// (all of them, when called after [`assign`](Self::assign)). For
+    /// tests of the table; the reader stores its log.
+    #[cfg(test)]
     pub(crate) fn snapshot(&self) -> KeyPartition {
-        KeyPartition {
-            index: self.index,
-            of: self.of,
-            count: self.encoded_lens.len() as u64,
-            encoded: self.encoded[self.encoded_start..].to_vec(),
-        }
+        let keys: Vec<StoredKey> = (self.order.iter())
+            .filter_map(|key| {
+                let entry = self.entries.get(key)?;
+                Some(StoredKey {
+                    key: key.clone(),
+                    checkpoint: entry.checkpoint?.0,
+                    accepted_at_ms: entry.accepted_at_ms,
+                    fingerprint: entry.fingerprint,
+                })
+            })
+            .collect();
+        encoded_partition(self.index, self.of, &keys)
     }
 
     /// What the table knows of `key` sent with `fingerprint`, given that
@@ -700,12 +850,13 @@ impl KeyTable {
             checkpoint: None,
             accepted_at_ms: now_ms,
             fingerprint,
+            segment: None,
         };
         self.insert(key, entry);
     }
 
-    /// Every key accepted since the last call belongs to `checkpoint`; their
-    /// encodings are added for the snapshots.
+    /// Every key accepted since the last call belongs to `checkpoint`; they
+    /// are to be sealed into the reader's log.
     pub(crate) fn assign(&mut self, checkpoint: CheckpointId) {
         // Unassigned keys are the newest, at the back.
         let mut unassigned = 0;
@@ -719,7 +870,8 @@ impl KeyTable {
             }
         }
         let from = self.order.len() - unassigned;
-        self.encode_from(from);
+        let assigned = self.order.iter().skip(from).cloned();
+        self.unsealed.extend(assigned);
     }
 
     /// Forgets the keys of `checkpoint`, whose commit lost output: a repeated
@@ -745,7 +897,7 @@ impl KeyTable {
         // over its budget (with a single namespace, the only case).
         while let Some(oldest) = self.order.front() {
             let Some(entry) = self.entries.get(oldest) else {
-                // Not a key any more (never encoded).
+                // Not a key any more.
                 self.order.pop_front();
                 continue;
             };
@@ -757,7 +909,6 @@ impl KeyTable {
             }
             if let Some(key) = self.order.pop_front() {
                 self.remove_entry(&key);
-                self.drop_oldest_encoding();
             }
         }
         self.expire_over_budget(committed_through, max_keys);
@@ -815,6 +966,12 @@ impl KeyTable {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// The keys the table holds, in no order.
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> Vec<String> {
+        self.entries.keys().cloned().collect()
     }
 }
 

@@ -53,6 +53,7 @@
 //! ```
 
 mod channel;
+mod key_log;
 mod keys;
 mod ticket;
 

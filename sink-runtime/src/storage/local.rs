@@ -308,6 +308,9 @@ impl CheckpointStorage for LocalCheckpointStorage {
         // Cheap: the chunks, most of a large state, are shared.
         let checkpoint = checkpoint.clone();
         self.blocking(move |inner| {
+            // Held through the whole store: a store abandoned by its caller
+            // runs on, and the next must not interleave with it.
+            let mut book = inner.book();
             let existing = list_checkpoints(&inner.dir)?;
             if let Some((newest, _)) = existing.last() {
                 if *newest >= checkpoint.checkpoint_id {
@@ -323,14 +326,14 @@ impl CheckpointStorage for LocalCheckpointStorage {
                 checkpoint: checkpoint.checkpoint_id,
                 generation: checkpoint.generation,
             };
-            let held = inner.book().held(&checkpoint);
+            let held = book.held(&checkpoint);
             let what = format!("checkpoint {}", checkpoint.checkpoint_id);
             let stored = stored_form(&checkpoint, this, &held);
             let bytes = frame::encode_written(Kind::Checkpoint, &stored, &what)?;
             write_atomically(&inner.dir, &name, &bytes)?;
-            inner.book().stored(&checkpoint, this);
+            book.stored(&checkpoint, this);
             // Older checkpoints go only now that a newer one is durable.
-            remove_unretained(inner, &existing, this)?;
+            remove_unretained(inner, &mut book, &existing, this)?;
             // The lineage lives in the checkpoints from now on: a start that
             // finds none (they were removed) must draw a new one, or its
             // checkpoint ids would repeat in the lineage.
@@ -350,7 +353,8 @@ impl CheckpointStorage for LocalCheckpointStorage {
     async fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError> {
         self.blocking(|inner| match list_checkpoints(&inner.dir)?.pop() {
             Some((id, path)) => {
-                load_checkpoint(&inner.dir, id, &path, Some(&mut inner.book())).map(Some)
+                let mut book = inner.book();
+                load_checkpoint(&inner.dir, id, &path, Some(&mut book)).map(Some)
             }
             None => Ok(None),
         })
@@ -464,10 +468,12 @@ fn load_checkpoint(
         };
         held.insert(holder, chunks);
     }
+    let references = stored.references(this);
+    let checkpoint = stored.resolve(this, &held, &path.display().to_string())?;
     if let Some(book) = book {
-        book.read(&stored, this);
+        book.read(this, references);
     }
-    stored.resolve(this, &held, &path.display().to_string())
+    Ok(checkpoint)
 }
 
 /// Removes the checkpoint files of `existing` (the files before `newest`
@@ -477,13 +483,14 @@ fn load_checkpoint(
 /// is removed.
 fn remove_unretained(
     inner: &Inner,
+    book: &mut ChunkBook,
     existing: &[(CheckpointId, PathBuf)],
     newest: Holder,
 ) -> Result<(), StorageError> {
     let older_retained = &existing[existing.len() + 1 - inner.retained.min(existing.len() + 1)..];
     let mut retained = vec![newest];
     for (id, path) in older_retained {
-        let known = inner.book().known().find(|h| h.checkpoint == *id).copied();
+        let known = book.known().find(|h| h.checkpoint == *id).copied();
         let holder = match known {
             Some(holder) => holder,
             None => match read_stored(path, *id) {
@@ -492,7 +499,7 @@ fn remove_unretained(
                         checkpoint: *id,
                         generation: stored.generation(),
                     };
-                    inner.book().read(&stored, holder);
+                    book.read(holder, stored.references(holder));
                     holder
                 }
                 Err(error) => {
@@ -503,9 +510,10 @@ fn remove_unretained(
         };
         retained.push(holder);
     }
-    let keep: Vec<CheckpointId> = (inner.book().keep(&retained).into_iter())
-        .map(|holder| holder.checkpoint)
-        .collect();
+    let Some(keep) = book.keep(&retained) else {
+        return Ok(());
+    };
+    let keep: Vec<CheckpointId> = keep.into_iter().map(|holder| holder.checkpoint).collect();
     for (id, path) in existing {
         if !keep.contains(id) {
             fs::remove_file(path).map_err(|e| {
@@ -723,8 +731,14 @@ mod tests {
         // A holder gone: the checkpoint that names it is corrupt, naming
         // the chunk; never read without it.
         let lost = Chunk::seal(vec![9; 10]);
-        storage.store(&with(8, std::slice::from_ref(&lost))).await.unwrap();
-        storage.store(&with(9, std::slice::from_ref(&lost))).await.unwrap();
+        storage
+            .store(&with(8, std::slice::from_ref(&lost)))
+            .await
+            .unwrap();
+        storage
+            .store(&with(9, std::slice::from_ref(&lost)))
+            .await
+            .unwrap();
         fs::remove_file(dir.path().join(checkpoint_file_name(CheckpointId(8)))).unwrap();
         let error = storage.latest().await.unwrap_err();
         assert!(matches!(error, StorageError::Corrupt { .. }), "{error}");

@@ -71,7 +71,7 @@ use tokio::sync::Mutex;
 use tracing::{info, warn};
 
 use super::frame::{self, FinishedMarkerV2, Framed, Kind};
-use super::shared::{stored_form, ChunkBook, Holder};
+use super::shared::{stored_form, ChunkBook, Holder, References};
 use super::{
     CheckpointFile, CheckpointStorage, CompletedCheckpoint, FinishedMarker, StateDirectory,
     StorageError,
@@ -604,11 +604,24 @@ impl Inner {
                 held.insert(holder, other.into_chunks());
             }
         }
-        if let Some(book) = book {
-            book.read(&stored, this);
-        }
+        let references = stored.references(this);
         let checkpoint = stored.resolve(this, &held, &location)?;
+        if let Some(book) = book {
+            book.read(this, references);
+        }
         Ok((bytes.len() as u64, checkpoint))
+    }
+
+    /// What the checkpoint object of `this` names, read without the
+    /// chunks it names.
+    async fn references(&self, this: Holder) -> Result<References, StorageError> {
+        let path = self.checkpoint_path(this.checkpoint, this.generation);
+        let location = self.url_of(&path);
+        let Some(bytes) = self.get(&path).await? else {
+            return Err(self.missing_checkpoint(this.checkpoint, &location));
+        };
+        let stored = frame::decode_checkpoint(&bytes, this.checkpoint, &location)?;
+        Ok(stored.references(this))
     }
 
     /// Removes every checkpoint object `head` does not name that an older
@@ -836,42 +849,45 @@ impl CheckpointStorage for ObjectCheckpointStorage {
             }
             Err(error) => return Err(inner.remote("writing", &path, error)),
         }
-        claim.book.stored(checkpoint, this);
+        // The book changes only once HEAD names this checkpoint: a store
+        // that fails after the put leaves an object nothing names, and the
+        // next store stores its chunks again.
+        let mut book = claim.book.clone();
+        book.stored(checkpoint, this);
         let mut next = claim.head.clone();
         next.checkpoints.push((id, generation));
         let excess = next.checkpoints.len().saturating_sub(inner.retained);
         next.checkpoints.drain(..excess);
         // Which older checkpoints the retained ones name chunks of: read
         // once per start for those this instance did not store.
-        for &(retained, retained_generation) in &next.checkpoints {
-            let holder = Holder {
-                checkpoint: retained,
-                generation: retained_generation,
-            };
-            if !claim.book.knows(holder) {
-                if let Err(error) = inner.load(holder, Some(&mut claim.book)).await {
-                    warn!(storage = %inner.location, %error, "cannot read a retained checkpoint's references; no older checkpoint is removed");
-                    next.kept = claim
-                        .head
-                        .named()
-                        .filter(|n| !next.checkpoints.contains(n))
-                        .copied()
-                        .collect();
-                    inner.update_claimed(claim, next).await?;
-                    return Ok(());
-                }
-            }
-        }
         let retained: Vec<Holder> = (next.checkpoints.iter())
             .map(|&(checkpoint, generation)| Holder {
                 checkpoint,
                 generation,
             })
             .collect();
-        next.kept = (claim.book.keep(&retained).into_iter())
-            .map(|holder| (holder.checkpoint, holder.generation))
-            .filter(|named| !next.checkpoints.contains(named))
-            .collect();
+        for holder in &retained {
+            if !book.knows(*holder) {
+                match inner.references(*holder).await {
+                    Ok(references) => book.read(*holder, references),
+                    Err(error) => {
+                        warn!(storage = %inner.location, %error, "cannot read a retained checkpoint's references; no older checkpoint is removed");
+                    }
+                }
+            }
+        }
+        next.kept = match book.keep(&retained) {
+            Some(keep) => (keep.into_iter())
+                .map(|holder| (holder.checkpoint, holder.generation))
+                .filter(|named| !next.checkpoints.contains(named))
+                .collect(),
+            // Everything HEAD named stays; this checkpoint names only
+            // holders the book knew, which HEAD names.
+            None => (claim.head.named())
+                .filter(|named| !next.checkpoints.contains(named))
+                .copied()
+                .collect(),
+        };
         let dropped: Vec<(CheckpointId, Generation)> = (claim.head.named())
             .filter(|named| !next.named().any(|n| n == *named))
             .copied()
@@ -880,6 +896,7 @@ impl CheckpointStorage for ObjectCheckpointStorage {
         // lost may still name it. One HEAD does not name is removed by the
         // next start.
         inner.update_claimed(claim, next).await?;
+        claim.book = book;
         // Older checkpoints go only now that HEAD names a newer one.
         for (old, old_generation) in dropped {
             let old_path = inner.checkpoint_path(old, old_generation);

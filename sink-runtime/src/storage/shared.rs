@@ -103,6 +103,15 @@ impl Chunk {
     }
 }
 
+impl PartialEq for Chunk {
+    /// The same id: two chunks with one id hold the same bytes.
+    fn eq(&self, other: &Chunk) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Chunk {}
+
 impl fmt::Debug for Chunk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Chunk({}, {} bytes)", self.id, self.bytes.len())
@@ -375,6 +384,22 @@ impl StoredCheckpoint {
         holders
     }
 
+    /// What it names: each chunk it holds or references, and its holder.
+    pub(crate) fn references(&self, this: Holder) -> References {
+        let mut chunks: Vec<(ChunkId, Holder)> = (self.subtasks.iter())
+            .flat_map(|s| s.source_splits.iter())
+            .filter_map(|piece| match piece {
+                StoredPiece::Chunk { id, holder } => Some((*id, *holder)),
+                StoredPiece::Inline(_) => None,
+            })
+            .collect();
+        chunks.extend(self.chunks.iter().map(|c| (c.id, this)));
+        References {
+            holders: self.holders(this),
+            chunks,
+        }
+    }
+
     /// The chunks it stored first, by id.
     pub(crate) fn into_chunks(self) -> HashMap<ChunkId, Chunk> {
         (self.chunks.into_iter())
@@ -463,6 +488,14 @@ pub(crate) struct SubtaskSnapshotWhole {
     pub writer_states: Vec<Vec<u8>>,
     pub pending: Vec<PendingCommittables>,
     pub end_of_input: bool,
+}
+
+/// What a stored checkpoint names ([`StoredCheckpoint::references`]), for
+/// [`ChunkBook::read`].
+#[derive(Debug)]
+pub(crate) struct References {
+    holders: BTreeSet<Holder>,
+    chunks: Vec<(ChunkId, Holder)>,
 }
 
 /// What a storage knows of the chunks it stored or read: where each is
@@ -554,18 +587,15 @@ impl ChunkBook {
         self.holders_of.insert(this, holders);
     }
 
-    /// `checkpoint`, read from `this`, is known: its chunks are where its
-    /// references say.
-    pub(crate) fn read(&mut self, stored: &StoredCheckpoint, this: Holder) {
-        for piece in stored.subtasks.iter().flat_map(|s| s.source_splits.iter()) {
-            if let StoredPiece::Chunk { id, holder } = piece {
-                self.held_by.insert(*id, *holder);
-            }
+    /// The checkpoint stored as `this`, which names `references`, was read
+    /// back whole: the holders it names are kept while it is retained, and
+    /// its chunks may be named where it says (a chunk known already stays
+    /// where it was known: that holder is kept too).
+    pub(crate) fn read(&mut self, this: Holder, references: References) {
+        for (id, holder) in references.chunks {
+            self.held_by.entry(id).or_insert(holder);
         }
-        for chunk in &stored.chunks {
-            self.held_by.insert(chunk.id, this);
-        }
-        self.holders_of.insert(this, stored.holders(this));
+        self.holders_of.insert(this, references.holders);
     }
 
     /// Whether the holders `checkpoint` names are known (it was stored or
@@ -581,19 +611,18 @@ impl ChunkBook {
 
     /// The checkpoints to keep when `retained` are: those and every holder
     /// they name. Forgets everything else: the chunks of other holders are
-    /// stored again if a later checkpoint holds them. Every retained
-    /// checkpoint must be [known](Self::knows).
-    pub(crate) fn keep(&mut self, retained: &[Holder]) -> BTreeSet<Holder> {
+    /// stored again if a later checkpoint holds them. `None`, forgetting
+    /// nothing, when a retained checkpoint is not [known](Self::knows):
+    /// what it names is unknown, so nothing may be removed.
+    pub(crate) fn keep(&mut self, retained: &[Holder]) -> Option<BTreeSet<Holder>> {
         let mut keep: BTreeSet<Holder> = retained.iter().copied().collect();
         for checkpoint in retained {
-            if let Some(holders) = self.holders_of.get(checkpoint) {
-                keep.extend(holders.iter().copied());
-            }
+            keep.extend(self.holders_of.get(checkpoint)?.iter().copied());
         }
         self.holders_of
             .retain(|checkpoint, _| retained.contains(checkpoint));
         self.held_by.retain(|_, holder| keep.contains(holder));
-        keep
+        Some(keep)
     }
 
     /// Forgets everything (the storage started over).
@@ -718,16 +747,16 @@ mod tests {
         assert_eq!(store(&mut book, 2, true), [holder(1), holder(2)].into());
         assert_eq!(
             book.keep(&[holder(1), holder(2)]),
-            [holder(1), holder(2)].into()
+            Some([holder(1), holder(2)].into())
         );
         assert_eq!(store(&mut book, 3, false), [holder(3)].into());
         // Retained 2 and 3: 2 names checkpoint 1's chunk.
         let kept = book.keep(&[holder(2), holder(3)]);
-        assert_eq!(kept, [holder(1), holder(2), holder(3)].into());
+        assert_eq!(kept, Some([holder(1), holder(2), holder(3)].into()));
         assert_eq!(store(&mut book, 4, true), [holder(1), holder(4)].into());
         assert_eq!(
             book.keep(&[holder(3), holder(4)]),
-            [holder(1), holder(3), holder(4)].into()
+            Some([holder(1), holder(3), holder(4)].into())
         );
         assert_eq!(store(&mut book, 5, false), [holder(5)].into());
         assert_eq!(store(&mut book, 6, false), [holder(6)].into());
@@ -735,9 +764,12 @@ mod tests {
         // so the next checkpoint that holds it stores it again.
         assert_eq!(
             book.keep(&[holder(5), holder(6)]),
-            [holder(5), holder(6)].into()
+            Some([holder(5), holder(6)].into())
         );
         assert_eq!(store(&mut book, 7, true), [holder(7)].into());
         assert!(book.knows(holder(7)) && !book.knows(holder(1)));
+        // A retained checkpoint whose references are unknown keeps all.
+        assert_eq!(book.keep(&[holder(1), holder(7)]), None);
+        assert!(book.knows(holder(7)));
     }
 }

@@ -1,0 +1,785 @@
+//! The idempotency keys of one reader's partitions as its checkpoints store
+//! them: sealed segments shared between checkpoints, so that a checkpoint
+//! costs the keys added since the last one, not every key retained.
+//!
+//! At each barrier the reader seals the keys its partitions assigned to the
+//! checkpoint into one segment: a [`Chunk`], which checkpoint storage
+//! writes once and later checkpoints name (`storage::shared`). Segments of
+//! one level merge into one of the next when [`FANOUT`] of them pile up
+//! (their live keys copied, the gone ones left out), so a reader keeps
+//! about `FANOUT` segments per level, `log_FANOUT` of the keys' count
+//! levels, and each key is copied once per level. A segment with no live
+//! key left is dropped; one that lost half of its keys is written again.
+//!
+//! Keys that expire are not recorded as gone: a segment may still hold keys
+//! the table forgot by age or by count, and a restore brings them back
+//! until the table's next expiry forgets them again. Every such key is one
+//! whose records were committed, so answering a retry of it is right. The
+//! keys of a checkpoint whose commit lost output are another matter: they
+//! must never come back, so the log keeps those checkpoints (`forgotten`)
+//! while a segment may hold keys of them, and a restore leaves their keys
+//! out.
+//!
+//! # The stored format (format 4 of the keys)
+//!
+//! The splits of a reader are stored as the blob envelope of version 2 (the
+//! default codec writes version 1: formats 1 to 3 of each partition) around
+//! a header, followed by the segments' bytes and the loose keys' bytes:
+//!
+//! ```text
+//! envelope v2 | header (bincode) | segment 0 | segment 1 | … | loose keys
+//! header: (of, partitions, forgotten checkpoints,
+//!          segments: [(level, keys, first checkpoint, last checkpoint, bytes)],
+//!          loose keys, loose bytes)
+//! segment, loose keys: records (partition: u32, key as format 3 encodes it)
+//! ```
+//!
+//! Each segment is a sealed chunk; the header and the loose keys (assigned
+//! and not sealed yet: normally none) are inline. Every length and count is
+//! checked against the bytes, and every record decoded bounded.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Serialize};
+use sink_api::{
+    decode_bincode_bounded, serialize_versioned, split_versioned, BincodeSerializer, CheckpointId,
+    SerializerError, VersionedSerializer,
+};
+
+use super::keys::{encode_key, Entry, KeyPartition, KeyTable, StoredKey, StoredKeyRef};
+use crate::source::SplitCodec;
+use crate::storage::{Chunk, Piece, StateBytes};
+
+/// A segment's number in its log: increasing as segments are sealed.
+pub(crate) type SegmentId = u64;
+
+/// How many segments of one level merge into one of the next.
+pub(crate) const FANOUT: usize = 8;
+
+/// The smallest segment written again alone when half of its keys are gone:
+/// smaller ones wait for their merge.
+const MIN_REWRITE: u32 = 64;
+
+/// The envelope version of format 4 (version 1: the default codec's).
+const LOG_VERSION: u32 = 2;
+
+/// The bincode configuration of records: fixed, so that every build reads
+/// what another wrote.
+const RECORD_ENCODING: bincode::config::Configuration = bincode::config::standard();
+
+/// Appends the record of `key` of `partition`, assigned to `checkpoint`,
+/// to `out`.
+pub(super) fn encode_record(
+    out: &mut Vec<u8>,
+    partition: u32,
+    key: &str,
+    checkpoint: CheckpointId,
+    entry: &Entry,
+) {
+    // Encoding into a vector fails only for types serde cannot describe.
+    let _ = bincode::encode_into_std_write(partition, out, RECORD_ENCODING);
+    encode_key(
+        out,
+        StoredKeyRef {
+            key,
+            checkpoint: checkpoint.0,
+            accepted_at_ms: entry.accepted_at_ms,
+            fingerprint: entry.fingerprint,
+        },
+    );
+}
+
+/// The `count` records of `bytes`; an error for bytes that do not hold
+/// exactly that many.
+fn decode_records(count: u64, bytes: &[u8]) -> Result<Vec<(u32, StoredKey)>, String> {
+    let mut records = Vec::new();
+    let mut offset = 0;
+    while offset < bytes.len() {
+        if records.len() as u64 == count {
+            return Err(format!(
+                "{} bytes follow the {count} keys it says it holds",
+                bytes.len() - offset
+            ));
+        }
+        // Bounded: a damaged length cannot claim more memory than the bytes
+        // left could hold.
+        let (record, read): ((u32, StoredKey), usize) = decode_bincode_bounded(&bytes[offset..])
+            .map_err(|e| format!("key {} cannot be read: {e}", records.len() + 1))?;
+        records.push(record);
+        offset += read;
+    }
+    if records.len() as u64 != count {
+        return Err(format!(
+            "it says it holds {count} keys, and its bytes hold {}",
+            records.len()
+        ));
+    }
+    Ok(records)
+}
+
+/// A sealed segment of a log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub id: SegmentId,
+    pub level: u32,
+    pub chunk: Chunk,
+    /// How many records it holds.
+    pub keys: u32,
+    /// The oldest and newest checkpoint of its keys.
+    pub first: CheckpointId,
+    pub last: CheckpointId,
+}
+
+/// A log as one checkpoint stores it, shared by the partitions of its
+/// reader: made by the reader at a snapshot, or read back by a restore.
+#[derive(Debug)]
+pub(crate) struct LogState {
+    /// The reader's partitions.
+    pub partitions: BTreeSet<u32>,
+    /// Checkpoints whose keys are not to come back.
+    pub forgotten: BTreeSet<CheckpointId>,
+    pub segments: Vec<Segment>,
+    /// Every partition's keys in the segments, oldest first, with their
+    /// segment: read once, when a partition's keys are first asked for.
+    keys: OnceLock<Result<KeysByPartition, String>>,
+}
+
+/// Each partition's keys in a log's segments, oldest first, with their
+/// segment.
+type KeysByPartition = HashMap<u32, Vec<(StoredKey, SegmentId)>>;
+
+impl PartialEq for LogState {
+    fn eq(&self, other: &LogState) -> bool {
+        self.partitions == other.partitions
+            && self.forgotten == other.forgotten
+            && self.segments == other.segments
+    }
+}
+
+impl Eq for LogState {}
+
+impl LogState {
+    fn new(
+        partitions: BTreeSet<u32>,
+        forgotten: BTreeSet<CheckpointId>,
+        segments: Vec<Segment>,
+    ) -> LogState {
+        LogState {
+            partitions,
+            forgotten,
+            segments,
+            keys: OnceLock::new(),
+        }
+    }
+
+    /// The keys of partition `partition` the segments hold, oldest first,
+    /// with their segment; those of forgotten checkpoints left out.
+    pub(super) fn keys_of(&self, partition: u32) -> Result<&[(StoredKey, SegmentId)], String> {
+        let keys = self.keys.get_or_init(|| {
+            let mut by_partition = KeysByPartition::new();
+            for segment in &self.segments {
+                let records = decode_records(u64::from(segment.keys), segment.chunk.bytes())
+                    .map_err(|why| format!("segment {} of the stored keys: {why}", segment.id))?;
+                for (partition, key) in records {
+                    if self.forgotten.contains(&CheckpointId(key.checkpoint)) {
+                        continue;
+                    }
+                    by_partition
+                        .entry(partition)
+                        .or_default()
+                        .push((key, segment.id));
+                }
+            }
+            Ok(by_partition)
+        });
+        match keys {
+            Ok(keys) => Ok(keys.get(&partition).map_or(&[], Vec::as_slice)),
+            Err(why) => Err(why.clone()),
+        }
+    }
+}
+
+/// The segments of one reader's keys, with how many live keys each holds.
+#[derive(Debug, Default)]
+pub(crate) struct KeyLog {
+    /// Oldest first; ids increase.
+    segments: Vec<(Segment, u32)>,
+    next_id: SegmentId,
+    forgotten: BTreeSet<CheckpointId>,
+}
+
+impl KeyLog {
+    /// The log of a restore that keeps `state`: `tables` hold its keys, with
+    /// its segments' ids.
+    pub(super) fn adopt<'t>(
+        state: &LogState,
+        tables: impl Iterator<Item = &'t KeyTable>,
+    ) -> KeyLog {
+        let mut live = HashMap::new();
+        for table in tables {
+            table.count_segments(&mut live);
+        }
+        let segments: Vec<(Segment, u32)> = (state.segments.iter())
+            .map(|segment| (segment.clone(), live.get(&segment.id).copied().unwrap_or(0)))
+            .collect();
+        let next_id = segments.last().map_or(0, |(s, _)| s.id + 1);
+        let mut log = KeyLog {
+            segments,
+            next_id,
+            forgotten: state.forgotten.clone(),
+        };
+        log.segments.retain(|(_, live)| *live > 0);
+        log.prune_forgotten();
+        log
+    }
+
+    /// Seals the keys `tables` assigned and did not seal yet into a new
+    /// segment, then merges, rewrites and drops segments as the module
+    /// documentation says. Called by the reader at every barrier, after
+    /// the tables assigned the checkpoint.
+    pub(super) fn seal(&mut self, tables: &mut std::collections::BTreeMap<u32, KeyTable>) {
+        self.release(tables);
+        let id = self.next_id;
+        let mut bytes = Vec::new();
+        let (mut keys, mut first, mut last) = (0, CheckpointId(u64::MAX), CheckpointId::NONE);
+        for table in tables.values_mut() {
+            let (count, oldest, newest) = table.seal_into(&mut bytes, id);
+            keys += count;
+            first = first.min(oldest);
+            last = last.max(newest);
+        }
+        if keys > 0 {
+            self.next_id += 1;
+            let segment = Segment {
+                id,
+                level: 0,
+                chunk: Chunk::seal(bytes),
+                keys,
+                first,
+                last,
+            };
+            self.segments.push((segment, keys));
+        }
+        self.maintain(tables);
+    }
+
+    /// Counts the keys `tables` removed out of their segments.
+    pub(super) fn release(&mut self, tables: &mut std::collections::BTreeMap<u32, KeyTable>) {
+        for table in tables.values_mut() {
+            for id in table.take_released() {
+                if let Ok(at) = self.segments.binary_search_by_key(&id, |(s, _)| s.id) {
+                    let live = &mut self.segments[at].1;
+                    *live = live.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// The keys of `checkpoint` are gone for good (its commit lost output):
+    /// a restore must never bring them back.
+    pub(super) fn forget(&mut self, checkpoint: CheckpointId) {
+        self.forgotten.insert(checkpoint);
+    }
+
+    /// The log as a checkpoint stores it, for the reader's `partitions`.
+    pub(super) fn state(&self, partitions: BTreeSet<u32>) -> LogState {
+        LogState::new(
+            partitions,
+            self.forgotten.clone(),
+            self.segments.iter().map(|(s, _)| s.clone()).collect(),
+        )
+    }
+
+    fn maintain(&mut self, tables: &mut std::collections::BTreeMap<u32, KeyTable>) {
+        self.segments.retain(|(_, live)| *live > 0);
+        // Merge the newest run of one level once it is FANOUT long.
+        while let Some((newest, _)) = self.segments.last() {
+            let level = newest.level;
+            let run = (self.segments.iter().rev())
+                .take_while(|(s, _)| s.level == level)
+                .count();
+            if run < FANOUT {
+                break;
+            }
+            let merged = self.segments.split_off(self.segments.len() - run);
+            if let Some(segment) = self.rewrite(&merged, level + 1, tables) {
+                self.segments.push(segment);
+            }
+        }
+        // Write a segment that lost half of its keys again, alone.
+        let mut at = 0;
+        while at < self.segments.len() {
+            let (segment, live) = &self.segments[at];
+            if segment.keys >= MIN_REWRITE && live * 2 < segment.keys {
+                let old = self.segments.remove(at);
+                let level = old.0.level;
+                if let Some(segment) = self.rewrite(&[old], level, tables) {
+                    self.segments.insert(at, segment);
+                    at += 1;
+                }
+            } else {
+                at += 1;
+            }
+        }
+        self.prune_forgotten();
+    }
+
+    /// One new segment of `level` holding the live keys of `old`, in their
+    /// order; `None` when none is live.
+    fn rewrite(
+        &mut self,
+        old: &[(Segment, u32)],
+        level: u32,
+        tables: &mut std::collections::BTreeMap<u32, KeyTable>,
+    ) -> Option<(Segment, u32)> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut bytes = Vec::new();
+        let (mut keys, mut first, mut last) = (0u32, CheckpointId(u64::MAX), CheckpointId::NONE);
+        for (segment, _) in old {
+            // Sealed by this process or checked when read back: a record
+            // that does not decode here is a bug, and its segment's keys
+            // are then dropped with it (they are sealed again only if
+            // still live, which an undecodable record cannot say).
+            let Ok(records) = decode_records(u64::from(segment.keys), segment.chunk.bytes()) else {
+                continue;
+            };
+            for (partition, key) in records {
+                let checkpoint = CheckpointId(key.checkpoint);
+                let Some(table) = tables.get_mut(&partition) else {
+                    continue;
+                };
+                if table.reseal(&key.key, checkpoint, segment.id, id, &mut bytes) {
+                    keys += 1;
+                    first = first.min(checkpoint);
+                    last = last.max(checkpoint);
+                }
+            }
+        }
+        (keys > 0).then(|| {
+            let segment = Segment {
+                id,
+                level,
+                chunk: Chunk::seal(bytes),
+                keys,
+                first,
+                last,
+            };
+            (segment, keys)
+        })
+    }
+
+    /// Forgets the forgotten checkpoints no segment may hold keys of.
+    fn prune_forgotten(&mut self) {
+        let segments = &self.segments;
+        self.forgotten.retain(|checkpoint| {
+            segments
+                .iter()
+                .any(|(s, _)| s.first <= *checkpoint && *checkpoint <= s.last)
+        });
+    }
+
+    /// How many segments it keeps.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.segments.len()
+    }
+}
+
+/// The header of format 4.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredLog {
+    of: u32,
+    partitions: Vec<u32>,
+    forgotten: Vec<u64>,
+    segments: Vec<StoredSegment>,
+    loose_keys: u64,
+    loose_bytes: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredSegment {
+    level: u32,
+    keys: u32,
+    first: u64,
+    last: u64,
+    bytes: u64,
+}
+
+/// The pipeline source's [`SplitCodec`]: format 4 (see the module
+/// documentation); reads formats 1 to 3 (the default codec's) too.
+#[derive(Debug, Default)]
+pub(crate) struct KeyCodec;
+
+impl SplitCodec<KeyPartition> for KeyCodec {
+    fn encode(&self, splits: &[KeyPartition]) -> Result<StateBytes, SerializerError> {
+        let encode_error = |message: String| SerializerError::Encode {
+            what: "the pipeline's key partitions",
+            message,
+        };
+        let of = splits.first().map_or(0, |split| split.of);
+        let mut logs: Vec<&Arc<LogState>> = Vec::new();
+        for log in splits.iter().filter_map(|split| split.log.as_ref()) {
+            if !logs.iter().any(|seen| Arc::ptr_eq(seen, log)) {
+                logs.push(log);
+            }
+        }
+        let mut loose = Vec::new();
+        let mut loose_keys = 0;
+        for split in splits {
+            let (count, encoded) = split.loose();
+            if count == 0 {
+                continue;
+            }
+            let keys = super::keys::decode_keys(count, encoded).map_err(encode_error)?;
+            for key in keys {
+                let entry_bytes = StoredKeyRef {
+                    key: &key.key,
+                    checkpoint: key.checkpoint,
+                    accepted_at_ms: key.accepted_at_ms,
+                    fingerprint: key.fingerprint,
+                };
+                let _ = bincode::encode_into_std_write(split.index, &mut loose, RECORD_ENCODING);
+                encode_key(&mut loose, entry_bytes);
+                loose_keys += 1;
+            }
+        }
+        let segments: Vec<&Segment> = logs.iter().flat_map(|log| log.segments.iter()).collect();
+        let header = StoredLog {
+            of,
+            partitions: splits.iter().map(|split| split.index).collect(),
+            forgotten: (logs.iter())
+                .flat_map(|log| log.forgotten.iter().map(|c| c.0))
+                .collect::<BTreeSet<u64>>()
+                .into_iter()
+                .collect(),
+            segments: (segments.iter())
+                .map(|s| StoredSegment {
+                    level: s.level,
+                    keys: s.keys,
+                    first: s.first.0,
+                    last: s.last.0,
+                    bytes: s.chunk.bytes().len() as u64,
+                })
+                .collect(),
+            loose_keys,
+            loose_bytes: loose.len() as u64,
+        };
+        let mut stored = StateBytes::from(serialize_versioned(
+            &BincodeSerializer::<StoredLog>::new(LOG_VERSION),
+            &header,
+        )?);
+        for segment in segments {
+            stored.push_chunk(segment.chunk.clone());
+        }
+        stored.push_inline(&loose);
+        Ok(stored)
+    }
+
+    fn decode(&self, stored: &StateBytes) -> Result<Vec<KeyPartition>, SerializerError> {
+        let bytes = stored.to_vec();
+        let (version, payload) = split_versioned::<Vec<KeyPartition>>(&bytes)?;
+        if version != LOG_VERSION {
+            // Formats 1 to 3, one partition at a time.
+            return BincodeSerializer::<Vec<KeyPartition>>::new(1).deserialize(version, payload);
+        }
+        let decode_error = |message: String| SerializerError::Decode {
+            what: "the pipeline's key partitions",
+            version,
+            message,
+        };
+        let (header, read): (StoredLog, usize) =
+            decode_bincode_bounded(payload).map_err(decode_error)?;
+        // The chunks among the pieces, by where they start.
+        let mut chunks: HashMap<usize, &Chunk> = HashMap::new();
+        let mut offset = 0;
+        for piece in stored.pieces() {
+            match piece {
+                Piece::Inline(inline) => offset += inline.len(),
+                Piece::Chunk(chunk) => {
+                    chunks.insert(offset, chunk);
+                    offset += chunk.bytes().len();
+                }
+            }
+        }
+        let mut at = bytes.len() - payload.len() + read;
+        let mut take = |len: u64, what: &str| -> Result<(usize, usize), SerializerError> {
+            let end = usize::try_from(len)
+                .ok()
+                .and_then(|len| at.checked_add(len))
+                .filter(|end| *end <= bytes.len())
+                .ok_or_else(|| {
+                    decode_error(format!(
+                        "{what} says it holds {len} bytes, past the end of the stored keys"
+                    ))
+                })?;
+            let range = (at, end);
+            at = end;
+            Ok(range)
+        };
+        let mut segments = Vec::with_capacity(header.segments.len());
+        for (index, stored_segment) in header.segments.iter().enumerate() {
+            let (start, end) = take(stored_segment.bytes, &format!("segment {index}"))?;
+            let chunk = match chunks.get(&start) {
+                Some(chunk) if chunk.bytes().len() == end - start => (*chunk).clone(),
+                _ => Chunk::seal(bytes[start..end].to_vec()),
+            };
+            segments.push(Segment {
+                id: index as SegmentId,
+                level: stored_segment.level,
+                chunk,
+                keys: stored_segment.keys,
+                first: CheckpointId(stored_segment.first),
+                last: CheckpointId(stored_segment.last),
+            });
+        }
+        let (start, end) = take(header.loose_bytes, "the loose keys")?;
+        if end != bytes.len() {
+            return Err(decode_error(format!(
+                "{} bytes follow the stored keys",
+                bytes.len() - end
+            )));
+        }
+        let loose = decode_records(header.loose_keys, &bytes[start..end])
+            .map_err(|why| decode_error(format!("the loose keys: {why}")))?;
+        let partitions: BTreeSet<u32> = header.partitions.iter().copied().collect();
+        if partitions.len() != header.partitions.len() {
+            return Err(decode_error("a partition is named twice".into()));
+        }
+        let state = Arc::new(LogState::new(
+            partitions,
+            header.forgotten.into_iter().map(CheckpointId).collect(),
+            segments,
+        ));
+        // Read every segment now, so that damaged bytes are refused when the
+        // checkpoint is read, not when a table is built.
+        state
+            .keys_of(0)
+            .map_err(|why| decode_error(why.to_string()))?;
+        let mut loose_of: HashMap<u32, Vec<StoredKey>> = HashMap::new();
+        for (partition, key) in loose {
+            if !state.forgotten.contains(&CheckpointId(key.checkpoint)) {
+                loose_of.entry(partition).or_default().push(key);
+            }
+        }
+        Ok((header.partitions.iter())
+            .map(|&index| {
+                let keys = loose_of.remove(&index).unwrap_or_default();
+                let mut partition = super::keys::encoded_partition(index, header.of, &keys);
+                partition.log = Some(state.clone());
+                partition
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::pipeline::keys::KeyNamespaces;
+
+    fn tables(partitions: &[u32], of: u32) -> BTreeMap<u32, KeyTable> {
+        (partitions.iter())
+            .map(|&index| {
+                let empty = KeyPartition::empty(index, of);
+                (
+                    index,
+                    KeyTable::restore(empty, KeyNamespaces::Single).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    /// The reader's snapshot: what `snapshot_splits` returns.
+    fn snapshot(log: &KeyLog, tables: &BTreeMap<u32, KeyTable>) -> Vec<KeyPartition> {
+        let state = Arc::new(log.state(tables.keys().copied().collect()));
+        (tables.values())
+            .map(|t| KeyPartition::logged(t.index(), t.of(), state.clone(), t.loose()))
+            .collect()
+    }
+
+    /// Keys `k<n>` into the partition `n % of` of `tables`.
+    fn accept(tables: &mut BTreeMap<u32, KeyTable>, range: std::ops::Range<u64>, of: u32) {
+        for n in range {
+            let key = format!("k{n}");
+            if let Some(table) = tables.get_mut(&((n % u64::from(of)) as u32)) {
+                table.accept(key, None, n);
+            }
+        }
+    }
+
+    fn barrier(log: &mut KeyLog, tables: &mut BTreeMap<u32, KeyTable>, checkpoint: u64) {
+        for table in tables.values_mut() {
+            table.assign(CheckpointId(checkpoint));
+        }
+        log.seal(tables);
+    }
+
+    /// The keys a restore from `stored` gives each partition, sorted.
+    fn restored(stored: &StateBytes) -> BTreeMap<u32, Vec<String>> {
+        (KeyCodec.decode(stored).unwrap().into_iter())
+            .map(|partition| {
+                let index = partition.index;
+                let table = KeyTable::restore(partition, KeyNamespaces::Single).unwrap();
+                let mut keys = table.keys();
+                keys.sort();
+                (index, keys)
+            })
+            .collect()
+    }
+
+    /// A checkpoint stores the keys added since the last one (a new
+    /// segment), and names the older segments again: a restore reads every
+    /// key once, in its partition.
+    #[test]
+    fn a_checkpoint_seals_only_the_keys_added_since_the_last() {
+        let of = 4;
+        let mut tables = tables(&[1, 3], of);
+        let mut log = KeyLog::default();
+        accept(&mut tables, 0..40, of);
+        barrier(&mut log, &mut tables, 1);
+        let first = KeyCodec.encode(&snapshot(&log, &tables)).unwrap();
+        accept(&mut tables, 40..44, of);
+        barrier(&mut log, &mut tables, 2);
+        let second = KeyCodec.encode(&snapshot(&log, &tables)).unwrap();
+        let first_chunks: Vec<_> = first.chunks().map(Chunk::id).collect();
+        let second_chunks: Vec<_> = second.chunks().map(Chunk::id).collect();
+        assert_eq!(
+            second_chunks[..1],
+            first_chunks[..],
+            "the old segment is named again"
+        );
+        assert_eq!(second_chunks.len(), 2);
+        let new_bytes = second.chunks().last().unwrap().bytes().len();
+        assert!(new_bytes < first.chunks().next().unwrap().bytes().len() / 5);
+        let header_growth = second.inline_len() - first.inline_len();
+        assert!(
+            header_growth < 10,
+            "one more segment in the header: {header_growth} bytes"
+        );
+
+        let read = restored(&second);
+        assert_eq!(read.len(), 2);
+        let mut expected: Vec<String> = (0..44)
+            .filter(|n| n % 4 == 1)
+            .map(|n| format!("k{n}"))
+            .collect();
+        expected.sort();
+        assert_eq!(read[&1], expected);
+        assert_eq!(read[&3].len(), 11);
+    }
+
+    /// Every FANOUT segments of one level merge into one of the next,
+    /// keeping only the keys the tables still hold; segments without one
+    /// go. However many checkpoints, the log keeps few segments.
+    #[test]
+    fn segments_merge_by_level_and_drop_what_the_tables_forgot() {
+        let of = 2;
+        let mut tables = tables(&[0, 1], of);
+        let mut log = KeyLog::default();
+        for checkpoint in 1..=600u64 {
+            let first = checkpoint * 10;
+            accept(&mut tables, first..first + 10, of);
+            barrier(&mut log, &mut tables, checkpoint);
+            for table in tables.values_mut() {
+                // Keep 500 keys per partition.
+                table.expire(CheckpointId(checkpoint), 500, Duration::from_secs(3600), 0);
+            }
+            log.release(&mut tables);
+        }
+        assert!(log.len() <= 3 * FANOUT, "{} segments", log.len());
+        let stored = KeyCodec.encode(&snapshot(&log, &tables)).unwrap();
+        let read = restored(&stored);
+        // At least the live keys, and never more than twice as many.
+        for (index, table) in &tables {
+            let live: BTreeSet<String> = table.keys().into_iter().collect();
+            let back: BTreeSet<String> = read[index].iter().cloned().collect();
+            assert!(back.is_superset(&live), "partition {index}");
+            assert!(back.len() <= 2 * live.len() + FANOUT * 10, "{}", back.len());
+        }
+        assert!(
+            stored.len() < 2 * 1000 * 20 + 4096,
+            "{} bytes",
+            stored.len()
+        );
+    }
+
+    /// The keys of a checkpoint whose commit lost output never come back,
+    /// though a segment still holds them.
+    #[test]
+    fn keys_of_a_lost_checkpoint_never_come_back() {
+        let of = 1;
+        let mut tables = tables(&[0], of);
+        let mut log = KeyLog::default();
+        accept(&mut tables, 0..5, of);
+        barrier(&mut log, &mut tables, 1);
+        accept(&mut tables, 5..10, of);
+        barrier(&mut log, &mut tables, 2);
+        for table in tables.values_mut() {
+            table.forget_checkpoint(CheckpointId(2));
+        }
+        log.forget(CheckpointId(2));
+        log.release(&mut tables);
+        let stored = KeyCodec.encode(&snapshot(&log, &tables)).unwrap();
+        assert_eq!(restored(&stored)[&0], ["k0", "k1", "k2", "k3", "k4"]);
+        // Also after the segments merge and the loss is forgotten.
+        for checkpoint in 3..3 + FANOUT as u64 * 2 {
+            barrier(&mut log, &mut tables, checkpoint);
+        }
+        let stored = KeyCodec.encode(&snapshot(&log, &tables)).unwrap();
+        assert_eq!(restored(&stored)[&0].len(), 5);
+    }
+
+    /// A restore keeps the stored segments (same chunks) when the reader
+    /// has the same partitions: its next checkpoint writes nothing again.
+    #[test]
+    fn a_restore_with_the_same_partitions_keeps_the_segments() {
+        let of = 2;
+        let mut tables_before = tables(&[0, 1], of);
+        let mut log = KeyLog::default();
+        accept(&mut tables_before, 0..100, of);
+        barrier(&mut log, &mut tables_before, 1);
+        let stored = KeyCodec.encode(&snapshot(&log, &tables_before)).unwrap();
+        let partitions = KeyCodec.decode(&stored).unwrap();
+        let state = partitions[0].log.clone().unwrap();
+        let mut tables: BTreeMap<u32, KeyTable> = (partitions.into_iter())
+            .map(|p| {
+                (
+                    p.index,
+                    KeyTable::restore(p, KeyNamespaces::Single).unwrap(),
+                )
+            })
+            .collect();
+        let mut log = KeyLog::adopt(&state, tables.values());
+        barrier(&mut log, &mut tables, 2);
+        let again = KeyCodec.encode(&snapshot(&log, &tables)).unwrap();
+        let ids = |s: &StateBytes| s.chunks().map(Chunk::id).collect::<Vec<_>>();
+        assert_eq!(ids(&again), ids(&stored));
+    }
+
+    /// Damaged format-4 bytes are refused with an error, never a panic.
+    #[test]
+    fn damaged_stored_keys_are_a_clear_error() {
+        let of = 1;
+        let mut tables = tables(&[0], of);
+        let mut log = KeyLog::default();
+        accept(&mut tables, 0..20, of);
+        barrier(&mut log, &mut tables, 1);
+        let bytes = KeyCodec.encode(&snapshot(&log, &tables)).unwrap().to_vec();
+        for cut in [bytes.len() - 1, bytes.len() / 2, 10] {
+            let error = KeyCodec
+                .decode(&StateBytes::from(bytes[..cut].to_vec()))
+                .unwrap_err();
+            assert!(error.to_string().contains("key"), "{error}");
+        }
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 3;
+        flipped[last] ^= 0xff;
+        let _ = KeyCodec.decode(&StateBytes::from(flipped));
+    }
+
+    use std::time::Duration;
+}
