@@ -600,6 +600,7 @@ impl ChunkBook {
 
     /// Whether the holders `checkpoint` names are known (it was stored or
     /// read by this storage).
+    #[cfg_attr(not(any(test, feature = "object-store")), allow(dead_code))]
     pub(crate) fn knows(&self, checkpoint: Holder) -> bool {
         self.holders_of.contains_key(&checkpoint)
     }
