@@ -413,7 +413,7 @@ impl<R> ChannelReader<R> {
                 table.forget_checkpoint(checkpoint_id);
             }
             self.log.forget(checkpoint_id);
-            self.log.release(&mut self.tables);
+            self.log.compact(&mut self.tables);
             for waiter in self.awaiting.remove(&checkpoint_id).unwrap_or_default() {
                 self.in_flight -= 1;
                 waiter.fail(TicketError::PartlyLost { checkpoint_id });

@@ -4,12 +4,17 @@
 //!
 //! At each barrier the reader seals the keys its partitions assigned to the
 //! checkpoint into one segment: a [`Chunk`], which checkpoint storage
-//! writes once and later checkpoints name (`storage::shared`). Segments of
-//! one level merge into one of the next when [`FANOUT`] of them pile up
+//! writes once and later checkpoints name (`storage::shared`). A segment's
+//! level is the number of times [`FANOUT`] goes into its key count (1 to 7
+//! keys: level 0, 8 to 63: level 1, and so on). When the newest `FANOUT`
+//! segments share a level below [`MERGED_LEVELS`], they merge into one
 //! (their live keys copied, the gone ones left out), so a reader keeps
-//! about `FANOUT` segments per level, `log_FANOUT` of the keys' count
-//! levels, and each key is copied once per level. A segment with no live
-//! key left is dropped; one that lost half of its keys is written again.
+//! under `FANOUT` segments per level, and each key is copied once per
+//! level. Segments of 4 096 keys and more never merge: a merge copies at
+//! most 32 767 keys (about 1.2 MB), so no checkpoint pays for rewriting
+//! the whole table; they go when their keys expire. A segment with no
+//! live key left is dropped; one that lost half of its keys is written
+//! again.
 //!
 //! Keys that expire are not recorded as gone: a segment may still hold keys
 //! the table forgot by age or by count, and a restore brings them back
@@ -29,7 +34,7 @@
 //! ```text
 //! envelope v2 | header (bincode) | segment 0 | segment 1 | … | loose keys
 //! header: (of, partitions, forgotten checkpoints,
-//!          segments: [(level, keys, first checkpoint, last checkpoint, bytes)],
+//!          segments: [(keys, first checkpoint, last checkpoint, bytes)],
 //!          loose keys, loose bytes)
 //! segment, loose keys: records (partition: u32, key as format 3 encodes it)
 //! ```
@@ -56,6 +61,21 @@ pub(crate) type SegmentId = u64;
 
 /// How many segments of one level merge into one of the next.
 pub(crate) const FANOUT: usize = 8;
+
+/// Levels whose segments merge: 0 to 3, segments of up to 4 095 keys.
+pub(crate) const MERGED_LEVELS: u32 = 4;
+
+/// The level of a segment of `keys` keys: how many times [`FANOUT`] goes
+/// into it.
+fn level_of(keys: u32) -> u32 {
+    let mut level = 0;
+    let mut left = keys / FANOUT as u32;
+    while left > 0 {
+        level += 1;
+        left /= FANOUT as u32;
+    }
+    level
+}
 
 /// The smallest segment written again alone when half of its keys are gone:
 /// smaller ones wait for their merge.
@@ -122,7 +142,6 @@ fn decode_records(count: u64, bytes: &[u8]) -> Result<Vec<(u32, StoredKey)>, Str
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Segment {
     pub id: SegmentId,
-    pub level: u32,
     pub chunk: Chunk,
     /// How many records it holds.
     pub keys: u32,
@@ -174,24 +193,35 @@ impl LogState {
     }
 
     /// The keys of partition `partition` the segments hold, oldest first,
-    /// with their segment; those of forgotten checkpoints left out.
+    /// with their segment: of a key stored twice (forgotten and accepted
+    /// again) the later copy, and no key whose later copy is of a
+    /// forgotten checkpoint.
     pub(super) fn keys_of(&self, partition: u32) -> Result<&[(StoredKey, SegmentId)], String> {
         let keys = self.keys.get_or_init(|| {
-            let mut by_partition = KeysByPartition::new();
+            let mut by_partition: HashMap<u32, Vec<Option<(StoredKey, SegmentId)>>> =
+                HashMap::new();
+            let mut newest: HashMap<(u32, String), usize> = HashMap::new();
             for segment in &self.segments {
                 let records = decode_records(u64::from(segment.keys), segment.chunk.bytes())
                     .map_err(|why| format!("segment {} of the stored keys: {why}", segment.id))?;
                 for (partition, key) in records {
-                    if self.forgotten.contains(&CheckpointId(key.checkpoint)) {
-                        continue;
+                    let keys = by_partition.entry(partition).or_default();
+                    if let Some(earlier) = newest.insert((partition, key.key.clone()), keys.len()) {
+                        keys[earlier] = None;
                     }
-                    by_partition
-                        .entry(partition)
-                        .or_default()
-                        .push((key, segment.id));
+                    keys.push(Some((key, segment.id)));
                 }
             }
-            Ok(by_partition)
+            let forgotten =
+                |key: &StoredKey| self.forgotten.contains(&CheckpointId(key.checkpoint));
+            Ok((by_partition.into_iter())
+                .map(|(partition, keys)| {
+                    let keys = (keys.into_iter().flatten())
+                        .filter(|(key, _)| !forgotten(key))
+                        .collect();
+                    (partition, keys)
+                })
+                .collect())
         });
         match keys {
             Ok(keys) => Ok(keys.get(&partition).map_or(&[], Vec::as_slice)),
@@ -223,7 +253,7 @@ impl KeyLog {
         let segments: Vec<(Segment, u32)> = (state.segments.iter())
             .map(|segment| (segment.clone(), live.get(&segment.id).copied().unwrap_or(0)))
             .collect();
-        let next_id = segments.last().map_or(0, |(s, _)| s.id + 1);
+        let next_id = segments.iter().map(|(s, _)| s.id + 1).max().unwrap_or(0);
         let mut log = KeyLog {
             segments,
             next_id,
@@ -253,7 +283,6 @@ impl KeyLog {
             self.next_id += 1;
             let segment = Segment {
                 id,
-                level: 0,
                 chunk: Chunk::seal(bytes),
                 keys,
                 first,
@@ -266,14 +295,43 @@ impl KeyLog {
 
     /// Counts the keys `tables` removed out of their segments.
     pub(super) fn release(&mut self, tables: &mut std::collections::BTreeMap<u32, KeyTable>) {
+        let mut released: HashMap<SegmentId, u32> = HashMap::new();
         for table in tables.values_mut() {
             for id in table.take_released() {
-                if let Ok(at) = self.segments.binary_search_by_key(&id, |(s, _)| s.id) {
-                    let live = &mut self.segments[at].1;
-                    *live = live.saturating_sub(1);
-                }
+                *released.entry(id).or_default() += 1;
             }
         }
+        if released.is_empty() {
+            return;
+        }
+        // Few segments, not in id order once one was written again.
+        for (segment, live) in &mut self.segments {
+            if let Some(gone) = released.get(&segment.id) {
+                *live = live.saturating_sub(*gone);
+            }
+        }
+    }
+
+    /// After a commit lost output: writes again every segment that holds
+    /// a key the tables no longer hold, so that no older copy of a key
+    /// of the lost checkpoint (one that expired before the key was
+    /// accepted again) stays stored to come back at a restore. Rare: a
+    /// pass over the kept keys.
+    pub(super) fn compact(&mut self, tables: &mut std::collections::BTreeMap<u32, KeyTable>) {
+        self.release(tables);
+        let old = std::mem::take(&mut self.segments);
+        for (segment, live) in old {
+            if live >= segment.keys {
+                self.segments.push((segment, live));
+                continue;
+            }
+            match self.rewrite(std::slice::from_ref(&(segment.clone(), live)), tables) {
+                Ok(Some(new)) => self.segments.push(new),
+                Ok(None) => {}
+                Err(()) => self.segments.push((segment, live)),
+            }
+        }
+        self.prune_forgotten();
     }
 
     /// The keys of `checkpoint` are gone for good (its commit lost output):
@@ -295,16 +353,21 @@ impl KeyLog {
         self.segments.retain(|(_, live)| *live > 0);
         // Merge the newest run of one level once it is FANOUT long.
         while let Some((newest, _)) = self.segments.last() {
-            let level = newest.level;
+            let level = level_of(newest.keys);
             let run = (self.segments.iter().rev())
-                .take_while(|(s, _)| s.level == level)
+                .take_while(|(s, _)| level_of(s.keys) == level)
                 .count();
-            if run < FANOUT {
+            if level >= MERGED_LEVELS || run < FANOUT {
                 break;
             }
             let merged = self.segments.split_off(self.segments.len() - run);
-            if let Some(segment) = self.rewrite(&merged, level + 1, tables) {
-                self.segments.push(segment);
+            match self.rewrite(&merged, tables) {
+                Ok(Some(segment)) => self.segments.push(segment),
+                Ok(None) => {}
+                Err(()) => {
+                    self.segments.extend(merged);
+                    break;
+                }
             }
         }
         // Write a segment that lost half of its keys again, alone.
@@ -313,10 +376,16 @@ impl KeyLog {
             let (segment, live) = &self.segments[at];
             if segment.keys >= MIN_REWRITE && live * 2 < segment.keys {
                 let old = self.segments.remove(at);
-                let level = old.0.level;
-                if let Some(segment) = self.rewrite(&[old], level, tables) {
-                    self.segments.insert(at, segment);
-                    at += 1;
+                match self.rewrite(std::slice::from_ref(&old), tables) {
+                    Ok(Some(segment)) => {
+                        self.segments.insert(at, segment);
+                        at += 1;
+                    }
+                    Ok(None) => {}
+                    Err(()) => {
+                        self.segments.insert(at, old);
+                        at += 1;
+                    }
                 }
             } else {
                 at += 1;
@@ -325,49 +394,50 @@ impl KeyLog {
         self.prune_forgotten();
     }
 
-    /// One new segment of `level` holding the live keys of `old`, in their
-    /// order; `None` when none is live.
+    /// One new segment holding the live keys of `old`, in their
+    /// order; `None` when none is live. `Err` when a segment of `old` does
+    /// not decode (it was sealed by this process or checked when read
+    /// back, so never, short of a bug): the caller keeps `old` as it is,
+    /// and no table has been changed.
     fn rewrite(
         &mut self,
         old: &[(Segment, u32)],
-        level: u32,
         tables: &mut std::collections::BTreeMap<u32, KeyTable>,
-    ) -> Option<(Segment, u32)> {
+    ) -> Result<Option<(Segment, u32)>, ()> {
+        let decoded: Vec<(SegmentId, Vec<(u32, StoredKey)>)> = (old.iter())
+            .map(|(segment, _)| {
+                decode_records(u64::from(segment.keys), segment.chunk.bytes())
+                    .map(|records| (segment.id, records))
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|_| ())?;
         let id = self.next_id;
         self.next_id += 1;
         let mut bytes = Vec::new();
         let (mut keys, mut first, mut last) = (0u32, CheckpointId(u64::MAX), CheckpointId::NONE);
-        for (segment, _) in old {
-            // Sealed by this process or checked when read back: a record
-            // that does not decode here is a bug, and its segment's keys
-            // are then dropped with it (they are sealed again only if
-            // still live, which an undecodable record cannot say).
-            let Ok(records) = decode_records(u64::from(segment.keys), segment.chunk.bytes()) else {
-                continue;
-            };
+        for (segment_id, records) in decoded {
             for (partition, key) in records {
                 let checkpoint = CheckpointId(key.checkpoint);
                 let Some(table) = tables.get_mut(&partition) else {
                     continue;
                 };
-                if table.reseal(&key.key, checkpoint, segment.id, id, &mut bytes) {
+                if table.reseal(&key.key, checkpoint, segment_id, id, &mut bytes) {
                     keys += 1;
                     first = first.min(checkpoint);
                     last = last.max(checkpoint);
                 }
             }
         }
-        (keys > 0).then(|| {
+        Ok((keys > 0).then(|| {
             let segment = Segment {
                 id,
-                level,
                 chunk: Chunk::seal(bytes),
                 keys,
                 first,
                 last,
             };
             (segment, keys)
-        })
+        }))
     }
 
     /// Forgets the forgotten checkpoints no segment may hold keys of.
@@ -400,7 +470,6 @@ struct StoredLog {
 
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredSegment {
-    level: u32,
     keys: u32,
     first: u64,
     last: u64,
@@ -456,7 +525,6 @@ impl SplitCodec<KeyPartition> for KeyCodec {
                 .collect(),
             segments: (segments.iter())
                 .map(|s| StoredSegment {
-                    level: s.level,
                     keys: s.keys,
                     first: s.first.0,
                     last: s.last.0,
@@ -527,7 +595,6 @@ impl SplitCodec<KeyPartition> for KeyCodec {
             };
             segments.push(Segment {
                 id: index as SegmentId,
-                level: stored_segment.level,
                 chunk,
                 keys: stored_segment.keys,
                 first: CheckpointId(stored_segment.first),
@@ -547,13 +614,30 @@ impl SplitCodec<KeyPartition> for KeyCodec {
         if partitions.len() != header.partitions.len() {
             return Err(decode_error("a partition is named twice".into()));
         }
+        // Read every segment now, so that damaged bytes are refused when the
+        // checkpoint is read, not when a table is built; the checkpoints a
+        // segment says it holds must be those it holds (they decide which
+        // lost checkpoints the log keeps).
+        for segment in &segments {
+            let records = decode_records(u64::from(segment.keys), segment.chunk.bytes())
+                .map_err(|why| decode_error(format!("segment {}: {why}", segment.id)))?;
+            let checkpoints = records.iter().map(|(_, key)| CheckpointId(key.checkpoint));
+            let (first, last) = checkpoints
+                .fold((CheckpointId(u64::MAX), CheckpointId::NONE), |(f, l), c| {
+                    (f.min(c), l.max(c))
+                });
+            if (first, last) != (segment.first, segment.last) {
+                return Err(decode_error(format!(
+                    "segment {} says it holds checkpoints {} to {}, and holds {first} to {last}",
+                    segment.id, segment.first, segment.last
+                )));
+            }
+        }
         let state = Arc::new(LogState::new(
             partitions,
             header.forgotten.into_iter().map(CheckpointId).collect(),
             segments,
         ));
-        // Read every segment now, so that damaged bytes are refused when the
-        // checkpoint is read, not when a table is built.
         state
             .keys_of(0)
             .map_err(|why| decode_error(why.to_string()))?;
@@ -672,6 +756,14 @@ mod tests {
         assert_eq!(read[&3].len(), 11);
     }
 
+    #[test]
+    fn a_segment_s_level_is_how_many_times_fanout_goes_into_its_keys() {
+        let levels: Vec<u32> = [1, 7, 8, 63, 64, 511, 512, 4095, 4096, 40_000]
+            .map(level_of)
+            .to_vec();
+        assert_eq!(levels, [0, 0, 1, 1, 2, 2, 3, 3, 4, 5]);
+    }
+
     /// Every FANOUT segments of one level merge into one of the next,
     /// keeping only the keys the tables still hold; segments without one
     /// go. However many checkpoints, the log keeps few segments.
@@ -722,7 +814,7 @@ mod tests {
             table.forget_checkpoint(CheckpointId(2));
         }
         log.forget(CheckpointId(2));
-        log.release(&mut tables);
+        log.compact(&mut tables);
         let stored = KeyCodec.encode(&snapshot(&log, &tables)).unwrap();
         assert_eq!(restored(&stored)[&0], ["k0", "k1", "k2", "k3", "k4"]);
         // Also after the segments merge and the loss is forgotten.
@@ -731,6 +823,71 @@ mod tests {
         }
         let stored = KeyCodec.encode(&snapshot(&log, &tables)).unwrap();
         assert_eq!(restored(&stored)[&0].len(), 5);
+    }
+
+    /// A key that expired, was accepted again and lost with its checkpoint
+    /// does not come back through its older, expired copy (the segment
+    /// that held it is written again at the loss).
+    #[test]
+    fn an_expired_copy_of_a_lost_key_does_not_come_back() {
+        let of = 1;
+        let mut tables = tables(&[0], of);
+        let mut log = KeyLog::default();
+        accept(&mut tables, 0..100, of);
+        barrier(&mut log, &mut tables, 1);
+        // k0..k49 expire by count; their segment keeps half of its keys.
+        for table in tables.values_mut() {
+            table.expire(CheckpointId(1), 50, Duration::from_secs(3600), 0);
+        }
+        log.release(&mut tables);
+        tables.get_mut(&0).unwrap().accept("k0".into(), None, 200);
+        barrier(&mut log, &mut tables, 2);
+        // The commit of 2 lost output: k0 must be written again.
+        tables
+            .get_mut(&0)
+            .unwrap()
+            .forget_checkpoint(CheckpointId(2));
+        log.forget(CheckpointId(2));
+        log.compact(&mut tables);
+        for checkpoint in 3..3 + FANOUT as u64 {
+            barrier(&mut log, &mut tables, checkpoint);
+        }
+        let stored = KeyCodec.encode(&snapshot(&log, &tables)).unwrap();
+        let back = restored(&stored);
+        assert!(
+            !back[&0].contains(&"k0".to_string()),
+            "{:?}",
+            &back[&0][..5]
+        );
+        assert_eq!(back[&0].len(), 50);
+    }
+
+    /// Releases reach a segment written again in the middle of the log
+    /// (its id then out of order), which goes once its keys do.
+    #[test]
+    fn a_segment_written_again_still_counts_its_keys_out() {
+        let of = 1;
+        let mut tables = tables(&[0], of);
+        let mut log = KeyLog::default();
+        accept(&mut tables, 0..200, of);
+        barrier(&mut log, &mut tables, 1);
+        accept(&mut tables, 200..210, of);
+        barrier(&mut log, &mut tables, 2);
+        // 150 of the first 200 go: their segment is written again, in
+        // first place, with the newest id.
+        for table in tables.values_mut() {
+            table.expire(CheckpointId(2), 60, Duration::from_secs(3600), 0);
+        }
+        log.release(&mut tables);
+        barrier(&mut log, &mut tables, 3);
+        assert_eq!(log.len(), 2);
+        // Then all of its keys go: it is dropped.
+        for table in tables.values_mut() {
+            table.expire(CheckpointId(3), 10, Duration::from_secs(3600), 0);
+        }
+        log.release(&mut tables);
+        barrier(&mut log, &mut tables, 4);
+        assert_eq!(log.len(), 1);
     }
 
     /// A restore keeps the stored segments (same chunks) when the reader
@@ -779,6 +936,20 @@ mod tests {
         let last = flipped.len() - 3;
         flipped[last] ^= 0xff;
         let _ = KeyCodec.decode(&StateBytes::from(flipped));
+        // A header whose checkpoint range disagrees with the records.
+        let mut header_lies = snapshot(&log, &tables);
+        let state = header_lies[0].log.clone().unwrap();
+        let mut segments = state.segments.clone();
+        segments[0].last = CheckpointId(7);
+        let lying = Arc::new(LogState::new(
+            state.partitions.clone(),
+            state.forgotten.clone(),
+            segments,
+        ));
+        header_lies[0].log = Some(lying);
+        let stored = KeyCodec.encode(&header_lies).unwrap();
+        let error = KeyCodec.decode(&stored).unwrap_err();
+        assert!(error.to_string().contains("checkpoints 1 to 7"), "{error}");
     }
 
     use std::time::Duration;

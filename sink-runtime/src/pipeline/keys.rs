@@ -477,6 +477,13 @@ impl KeyPartition {
         Arc::new(super::key_log::KeyCodec)
     }
 
+    /// How many keys it holds (a restore brings them back); 0 for a
+    /// partition whose keys cannot be read, which the codec refuses when
+    /// it reads a checkpoint. For tools that report stored state.
+    pub fn key_count(&self) -> usize {
+        self.keys().map_or(0, |keys| keys.len())
+    }
+
     /// An empty partition, for a fresh start.
     pub(crate) fn empty(index: u32, of: u32) -> KeyPartition {
         KeyPartition {
