@@ -90,7 +90,9 @@ async fn whole_table_bytes(storage: &LocalCheckpointStorage, retained: u64) -> a
     for subtask in &latest.subtasks {
         let partitions = KeyPartition::codec().decode(&subtask.source_splits)?;
         let empty: Vec<KeyPartition> = Vec::new();
-        let overhead = BincodeSplits::<KeyPartition>::default().encode(&empty)?.len() as u64;
+        let overhead = BincodeSplits::<KeyPartition>::default()
+            .encode(&empty)?
+            .len() as u64;
         for partition in &partitions {
             let alone = BincodeSplits::<KeyPartition>::default()
                 .encode(std::slice::from_ref(partition))?
@@ -119,15 +121,16 @@ async fn measure(retained: u64, args: &Args) -> anyhow::Result<Vec<Value>> {
         .start()
         .await?;
     let mut next = 0;
-    // Fill in rounds of 10 000, as clients would.
+    // Fill in rounds of 1 000 (a checkpoint or two each), as clients would.
     while next < retained {
-        let keys = (retained - next).min(10_000);
+        let keys = (retained - next).min(1_000);
         send_keys(&pipeline, next, keys).await?;
         next += keys;
     }
     let mut rows = Vec::new();
     for &added in &args.added {
         let (mut written, mut checkpoints, mut largest) = (0u64, 0u64, 0u64);
+        let mut sizes = Vec::new();
         for _ in 0..args.rounds {
             let before = checkpoint_files(dir.path())?;
             send_keys(&pipeline, next, added).await?;
@@ -137,9 +140,12 @@ async fn measure(retained: u64, args: &Args) -> anyhow::Result<Vec<Value>> {
                 written += size;
                 checkpoints += 1;
                 largest = largest.max(*size);
+                sizes.push(*size);
             }
         }
         let whole = whole_table_bytes(&storage, retained).await?;
+        sizes.sort_unstable();
+        let median = sizes.get(sizes.len() / 2).copied().unwrap_or(0);
         let per_checkpoint = written as f64 / checkpoints.max(1) as f64;
         let keys_per_checkpoint = (added * args.rounds) as f64 / checkpoints.max(1) as f64;
         rows.push(json!({
@@ -150,6 +156,7 @@ async fn measure(retained: u64, args: &Args) -> anyhow::Result<Vec<Value>> {
             "bytes_per_checkpoint": per_checkpoint,
             "bytes_per_key_added": per_checkpoint / keys_per_checkpoint.max(f64::MIN_POSITIVE),
             "largest_checkpoint_bytes": largest,
+            "median_checkpoint_bytes": median,
             "whole_table_bytes": whole,
         }));
     }
@@ -165,16 +172,17 @@ async fn main() -> anyhow::Result<()> {
         rows.extend(measure(retained, &args).await?);
     }
     println!(
-        "| retained keys | keys added per checkpoint | bytes per checkpoint | bytes per key added | largest checkpoint | every key, as format 3 stored them |"
+        "| retained keys | keys added per checkpoint | bytes per checkpoint (mean) | bytes per key added | median checkpoint | largest checkpoint | every key, as format 3 stored them |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for row in &rows {
         println!(
-            "| {} | {:.1} | {:.0} | {:.0} | {} | {} |",
+            "| {} | {:.1} | {:.0} | {:.0} | {} | {} | {} |",
             row["retained_keys"],
             row["keys_added_per_checkpoint"].as_f64().unwrap_or(0.0),
             row["bytes_per_checkpoint"].as_f64().unwrap_or(0.0),
             row["bytes_per_key_added"].as_f64().unwrap_or(0.0),
+            row["median_checkpoint_bytes"],
             row["largest_checkpoint_bytes"],
             row["whole_table_bytes"],
         );

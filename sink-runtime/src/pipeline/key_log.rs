@@ -6,11 +6,11 @@
 //! checkpoint into one segment: a [`Chunk`], which checkpoint storage
 //! writes once and later checkpoints name (`storage::shared`). A segment's
 //! level is the number of times [`FANOUT`] goes into its key count (1 to 7
-//! keys: level 0, 8 to 63: level 1, and so on). When the newest `FANOUT`
-//! segments share a level below [`MERGED_LEVELS`], they merge into one
-//! (their live keys copied, the gone ones left out), so a reader keeps
-//! under `FANOUT` segments per level, and each key is copied once per
-//! level. Segments of 4 096 keys and more never merge: a merge copies at
+//! keys: level 0, 8 to 63: level 1, and so on). When the newest segments
+//! of a level below [`MERGED_LEVELS`] or lower hold `FANOUT` of that level,
+//! they merge into one (their live keys copied, the gone ones left out),
+//! so a reader keeps under `FANOUT` segments per level, and each key is
+//! copied about once per level. Segments of 4 096 keys and more never merge: a merge copies at
 //! most 32 767 keys (about 1.2 MB), so no checkpoint pays for rewriting
 //! the whole table; they go when their keys expire. A segment with no
 //! live key left is dropped; one that lost half of its keys is written
@@ -351,24 +351,35 @@ impl KeyLog {
 
     fn maintain(&mut self, tables: &mut std::collections::BTreeMap<u32, KeyTable>) {
         self.segments.retain(|(_, live)| *live > 0);
-        // Merge the newest run of one level once it is FANOUT long.
-        while let Some((newest, _)) = self.segments.last() {
-            let level = level_of(newest.keys);
-            let run = (self.segments.iter().rev())
-                .take_while(|(s, _)| level_of(s.keys) == level)
-                .count();
-            if level >= MERGED_LEVELS || run < FANOUT {
-                break;
-            }
-            let merged = self.segments.split_off(self.segments.len() - run);
-            match self.rewrite(&merged, tables) {
-                Ok(Some(segment)) => self.segments.push(segment),
-                Ok(None) => {}
-                Err(()) => {
-                    self.segments.extend(merged);
-                    break;
+        // Merge the newest segments of level `level` or below once FANOUT
+        // of them are of level `level`, the lowest levels first:
+        // checkpoints of varying size seal segments of varying levels, so
+        // a run of one exact level would rarely form, and a run counted
+        // by any level below would copy its oldest, largest member again
+        // and again.
+        'merging: loop {
+            for level in 0..MERGED_LEVELS {
+                let levels = (self.segments.iter().rev())
+                    .map(|(s, _)| level_of(s.keys))
+                    .take_while(|l| *l <= level);
+                let (run, at_level) = levels.fold((0, 0), |(run, at), l| {
+                    (run + 1, at + usize::from(l == level))
+                });
+                if at_level < FANOUT {
+                    continue;
                 }
+                let merged = self.segments.split_off(self.segments.len() - run);
+                match self.rewrite(&merged, tables) {
+                    Ok(Some(segment)) => self.segments.push(segment),
+                    Ok(None) => {}
+                    Err(()) => {
+                        self.segments.extend(merged);
+                        break 'merging;
+                    }
+                }
+                continue 'merging;
             }
+            break;
         }
         // Write a segment that lost half of its keys again, alone.
         let mut at = 0;

@@ -329,9 +329,10 @@ impl CheckpointStorage for LocalCheckpointStorage {
             let held = book.held(&checkpoint);
             let what = format!("checkpoint {}", checkpoint.checkpoint_id);
             let stored = stored_form(&checkpoint, this, &held);
+            let references = stored.references(this);
             let bytes = frame::encode_written(Kind::Checkpoint, &stored, &what)?;
             write_atomically(&inner.dir, &name, &bytes)?;
-            book.stored(&checkpoint, this);
+            book.read(this, references);
             // Older checkpoints go only now that a newer one is durable.
             remove_unretained(inner, &mut book, &existing, this)?;
             // The lineage lives in the checkpoints from now on: a start that
@@ -450,10 +451,7 @@ fn load_checkpoint(
         generation: stored.generation(),
     };
     let mut held = std::collections::HashMap::new();
-    for holder in stored.holders(this) {
-        if holder == this {
-            continue;
-        }
+    for holder in stored.other_holders(this) {
         let holder_path = dir.join(checkpoint_file_name(holder.checkpoint));
         let chunks = match read_stored(&holder_path, holder.checkpoint) {
             Ok(other) if other.generation() == holder.generation => other.into_chunks(),
@@ -468,8 +466,7 @@ fn load_checkpoint(
         };
         held.insert(holder, chunks);
     }
-    let references = stored.references(this);
-    let checkpoint = stored.resolve(this, &held, &path.display().to_string())?;
+    let (checkpoint, references) = stored.resolve(this, &held, &path.display().to_string())?;
     if let Some(book) = book {
         book.read(this, references);
     }
@@ -743,7 +740,7 @@ mod tests {
         let error = storage.latest().await.unwrap_err();
         assert!(matches!(error, StorageError::Corrupt { .. }), "{error}");
         assert!(
-            error.to_string().contains(&lost.id().to_string()),
+            error.to_string().contains("chunk 0 of checkpoint 8"),
             "{error}"
         );
     }

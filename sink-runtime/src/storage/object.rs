@@ -589,10 +589,7 @@ impl Inner {
         };
         let stored = frame::decode_checkpoint(&bytes, this.checkpoint, &location)?;
         let mut held = std::collections::HashMap::new();
-        for holder in stored.holders(this) {
-            if holder == this {
-                continue;
-            }
+        for holder in stored.other_holders(this) {
             let holder_path = self.checkpoint_path(holder.checkpoint, holder.generation);
             // Gone: named in the error of `resolve`.
             if let Some(bytes) = self.get(&holder_path).await? {
@@ -604,8 +601,7 @@ impl Inner {
                 held.insert(holder, other.into_chunks());
             }
         }
-        let references = stored.references(this);
-        let checkpoint = stored.resolve(this, &held, &location)?;
+        let (checkpoint, references) = stored.resolve(this, &held, &location)?;
         if let Some(book) = book {
             book.read(this, references);
         }
@@ -823,8 +819,10 @@ impl CheckpointStorage for ObjectCheckpointStorage {
         let held = claim.book.held(checkpoint);
         // Checkpoints hold every writer state (file tails among them):
         // encoded on a blocking thread, not on the async workers.
-        let bytes = tokio::task::spawn_blocking(move || {
-            frame::encode_written(Kind::Checkpoint, &stored_form(&owned, this, &held), &name)
+        let (bytes, references) = tokio::task::spawn_blocking(move || {
+            let stored = stored_form(&owned, this, &held);
+            let references = stored.references(this);
+            frame::encode_written(Kind::Checkpoint, &stored, &name).map(|bytes| (bytes, references))
         })
         .await
         .map_err(|e| {
@@ -853,7 +851,7 @@ impl CheckpointStorage for ObjectCheckpointStorage {
         // that fails after the put leaves an object nothing names, and the
         // next store stores its chunks again.
         let mut book = claim.book.clone();
-        book.stored(checkpoint, this);
+        book.read(this, references);
         let mut next = claim.head.clone();
         next.checkpoints.push((id, generation));
         let excess = next.checkpoints.len().saturating_sub(inner.retained);

@@ -15,10 +15,12 @@
 //!
 //! A stored checkpoint (this module's [`StoredCheckpoint`]) is the
 //! checkpoint with each subtask's splits as a list of pieces, each inline
-//! bytes or a chunk reference `(chunk id, holder)`, followed by the chunks
-//! it stores first: `(chunk id, bytes)`. The holder is the checkpoint that
-//! stored the chunk, `(checkpoint id, generation)`: the name of its file or
-//! object. A storage keeps every checkpoint that holds a chunk a retained
+//! bytes or a chunk reference `(holder, index)`, then the holders it names
+//! and the chunks it stores first: `(chunk id, bytes)`. A holder is the
+//! checkpoint that stored a chunk, `(checkpoint id, generation)`: the name
+//! of its file or object; a reference names it by its place in the list of
+//! holders, and the chunk by its place among that holder's chunks, so a
+//! reference takes a few bytes whatever the ids. A storage keeps every checkpoint that holds a chunk a retained
 //! checkpoint names ([`ChunkBook`]), and removes it once none does.
 //! Formats 1 to 3 stored the splits whole, and are read as one inline
 //! piece.
@@ -256,18 +258,27 @@ pub(crate) struct Holder {
     pub generation: Generation,
 }
 
-/// A piece as stored.
+/// Where a chunk is stored: the checkpoint that holds it, and its place
+/// among that checkpoint's chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub holder: Holder,
+    pub index: u32,
+}
+
+/// A piece as stored: a chunk is named by the place of its holder in the
+/// checkpoint's list of holders, and its place among the holder's chunks.
 #[derive(Debug, Deserialize)]
 enum StoredPiece {
     Inline(ByteBuf),
-    Chunk { id: ChunkId, holder: Holder },
+    Chunk { holder: u32, index: u32 },
 }
 
 /// A piece to store (the same encoding as [`StoredPiece`]).
 #[derive(Serialize)]
 enum StoredPieceRef<'a> {
     Inline(&'a Bytes),
-    Chunk { id: ChunkId, holder: Holder },
+    Chunk { holder: u32, index: u32 },
 }
 
 #[derive(Debug, Deserialize)]
@@ -313,6 +324,8 @@ pub(crate) struct StoredCheckpoint {
     subtasks: Vec<StoredSubtask>,
     global_committer: Option<GlobalCommitterSnapshot>,
     is_final: bool,
+    /// The checkpoints whose chunks the pieces name.
+    holders: Vec<Holder>,
     /// The chunks this checkpoint stored first.
     chunks: Vec<StoredChunk>,
 }
@@ -328,7 +341,27 @@ pub(crate) struct StoredCheckpointRef<'a> {
     subtasks: Vec<StoredSubtaskRef<'a>>,
     global_committer: &'a Option<GlobalCommitterSnapshot>,
     is_final: bool,
+    holders: Vec<Holder>,
     chunks: Vec<StoredChunkRef<'a>>,
+}
+
+impl StoredCheckpointRef<'_> {
+    /// What it names, stored as `this`: for [`ChunkBook::read`] once it is
+    /// durable.
+    pub(crate) fn references(&self, this: Holder) -> References {
+        References {
+            holders: self.holders.iter().copied().collect(),
+            chunks: (self.chunks.iter().enumerate())
+                .map(|(index, chunk)| {
+                    let place = Place {
+                        holder: this,
+                        index: index as u32,
+                    };
+                    (chunk.id, place)
+                })
+                .collect(),
+        }
+    }
 }
 
 impl StoredCheckpoint {
@@ -354,6 +387,7 @@ impl StoredCheckpoint {
                 .collect(),
             global_committer: checkpoint.global_committer,
             is_final: checkpoint.is_final,
+            holders: Vec::new(),
             chunks: Vec::new(),
         }
     }
@@ -368,79 +402,87 @@ impl StoredCheckpoint {
         self.generation
     }
 
-    /// The checkpoints whose chunks it names, itself among them when it
-    /// stored any.
-    pub(crate) fn holders(&self, this: Holder) -> BTreeSet<Holder> {
-        let mut holders: BTreeSet<Holder> = (self.subtasks.iter())
-            .flat_map(|s| s.source_splits.iter())
-            .filter_map(|piece| match piece {
-                StoredPiece::Chunk { holder, .. } => Some(*holder),
-                StoredPiece::Inline(_) => None,
-            })
-            .collect();
-        if !self.chunks.is_empty() {
-            holders.insert(this);
-        }
-        holders
-    }
-
-    /// What it names: each chunk it holds or references, and its holder.
+    /// What it names: the holders, and the chunks it holds itself (for a
+    /// read without the other holders'; [`resolve`](Self::resolve) gives
+    /// every chunk's place).
     pub(crate) fn references(&self, this: Holder) -> References {
-        let mut chunks: Vec<(ChunkId, Holder)> = (self.subtasks.iter())
-            .flat_map(|s| s.source_splits.iter())
-            .filter_map(|piece| match piece {
-                StoredPiece::Chunk { id, holder } => Some((*id, *holder)),
-                StoredPiece::Inline(_) => None,
-            })
-            .collect();
-        chunks.extend(self.chunks.iter().map(|c| (c.id, this)));
         References {
-            holders: self.holders(this),
-            chunks,
+            holders: self.holders.iter().copied().collect(),
+            chunks: (self.chunks.iter().enumerate())
+                .map(|(index, chunk)| {
+                    let place = Place {
+                        holder: this,
+                        index: index as u32,
+                    };
+                    (chunk.id, place)
+                })
+                .collect(),
         }
     }
 
-    /// The chunks it stored first, by id.
-    pub(crate) fn into_chunks(self) -> HashMap<ChunkId, Chunk> {
-        (self.chunks.into_iter())
-            .map(|c| (c.id, Chunk::restored(c.id, c.bytes.into_vec())))
+    /// The holders it names other than itself, whose chunks
+    /// [`resolve`](Self::resolve) needs.
+    pub(crate) fn other_holders(&self, this: Holder) -> Vec<Holder> {
+        (self.holders.iter().copied())
+            .filter(|holder| *holder != this)
             .collect()
     }
 
-    /// The checkpoint, its chunk references resolved: `this` is where it
-    /// is stored, `held` the chunks of each other holder it names (see
-    /// [`holders`](Self::holders)), `location` names it in errors.
+    /// The chunks it stored first, in their order.
+    pub(crate) fn into_chunks(self) -> Vec<Chunk> {
+        (self.chunks.into_iter())
+            .map(|c| Chunk::restored(c.id, c.bytes.into_vec()))
+            .collect()
+    }
+
+    /// The checkpoint, its chunk references resolved, and what it names:
+    /// `this` is where it is stored, `held` the chunks of each other
+    /// holder it names ([`other_holders`](Self::other_holders)),
+    /// `location` names it in errors.
     pub(crate) fn resolve(
         self,
         this: Holder,
-        held: &HashMap<Holder, HashMap<ChunkId, Chunk>>,
+        held: &HashMap<Holder, Vec<Chunk>>,
         location: &str,
-    ) -> Result<CompletedCheckpoint, StorageError> {
-        let own: HashMap<ChunkId, Chunk> = (self.chunks.into_iter())
-            .map(|c| (c.id, Chunk::restored(c.id, c.bytes.into_vec())))
+    ) -> Result<(CompletedCheckpoint, References), StorageError> {
+        let own: Vec<Chunk> = (self.chunks.into_iter())
+            .map(|c| Chunk::restored(c.id, c.bytes.into_vec()))
             .collect();
+        let corrupt = |problem: String| StorageError::Corrupt {
+            path: location.into(),
+            problem,
+        };
+        let mut references = References {
+            holders: self.holders.iter().copied().collect(),
+            chunks: Vec::new(),
+        };
         let mut subtasks = Vec::with_capacity(self.subtasks.len());
         for stored in self.subtasks {
             let mut splits = StateBytes::new();
             for piece in stored.source_splits {
                 match piece {
                     StoredPiece::Inline(bytes) => splits.push_inline(&bytes),
-                    StoredPiece::Chunk { id, holder } => {
+                    StoredPiece::Chunk { holder, index } => {
+                        let holder = *self.holders.get(holder as usize).ok_or_else(|| {
+                            corrupt(format!(
+                                "a chunk reference names holder {holder} of its {}",
+                                self.holders.len()
+                            ))
+                        })?;
                         let chunks = if holder == this {
                             Some(&own)
                         } else {
                             held.get(&holder)
                         };
-                        let chunk = chunks.and_then(|c| c.get(&id)).ok_or_else(|| {
-                            StorageError::Corrupt {
-                                path: location.into(),
-                                problem: format!(
-                                    "it names chunk {id} of checkpoint {} (generation {}), which \
-                                     that checkpoint does not hold or which is gone",
-                                    holder.checkpoint, holder.generation
-                                ),
-                            }
-                        })?;
+                        let chunk =
+                            chunks.and_then(|c| c.get(index as usize)).ok_or_else(|| {
+                                corrupt(format!(
+                                "it names chunk {index} of checkpoint {} (generation {}), which \
+                                 that checkpoint does not hold or which is gone",
+                                holder.checkpoint, holder.generation
+                            ))
+                            })?;
+                        references.chunks.push((chunk.id, Place { holder, index }));
                         splits.push_chunk(chunk.clone());
                     }
                 }
@@ -453,7 +495,7 @@ impl StoredCheckpoint {
                 end_of_input: stored.end_of_input,
             });
         }
-        Ok(CompletedCheckpoint {
+        let checkpoint = CompletedCheckpoint {
             checkpoint_id: self.checkpoint_id,
             job_name: self.job_name,
             generation: self.generation,
@@ -462,7 +504,8 @@ impl StoredCheckpoint {
             subtasks,
             global_committer: self.global_committer,
             is_final: self.is_final,
-        })
+        };
+        Ok((checkpoint, references))
     }
 }
 
@@ -495,7 +538,7 @@ pub(crate) struct SubtaskSnapshotWhole {
 #[derive(Debug)]
 pub(crate) struct References {
     holders: BTreeSet<Holder>,
-    chunks: Vec<(ChunkId, Holder)>,
+    chunks: Vec<(ChunkId, Place)>,
 }
 
 /// What a storage knows of the chunks it stored or read: where each is
@@ -503,21 +546,31 @@ pub(crate) struct References {
 /// local and the object storage under their lock, one per storage.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ChunkBook {
-    /// Every chunk a kept checkpoint holds, and that checkpoint.
-    held_by: HashMap<ChunkId, Holder>,
+    /// Every chunk a kept checkpoint holds, and where.
+    held_by: HashMap<ChunkId, Place>,
     /// The holders each known checkpoint names.
     holders_of: BTreeMap<Holder, BTreeSet<Holder>>,
 }
 
 /// The stored form of `checkpoint`, to be stored as `this`: the chunks it
-/// holds that `held` names a holder of are named, the others stored in it.
+/// holds that `held` places are named there, the others stored in it.
 pub(crate) fn stored_form<'a>(
     checkpoint: &'a CompletedCheckpoint,
     this: Holder,
-    held: &HashMap<ChunkId, Holder>,
+    held: &HashMap<ChunkId, Place>,
 ) -> StoredCheckpointRef<'a> {
     let mut new_chunks: Vec<StoredChunkRef<'a>> = Vec::new();
-    let mut added: BTreeSet<ChunkId> = BTreeSet::new();
+    let mut added: HashMap<ChunkId, u32> = HashMap::new();
+    let mut holders: Vec<Holder> = Vec::new();
+    let mut holder_index = |holder: Holder| -> u32 {
+        match holders.iter().position(|h| *h == holder) {
+            Some(at) => at as u32,
+            None => {
+                holders.push(holder);
+                (holders.len() - 1) as u32
+            }
+        }
+    };
     let subtasks = (checkpoint.subtasks.iter())
         .map(|s| StoredSubtaskRef {
             subtask: s.subtask,
@@ -525,21 +578,25 @@ pub(crate) fn stored_form<'a>(
                 .map(|piece| match piece {
                     Piece::Inline(bytes) => StoredPieceRef::Inline(Bytes::new(bytes)),
                     Piece::Chunk(chunk) => {
-                        let holder = match held.get(&chunk.id) {
-                            Some(holder) => *holder,
+                        let place = match held.get(&chunk.id) {
+                            Some(place) => *place,
                             None => {
-                                if added.insert(chunk.id) {
+                                let index = *added.entry(chunk.id).or_insert_with(|| {
                                     new_chunks.push(StoredChunkRef {
                                         id: chunk.id,
                                         bytes: Bytes::new(chunk.bytes()),
                                     });
+                                    (new_chunks.len() - 1) as u32
+                                });
+                                Place {
+                                    holder: this,
+                                    index,
                                 }
-                                this
                             }
                         };
                         StoredPieceRef::Chunk {
-                            id: chunk.id,
-                            holder,
+                            holder: holder_index(place.holder),
+                            index: place.index,
                         }
                     }
                 })
@@ -558,42 +615,28 @@ pub(crate) fn stored_form<'a>(
         subtasks,
         global_committer: &checkpoint.global_committer,
         is_final: checkpoint.is_final,
+        holders,
         chunks: new_chunks,
     }
 }
 
 impl ChunkBook {
-    /// The holders of the chunks of `checkpoint` that a kept checkpoint
-    /// holds, for [`stored_form`].
-    pub(crate) fn held(&self, checkpoint: &CompletedCheckpoint) -> HashMap<ChunkId, Holder> {
+    /// Where the chunks of `checkpoint` that a kept checkpoint holds are,
+    /// for [`stored_form`].
+    pub(crate) fn held(&self, checkpoint: &CompletedCheckpoint) -> HashMap<ChunkId, Place> {
         (checkpoint.subtasks.iter())
             .flat_map(|s| s.source_splits.chunks())
             .filter_map(|chunk| Some((chunk.id, *self.held_by.get(&chunk.id)?)))
             .collect()
     }
 
-    /// `checkpoint`, stored as `this` in the form [`stored_form`] gave for
-    /// [`held`](Self::held), is durable: its new chunks are held by it.
-    pub(crate) fn stored(&mut self, checkpoint: &CompletedCheckpoint, this: Holder) {
-        let mut holders = BTreeSet::new();
-        for chunk in checkpoint
-            .subtasks
-            .iter()
-            .flat_map(|s| s.source_splits.chunks())
-        {
-            let holder = *self.held_by.entry(chunk.id).or_insert(this);
-            holders.insert(holder);
-        }
-        self.holders_of.insert(this, holders);
-    }
-
-    /// The checkpoint stored as `this`, which names `references`, was read
-    /// back whole: the holders it names are kept while it is retained, and
-    /// its chunks may be named where it says (a chunk known already stays
-    /// where it was known: that holder is kept too).
+    /// The checkpoint stored as `this`, which names `references`, is
+    /// durable (stored or read back): the holders it names are kept while
+    /// it is retained, and its chunks may be named where it says (a chunk
+    /// known already stays where it was known: that holder is kept too).
     pub(crate) fn read(&mut self, this: Holder, references: References) {
-        for (id, holder) in references.chunks {
-            self.held_by.entry(id).or_insert(holder);
+        for (id, place) in references.chunks {
+            self.held_by.entry(id).or_insert(place);
         }
         self.holders_of.insert(this, references.holders);
     }
@@ -622,7 +665,7 @@ impl ChunkBook {
         }
         self.holders_of
             .retain(|checkpoint, _| retained.contains(checkpoint));
-        self.held_by.retain(|_, holder| keep.contains(holder));
+        self.held_by.retain(|_, place| keep.contains(&place.holder));
         Some(keep)
     }
 
@@ -657,6 +700,18 @@ mod tests {
         sink_api::decode_bincode_bounded(bytes).unwrap().0
     }
 
+    /// Stores `checkpoint` as `this` in `book`'s view: its bytes.
+    fn store_in(book: &mut ChunkBook, checkpoint: &CompletedCheckpoint, this: Holder) -> Vec<u8> {
+        let form = stored_form(checkpoint, this, &book.held(checkpoint));
+        let bytes = encode(&form);
+        book.read(this, form.references(this));
+        bytes
+    }
+
+    fn holders_of(stored: &StoredCheckpoint) -> BTreeSet<Holder> {
+        stored.holders.iter().copied().collect()
+    }
+
     #[test]
     fn state_bytes_compare_their_bytes_however_cut() {
         let chunk = Chunk::seal(b"cd".to_vec());
@@ -689,8 +744,7 @@ mod tests {
         let mut first_splits = StateBytes::from(b"head".to_vec());
         first_splits.push_chunk(old.clone());
         let first = checkpoint(1, first_splits);
-        let first_bytes = encode(&stored_form(&first, holder(1), &book.held(&first)));
-        book.stored(&first, holder(1));
+        let first_bytes = store_in(&mut book, &first, holder(1));
         assert!(first_bytes.len() > 1000);
 
         let new = Chunk::seal(vec![8; 10]);
@@ -700,14 +754,14 @@ mod tests {
         // A chunk twice in one checkpoint is stored once.
         second_splits.push_chunk(new.clone());
         let second = checkpoint(2, second_splits);
-        let second_bytes = encode(&stored_form(&second, holder(2), &book.held(&second)));
-        book.stored(&second, holder(2));
+        let second_bytes = store_in(&mut book, &second, holder(2));
         assert!(second_bytes.len() < 200, "{}", second_bytes.len());
 
         let stored = decode(&second_bytes);
-        assert_eq!(stored.holders(holder(2)), [holder(1), holder(2)].into());
+        assert_eq!(holders_of(&stored), [holder(1), holder(2)].into());
+        assert_eq!(stored.other_holders(holder(2)), [holder(1)]);
         let held = HashMap::from([(holder(1), decode(&first_bytes).into_chunks())]);
-        let read = stored.resolve(holder(2), &held, "here").unwrap();
+        let (read, _) = stored.resolve(holder(2), &held, "here").unwrap();
         assert_eq!(read, second);
         let ids: Vec<ChunkId> = read.subtasks[0]
             .source_splits
@@ -716,11 +770,14 @@ mod tests {
             .collect();
         assert_eq!(ids, [old.id(), new.id(), new.id()]);
 
-        // Without its holder, it is corrupt, naming the chunk.
+        // Without its holder, it is corrupt, naming the holder.
         let error = decode(&second_bytes)
             .resolve(holder(2), &HashMap::new(), "here")
             .unwrap_err();
-        assert!(error.to_string().contains(&old.id().to_string()), "{error}");
+        assert!(
+            error.to_string().contains("chunk 0 of checkpoint 1"),
+            "{error}"
+        );
     }
 
     /// Holders stay while a retained checkpoint names them; chunks of
@@ -736,13 +793,7 @@ mod tests {
             }
             splits.push_chunk(Chunk::seal(vec![id as u8]));
             let checkpoint = checkpoint(id, splits);
-            let stored = decode(&encode(&stored_form(
-                &checkpoint,
-                holder(id),
-                &book.held(&checkpoint),
-            )));
-            book.stored(&checkpoint, holder(id));
-            stored.holders(holder(id))
+            holders_of(&decode(&store_in(book, &checkpoint, holder(id))))
         };
         assert_eq!(store(&mut book, 1, true), [holder(1)].into());
         assert_eq!(store(&mut book, 2, true), [holder(1), holder(2)].into());
