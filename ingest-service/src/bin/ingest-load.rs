@@ -100,6 +100,95 @@ struct Args {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// The service over HTTPS with a bearer token, as it runs in
+    /// production: a certificate of a CA made for the run (trusted by the
+    /// clients, and nothing else), and a token file of one tenant (whose
+    /// keys then get the tenant's budget). Without it, plain HTTP and no
+    /// tokens, as the baseline. With --compare, the service's targets run
+    /// both ways.
+    #[arg(long)]
+    tls: bool,
+}
+
+/// How the clients reach the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// Plain HTTP, no token: what the baseline is reached by.
+    Plain,
+    /// HTTPS with a bearer token.
+    Tls,
+}
+
+/// The certificate, key and token file of a `Transport::Tls` run, in a
+/// temporary directory; what its clients trust and send.
+struct TlsFiles {
+    _dir: tempfile::TempDir,
+    flags: Vec<String>,
+    ca_pem: String,
+    token: String,
+}
+
+/// The tenant of the runs with tokens.
+const LOAD_TENANT: &str = "load";
+
+impl TlsFiles {
+    /// A CA, a certificate it signs for the loopback address, a random
+    /// token of one tenant, written where the service reads them.
+    fn make() -> anyhow::Result<TlsFiles> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
+        let mut ca_params = rcgen::CertificateParams::new(Vec::new())?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_key = rcgen::KeyPair::generate()?;
+        let ca = ca_params.self_signed(&ca_key)?;
+        let server_params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()])?;
+        let server_key = rcgen::KeyPair::generate()?;
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let server = server_params.signed_by(&server_key, &issuer)?;
+        let (cert, key, tokens) = (
+            dir.path().join("server.pem"),
+            dir.path().join("server.key"),
+            dir.path().join("tokens"),
+        );
+        std::fs::write(&cert, server.pem())?;
+        std::fs::write(&key, server_key.serialize_pem())?;
+        // 244 random bits from the system's generator.
+        let token = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        std::fs::write(&tokens, format!("{LOAD_TENANT} {token}\n"))?;
+        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600))?;
+        let path = |p: &Path| p.to_string_lossy().into_owned();
+        Ok(TlsFiles {
+            flags: vec![
+                "--tls-cert".into(),
+                path(&cert),
+                "--tls-key".into(),
+                path(&key),
+                "--tokens".into(),
+                path(&tokens),
+            ],
+            ca_pem: ca.pem(),
+            token,
+            _dir: dir,
+        })
+    }
+
+    /// An HTTP client that trusts the run's CA only and sends its token.
+    fn client(&self) -> anyhow::Result<reqwest::Client> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", self.token))?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+        Ok(reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(self.ca_pem.as_bytes())?)
+            .default_headers(headers)
+            .build()?)
+    }
 }
 
 /// The `--sink` flag.
@@ -118,6 +207,7 @@ enum Target {
         checkpoints: Checkpoints,
         /// With files: `--compact-every`.
         compact_every: Option<Duration>,
+        transport: Transport,
     },
     /// `ingest-baseline`.
     Baseline,
@@ -130,15 +220,19 @@ impl fmt::Display for Target {
                 sink,
                 checkpoints,
                 compact_every,
+                transport,
             } => {
                 let sink = match sink {
                     SinkKind::Files => "files",
                     SinkKind::Postgres => "postgres",
                 };
                 write!(f, "service, {sink}, checkpoints {checkpoints}")?;
-                match compact_every {
-                    Some(every) => write!(f, ", compaction {}s", every.as_secs_f64()),
-                    None => Ok(()),
+                if let Some(every) = compact_every {
+                    write!(f, ", compaction {}s", every.as_secs_f64())?;
+                }
+                match transport {
+                    Transport::Tls => f.write_str(", HTTPS + token"),
+                    Transport::Plain => Ok(()),
                 }
             }
             Target::Baseline => f.write_str("baseline: INSERT per request, synchronous commit"),
@@ -441,22 +535,30 @@ impl Setup<'_> {
     /// Starts the target, loads it, stops it, counts its output.
     fn run(&mut self, target: &Target, concurrency: u64) -> anyhow::Result<Value> {
         let args = self.args;
+        let mut tls: Option<TlsFiles> = None;
         let (binary, flags, output) = match target {
             Target::Service {
                 sink,
                 checkpoints,
                 compact_every,
+                transport,
             } => {
-                // Plain HTTP without tokens, as the baseline: on loopback,
-                // what is measured is the pipeline, not TLS.
+                // Plain HTTP without tokens, as the baseline, unless the
+                // cost of TLS and tokens is measured.
                 let mut flags = vec![
                     "--checkpoint-interval".to_string(),
                     checkpoints.to_string(),
                     "--parallelism".into(),
                     args.parallelism.to_string(),
-                    "--plain-http".into(),
-                    "--no-auth".into(),
                 ];
+                match transport {
+                    Transport::Plain => flags.extend(["--plain-http".into(), "--no-auth".into()]),
+                    Transport::Tls => {
+                        let files = TlsFiles::make().context("making the run's certificates")?;
+                        flags.extend(files.flags.iter().cloned());
+                        tls = Some(files);
+                    }
+                }
                 flags.extend(args.service_arg.iter().cloned());
                 if let Some(every) = compact_every {
                     flags.push("--compact-every".into());
@@ -512,7 +614,13 @@ impl Setup<'_> {
         });
         let started = Instant::now();
         let url = server.url.clone();
-        let tallies = self.runtime.block_on(load(url, plan.clone(), started))?;
+        let http = match &tls {
+            Some(files) => files.client()?,
+            None => reqwest::Client::new(),
+        };
+        let tallies = self
+            .runtime
+            .block_on(load(http, url, plan.clone(), started))?;
         let elapsed = started.elapsed();
         let peak_files = sampler.map(Sampler::stop);
         let summary = server.stop()?;
@@ -591,8 +699,12 @@ impl Setup<'_> {
 
 /// Runs the clients of `plan` against `url` until their requests are sent
 /// or the time is up.
-async fn load(url: String, plan: Arc<Plan>, started: Instant) -> anyhow::Result<Vec<Tally>> {
-    let http = reqwest::Client::new();
+async fn load(
+    http: reqwest::Client,
+    url: String,
+    plan: Arc<Plan>,
+    started: Instant,
+) -> anyhow::Result<Vec<Tally>> {
     let next = Arc::new(AtomicU64::new(0));
     let deadline = started + plan.max_duration;
     let clients: Vec<_> = (0..plan.concurrency)
@@ -622,7 +734,7 @@ fn print_run(run: &Value) {
             .map_or("-".to_string(), |r| format!("{r:.0}"))
     };
     println!(
-        "{:<52} {:>5} {:>7} {:>8.0} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>8} {:>8}",
+        "{:<68} {:>5} {:>7} {:>8.0} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>8} {:>8}",
         run["target"].as_str().unwrap_or_default(),
         run["concurrency"],
         run["requests_acknowledged"],
@@ -652,34 +764,52 @@ fn main() -> anyhow::Result<()> {
         .or_else(|| std::env::var("PG_TEST_URL").ok());
     let targets: Vec<Target> = match (args.compare, args.baseline) {
         (true, true) => bail!("--compare runs the baseline already; leave --baseline out"),
-        (true, false) => vec![
-            Target::Service {
-                sink: SinkKind::Files,
-                checkpoints: args.checkpoint_interval,
-                compact_every: None,
-            },
-            Target::Service {
-                sink: SinkKind::Files,
-                checkpoints: Checkpoints::OnDemand,
-                compact_every: None,
-            },
-            Target::Service {
-                sink: SinkKind::Files,
-                checkpoints: Checkpoints::OnDemand,
-                compact_every: Some(args.compact_every.unwrap_or(Duration::from_secs(10))),
-            },
-            Target::Service {
-                sink: SinkKind::Postgres,
-                checkpoints: Checkpoints::OnDemand,
-                compact_every: None,
-            },
-            Target::Baseline,
-        ],
+        (true, false) => {
+            let transports = match args.tls {
+                true => vec![Transport::Plain, Transport::Tls],
+                false => vec![Transport::Plain],
+            };
+            let mut targets = Vec::new();
+            for transport in transports {
+                targets.extend([
+                    Target::Service {
+                        sink: SinkKind::Files,
+                        checkpoints: args.checkpoint_interval,
+                        compact_every: None,
+                        transport,
+                    },
+                    Target::Service {
+                        sink: SinkKind::Files,
+                        checkpoints: Checkpoints::OnDemand,
+                        compact_every: None,
+                        transport,
+                    },
+                    Target::Service {
+                        sink: SinkKind::Files,
+                        checkpoints: Checkpoints::OnDemand,
+                        compact_every: Some(args.compact_every.unwrap_or(Duration::from_secs(10))),
+                        transport,
+                    },
+                    Target::Service {
+                        sink: SinkKind::Postgres,
+                        checkpoints: Checkpoints::OnDemand,
+                        compact_every: None,
+                        transport,
+                    },
+                ]);
+            }
+            targets.push(Target::Baseline);
+            targets
+        }
         (false, true) => vec![Target::Baseline],
         (false, false) => vec![Target::Service {
             sink: args.sink,
             checkpoints: args.checkpoint_interval,
             compact_every: args.compact_every,
+            transport: match args.tls {
+                true => Transport::Tls,
+                false => Transport::Plain,
+            },
         }],
     };
     if !args.compare && args.concurrency.len() > 1 {
@@ -716,7 +846,7 @@ fn main() -> anyhow::Result<()> {
             println!("PostgreSQL: {settings}");
         }
         println!(
-            "{:<52} {:>5} {:>7} {:>8} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}",
+            "{:<68} {:>5} {:>7} {:>8} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}",
             "target",
             "conc",
             "acked",

@@ -39,6 +39,33 @@ fn a_small_load_run_reports_rates_and_latencies_and_finds_every_event_once() {
     assert!(report["requests_per_second"].as_f64().unwrap_or(0.0) > 0.0);
 }
 
+/// `--tls`: the service over HTTPS with a token, its certificate from a CA
+/// made for the run, the clients trusting that CA only; every event once,
+/// and the target says so.
+#[test]
+fn a_small_load_run_over_https_with_a_token_finds_every_event_once() {
+    let output = Command::new(env!("CARGO_BIN_EXE_ingest-load"))
+        .args(["--requests", "200", "--concurrency", "4", "--events", "3"])
+        .args(["--checkpoint-interval", "on-demand", "--tls", "--json"])
+        .args(["--service", env!("CARGO_BIN_EXE_ingest-service")])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("ingest-load runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "ingest-load failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.trim()).expect("one JSON object on stdout");
+    assert_eq!(report["requests_acknowledged"], 200);
+    assert_eq!(report["output_events"], 600);
+    assert_eq!(report["exactly_once"], true);
+    let target = report["target"].as_str().unwrap_or_default();
+    assert!(target.contains("HTTPS + token"), "{target}");
+}
+
 /// `--compare` against the test server (`scripts/with-postgres`): every
 /// target (files at an interval and on demand, PostgreSQL on demand, the
 /// baseline) is loaded with the same client, its output counted, and the
