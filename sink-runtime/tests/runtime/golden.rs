@@ -17,6 +17,7 @@
 //! | `v2` | 2 | checkpoints carry the job's lineage (read from `v1` as none) |
 //! | `v3` | 3 | the finished marker keeps what the job lost (read from `v1` and `v2` as nothing) |
 //! | `v4` | 4 | checkpoints store sealed chunks once and name them later: subtask 0's splits end in a chunk that checkpoint 6, kept for it, holds (read from `v1` to `v3` as inline bytes) |
+//! | `keys-v4` | 4 | a pipeline's state directory, its idempotency keys in format 4 of the keys (sealed segments): see [`a_pipeline_restored_from_golden_format_4_keys_knows_every_key`] |
 
 use std::path::{Path, PathBuf};
 
@@ -231,4 +232,73 @@ async fn a_checkpoint_of_an_unknown_format_is_refused_naming_both_versions() {
         error.contains("format version 99") && error.contains("versions 1 to 4"),
         "{error}"
     );
+}
+
+/// The pipeline's idempotency keys are pinned too: `keys-v4` is the state
+/// directory of a pipeline (memory sink, parallelism 2) that acknowledged
+/// `key-0` to `key-39` and shut down, its keys stored in format 4 (sealed
+/// segments shared between checkpoints). A pipeline started on a copy of
+/// it, at the same parallelism (which keeps the stored segments) and at
+/// another (which seals them again), answers every key as a duplicate,
+/// and a new key as new. `GOLDEN_WRITE=1` writes it again.
+#[tokio::test]
+async fn a_pipeline_restored_from_golden_format_4_keys_knows_every_key() {
+    use sink_runtime::pipeline::Pipeline;
+    use sinks_memory::{MemorySink, MemoryStore};
+    use std::time::Duration;
+
+    const KEYS: usize = 40;
+    let golden = data("keys-v4");
+    let start = |dir: PathBuf, parallelism: usize| async move {
+        let storage = LocalCheckpointStorage::open(&dir).unwrap();
+        let store = MemoryStore::<String>::new();
+        Pipeline::builder("golden-keys", MemorySink::new(store))
+            .parallelism(parallelism)
+            .checkpointing(sink_runtime::CheckpointConfig::every(
+                Duration::from_millis(20),
+            ))
+            .checkpoint_storage(storage)
+            .start()
+            .await
+            .unwrap()
+    };
+    if std::env::var_os("GOLDEN_WRITE").is_some() {
+        let _ = std::fs::remove_dir_all(&golden);
+        let pipeline = start(golden.clone(), 2).await;
+        for i in 0..KEYS {
+            let ticket = pipeline
+                .send(vec![format!("e{i}")], Some(format!("key-{i}")))
+                .await
+                .unwrap();
+            ticket.await.unwrap();
+        }
+        pipeline.shutdown().await.unwrap();
+        drop(pipeline);
+        std::fs::remove_file(golden.join("LOCK")).unwrap();
+    }
+    for parallelism in [2, 3] {
+        let copy = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(&golden).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), copy.path().join(entry.file_name())).unwrap();
+        }
+        let pipeline = start(copy.path().to_path_buf(), parallelism).await;
+        for i in 0..KEYS {
+            let ack = pipeline
+                .send(vec![format!("again {i}")], Some(format!("key-{i}")))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            assert!(ack.duplicate, "key-{i} at parallelism {parallelism}");
+        }
+        let new = pipeline
+            .send(vec!["new".into()], Some("key-new".into()))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(!new.duplicate);
+        pipeline.shutdown().await.unwrap();
+    }
 }
