@@ -349,18 +349,7 @@ impl StoredCheckpointRef<'_> {
     /// What it names, stored as `this`: for [`ChunkBook::read`] once it is
     /// durable.
     pub(crate) fn references(&self, this: Holder) -> References {
-        References {
-            holders: self.holders.iter().copied().collect(),
-            chunks: (self.chunks.iter().enumerate())
-                .map(|(index, chunk)| {
-                    let place = Place {
-                        holder: this,
-                        index: index as u32,
-                    };
-                    (chunk.id, place)
-                })
-                .collect(),
-        }
+        References::of_own(&self.holders, self.chunks.iter().map(|c| c.id), this)
     }
 }
 
@@ -406,18 +395,7 @@ impl StoredCheckpoint {
     /// read without the other holders'; [`resolve`](Self::resolve) gives
     /// every chunk's place).
     pub(crate) fn references(&self, this: Holder) -> References {
-        References {
-            holders: self.holders.iter().copied().collect(),
-            chunks: (self.chunks.iter().enumerate())
-                .map(|(index, chunk)| {
-                    let place = Place {
-                        holder: this,
-                        index: index as u32,
-                    };
-                    (chunk.id, place)
-                })
-                .collect(),
-        }
+        References::of_own(&self.holders, self.chunks.iter().map(|c| c.id), this)
     }
 
     /// The holders it names other than itself, whose chunks
@@ -539,6 +517,25 @@ pub(crate) struct SubtaskSnapshotWhole {
 pub(crate) struct References {
     holders: BTreeSet<Holder>,
     chunks: Vec<(ChunkId, Place)>,
+}
+
+impl References {
+    /// A checkpoint stored as `this` that names `holders` and holds the
+    /// chunks `own`, in their order.
+    fn of_own(holders: &[Holder], own: impl Iterator<Item = ChunkId>, this: Holder) -> References {
+        References {
+            holders: holders.iter().copied().collect(),
+            chunks: (own.enumerate())
+                .map(|(index, id)| {
+                    let place = Place {
+                        holder: this,
+                        index: index as u32,
+                    };
+                    (id, place)
+                })
+                .collect(),
+        }
+    }
 }
 
 /// What a storage knows of the chunks it stored or read: where each is
