@@ -52,8 +52,8 @@ pub use positions::{
     CommittedPositions, PositionAdvance, PositionConflict, PositionTable, SplitKey,
 };
 pub use serializer::{
-    decode_bincode_bounded, deserialize_versioned, serialize_versioned, split_versioned,
-    BincodeSerializer, SerializerError, VersionedSerializer, MAX_DECODED_PAYLOAD,
+    decode_bincode_bounded, deserialize_versioned, encode_bincode_into, serialize_versioned,
+    split_versioned, BincodeSerializer, SerializerError, VersionedSerializer, MAX_DECODED_PAYLOAD,
 };
 pub use sink::{CommittableOf, InputOf, Sink, WriterStateOf};
 pub use start::JobStart;

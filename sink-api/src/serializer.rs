@@ -85,6 +85,17 @@ pub trait VersionedSerializer<T>: Send + Sync {
     /// Encodes `value` in the format of [`version`](Self::version).
     fn serialize(&self, value: &T) -> Result<Vec<u8>, SerializerError>;
 
+    /// Appends the encoding [`serialize`](Self::serialize) returns to `out`.
+    /// Called by [`serialize_versioned`], so that a stored blob is made
+    /// in one buffer. The default copies what `serialize` returns; a
+    /// serializer of large values (a writer state holding megabytes)
+    /// encodes straight into `out`, as [`BincodeSerializer`] does, and
+    /// saves that copy.
+    fn serialize_into(&self, value: &T, out: &mut Vec<u8>) -> Result<(), SerializerError> {
+        out.extend_from_slice(&self.serialize(value)?);
+        Ok(())
+    }
+
     /// Decodes bytes written in format `version`.
     fn deserialize(&self, version: u32, bytes: &[u8]) -> Result<T, SerializerError>;
 }
@@ -95,11 +106,10 @@ pub fn serialize_versioned<T>(
     serializer: &dyn VersionedSerializer<T>,
     value: &T,
 ) -> Result<Vec<u8>, SerializerError> {
-    let payload = serializer.serialize(value)?;
-    let mut blob = Vec::with_capacity(BLOB_HEADER_LEN + payload.len());
+    let mut blob = Vec::with_capacity(BLOB_HEADER_LEN);
     blob.extend_from_slice(&BLOB_MAGIC);
     blob.extend_from_slice(&serializer.version().to_le_bytes());
-    blob.extend_from_slice(&payload);
+    serializer.serialize_into(value, &mut blob)?;
     Ok(blob)
 }
 
@@ -174,16 +184,13 @@ impl<T: Serialize + DeserializeOwned> VersionedSerializer<T> for BincodeSerializ
     /// read back must not be stored (a checkpoint holding it would fail,
     /// rather than one that no restore can read).
     fn serialize(&self, value: &T) -> Result<Vec<u8>, SerializerError> {
-        let what = std::any::type_name::<T>();
-        let payload =
-            bincode::serde::encode_to_vec(value, bincode::config::standard()).map_err(|err| {
-                SerializerError::Encode {
-                    what,
-                    message: err.to_string(),
-                }
-            })?;
-        check_encoded_len(what, payload.len())?;
+        let mut payload = Vec::new();
+        encode_bincode_into(value, &mut payload)?;
         Ok(payload)
+    }
+
+    fn serialize_into(&self, value: &T, out: &mut Vec<u8>) -> Result<(), SerializerError> {
+        encode_bincode_into(value, out).map(|_| ())
     }
 
     fn deserialize(&self, version: u32, bytes: &[u8]) -> Result<T, SerializerError> {
@@ -230,6 +237,43 @@ const _: () = assert!(
 /// The largest payload decoded: 1 GiB. A committable or writer state beyond
 /// it is refused with a clear error rather than decoded.
 pub const MAX_DECODED_PAYLOAD: usize = 1 << 30;
+
+/// Appends the bincode 2 encoding of `value` (the standard configuration,
+/// as [`BincodeSerializer`] writes it) to `out` and returns its length.
+///
+/// Called by serializers and by the runtime's checkpoint storage when they
+/// encode state. The encoding's size is counted first and reserved exactly,
+/// so a value of many megabytes costs one buffer of its size: not a buffer
+/// grown by doubling, nor a copy into the blob around it. Refuses a value
+/// whose encoding is over [`MAX_DECODED_PAYLOAD`]: what a restore would not
+/// read back must not be stored.
+pub fn encode_bincode_into<T: Serialize + ?Sized>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<usize, SerializerError> {
+    let what = std::any::type_name::<T>();
+    let encode_error = |err: bincode::error::EncodeError| SerializerError::Encode {
+        what,
+        message: err.to_string(),
+    };
+    let config = bincode::config::standard();
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, config).map_err(encode_error)?;
+    check_encoded_len(what, size.bytes_written)?;
+    out.reserve_exact(size.bytes_written);
+    bincode::serde::encode_into_writer(value, Append(out), config).map_err(encode_error)?;
+    Ok(size.bytes_written)
+}
+
+/// A bincode writer that appends to a vector.
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl bincode::enc::write::Writer for Append<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+}
 
 /// Refuses to store a payload of `len` bytes that [`decode_bincode_bounded`] would
 /// refuse to read.
@@ -323,6 +367,26 @@ mod tests {
         assert_eq!(&blob[..2], b"EO");
         assert_eq!(u32::from_le_bytes(blob[2..6].try_into().unwrap()), 7);
         assert_eq!(deserialize_versioned(&serializer, &blob).unwrap(), sample());
+    }
+
+    /// A state of a megabyte is encoded once, into a blob of exactly its
+    /// size: no buffer grown by doubling, no copy into the envelope.
+    #[test]
+    fn a_large_state_is_encoded_into_one_buffer_of_its_size() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Tail(Vec<u8>);
+        let tail = Tail((0..1 << 20).map(|i| i as u8).collect());
+        let serializer = BincodeSerializer::<Tail>::new(3);
+
+        let blob = serialize_versioned(&serializer, &tail).unwrap();
+        assert_eq!(blob.capacity(), blob.len());
+        assert_eq!(deserialize_versioned(&serializer, &blob).unwrap(), tail);
+
+        let mut out = b"before".to_vec();
+        serializer.serialize_into(&tail, &mut out).unwrap();
+        assert_eq!(&out[..6], b"before");
+        assert_eq!(&out[6..], serializer.serialize(&tail).unwrap().as_slice());
+        assert_eq!(&out[6..], &blob[BLOB_HEADER_LEN..]);
     }
 
     #[test]

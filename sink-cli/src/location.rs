@@ -265,7 +265,7 @@ impl CheckpointStorage for Storage {
         }
     }
 
-    async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
+    async fn store(&self, checkpoint: CompletedCheckpoint) -> Result<(), StorageError> {
         match self {
             Storage::Local(storage) => storage.store(checkpoint).await,
             #[cfg(feature = "s3")]

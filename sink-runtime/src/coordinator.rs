@@ -802,7 +802,7 @@ impl Coordinator {
             debug!(checkpoint = %id, "storing checkpoint");
             self.storing = Some((
                 id,
-                tokio::spawn(async move { storage.store(&checkpoint).await }),
+                tokio::spawn(async move { storage.store(checkpoint).await }),
             ));
         }
     }

@@ -49,6 +49,12 @@ impl<T: Stored> VersionedSerializer<T> for FileFormat<T> {
         BincodeSerializer::<T>::new(T::VERSION).serialize(value)
     }
 
+    /// Straight into `out`: a writer state holds the tails of its uploads,
+    /// up to a part each.
+    fn serialize_into(&self, value: &T, out: &mut Vec<u8>) -> Result<(), SerializerError> {
+        BincodeSerializer::<T>::new(T::VERSION).serialize_into(value, out)
+    }
+
     fn deserialize(&self, version: u32, bytes: &[u8]) -> Result<T, SerializerError> {
         match version < T::VERSION {
             true => T::read_older(version, bytes),

@@ -75,6 +75,8 @@ mod object_output;
 mod orphans;
 mod outcome;
 mod output;
+#[cfg(feature = "object-store")]
+mod part_buffers;
 mod part_file;
 mod placement;
 mod position_commit;

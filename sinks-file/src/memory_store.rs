@@ -108,11 +108,17 @@ impl MultipartStore for MemoryObjectStore {
         data: PutPayload,
     ) -> Result<PartId> {
         let content_id = uuid::Uuid::new_v4().simple().to_string();
+        // A copy, as a server keeps one: the caller's buffer is free once
+        // this returns (the file sink fills it again with a later part).
+        let mut bytes = Vec::with_capacity(data.content_length());
+        for chunk in data.iter() {
+            bytes.extend_from_slice(chunk);
+        }
         let mut uploads = self.lock();
         let upload = uploads.get_mut(id).ok_or_else(|| Self::not_found(id))?;
         upload
             .parts
-            .insert(part_idx, (content_id.clone(), Bytes::from(data)));
+            .insert(part_idx, (content_id.clone(), Bytes::from(bytes)));
         Ok(PartId { content_id })
     }
 

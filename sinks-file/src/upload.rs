@@ -16,10 +16,12 @@
 //!
 //! Nothing is visible to readers of the prefix until the upload completes:
 //! an incomplete multipart upload is not an object. Memory held per part in
-//! progress: the tail (below one part size) and the parts in flight, so at
-//! most `(parts_in_flight + 1) × part_size`, plus one record's worth of
-//! parts cut and not yet started. A checkpoint copies the tail into the
-//! writer state, which the runtime then encodes and stores.
+//! progress: the tail (below one part size) and the parts in flight, at most
+//! `(parts_in_flight + 1) × part_size`, in buffers the writer fills again
+//! from part to part (the `part_buffers` module). A checkpoint copies the
+//! tail into the writer state, which the runtime encodes and stores: up to
+//! three more parts' worth for a moment (the copy, its encoding, and the
+//! checkpoint's frame around that).
 
 use object_store::multipart::PartId;
 use object_store::ObjectStoreExt;
@@ -30,6 +32,7 @@ use tokio::task::JoinSet;
 
 use crate::identity::OutputIdentity;
 use crate::object_output::ObjectOutput;
+use crate::part_buffers::PartBuffers;
 use crate::rolling::PartInfo;
 use crate::state::{FileCommittable, InProgressState, Upload, UploadedPart};
 
@@ -107,6 +110,9 @@ pub(crate) struct UploadPart {
     upload_id: MultipartId,
     part_size: usize,
     parts_in_flight: usize,
+    /// The writer's part buffers: the tail and every full part come from
+    /// them and go back once uploaded.
+    buffers: PartBuffers,
     /// Parts uploaded, by index; `None` while in flight.
     parts: Vec<Option<UploadedPart>>,
     in_flight: JoinSet<(usize, u64, Result<PartId, object_store::Error>)>,
@@ -121,12 +127,13 @@ pub(crate) struct UploadPart {
 
 impl UploadPart {
     /// Starts the upload of the object `target` (relative to the prefix),
-    /// and records it in its marker `marker`.
+    /// and records it in its marker `marker`. Its parts are filled in
+    /// `buffers` (of the part size).
     pub(crate) async fn create(
         output: &ObjectOutput,
         target: String,
         marker: String,
-        part_size: usize,
+        buffers: &PartBuffers,
         parts_in_flight: usize,
         now_ms: u64,
     ) -> Result<UploadPart, SinkError> {
@@ -150,11 +157,12 @@ impl UploadPart {
             target,
             marker,
             upload_id,
-            part_size,
+            part_size: buffers.part_size(),
             parts_in_flight: parts_in_flight.max(1),
+            buffers: buffers.clone(),
             parts: Vec::new(),
             in_flight: JoinSet::new(),
-            tail: Vec::with_capacity(part_size),
+            tail: buffers.take(),
             full: Vec::new(),
             info: PartInfo {
                 size_bytes: 0,
@@ -165,19 +173,32 @@ impl UploadPart {
         })
     }
 
-    /// Appends one encoded record to the tail; each time the tail reaches
-    /// the part size, it is cut there (a record may straddle two parts) and
-    /// queued as a full part. Returns whether full parts are queued: then
-    /// [`upload_full_parts`](Self::upload_full_parts) is due.
+    /// Appends one encoded record: to the tail, and each time the tail
+    /// reaches the part size, it is cut there (a record may straddle two
+    /// parts) and uploaded in the background.
     ///
-    /// Every part buffer is allocated at exactly the part size and filled
-    /// to it, so it is handed to the store without a copy.
-    pub(crate) fn write_record(&mut self, bytes: &[u8], now_ms: u64) -> bool {
+    /// A record that completes a part first waits for room among the parts
+    /// in flight, so the writer never holds more than its parts in flight
+    /// and its tail: `(parts_in_flight + 1) × part_size`. Every part buffer
+    /// holds exactly the part size and is filled to it, so it is handed to
+    /// the store without a copy, and comes back to the writer's buffers once
+    /// uploaded.
+    ///
+    /// Cancellation-safe: nothing is appended before the wait, and a part
+    /// cut is queued until its upload starts.
+    pub(crate) async fn write_record(
+        &mut self,
+        bytes: &[u8],
+        now_ms: u64,
+    ) -> Result<(), SinkError> {
+        if self.tail.len() + bytes.len() >= self.part_size {
+            self.wait_for_room().await?;
+        }
         let mut rest = bytes;
         while self.tail.len() + rest.len() >= self.part_size {
             let (head, after) = rest.split_at(self.part_size - self.tail.len());
             self.tail.extend_from_slice(head);
-            let fresh = Vec::with_capacity(self.part_size);
+            let fresh = self.buffers.take();
             self.full.push(std::mem::replace(&mut self.tail, fresh));
             rest = after;
         }
@@ -185,15 +206,16 @@ impl UploadPart {
         self.info.size_bytes += bytes.len() as u64;
         self.info.last_write_ms = now_ms;
         self.records += 1;
-        !self.full.is_empty()
+        self.upload_full_parts().await
     }
 
     /// Uploads the queued full parts, in the background; waits only when
-    /// `parts_in_flight` parts are already on their way.
+    /// `parts_in_flight` parts are already on their way (a record larger
+    /// than a part cuts more than one).
     ///
     /// Cancellation-safe: a part leaves the queue only when its upload
     /// starts, and nothing is awaited between the two.
-    pub(crate) async fn upload_full_parts(&mut self) -> Result<(), SinkError> {
+    async fn upload_full_parts(&mut self) -> Result<(), SinkError> {
         while !self.full.is_empty() {
             self.wait_for_room().await?;
             let part = self.full.remove(0);
@@ -218,10 +240,9 @@ impl UploadPart {
         let path = self.output.path(&self.target);
         let upload_id = self.upload_id.clone();
         let size = data.len() as u64;
+        let payload = self.buffers.payload(data);
         self.in_flight.spawn(async move {
-            let result = store
-                .put_part(&path, &upload_id, index, PutPayload::from(data))
-                .await;
+            let result = store.put_part(&path, &upload_id, index, payload).await;
             (index, size, result)
         });
     }
@@ -392,4 +413,72 @@ pub(crate) async fn recover_for_commit(
         }),
         positions: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::multipart::{MultipartStore, PartId};
+    use object_store::path::Path as ObjectPath;
+    use object_store::ObjectStoreExt;
+
+    use super::*;
+    use crate::memory_store::MemoryObjectStore;
+
+    /// A writer's uploads fill the same few buffers again and again: for
+    /// many parts, at most its parts in flight and its tail are ever
+    /// allocated, and every byte arrives once, in order.
+    #[tokio::test]
+    async fn many_parts_go_through_parts_in_flight_plus_one_buffers() {
+        let store = Arc::new(MemoryObjectStore::new());
+        let object = ObjectOutput::new(store.clone(), ObjectPath::from("out"), "memory://out");
+        let output = OutputIdentity {
+            id: "out-id".into(),
+            dir: "memory://out".into(),
+        };
+        let (part_size, in_flight) = (64, 2);
+        let buffers = PartBuffers::new(part_size, in_flight + 1);
+        let mut upload = UploadPart::create(
+            &object,
+            "part-0".into(),
+            ".uploads/marker-0".into(),
+            &buffers,
+            in_flight,
+            0,
+        )
+        .await
+        .unwrap();
+        let mut expected = Vec::new();
+        for record in 0..200u32 {
+            // Records of 3 to 29 bytes: many straddle two parts.
+            let bytes: Vec<u8> = (0..3 + record % 27).map(|i| (record + i) as u8).collect();
+            upload.write_record(&bytes, 0).await.unwrap();
+            expected.extend_from_slice(&bytes);
+        }
+        let committable = upload.close_for_commit(&output).await.unwrap();
+        let done = committable.upload.unwrap();
+        assert!(done.parts.len() > 40, "{} parts", done.parts.len());
+        assert!(
+            buffers.made() <= in_flight + 1,
+            "{} buffers allocated for {} parts",
+            buffers.made(),
+            done.parts.len()
+        );
+
+        let ids = done
+            .parts
+            .iter()
+            .map(|part| PartId {
+                content_id: part.content_id.clone(),
+            })
+            .collect();
+        let path = object.path("part-0");
+        store
+            .complete_multipart(&path, &done.upload_id, ids)
+            .await
+            .unwrap();
+        let written = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(written.as_ref(), expected.as_slice());
+    }
 }

@@ -52,6 +52,8 @@ use crate::encoder::Encoder;
 use crate::identity::{self, OutputIdentity};
 #[cfg(feature = "object-store")]
 use crate::object_output::ObjectOutput;
+#[cfg(feature = "object-store")]
+use crate::part_buffers::PartBuffers;
 use crate::part_file::{part_paths, recover_for_commit, InProgressPart, Unsynced};
 use crate::position_group::{PositionGroupId, PositionMember};
 use crate::rolling::PartInfo;
@@ -129,6 +131,10 @@ pub struct FileWriter<T, E, B> {
     /// part was closed or persisted; the work waits for them.
     syncing: Vec<Syncing>,
     buffer: Vec<u8>,
+    /// On an object store output: the buffers its uploads fill, recycled
+    /// from part to part.
+    #[cfg(feature = "object-store")]
+    part_buffers: PartBuffers,
     _record: PhantomData<fn(T)>,
 }
 
@@ -154,10 +160,7 @@ impl Part {
         match self {
             Part::File(part) => part.write_record(bytes, now_ms),
             #[cfg(feature = "object-store")]
-            Part::Upload(part) => match part.write_record(bytes, now_ms) {
-                true => part.upload_full_parts().await,
-                false => Ok(()),
-            },
+            Part::Upload(part) => part.write_record(bytes, now_ms).await,
         }
     }
 }
@@ -262,6 +265,8 @@ where
         pending: Vec<FileCommittable>,
     ) -> FileWriter<T, E, B> {
         FileWriter {
+            #[cfg(feature = "object-store")]
+            part_buffers: PartBuffers::new(config.part_size, config.parts_in_flight + 1),
             config,
             output,
             writer_id: uuid::Uuid::new_v4().to_string(),
@@ -371,7 +376,7 @@ where
                         object,
                         target,
                         marker,
-                        self.config.part_size,
+                        &self.part_buffers,
                         self.config.parts_in_flight,
                         now_ms,
                     )

@@ -15,8 +15,8 @@
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use sink_api::{
-    BincodeSerializer, CheckpointId, Generation, Lineage, SerializerError, VersionedSerializer,
-    MAX_DECODED_PAYLOAD,
+    encode_bincode_into, BincodeSerializer, CheckpointId, Generation, Lineage, SerializerError,
+    VersionedSerializer, MAX_DECODED_PAYLOAD,
 };
 
 use super::shared::{CompletedCheckpointWhole, StoredCheckpoint};
@@ -64,10 +64,10 @@ pub(super) fn encode<T: Serialize + DeserializeOwned>(
     value: &T,
     what: &str,
 ) -> Result<Vec<u8>, StorageError> {
-    let payload = BincodeSerializer::<T>::new(FORMAT_VERSION)
-        .serialize(value)
-        .map_err(|e| StorageError::Message(format!("encoding {what}: {e}")))?;
-    Ok(frame_of(kind, FORMAT_VERSION, &payload))
+    frame_with(kind, FORMAT_VERSION, |frame| {
+        BincodeSerializer::<T>::new(FORMAT_VERSION).serialize_into(value, frame)
+    })
+    .map_err(|e| StorageError::Message(format!("encoding {what}: {e}")))
 }
 
 /// Encodes `value`, which is only ever written (its stored form is read
@@ -77,15 +77,10 @@ pub(super) fn encode_written<T: Serialize>(
     value: &T,
     what: &str,
 ) -> Result<Vec<u8>, StorageError> {
-    let payload = bincode::serde::encode_to_vec(value, bincode::config::standard())
-        .map_err(|e| StorageError::Message(format!("encoding {what}: {e}")))?;
-    if payload.len() > MAX_DECODED_PAYLOAD {
-        return Err(StorageError::Message(format!(
-            "encoding {what}: its {} bytes are more than the {MAX_DECODED_PAYLOAD} a restore reads back",
-            payload.len()
-        )));
-    }
-    Ok(frame_of(kind, FORMAT_VERSION, &payload))
+    frame_with(kind, FORMAT_VERSION, |frame| {
+        encode_bincode_into(value, frame).map(|_| ())
+    })
+    .map_err(|e| StorageError::Message(format!("encoding {what}: {e}")))
 }
 
 /// A frame of format `version` around `value`, as an older build wrote it:
@@ -96,23 +91,33 @@ pub(super) fn encode_as<T: Serialize + DeserializeOwned>(
     value: &T,
     version: u32,
 ) -> Vec<u8> {
-    let payload = BincodeSerializer::<T>::new(version)
-        .serialize(value)
-        .expect("a test value encodes");
-    frame_of(kind, version, &payload)
+    frame_with(kind, version, |frame| {
+        BincodeSerializer::<T>::new(version).serialize_into(value, frame)
+    })
+    .expect("a test value encodes")
 }
 
-/// The frame of `payload`: the header, then the payload.
-fn frame_of(kind: Kind, version: u32, payload: &[u8]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
+/// A frame of kind `kind` and format `version` whose payload `payload`
+/// appends: the header, then the payload, in one buffer (a checkpoint of
+/// many megabytes is not copied into its frame); the payload's length and
+/// checksum are filled in once it is written.
+fn frame_with(
+    kind: Kind,
+    version: u32,
+    payload: impl FnOnce(&mut Vec<u8>) -> Result<(), SerializerError>,
+) -> Result<Vec<u8>, SerializerError> {
+    let mut frame = Vec::with_capacity(HEADER_LEN);
     frame.extend_from_slice(MAGIC);
     frame.push(kind as u8);
     frame.push(0);
     frame.extend_from_slice(&version.to_le_bytes());
-    frame.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    frame.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
-    frame.extend_from_slice(payload);
-    frame
+    frame.resize(HEADER_LEN, 0);
+    payload(&mut frame)?;
+    let len = (frame.len() - HEADER_LEN) as u64;
+    let crc = crc32c::crc32c(&frame[HEADER_LEN..]);
+    frame[HEADER_LEN - 12..HEADER_LEN - 4].copy_from_slice(&len.to_le_bytes());
+    frame[HEADER_LEN - 4..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+    Ok(frame)
 }
 
 /// Checks what can be checked of a frame of `size` bytes at `location`

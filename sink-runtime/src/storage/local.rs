@@ -304,9 +304,7 @@ impl CheckpointStorage for LocalCheckpointStorage {
     /// Writes the checkpoint's file, with the chunks no kept checkpoint
     /// holds yet, then removes the files neither retained nor holding a
     /// chunk a retained checkpoint names.
-    async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
-        // Cheap: the chunks, most of a large state, are shared.
-        let checkpoint = checkpoint.clone();
+    async fn store(&self, checkpoint: CompletedCheckpoint) -> Result<(), StorageError> {
         self.blocking(move |inner| {
             // Held through the whole store: a store abandoned by its caller
             // runs on, and the next must not interleave with it.
@@ -691,7 +689,7 @@ mod tests {
         for id in 1..=4 {
             let small = Chunk::seal(vec![id as u8; 10]);
             storage
-                .store(&with(id, &[big.clone(), small]))
+                .store(with(id, &[big.clone(), small]))
                 .await
                 .unwrap();
         }
@@ -717,23 +715,23 @@ mod tests {
             .unwrap()
             .clone();
         assert_eq!(big_again.id(), big.id());
-        storage.store(&with(5, &[big_again])).await.unwrap();
+        storage.store(with(5, &[big_again])).await.unwrap();
         assert!(size(5) < 1_000);
         assert_eq!(ids(), [1, 4, 5]);
         // Once no retained checkpoint names it, its holder goes.
-        storage.store(&with(6, &[])).await.unwrap();
-        storage.store(&with(7, &[])).await.unwrap();
+        storage.store(with(6, &[])).await.unwrap();
+        storage.store(with(7, &[])).await.unwrap();
         assert_eq!(ids(), [6, 7]);
 
         // A holder gone: the checkpoint that names it is corrupt, naming
         // the chunk; never read without it.
         let lost = Chunk::seal(vec![9; 10]);
         storage
-            .store(&with(8, std::slice::from_ref(&lost)))
+            .store(with(8, std::slice::from_ref(&lost)))
             .await
             .unwrap();
         storage
-            .store(&with(9, std::slice::from_ref(&lost)))
+            .store(with(9, std::slice::from_ref(&lost)))
             .await
             .unwrap();
         fs::remove_file(dir.path().join(checkpoint_file_name(CheckpointId(8)))).unwrap();
@@ -751,7 +749,7 @@ mod tests {
         let storage = LocalCheckpointStorage::open_retaining(dir.path(), 2).unwrap();
         assert_eq!(storage.latest().await.unwrap(), None);
         for id in 1..=4 {
-            storage.store(&checkpoint(id)).await.unwrap();
+            storage.store(checkpoint(id)).await.unwrap();
         }
         assert_eq!(storage.latest().await.unwrap(), Some(checkpoint(4)));
         let ids: Vec<u64> = list_checkpoints(dir.path())
@@ -760,7 +758,7 @@ mod tests {
             .map(|(id, _)| id.0)
             .collect();
         assert_eq!(ids, vec![3, 4]);
-        assert!(storage.store(&checkpoint(4)).await.is_err(), "not newer");
+        assert!(storage.store(checkpoint(4)).await.is_err(), "not newer");
     }
 
     #[tokio::test]
@@ -793,7 +791,7 @@ mod tests {
         assert_eq!(storage.begin().await.unwrap(), Generation(1));
         assert_eq!(storage.begin().await.unwrap(), Generation(2));
         for id in 1..=4 {
-            storage.store(&checkpoint(id)).await.unwrap();
+            storage.store(checkpoint(id)).await.unwrap();
         }
         let marker = FinishedMarker {
             generation: Generation(2),
@@ -819,7 +817,7 @@ mod tests {
             "generations never repeat"
         );
         storage.start_over().unwrap();
-        storage.store(&checkpoint(1)).await.unwrap();
+        storage.store(checkpoint(1)).await.unwrap();
         assert_eq!(storage.latest().await.unwrap(), Some(checkpoint(1)));
         drop(storage);
         let reopened = LocalCheckpointStorage::open(dir.path()).unwrap();
@@ -845,8 +843,8 @@ mod tests {
     async fn corrupt_newest(mangle: impl FnOnce(&mut Vec<u8>)) -> StorageError {
         let dir = tempfile::tempdir().unwrap();
         let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
-        storage.store(&checkpoint(1)).await.unwrap();
-        storage.store(&checkpoint(2)).await.unwrap();
+        storage.store(checkpoint(1)).await.unwrap();
+        storage.store(checkpoint(2)).await.unwrap();
         let path = dir.path().join(checkpoint_file_name(CheckpointId(2)));
         let mut bytes = fs::read(&path).unwrap();
         mangle(&mut bytes);
@@ -892,7 +890,7 @@ mod tests {
         // to it fails with "no space left on device".
         let name = checkpoint_file_name(CheckpointId(1));
         std::os::unix::fs::symlink("/dev/full", dir.path().join(format!(".{name}.tmp"))).unwrap();
-        let error = storage.store(&checkpoint(1)).await.unwrap_err();
+        let error = storage.store(checkpoint(1)).await.unwrap_err();
         let message = error.to_string();
         assert!(message.contains("the disk is full"), "{message}");
         assert!(message.contains(&name), "names the file: {message}");
@@ -926,7 +924,7 @@ mod tests {
         assert_eq!(storage.begin().await.unwrap(), Generation(2));
         let mut stored = checkpoint(1);
         stored.generation = Generation(2);
-        storage.store(&stored).await.unwrap();
+        storage.store(stored).await.unwrap();
         fs::write(dir.path().join(GENERATION_FILE), "junk\n").unwrap();
 
         let error = storage.begin().await.unwrap_err();
@@ -970,7 +968,7 @@ mod tests {
     async fn a_state_file_is_refused_by_its_header_before_its_payload_is_read() {
         let dir = tempfile::tempdir().unwrap();
         let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
-        storage.store(&checkpoint(1)).await.unwrap();
+        storage.store(checkpoint(1)).await.unwrap();
         let path = dir.path().join(checkpoint_file_name(CheckpointId(1)));
         let size = fs::metadata(&path).unwrap().len();
         // Sparse: a terabyte that takes no disk, and more memory than the
@@ -1032,7 +1030,7 @@ mod tests {
         }
         let storage = LocalCheckpointStorage::open(dir.path()).unwrap();
         assert_eq!(storage.lineage(Lineage::new("third")).await.unwrap(), first);
-        storage.store(&checkpoint(1)).await.unwrap();
+        storage.store(checkpoint(1)).await.unwrap();
         assert!(!dir.path().join(LINEAGE_FILE).exists());
         storage.start_over().unwrap();
         let fourth = Lineage::new("fourth");

@@ -62,7 +62,7 @@ impl CheckpointStorage for MemoryCheckpointStorage {
         Ok(Generation(state.generation))
     }
 
-    async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
+    async fn store(&self, checkpoint: CompletedCheckpoint) -> Result<(), StorageError> {
         let mut state = self.lock();
         let checkpoints = &mut state.checkpoints;
         if let Some(newest) = checkpoints.last() {
@@ -73,7 +73,7 @@ impl CheckpointStorage for MemoryCheckpointStorage {
                 )));
             }
         }
-        checkpoints.push(checkpoint.clone());
+        checkpoints.push(checkpoint);
         let excess = checkpoints.len().saturating_sub(self.retained);
         checkpoints.drain(..excess);
         // The checkpoints carry the lineage from now on.

@@ -300,7 +300,7 @@ pub trait CheckpointStorage: Send + Sync + 'static {
     async fn begin(&self) -> Result<Generation, StorageError>;
 
     /// Stores a completed checkpoint.
-    async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError>;
+    async fn store(&self, checkpoint: CompletedCheckpoint) -> Result<(), StorageError>;
 
     /// The newest stored checkpoint, if any.
     async fn latest(&self) -> Result<Option<CompletedCheckpoint>, StorageError>;

@@ -789,7 +789,7 @@ impl CheckpointStorage for ObjectCheckpointStorage {
     /// it in `HEAD` by a conditional write, then removes the objects of the
     /// checkpoints no longer retained. Fails with [`StorageError::Fenced`]
     /// when a newer instance has started.
-    async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
+    async fn store(&self, checkpoint: CompletedCheckpoint) -> Result<(), StorageError> {
         let inner = &self.inner;
         let mut guard = inner.claim.lock().await;
         let Some(claim) = guard.as_mut() else {
@@ -814,13 +814,12 @@ impl CheckpointStorage for ObjectCheckpointStorage {
             checkpoint: id,
             generation,
         };
-        // Cheap: the chunks, most of a large state, are shared.
-        let (owned, name) = (checkpoint.clone(), inner.url_of(&path));
-        let held = claim.book.held(checkpoint);
+        let name = inner.url_of(&path);
+        let held = claim.book.held(&checkpoint);
         // Checkpoints hold every writer state (file tails among them):
         // encoded on a blocking thread, not on the async workers.
         let (bytes, references) = tokio::task::spawn_blocking(move || {
-            let stored = stored_form(&owned, this, &held);
+            let stored = stored_form(&checkpoint, this, &held);
             let references = stored.references(this);
             frame::encode_written(Kind::Checkpoint, &stored, &name).map(|bytes| (bytes, references))
         })
@@ -1071,7 +1070,7 @@ mod tests {
         let big = Chunk::seal(vec![5; 100_000]);
         for id in 1..=4 {
             let small = Chunk::seal(vec![id as u8; 10]);
-            first.store(&with(id, &[big.clone(), small])).await.unwrap();
+            first.store(with(id, &[big.clone(), small])).await.unwrap();
         }
         let checkpoint_objects = |names: Vec<String>| -> Vec<String> {
             names
@@ -1107,17 +1106,17 @@ mod tests {
             .next()
             .unwrap()
             .clone();
-        next.store(&with(5, &[big_again])).await.unwrap();
+        next.store(with(5, &[big_again])).await.unwrap();
         assert!(size(5, 2).await < 1_000);
-        next.store(&with(6, &[])).await.unwrap();
-        next.store(&with(7, &[])).await.unwrap();
+        next.store(with(6, &[])).await.unwrap();
+        next.store(with(7, &[])).await.unwrap();
         assert_eq!(
             checkpoint_objects(objects(&store).await),
             [named(6, 2), named(7, 2)]
         );
         // The first instance is fenced: its last object stays for the
         // next start to remove, and it removes nothing of the newer one's.
-        assert!(first.store(&with(8, &[])).await.is_err());
+        assert!(first.store(with(8, &[])).await.is_err());
         assert_eq!(
             checkpoint_objects(objects(&store).await),
             [named(6, 2), named(7, 2), named(8, 1)]
@@ -1132,7 +1131,7 @@ mod tests {
         assert_eq!(storage.begin().await.unwrap(), Generation(1));
         assert_eq!(storage.latest().await.unwrap(), None);
         for id in 1..=4 {
-            storage.store(&checkpoint(id)).await.unwrap();
+            storage.store(checkpoint(id)).await.unwrap();
         }
         assert_eq!(storage.latest().await.unwrap(), Some(checkpoint(4)));
         assert_eq!(
@@ -1143,7 +1142,7 @@ mod tests {
                 "state/checkpoint-00000000000000000004-g00000000000000000001.ckpt".into(),
             ]
         );
-        assert!(storage.store(&checkpoint(4)).await.is_err(), "not newer");
+        assert!(storage.store(checkpoint(4)).await.is_err(), "not newer");
         let marker = FinishedMarker {
             generation: Generation(1),
             last_checkpoint: Some(CheckpointId(4)),
@@ -1188,10 +1187,10 @@ mod tests {
         let store = Arc::new(InMemory::new());
         let older = storage(&store);
         assert_eq!(older.begin().await.unwrap(), Generation(1));
-        older.store(&checkpoint(1)).await.unwrap();
+        older.store(checkpoint(1)).await.unwrap();
         let newer = storage(&store);
         assert_eq!(newer.begin().await.unwrap(), Generation(2));
-        let error = older.store(&checkpoint(2)).await.unwrap_err();
+        let error = older.store(checkpoint(2)).await.unwrap_err();
         assert!(
             matches!(
                 error,
@@ -1223,7 +1222,7 @@ mod tests {
             3,
             "HEAD, checkpoint 1 and the fenced instance's object, named by no HEAD"
         );
-        newer.store(&checkpoint(2)).await.unwrap();
+        newer.store(checkpoint(2)).await.unwrap();
         assert_eq!(newer.latest().await.unwrap(), Some(checkpoint(2)));
         // A restart of the fenced instance does not take the storage back.
         assert!(matches!(
@@ -1245,15 +1244,15 @@ mod tests {
         let storage =
             ObjectCheckpointStorage::new(store.clone(), Path::from("state"), "memory://state");
         storage.begin().await.unwrap();
-        storage.store(&checkpoint(1)).await.unwrap();
+        storage.store(checkpoint(1)).await.unwrap();
         store.lose_next_answer.store(true, Ordering::SeqCst);
-        storage.store(&checkpoint(2)).await.unwrap();
+        storage.store(checkpoint(2)).await.unwrap();
         assert!(
             !store.lose_next_answer.load(Ordering::SeqCst),
             "the answer was lost"
         );
         assert_eq!(storage.latest().await.unwrap(), Some(checkpoint(2)));
-        storage.store(&checkpoint(3)).await.unwrap();
+        storage.store(checkpoint(3)).await.unwrap();
         assert_eq!(storage.latest().await.unwrap(), Some(checkpoint(3)));
     }
 
@@ -1366,7 +1365,7 @@ mod tests {
     #[tokio::test]
     async fn a_store_before_begin_is_refused() {
         let store = Arc::new(InMemory::new());
-        let error = storage(&store).store(&checkpoint(1)).await.unwrap_err();
+        let error = storage(&store).store(checkpoint(1)).await.unwrap_err();
         assert!(
             error.to_string().contains("begin was not called"),
             "{error}"
@@ -1392,7 +1391,7 @@ mod tests {
         assert!(objects(&store).await.contains(&"state/LINEAGE".to_string()));
         // Once a checkpoint carries it, the checkpoints keep it: a start
         // that finds none must not reuse it (its ids would repeat).
-        second.store(&checkpoint(1)).await.unwrap();
+        second.store(checkpoint(1)).await.unwrap();
         assert!(!objects(&store).await.contains(&"state/LINEAGE".to_string()));
         let third = storage(&store);
         third.begin().await.unwrap();
@@ -1415,8 +1414,8 @@ mod tests {
         let store = Arc::new(InMemory::new());
         let storage = storage(&store);
         storage.begin().await.unwrap();
-        storage.store(&checkpoint(1)).await.unwrap();
-        storage.store(&checkpoint(2)).await.unwrap();
+        storage.store(checkpoint(1)).await.unwrap();
+        storage.store(checkpoint(2)).await.unwrap();
         let newest = Path::from("state/checkpoint-00000000000000000002-g00000000000000000001.ckpt");
         let mut bytes = store
             .get(&newest)
@@ -1456,13 +1455,13 @@ mod tests {
         let store = Arc::new(InMemory::new());
         let first = storage(&store);
         first.begin().await.unwrap();
-        first.store(&checkpoint(1)).await.unwrap();
+        first.store(checkpoint(1)).await.unwrap();
         let other = storage(&store);
         other.start_over().await.unwrap();
         assert_eq!(other.latest().await.unwrap(), None);
         assert_eq!(objects(&store).await, vec!["state/HEAD".to_string()]);
         assert!(matches!(
-            first.store(&checkpoint(2)).await,
+            first.store(checkpoint(2)).await,
             Err(StorageError::Fenced {
                 generation: Generation(1),
                 newer: Generation(2),
@@ -1480,7 +1479,7 @@ mod tests {
         let store = Arc::new(InMemory::new());
         let first = storage(&store);
         first.begin().await.unwrap();
-        first.store(&checkpoint(1)).await.unwrap();
+        first.store(checkpoint(1)).await.unwrap();
         // A crash between the checkpoint's put and HEAD's.
         let stray = Path::from("state/checkpoint-00000000000000000002-g00000000000000000001.ckpt");
         // A newer generation's: left alone (it may be being stored).

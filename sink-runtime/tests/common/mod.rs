@@ -140,7 +140,7 @@ impl ScriptedStorage {
 
 #[async_trait]
 impl CheckpointStorage for ScriptedStorage {
-    async fn store(&self, checkpoint: &CompletedCheckpoint) -> Result<(), StorageError> {
+    async fn store(&self, checkpoint: CompletedCheckpoint) -> Result<(), StorageError> {
         self.calls.lock().unwrap().push(checkpoint.checkpoint_id);
         match (self.script)(checkpoint.checkpoint_id) {
             StoreScript::Succeed => {}

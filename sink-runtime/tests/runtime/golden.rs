@@ -168,8 +168,8 @@ async fn golden_checkpoint_files_of_every_format_are_read_back() {
         last.subtasks[0].source_splits = split;
         let mut before = last.clone();
         before.checkpoint_id = CheckpointId(6);
-        storage.store(&before).await.unwrap();
-        storage.store(&last).await.unwrap();
+        storage.store(before).await.unwrap();
+        storage.store(last).await.unwrap();
         storage.mark_finished(marker).await.unwrap();
         drop(storage);
         std::fs::remove_file(dir.join("LOCK")).unwrap();

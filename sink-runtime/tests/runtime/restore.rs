@@ -459,7 +459,7 @@ async fn an_inconsistent_checkpoint_is_refused() {
         (miscounted, "announcing"),
     ] {
         let storage = MemoryCheckpointStorage::new(3);
-        sink_runtime::CheckpointStorage::store(&storage, &broken)
+        sink_runtime::CheckpointStorage::store(&storage, broken)
             .await
             .unwrap();
         let error = job(
