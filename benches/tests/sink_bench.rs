@@ -38,6 +38,16 @@ fn the_benchmark_smoke_run_reports_every_figure() {
             "{path:?}: {report}"
         );
     }
+    // The runtime's cost per batch is a difference of two timings: finite,
+    // of either sign in a run this small.
+    for path in [
+        ["runtime_overhead", "runtime_ns_per_batch"],
+        ["runtime_overhead", "job_startup_ms"],
+        ["runtime_overhead", "job_total_seconds"],
+    ] {
+        let value = report[path[0]][path[1]].as_f64();
+        assert!(value.is_some_and(f64::is_finite), "{path:?}: {report}");
+    }
     assert!(
         report["peak_rss_mib"].as_f64().is_some_and(|v| v > 0.0),
         "{report}"

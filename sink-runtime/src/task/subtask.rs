@@ -330,12 +330,15 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
                 })?;
             if !batch.is_empty() {
                 let count = batch.len() as u64;
-                let records =
-                    std::mem::replace(&mut batch, Vec::with_capacity(self.settings.batch_size));
+                let records = std::mem::take(&mut batch);
                 self.writer
                     .write_batch(records)
                     .await
                     .map_err(self.sink_error("write_batch"))?;
+                // The next batch's buffer is taken only now: a writer that
+                // is done with its batch has freed it, and the allocator
+                // hands the same memory back, still in the cache.
+                batch.reserve_exact(self.settings.batch_size);
                 if self.records_since_barrier == 0 && self.settings.report_writes {
                     // The coordinator may be gone while the job is torn down;
                     // the barrier's acknowledgement would say so.
