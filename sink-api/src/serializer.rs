@@ -246,7 +246,7 @@ pub const MAX_DECODED_PAYLOAD: usize = 1 << 30;
 /// so a value of many megabytes costs one buffer of its size: not a buffer
 /// grown by doubling, nor a copy into the blob around it. Refuses a value
 /// whose encoding is over [`MAX_DECODED_PAYLOAD`]: what a restore would not
-/// read back must not be stored.
+/// read back must not be stored. On an error `out` is as it was.
 pub fn encode_bincode_into<T: Serialize + ?Sized>(
     value: &T,
     out: &mut Vec<u8>,
@@ -260,9 +260,19 @@ pub fn encode_bincode_into<T: Serialize + ?Sized>(
     let mut size = bincode::enc::write::SizeWriter::default();
     bincode::serde::encode_into_writer(value, &mut size, config).map_err(encode_error)?;
     check_encoded_len(what, size.bytes_written)?;
+    let start = out.len();
     out.reserve_exact(size.bytes_written);
-    bincode::serde::encode_into_writer(value, Append(out), config).map_err(encode_error)?;
-    Ok(size.bytes_written)
+    let encoded = bincode::serde::encode_into_writer(value, Append(out), config)
+        .map_err(encode_error)
+        .and_then(|()| check_encoded_len(what, out.len() - start));
+    match encoded {
+        Ok(()) => Ok(out.len() - start),
+        Err(error) => {
+            // Nothing half-written is left behind.
+            out.truncate(start);
+            Err(error)
+        }
+    }
 }
 
 /// A bincode writer that appends to a vector.

@@ -108,8 +108,9 @@ impl MultipartStore for MemoryObjectStore {
         data: PutPayload,
     ) -> Result<PartId> {
         let content_id = uuid::Uuid::new_v4().simple().to_string();
-        // A copy, as a server keeps one: the caller's buffer is free once
-        // this returns (the file sink fills it again with a later part).
+        // A copy, as a server keeps one: the caller's buffer comes back to
+        // it once this returns, and the file sink fills it again with a
+        // later part, as it does against a server.
         let mut bytes = Vec::with_capacity(data.content_length());
         for chunk in data.iter() {
             bytes.extend_from_slice(chunk);

@@ -12,8 +12,8 @@
 //! a buffer of several megabytes per part is not free with every allocator:
 //! glibc's malloc raises its mmap threshold when such a buffer is freed,
 //! serves the next ones from its per-thread arenas and keeps them there once
-//! freed. The S3 benchmark's job held 30 MiB more than its parts that way
-//! (71 MiB at peak against 42 MiB with buffers recycled; `docs/performance.md`).
+//! freed. The S3 benchmark's job held about 30 MiB more than its parts that
+//! way: 71 MiB at peak, 41 MiB with buffers recycled (`docs/performance.md`).
 //!
 //! Made by each file writer on an object store output and shared by its
 //! uploads (`upload::UploadPart`); the buffers come back from the upload
@@ -69,6 +69,15 @@ impl PartBuffers {
         })
     }
 
+    /// Keeps `buffer`, no longer needed, for a later part (an upload's
+    /// tail when the upload ends without it), unless enough are kept or it
+    /// cannot hold a part.
+    pub(crate) fn put_back(&self, buffer: Vec<u8>) {
+        if buffer.capacity() >= self.part_size {
+            keep_free(&self.free, self.keep, buffer);
+        }
+    }
+
     /// `part` as a payload for the store, without a copy; the buffer comes
     /// back to these buffers when the payload's last clone is dropped.
     pub(crate) fn payload(&self, part: Vec<u8>) -> PutPayload {
@@ -111,15 +120,19 @@ impl AsRef<[u8]> for Returning {
 
 impl Drop for Returning {
     fn drop(&mut self) {
-        let Some(home) = self.home.upgrade() else {
-            return;
-        };
-        let mut free = home.lock().unwrap_or_else(PoisonError::into_inner);
-        if free.len() < self.keep {
-            let mut part = std::mem::take(&mut self.part);
-            part.clear();
-            free.push(part);
+        if let Some(home) = self.home.upgrade() {
+            keep_free(&home, self.keep, std::mem::take(&mut self.part));
         }
+    }
+}
+
+/// Adds `buffer`, emptied, to the free ones `free`, unless `keep` are free
+/// already (then it is freed).
+fn keep_free(free: &Mutex<Vec<Vec<u8>>>, keep: usize, mut buffer: Vec<u8>) {
+    let mut free = free.lock().unwrap_or_else(PoisonError::into_inner);
+    if free.len() < keep {
+        buffer.clear();
+        free.push(buffer);
     }
 }
 
@@ -153,6 +166,18 @@ mod tests {
     }
 
     #[test]
+    fn a_buffer_put_back_is_taken_again() {
+        let buffers = PartBuffers::new(8, 2);
+        let mut tail = buffers.take();
+        tail.extend_from_slice(b"left");
+        let address = tail.as_ptr();
+        buffers.put_back(tail);
+        let next = buffers.take();
+        assert_eq!((next.as_ptr(), next.len()), (address, 0));
+        assert_eq!(buffers.made(), 1);
+    }
+
+    #[test]
     fn at_most_keep_buffers_are_kept_and_none_once_the_writer_is_gone() {
         let buffers = PartBuffers::new(8, 2);
         let payloads: Vec<_> = (0..3)
@@ -164,6 +189,13 @@ mod tests {
             .collect();
         drop(payloads);
         assert_eq!(buffers.free(), 2);
+
+        buffers.put_back(Vec::new());
+        assert_eq!(
+            buffers.free(),
+            2,
+            "a buffer that cannot hold a part is not kept"
+        );
 
         let mut part = buffers.take();
         part.push(9);

@@ -184,8 +184,12 @@ impl UploadPart {
     /// the store without a copy, and comes back to the writer's buffers once
     /// uploaded.
     ///
-    /// Cancellation-safe: nothing is appended before the wait, and a part
-    /// cut is queued until its upload starts.
+    /// Its state stays consistent if the call is dropped at an await:
+    /// nothing is appended before the first wait, and a part cut stays
+    /// queued until its upload starts. A call dropped at a later wait (a
+    /// record that cut more parts than there is room for) has appended its
+    /// record. The runtime awaits `write_batch` to its end; it never drops
+    /// it midway.
     pub(crate) async fn write_record(
         &mut self,
         bytes: &[u8],
@@ -336,6 +340,18 @@ impl UploadPart {
             upload: Some(self.upload()?),
             positions: None,
         })
+    }
+}
+
+impl Drop for UploadPart {
+    /// The buffers it still holds (a tail that was not uploaded, parts cut
+    /// and not started) go back to the writer's buffers; parts in flight
+    /// are aborted with the tasks, and their buffers come back as well.
+    fn drop(&mut self) {
+        self.buffers.put_back(std::mem::take(&mut self.tail));
+        for part in std::mem::take(&mut self.full) {
+            self.buffers.put_back(part);
+        }
     }
 }
 

@@ -266,7 +266,10 @@ where
     ) -> FileWriter<T, E, B> {
         FileWriter {
             #[cfg(feature = "object-store")]
-            part_buffers: PartBuffers::new(config.part_size, config.parts_in_flight + 1),
+            part_buffers: PartBuffers::new(
+                config.part_size,
+                config.parts_in_flight.saturating_add(1),
+            ),
             config,
             output,
             writer_id: uuid::Uuid::new_v4().to_string(),

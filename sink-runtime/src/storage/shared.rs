@@ -285,6 +285,7 @@ enum StoredPieceRef<'a> {
 struct StoredSubtask {
     subtask: SubtaskIndex,
     source_splits: Vec<StoredPiece>,
+    #[serde(deserialize_with = "byte_strings::deserialize")]
     writer_states: Vec<Vec<u8>>,
     pending: Vec<PendingCommittables>,
     end_of_input: bool,
@@ -294,9 +295,33 @@ struct StoredSubtask {
 struct StoredSubtaskRef<'a> {
     subtask: SubtaskIndex,
     source_splits: Vec<StoredPieceRef<'a>>,
+    #[serde(serialize_with = "byte_strings::serialize")]
     writer_states: &'a Vec<Vec<u8>>,
     pending: &'a Vec<PendingCommittables>,
     end_of_input: bool,
+}
+
+/// Writer states as byte strings: in bincode the same bytes as a sequence
+/// of `u8` (a length, then the bytes), written and read in one piece
+/// rather than a byte at a time (a file sink's state holds its tails, up
+/// to a part each).
+mod byte_strings {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_bytes::{ByteBuf, Bytes};
+
+    pub(super) fn serialize<S: Serializer>(
+        states: &&Vec<Vec<u8>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(states.iter().map(|state| Bytes::new(state)))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<Vec<u8>>, D::Error> {
+        let states = Vec::<ByteBuf>::deserialize(deserializer)?;
+        Ok(states.into_iter().map(ByteBuf::into_vec).collect())
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -695,6 +720,39 @@ mod tests {
 
     fn decode(bytes: &[u8]) -> StoredCheckpoint {
         sink_api::decode_bincode_bounded(bytes).unwrap().0
+    }
+
+    /// Writer states written as byte strings are the very bytes format 4
+    /// wrote as sequences of numbers, and read back as they were.
+    #[test]
+    fn writer_states_as_byte_strings_keep_the_stored_bytes() {
+        #[derive(Serialize)]
+        struct AsBytes<'a> {
+            #[serde(serialize_with = "byte_strings::serialize")]
+            states: &'a Vec<Vec<u8>>,
+        }
+        #[derive(Serialize)]
+        struct AsNumbers<'a> {
+            states: &'a Vec<Vec<u8>>,
+        }
+        #[derive(Deserialize)]
+        struct Read {
+            #[serde(deserialize_with = "byte_strings::deserialize")]
+            states: Vec<Vec<u8>>,
+        }
+        let states = vec![
+            Vec::new(),
+            vec![1, 2, 3],
+            (0..=255).collect(),
+            vec![7; 70_000],
+        ];
+        let config = bincode::config::standard();
+        let as_bytes = bincode::serde::encode_to_vec(AsBytes { states: &states }, config).unwrap();
+        let as_numbers =
+            bincode::serde::encode_to_vec(AsNumbers { states: &states }, config).unwrap();
+        assert_eq!(as_bytes, as_numbers);
+        let read: Read = sink_api::decode_bincode_bounded(&as_numbers).unwrap().0;
+        assert_eq!(read.states, states);
     }
 
     /// Stores `checkpoint` as `this` in `book`'s view: its bytes.

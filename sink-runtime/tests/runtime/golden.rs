@@ -241,9 +241,14 @@ async fn a_checkpoint_of_an_unknown_format_is_refused_naming_both_versions() {
 /// it, at the same parallelism (which keeps the stored segments) and at
 /// another (which seals them again), answers every key as a duplicate,
 /// and a new key as new. `GOLDEN_WRITE=1` writes it again.
+///
+/// The keys were accepted when the files were written: the pipelines here
+/// keep keys for a century, or the default hour would have expired them
+/// an hour after (a restore that expires old keys is right; that is not
+/// what this test pins).
 #[tokio::test]
 async fn a_pipeline_restored_from_golden_format_4_keys_knows_every_key() {
-    use sink_runtime::pipeline::Pipeline;
+    use sink_runtime::pipeline::{KeyRetention, Pipeline};
     use sinks_memory::{MemorySink, MemoryStore};
     use std::time::Duration;
 
@@ -254,6 +259,10 @@ async fn a_pipeline_restored_from_golden_format_4_keys_knows_every_key() {
         let store = MemoryStore::<String>::new();
         Pipeline::builder("golden-keys", MemorySink::new(store))
             .parallelism(parallelism)
+            .key_retention(KeyRetention {
+                max_age: Duration::from_secs(100 * 365 * 24 * 3600),
+                ..KeyRetention::default()
+            })
             .checkpointing(sink_runtime::CheckpointConfig::every(
                 Duration::from_millis(20),
             ))
