@@ -196,6 +196,11 @@ impl LogState {
     /// with their segment: of a key stored twice (forgotten and accepted
     /// again) the later copy, and no key whose later copy is of a
     /// forgotten checkpoint.
+    ///
+    /// Every segment is read at the first call (a restore makes it while
+    /// it reads the checkpoint): damaged bytes are an error, and so is a
+    /// segment whose keys are not of the checkpoints it says it holds
+    /// (they decide which lost checkpoints the log keeps).
     pub(super) fn keys_of(&self, partition: u32) -> Result<&[(StoredKey, SegmentId)], String> {
         let keys = self.keys.get_or_init(|| {
             let mut by_partition: HashMap<u32, Vec<Option<(StoredKey, SegmentId)>>> =
@@ -204,6 +209,17 @@ impl LogState {
             for segment in &self.segments {
                 let records = decode_records(u64::from(segment.keys), segment.chunk.bytes())
                     .map_err(|why| format!("segment {} of the stored keys: {why}", segment.id))?;
+                let checkpoints = records.iter().map(|(_, key)| CheckpointId(key.checkpoint));
+                let (first, last) = checkpoints
+                    .fold((CheckpointId(u64::MAX), CheckpointId::NONE), |(f, l), c| {
+                        (f.min(c), l.max(c))
+                    });
+                if (first, last) != (segment.first, segment.last) {
+                    return Err(format!(
+                        "segment {} says it holds checkpoints {} to {}, and holds {first} to {last}",
+                        segment.id, segment.first, segment.last
+                    ));
+                }
                 for (partition, key) in records {
                     let keys = by_partition.entry(partition).or_default();
                     if let Some(earlier) = newest.insert((partition, key.key.clone()), keys.len()) {
@@ -625,33 +641,14 @@ impl SplitCodec<KeyPartition> for KeyCodec {
         if partitions.len() != header.partitions.len() {
             return Err(decode_error("a partition is named twice".into()));
         }
-        // Read every segment now, so that damaged bytes are refused when the
-        // checkpoint is read, not when a table is built; the checkpoints a
-        // segment says it holds must be those it holds (they decide which
-        // lost checkpoints the log keeps).
-        for segment in &segments {
-            let records = decode_records(u64::from(segment.keys), segment.chunk.bytes())
-                .map_err(|why| decode_error(format!("segment {}: {why}", segment.id)))?;
-            let checkpoints = records.iter().map(|(_, key)| CheckpointId(key.checkpoint));
-            let (first, last) = checkpoints
-                .fold((CheckpointId(u64::MAX), CheckpointId::NONE), |(f, l), c| {
-                    (f.min(c), l.max(c))
-                });
-            if (first, last) != (segment.first, segment.last) {
-                return Err(decode_error(format!(
-                    "segment {} says it holds checkpoints {} to {}, and holds {first} to {last}",
-                    segment.id, segment.first, segment.last
-                )));
-            }
-        }
         let state = Arc::new(LogState::new(
             partitions,
             header.forgotten.into_iter().map(CheckpointId).collect(),
             segments,
         ));
-        state
-            .keys_of(0)
-            .map_err(|why| decode_error(why.to_string()))?;
+        // Every segment read once, now: damage is refused when the
+        // checkpoint is read, not when a table is built.
+        state.keys_of(0).map_err(decode_error)?;
         let mut loose_of: HashMap<u32, Vec<StoredKey>> = HashMap::new();
         for (partition, key) in loose {
             if !state.forgotten.contains(&CheckpointId(key.checkpoint)) {
