@@ -3,18 +3,14 @@
 
 use std::process::Command;
 
-#[test]
-fn a_small_load_run_reports_rates_and_latencies_and_finds_every_event_once() {
+/// Runs ingest-load with `args` against this build's service (and
+/// baseline) and returns its JSON report; fails the test, with what it
+/// printed, when it fails.
+fn run(args: &[&str]) -> serde_json::Value {
     let output = Command::new(env!("CARGO_BIN_EXE_ingest-load"))
-        .args(["--requests", "300", "--concurrency", "8", "--events", "5"])
-        .args([
-            "--checkpoint-interval",
-            "50ms",
-            "--max-duration",
-            "60s",
-            "--json",
-        ])
-        .args(["--service", env!("CARGO_BIN_EXE_ingest-service")])
+        .args(args)
+        .args(["--json", "--service", env!("CARGO_BIN_EXE_ingest-service")])
+        .args(["--baseline-binary", env!("CARGO_BIN_EXE_ingest-baseline")])
         .env("RUST_LOG", "warn")
         .output()
         .expect("ingest-load runs");
@@ -24,8 +20,23 @@ fn a_small_load_run_reports_rates_and_latencies_and_finds_every_event_once() {
         "ingest-load failed: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report: serde_json::Value =
-        serde_json::from_str(stdout.trim()).expect("one JSON object on stdout");
+    serde_json::from_str(stdout.trim()).expect("one JSON object on stdout")
+}
+
+#[test]
+fn a_small_load_run_reports_rates_and_latencies_and_finds_every_event_once() {
+    let report = run(&[
+        "--requests",
+        "300",
+        "--concurrency",
+        "8",
+        "--events",
+        "5",
+        "--checkpoint-interval",
+        "50ms",
+        "--max-duration",
+        "60s",
+    ]);
     assert_eq!(report["requests_acknowledged"], 300);
     assert_eq!(report["output_events"], 1500);
     assert_eq!(report["exactly_once"], true);
@@ -44,21 +55,17 @@ fn a_small_load_run_reports_rates_and_latencies_and_finds_every_event_once() {
 /// and the target says so.
 #[test]
 fn a_small_load_run_over_https_with_a_token_finds_every_event_once() {
-    let output = Command::new(env!("CARGO_BIN_EXE_ingest-load"))
-        .args(["--requests", "200", "--concurrency", "4", "--events", "3"])
-        .args(["--checkpoint-interval", "on-demand", "--tls", "--json"])
-        .args(["--service", env!("CARGO_BIN_EXE_ingest-service")])
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("ingest-load runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "ingest-load failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(stdout.trim()).expect("one JSON object on stdout");
+    let report = run(&[
+        "--requests",
+        "200",
+        "--concurrency",
+        "4",
+        "--events",
+        "3",
+        "--checkpoint-interval",
+        "on-demand",
+        "--tls",
+    ]);
     assert_eq!(report["requests_acknowledged"], 200);
     assert_eq!(report["output_events"], 600);
     assert_eq!(report["exactly_once"], true);
@@ -75,22 +82,19 @@ fn a_small_comparison_runs_every_target_and_finds_every_event_once() {
     let Some(url) = sink_testkit::servers::postgres() else {
         return;
     };
-    let output = Command::new(env!("CARGO_BIN_EXE_ingest-load"))
-        .args(["--compare", "--concurrency", "2,4", "--requests", "60"])
-        .args(["--events", "3", "--checkpoint-interval", "50ms", "--json"])
-        .args(["--url", &url])
-        .args(["--service", env!("CARGO_BIN_EXE_ingest-service")])
-        .args(["--baseline-binary", env!("CARGO_BIN_EXE_ingest-baseline")])
-        .output()
-        .expect("ingest-load runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "ingest-load failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(stdout.trim()).expect("one JSON object on stdout");
+    let report = run(&[
+        "--compare",
+        "--concurrency",
+        "2,4",
+        "--requests",
+        "60",
+        "--events",
+        "3",
+        "--checkpoint-interval",
+        "50ms",
+        "--url",
+        &url,
+    ]);
     let runs = report["runs"].as_array().expect("a list of runs");
     assert_eq!(runs.len(), 10, "5 targets at 2 concurrencies: {report}");
     for run in runs {
