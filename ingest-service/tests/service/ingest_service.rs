@@ -84,8 +84,14 @@ struct Shared {
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| {
-        // Kept for the life of the test process.
-        let dir = tempfile::tempdir().unwrap().keep();
+        // Kept for the life of the test process, which nextest ends
+        // without running destructors: under the target's directory for
+        // tests (removed with the target), not in the system's /tmp.
+        let dir = tempfile::Builder::new()
+            .prefix("ingest-service-shared-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap()
+            .keep();
         let tokens = dir.join("tokens");
         let lines: String = TOKENS
             .iter()
