@@ -182,7 +182,8 @@ pub struct Config {
     /// at a time (see [`sinks_file::CompactionPolicy`]), so that frequent
     /// checkpoints do not leave many tiny files. Default off.
     pub compaction: Option<sinks_file::CompactionPolicy>,
-    /// Subtasks writing in parallel. Default 2.
+    /// Subtasks writing in parallel. Default 1 (see the `--parallelism` flag
+    /// of `ingest-service`).
     pub parallelism: usize,
     /// Requests queued per subtask before `POST /events` answers 503.
     /// Default 1024.
@@ -259,7 +260,7 @@ impl Config {
             checkpointing: CheckpointConfig::every(Duration::from_secs(1)),
             destination: Destination::Files,
             compaction: None,
-            parallelism: 2,
+            parallelism: 1,
             capacity: 1024,
             max_in_flight: 16_384,
             key_retention: KeyRetention::default(),

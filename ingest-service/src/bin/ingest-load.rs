@@ -80,9 +80,9 @@ struct Args {
     /// that no request waits for a connection).
     #[arg(long)]
     connections: Option<u64>,
-    /// The service's parallelism.
-    #[arg(long, default_value_t = 2)]
-    parallelism: usize,
+    /// The service's parallelism; by default the service's own.
+    #[arg(long)]
+    parallelism: Option<usize>,
     /// Stop sending after this long, whatever the count.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     max_duration: Duration,
@@ -545,12 +545,10 @@ impl Setup<'_> {
             } => {
                 // Plain HTTP without tokens, as the baseline, unless the
                 // cost of TLS and tokens is measured.
-                let mut flags = vec![
-                    "--checkpoint-interval".to_string(),
-                    checkpoints.to_string(),
-                    "--parallelism".into(),
-                    args.parallelism.to_string(),
-                ];
+                let mut flags = vec!["--checkpoint-interval".to_string(), checkpoints.to_string()];
+                if let Some(parallelism) = args.parallelism {
+                    flags.extend(["--parallelism".into(), parallelism.to_string()]);
+                }
                 match transport {
                     Transport::Plain => flags.extend(["--plain-http".into(), "--no-auth".into()]),
                     Transport::Tls => {

@@ -135,8 +135,11 @@ struct Args {
     /// as 10s. Local output directories only. Default off.
     #[arg(long, value_parser = parse_duration)]
     compact_every: Option<Duration>,
-    /// Subtasks writing in parallel.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=256))]
+    /// Subtasks writing in parallel. Default 1: each subtask adds a file (a
+    /// transaction, a partition) and its sync to every checkpoint, and one
+    /// keeps up with what two cores can take in (docs/performance.md); more
+    /// for destinations that write slower than the service reads.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
     parallelism: u64,
     /// Requests queued per subtask before answering 503.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
