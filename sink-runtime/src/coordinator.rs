@@ -275,13 +275,6 @@ where
         // replayed after a restore; commits are idempotent.
         let mut cancel_deadline = None;
         while running > 0 {
-            // A deadline already reached is served now, not by the timer:
-            // tokio rounds a deadline up to its next millisecond tick, so a
-            // checkpoint due at once (on demand, right after the last one
-            // was stored or records came) would wait up to a millisecond.
-            if coordinator.deadline_reached() {
-                coordinator.on_tick()?;
-            }
             let deadline = coordinator.next_deadline();
             tokio::select! {
                 // Polled in order, so that a run is reproducible on a paused clock.
@@ -654,8 +647,13 @@ async fn wait_for_store(
     }
 }
 
+/// Sleeps until `deadline`, forever without one. A deadline already reached
+/// is ready at once rather than through the timer: tokio rounds a deadline
+/// up to its next millisecond tick, so a checkpoint due at once (on demand,
+/// right after the last one was stored) would wait up to a millisecond.
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
+        Some(deadline) if deadline <= Instant::now() => {}
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
@@ -693,12 +691,6 @@ impl Coordinator {
         // A deadline past what an instant can hold (a checkpoint interval of
         // centuries) never comes: no deadline, rather than an overflow.
         self.start.checked_add(due)
-    }
-
-    /// Whether the next deadline (a trigger, a checkpoint's timeout) has come.
-    fn deadline_reached(&self) -> bool {
-        self.next_deadline()
-            .is_some_and(|deadline| deadline <= Instant::now())
     }
 
     fn send_all(&self, control: Control) {

@@ -2580,8 +2580,8 @@ async fn a_tenant_that_hangs_up_keeps_its_share_until_the_commit() {
         .await
         .unwrap();
     assert_eq!(other.status, 200, "{other:?}");
-    // Once they are committed (each subtask commits on its own, so give
-    // the other one a moment), the share is free again.
+    // Once they are committed (with several subtasks each commits on its
+    // own, so give them a moment), the share is free again.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let after = post_as(greedy, &shared().cert.pem, &url, "after")
