@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages::{InitProducerIdRequest, ProducerId};
 
-use crate::batcher::{Batcher, TooLarge};
+use crate::batcher::Batcher;
 use crate::errors::ConnectError;
 use crate::record::KafkaRecord;
 use crate::session::Session;
@@ -26,6 +26,7 @@ pub struct IdempotentProducer {
     session: Session,
     batcher: Batcher,
     leaders: Vec<i32>,
+    topic: String,
 }
 
 impl IdempotentProducer {
@@ -79,6 +80,7 @@ impl IdempotentProducer {
                 answer.producer_epoch,
             ),
             leaders,
+            topic: topic.to_string(),
         })
     }
 
@@ -89,10 +91,8 @@ impl IdempotentProducer {
             match self.batcher.push(record, now) {
                 Ok(None) => {}
                 Ok(Some(full)) => self.send(full).await?,
-                Err(TooLarge(size)) => {
-                    return Err(WireError::Protocol(format!(
-                        "a record of {size} bytes is larger than 1 MiB"
-                    )))
+                Err(refused) => {
+                    return Err(WireError::Protocol(refused.message(&self.topic, "1 MiB")))
                 }
             }
         }

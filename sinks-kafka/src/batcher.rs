@@ -26,9 +26,34 @@ struct Batch {
     bytes: usize,
 }
 
-/// A record over the largest size sent; its size.
+/// Why a record cannot be batched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TooLarge(pub(crate) usize);
+pub(crate) enum Refused {
+    /// Over the largest size sent; its size.
+    TooLarge(usize),
+    /// It names a partition the topic does not have; the partition and
+    /// how many there are.
+    NoPartition(i32, usize),
+}
+
+impl Refused {
+    /// The reason, naming the fix (`limit`: the largest record sent, and
+    /// the setting that sets it).
+    pub(crate) fn message(&self, topic: &str, limit: &str) -> String {
+        match self {
+            Refused::TooLarge(size) => format!(
+                "a record of {size} bytes is larger than the sink sends ({limit}; the broker's \
+                 message.max.bytes and the topic's max.message.bytes bound it): split it, or \
+                 raise both"
+            ),
+            Refused::NoPartition(partition, count) => format!(
+                "a record names partition {partition} of {topic}, which has {count} \
+                 (0 to {}): name one of them, or add partitions to the topic",
+                count.saturating_sub(1)
+            ),
+        }
+    }
+}
 
 impl Batcher {
     /// Batches for `partitions` partitions, records without a key going to
@@ -66,14 +91,19 @@ impl Batcher {
         &mut self,
         input: KafkaRecord,
         timestamp: i64,
-    ) -> Result<Option<usize>, TooLarge> {
+    ) -> Result<Option<usize>, Refused> {
         let size = input.size();
         if size > self.max_record_bytes {
-            return Err(TooLarge(size));
+            return Err(Refused::TooLarge(size));
         }
-        let partition = match &input.key {
-            Some(key) => partition_of_key(key, self.batches.len()),
-            None => self.current,
+        let count = self.batches.len();
+        let partition = match (input.partition, &input.key) {
+            (Some(named), _) => usize::try_from(named)
+                .ok()
+                .filter(|p| *p < count)
+                .ok_or(Refused::NoPartition(named, count))?,
+            (None, Some(key)) => partition_of_key(key, count),
+            (None, None) => self.current,
         };
         let batch = &mut self.batches[partition];
         batch.bytes += size;
@@ -116,7 +146,14 @@ mod tests {
         assert!((0..3).all(|p| batcher.take(p).is_empty()));
         assert_eq!(
             batcher.push(KafkaRecord::new(vec![0; 2000]), 0),
-            Err(TooLarge(2024))
+            Err(Refused::TooLarge(2024))
         );
+        let other = (partition + 1) % 3;
+        let named = KafkaRecord::new("c").with_key("21").with_partition(other as i32);
+        assert_eq!(batcher.push(named, 0), Ok(None));
+        assert_eq!(batcher.take(other).len(), 1, "a named partition wins over the key's");
+        let refused = batcher.push(KafkaRecord::new("d").with_partition(3), 0);
+        assert_eq!(refused, Err(Refused::NoPartition(3, 3)));
+        assert!(Refused::NoPartition(3, 3).message("t", "").contains("0 to 2"));
     }
 }

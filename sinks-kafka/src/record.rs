@@ -1,20 +1,26 @@
 //! What the sink writes: one Kafka message per record, and the partition
 //! it goes to.
 
-/// One message: an optional key and a value.
+/// One message: an optional key and a value, and optionally the partition
+/// it goes to.
 ///
-/// The sink's input; a job maps its records to these. A record with a key
-/// goes to the partition Kafka's own default partitioner picks for that key
-/// (murmur2 of the key, modulo the partitions), so records of one key stay
-/// in order in one partition, as with any Kafka producer. A record without
-/// a key goes to its subtask's current partition, which moves on to the
-/// next partition with every batch sent.
+/// The sink's input; a job maps its records to these. A record that names
+/// its partition ([`with_partition`](Self::with_partition)) goes there; a
+/// record with a key goes to the partition Kafka's own default partitioner
+/// picks for that key (murmur2 of the key, modulo the partitions), so
+/// records of one key stay in order in one partition, as with any Kafka
+/// producer; a record with neither goes to its subtask's current
+/// partition, which moves on to the next partition with every batch sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaRecord {
     /// The key, or `None`.
     pub key: Option<Vec<u8>>,
     /// The value.
     pub value: Vec<u8>,
+    /// The partition it goes to, or `None`: its key's, or the subtask's
+    /// current one. A partition the topic does not have is refused when
+    /// the record is written.
+    pub partition: Option<i32>,
 }
 
 impl KafkaRecord {
@@ -23,12 +29,19 @@ impl KafkaRecord {
         KafkaRecord {
             key: None,
             value: value.into(),
+            partition: None,
         }
     }
 
     /// The same record with `key`.
     pub fn with_key(mut self, key: impl Into<Vec<u8>>) -> KafkaRecord {
         self.key = Some(key.into());
+        self
+    }
+
+    /// The same record, sent to `partition` whatever its key.
+    pub fn with_partition(mut self, partition: i32) -> KafkaRecord {
+        self.partition = Some(partition);
         self
     }
 

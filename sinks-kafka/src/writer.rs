@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, PositionAdvance, SinkError, SinkWriter};
 use tracing::warn;
 
-use crate::batcher::{Batcher, TooLarge};
+use crate::batcher::Batcher;
 use crate::marker::Marker;
 use crate::names::TransactionalIdName;
 use crate::owner::Owner;
@@ -212,14 +212,14 @@ impl SinkWriter for KafkaWriter {
             match self.batcher.push(input, now) {
                 Ok(None) => {}
                 Ok(Some(full)) => self.send(full).await?,
-                Err(TooLarge(size)) => {
-                    return Err(SinkError::msg(format!(
-                        "a record of {size} bytes is larger than the sink sends ({} bytes, \
-                         KafkaSinkBuilder::max_record_bytes; the broker's message.max.bytes and \
-                         the topic's max.message.bytes bound it): split it, or raise both",
+                Err(refused) => {
+                    let limit = format!(
+                        "{} bytes, KafkaSinkBuilder::max_record_bytes",
                         self.settings.max_record_bytes
-                    ))
-                    .permanent())
+                    );
+                    return Err(
+                        SinkError::msg(refused.message(&self.settings.topic, &limit)).permanent()
+                    );
                 }
             }
         }

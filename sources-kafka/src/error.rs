@@ -94,6 +94,29 @@ pub enum KafkaSourceError {
         /// The partition's end now.
         end: i64,
     },
+    /// Bounded: partitions of the input stayed unread, none of them moving
+    /// in the destination, for the whole bound while this member waited
+    /// with its own partitions read: the group deals them to no member
+    /// that reads them.
+    #[error(
+        "the bounded read of {topic} cannot end: for {waited:?} no member of the group {group} \
+         moved {partitions}, though this member asked the group to deal them again. Nothing \
+         was lost and the run did not end short: look for members of the group that are not \
+         this job's (kafka-consumer-groups --describe --group {group}), or stuck; run the job \
+         again (it resumes from the destination), or raise \
+         KafkaSourceBuilder::unread_partition_timeout if another instance of the group commits \
+         less often than that"
+    )]
+    Unread {
+        /// The topic.
+        topic: String,
+        /// The group.
+        group: String,
+        /// How long nothing moved.
+        waited: std::time::Duration,
+        /// Each partition unread, and where the destination holds it.
+        partitions: String,
+    },
     /// The group could not be joined or left.
     #[error("the consumer group {group}: {message}")]
     Group {

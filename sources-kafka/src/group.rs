@@ -69,6 +69,9 @@ pub(crate) enum Event {
 pub(crate) enum Control {
     /// Everything read of the revoked partitions is committed: rejoin.
     Drained,
+    /// Ask the group to deal its partitions again: a bounded reader waits
+    /// for partitions that none of the group's members reads.
+    Rebalance,
     /// Leave the group and end.
     Leave,
 }
@@ -103,6 +106,7 @@ pub(crate) fn spawn(
         settings,
         member_id: String::new(),
         generation: -1,
+        rejoins_asked: 0,
         events: events_tx,
         control: control_rx,
     };
@@ -115,6 +119,11 @@ struct Member {
     settings: MemberSettings,
     member_id: String,
     generation: i32,
+    /// How many rebalances this member asked for: in its subscription's
+    /// user data, so that its next `JoinGroup` differs from the last and
+    /// the coordinator deals again (Kafka answers a follower that rejoins
+    /// with the same subscription with the assignment it has).
+    rejoins_asked: u32,
     events: mpsc::UnboundedSender<Event>,
     control: mpsc::UnboundedReceiver<Control>,
 }
@@ -214,7 +223,7 @@ impl Member {
             .with_protocol_type(str_bytes("consumer"))
             .with_protocols(vec![JoinGroupRequestProtocol::default()
                 .with_name(str_bytes(ASSIGNOR))
-                .with_metadata(subscription(&self.settings.topic)?)]);
+                .with_metadata(subscription(&self.settings.topic, self.rejoins_asked)?)]);
         let answer = self.cluster.call(&link, &request).await?;
         match ResponseError::try_from_code(answer.error_code) {
             None => {}
@@ -350,6 +359,11 @@ impl Member {
                 control = self.control.recv() => match control {
                     Some(Control::Leave) | None => return Leaving::Leave,
                     Some(Control::Drained) => {}
+                    Some(Control::Rebalance) => {
+                        info!(group = %self.settings.group, "rejoining to have the partitions dealt again");
+                        self.rejoins_asked = self.rejoins_asked.wrapping_add(1);
+                        return Leaving::Rebalance;
+                    }
                 },
                 () = tokio::time::sleep(interval) => {
                     match self.heartbeat().await {
@@ -392,6 +406,8 @@ impl Member {
                 control = self.control.recv() => match control {
                     Some(Control::Drained) => return Leaving::Rebalance,
                     Some(Control::Leave) | None => return Leaving::Leave,
+                    // Rebalancing already.
+                    Some(Control::Rebalance) => {}
                 },
                 () = tokio::time::sleep(interval) => {
                     if !self.member_id.is_empty() {
@@ -454,12 +470,14 @@ pub(crate) fn assign_ranges(members: &[String], count: usize) -> Vec<(String, Ve
         .collect()
 }
 
-/// The consumer protocol's subscription to `topic` (version 0).
-fn subscription(topic: &str) -> Result<Bytes, WireError> {
+/// The consumer protocol's subscription to `topic` (version 0); its user
+/// data counts the rebalances the member asked for.
+fn subscription(topic: &str, rejoins_asked: u32) -> Result<Bytes, WireError> {
     let mut bytes = BytesMut::new();
     bytes.extend_from_slice(&0i16.to_be_bytes());
     ConsumerProtocolSubscription::default()
         .with_topics(vec![str_bytes(topic)])
+        .with_user_data(Some(Bytes::copy_from_slice(&rejoins_asked.to_be_bytes())))
         .encode(&mut bytes, 0)
         .map_err(|e| WireError::Protocol(format!("encoding a subscription: {e}")))?;
     Ok(bytes.freeze())

@@ -22,6 +22,8 @@
 //! | [`KafkaReader`] | one subtask's member: positions from the destination, fetches, rebalances |
 //! | `group` | the group's classic protocol: join, the range assignment, heartbeats, leave |
 //! | `offsets` | where partitions start and end (`ListOffsets`) |
+//! | `end` | where a bounded read ends: every partition in the destination, whoever read it |
+//! | `share` | what the readers of one start share: who reads each partition, what was read to its end |
 //! | [`KafkaMessage`] | what it reads |
 //! | [`KafkaSourceError`] | why it stops, each naming the fix or the choice |
 //!
@@ -34,12 +36,14 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod end;
 mod error;
 mod group;
 mod offsets;
 mod reader;
 mod record;
 mod settings;
+mod share;
 mod source;
 
 pub use error::KafkaSourceError;

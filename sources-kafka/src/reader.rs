@@ -8,8 +8,13 @@
 //!                   positions of another topic id: refused, the topic was created again)
 //!  read_batch ─▶ Fetch (read_committed) per leader ─▶ records handed out, positions tracked
 //!  Revoke ─▶ stop; once a checkpoint holds the last record read and is committed ─▶ Drained
-//!  bounded, every partition at its end ─▶ Finished; once committed ─▶ Leave
+//!  bounded, its own partitions at their ends ─▶ Awaiting: every partition of the input
+//!      in the destination (or read to its end by this start) ─▶ Finished; once committed ─▶ Leave
+//!      (end.rs: nothing moving asks for a rebalance, and past a bound fails naming what is unread)
 //! ```
+//!
+//! A partition the group deals to two subtasks of this start is read by
+//! one of them (`share.rs`).
 //!
 //! Positions advance as records are handed out, not as they are fetched: a
 //! fetched record still in the buffer at a revocation is dropped, and the
@@ -17,7 +22,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use kafka_protocol::error::ResponseError;
@@ -34,9 +39,11 @@ use sink_runtime::source::{
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::end::{unread, EndWatch, Verdict, LOOK_EVERY};
 use crate::group::{self, Control, Event, MemberSettings};
 use crate::offsets::{offsets, Edge};
 use crate::settings::{KafkaSplit, Settings};
+use crate::share::StartShare;
 use crate::{KafkaMessage, KafkaSourceError};
 
 /// Bytes one fetch asks for per partition.
@@ -49,6 +56,9 @@ enum Phase {
     Waiting,
     /// Reading its partitions.
     Reading,
+    /// Bounded, its own partitions read to their ends (or none dealt to
+    /// it): waiting until every partition of the input is (`end.rs`).
+    Awaiting,
     /// Its partitions were revoked: waiting until what it read is
     /// committed, then rejoining.
     Draining,
@@ -121,6 +131,10 @@ pub struct KafkaReader {
     /// The newest checkpoint holding records handed out, not known
     /// committed yet.
     uncommitted: Option<CheckpointId>,
+    /// What the readers of this start share.
+    share: Arc<StartShare>,
+    /// Bounded, awaiting: the stall clock, and when to look next.
+    watch: Option<(EndWatch, Instant)>,
 }
 
 impl std::fmt::Debug for KafkaReader {
@@ -138,6 +152,7 @@ impl KafkaReader {
         settings: Arc<Settings>,
         subtask: SubtaskIndex,
         ends: Option<BTreeMap<i32, i64>>,
+        share: Arc<StartShare>,
     ) -> KafkaReader {
         KafkaReader {
             cluster: settings.cluster(false),
@@ -158,6 +173,8 @@ impl KafkaReader {
             phase: Phase::Waiting,
             read_since_checkpoint: false,
             uncommitted: None,
+            share,
+            watch: None,
         }
     }
 
@@ -248,6 +265,16 @@ impl KafkaReader {
             .await
             .map_err(|e| self.error(format!("reading the destination's positions: {e}")))?;
         self.check_topic_id(&committed)?;
+        // A partition another subtask of this start reads (the group dealt
+        // it twice) is left to it.
+        let (assigned, elsewhere) = self.share.claim(self.subtask, &assigned);
+        if !elsewhere.is_empty() {
+            warn!(subtask = self.subtask, group = %self.settings.group, partitions = ?elsewhere,
+                "the group dealt partitions that another subtask of this instance reads (partition, subtask): left to it");
+        }
+        if let Some((watch, _)) = &mut self.watch {
+            watch.restart(Instant::now());
+        }
         // The assignment may hold partitions added since the last look.
         self.described = None;
         let described = self.described().await?;
@@ -370,6 +397,7 @@ impl KafkaReader {
             let name = self.split_name(partition);
             self.tracker.release(&name);
         }
+        self.share.release(self.subtask);
         self.buffer.clear();
         self.ahead = None;
         match self.phase {
@@ -678,15 +706,128 @@ impl KafkaReader {
                 (*p, self.tracker.next(&name).map_or(0, |n| n as i64))
             })
             .collect();
+        let mut newly_done = Vec::new();
         for (partition, state) in &mut self.partitions {
             let fetched = state.end.is_none_or(|end| state.fetch_from >= end);
             let handed_out = state
                 .buffered_to
                 .is_none_or(|to| handed.get(partition).is_some_and(|next| *next >= to));
-            if fetched && handed_out {
+            if fetched && handed_out && !state.done {
                 state.done = true;
+                newly_done.push((*partition, state.fetch_from));
             }
         }
+        for (partition, fetched_to) in newly_done {
+            // Past its last record there may be control records (a topic
+            // written by transactions ends with a commit marker) or an
+            // aborted transaction's records: the position moves over them,
+            // so that the destination shows the partition at its end.
+            let name = self.split_name(partition);
+            if self
+                .tracker
+                .next(&name)
+                .is_some_and(|next| (next as i64) < fetched_to)
+            {
+                self.tracker.set_next(&name, fetched_to as u64);
+                self.read_since_checkpoint = true;
+            }
+            self.share.read_to_end(partition);
+        }
+    }
+
+    /// Bounded, awaiting: looks (every [`LOOK_EVERY`]) whether every
+    /// partition of the input is read to its end, in the destination or
+    /// by this start; asks for a rebalance when nothing moves, and fails
+    /// past the bound, naming what no member reads.
+    async fn await_the_rest(&mut self) -> Result<ReadStatus, SourceError> {
+        let now = Instant::now();
+        let (rebalance_after, give_up_after) =
+            (self.settings.rebalance_after(), self.settings.unread_timeout);
+        let (_, next_look) = self
+            .watch
+            .get_or_insert_with(|| (EndWatch::new(rebalance_after, give_up_after, now), now));
+        if now < *next_look {
+            return Ok(ReadStatus::Idle);
+        }
+        *next_look = now + LOOK_EVERY;
+        let left = self.unread().await?;
+        let Some((watch, _)) = self.watch.as_mut() else {
+            return Ok(ReadStatus::Idle);
+        };
+        match watch.observe(Instant::now(), left) {
+            Verdict::Finished => {
+                info!(subtask = self.subtask, group = %self.settings.group,
+                    "every partition of the input is read to its end");
+                self.phase = Phase::Finished;
+                // Nothing read since the last commit: leave at once; else
+                // once the final commit is done.
+                self.say_drained_if_committed();
+                Ok(ReadStatus::Finished)
+            }
+            Verdict::Wait => Ok(ReadStatus::Idle),
+            Verdict::Rebalance => {
+                let stalled = watch.stalled(Instant::now());
+                info!(subtask = self.subtask, group = %self.settings.group, ?stalled,
+                    "partitions of the input are unread and none moved: asking the group to deal them again");
+                if let Some(control) = &self.control {
+                    let _ = control.send(Control::Rebalance);
+                }
+                Ok(ReadStatus::Idle)
+            }
+            Verdict::GiveUp(left) => Err(self.error(KafkaSourceError::Unread {
+                topic: self.settings.topic.clone(),
+                group: self.settings.group.clone(),
+                waited: self.settings.unread_timeout,
+                partitions: left.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+            })),
+        }
+    }
+
+    /// The partitions of the bounded input not read to their end yet: in
+    /// the destination's positions, by this start's readers, or empty.
+    async fn unread(&mut self) -> Result<Vec<crate::end::Unread>, SourceError> {
+        let Some(ends) = self.ends.clone() else {
+            return Ok(Vec::new());
+        };
+        let Some(lookup) = self.lookup.clone() else {
+            return Err(self.error("waiting for the end before the start"));
+        };
+        let committed = lookup
+            .committed(&self.settings.scope())
+            .await
+            .map_err(|e| self.error(format!("reading the destination's positions: {e}")))?;
+        let prefix = format!("{}/", self.settings.topic_id.as_deref().unwrap_or("-"));
+        let positions: BTreeMap<i32, i64> = committed
+            .iter()
+            .filter_map(|(split, position)| {
+                let partition = split.strip_prefix(&prefix)?.parse().ok()?;
+                Some((partition, i64::try_from(*position).unwrap_or(i64::MAX)))
+            })
+            .collect();
+        let read_here = self.share.read_here();
+        // Where the destination has nothing, a partition whose first
+        // offset is at its end holds nothing to read.
+        let blank: Vec<i32> = unread(&ends, &positions, &BTreeMap::new(), &read_here)
+            .iter()
+            .filter(|u| u.position.is_none())
+            .map(|u| u.partition)
+            .collect();
+        let starts = match blank.is_empty() {
+            true => BTreeMap::new(),
+            false => {
+                let described = self.described().await?;
+                offsets(
+                    &self.cluster,
+                    &self.settings.topic,
+                    &described,
+                    &blank,
+                    Edge::Start,
+                )
+                .await
+                .map_err(|e| self.wire(e))?
+            }
+        };
+        Ok(unread(&ends, &positions, &starts, &read_here))
     }
 }
 
@@ -704,6 +845,7 @@ impl SplitReader for KafkaReader {
         match self.phase {
             Phase::Waiting | Phase::Draining => return Ok(ReadStatus::Idle),
             Phase::Finished | Phase::Left => return Ok(ReadStatus::Finished),
+            Phase::Awaiting => return self.await_the_rest().await,
             Phase::Reading => {}
         }
         if self.buffer.is_empty() {
@@ -713,12 +855,13 @@ impl SplitReader for KafkaReader {
         self.mark_done();
         if self.ends.is_some() && self.buffer.is_empty() && self.partitions.values().all(|p| p.done)
         {
-            info!(subtask = self.subtask, group = %self.settings.group, "read every assigned partition to its end");
-            self.phase = Phase::Finished;
-            // Nothing read since the last commit: leave at once; else once
-            // the final commit is done.
-            self.say_drained_if_committed();
-            return Ok(ReadStatus::Finished);
+            info!(subtask = self.subtask, group = %self.settings.group, partitions = ?self.partitions.keys().collect::<Vec<_>>(),
+                "read its partitions to their ends; waiting until every partition of the input is");
+            self.phase = Phase::Awaiting;
+            if handed > 0 {
+                return Ok(ReadStatus::More);
+            }
+            return self.await_the_rest().await;
         }
         Ok(match handed {
             0 => ReadStatus::Idle,
@@ -791,6 +934,7 @@ impl SplitReader for KafkaReader {
     /// heard it: a process that ends right after its job must not leave a
     /// member behind that the group waits for.
     async fn close(&mut self) {
+        self.share.release(self.subtask);
         if let Some(control) = self.control.take() {
             let _ = control.send(Control::Leave);
         }

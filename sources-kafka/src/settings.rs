@@ -20,6 +20,9 @@ pub(crate) struct Settings {
     pub metadata_refresh: Duration,
     pub request_timeout: Duration,
     pub skip_deleted_records: bool,
+    /// Bounded: how long a member whose own partitions are read waits,
+    /// with nothing moving, for partitions no member reads.
+    pub unread_timeout: Duration,
     pub recreated_from_start: bool,
 }
 
@@ -28,6 +31,15 @@ impl Settings {
     /// Every instance of the group shares it.
     pub(crate) fn scope(&self) -> String {
         format!("kafka/{}/{}", self.topic, self.group)
+    }
+
+    /// Bounded: how long a waiting member lets the partitions it lacks
+    /// stand still before it asks the group to deal them again (then twice
+    /// as long each time): half the session timeout, since a member that
+    /// reads them and is alive commits more often than that in a job with
+    /// checkpoints, and a dead one is dropped after it.
+    pub(crate) fn rebalance_after(&self) -> Duration {
+        (self.session_timeout / 2).max(Duration::from_secs(1))
     }
 
     /// A client for readers (`request_timeout`) or for a member, whose

@@ -2,7 +2,7 @@
 //! the choices a user makes about records that are gone.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use sink_api::SubtaskIndex;
@@ -12,6 +12,7 @@ use sink_runtime::source::{Boundedness, Source, SourceError};
 use crate::offsets::{offsets, Edge};
 use crate::reader::KafkaReader;
 use crate::settings::{KafkaSplit, Settings};
+use crate::share::StartShare;
 use crate::{KafkaMessage, KafkaSourceError};
 
 /// A Kafka topic read by a consumer group, its positions committed with
@@ -26,8 +27,12 @@ use crate::{KafkaMessage, KafkaSourceError};
 /// - **Unbounded** (the default): reads until the job is stopped.
 /// - **Bounded** ([`KafkaSourceBuilder::bounded`]): ends at the offsets the
 ///   partitions' stable ends had when the job first started, kept in its
-///   checkpoints; a member ends once its partitions are read to there and
-///   committed, and then leaves the group.
+///   checkpoints. A member ends only once **every** partition of the topic
+///   is read to there, in the destination's committed positions or by a
+///   subtask of its own start, whichever member read it; then, once its
+///   own records are committed, it leaves the group. Partitions no member
+///   reads fail the run, named, after
+///   [`KafkaSourceBuilder::unread_partition_timeout`].
 ///
 /// Records are read as a `read_committed` consumer reads them.
 #[derive(Debug, Clone)]
@@ -35,6 +40,9 @@ pub struct KafkaSource {
     settings: Arc<Settings>,
     /// Bounded: each partition's end when this source was built.
     ends: Option<BTreeMap<i32, i64>>,
+    /// What the readers of the current start share (`share.rs`): made
+    /// anew with each start's first reader.
+    start: Arc<Mutex<Arc<StartShare>>>,
 }
 
 /// Builds a [`KafkaSource`]. Made by [`KafkaSource::builder`].
@@ -64,6 +72,7 @@ impl KafkaSource {
                 request_timeout: Duration::from_secs(30),
                 skip_deleted_records: false,
                 recreated_from_start: false,
+                unread_timeout: Duration::from_secs(120),
             },
         }
     }
@@ -79,6 +88,23 @@ impl KafkaSourceBuilder {
     /// them (see [`KafkaSource`]).
     pub fn bounded(mut self) -> Self {
         self.settings.bounded = true;
+        self
+    }
+
+    /// Bounded: how long a member that read its own partitions waits for
+    /// partitions that no member reads (default 120 s) before the job
+    /// fails, naming them.
+    ///
+    /// A bounded run ends only once the destination holds every
+    /// partition's end, whichever member read it. A member waiting for the
+    /// others asks the group to deal the partitions again when none of
+    /// those it lacks moved for half the session timeout, then twice as
+    /// long each time; when none moved for this long, the run fails. Keep
+    /// it above the checkpoint interval of every instance of the group (a
+    /// partition read by another instance moves in the destination only
+    /// when that instance commits).
+    pub fn unread_partition_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.unread_timeout = timeout;
         self
     }
 
@@ -166,6 +192,7 @@ impl KafkaSourceBuilder {
         Ok(KafkaSource {
             settings: Arc::new(settings),
             ends,
+            start: Arc::new(Mutex::new(StartShare::new())),
         })
     }
 }
@@ -210,6 +237,21 @@ impl Source for KafkaSource {
                 .or_else(|| self.ends.clone()),
             false => None,
         };
-        Ok(KafkaReader::new(Arc::clone(&self.settings), subtask, ends))
+        // The runtime creates a start's readers in subtask order, 0 first:
+        // subtask 0 begins a new share, which the others of its start join
+        // (what an earlier start read is not this one's to count).
+        let share = {
+            let mut current = self.start.lock().unwrap_or_else(PoisonError::into_inner);
+            if subtask == 0 {
+                *current = StartShare::new();
+            }
+            Arc::clone(&current)
+        };
+        Ok(KafkaReader::new(
+            Arc::clone(&self.settings),
+            subtask,
+            ends,
+            share,
+        ))
     }
 }

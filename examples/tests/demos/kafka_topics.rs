@@ -29,6 +29,26 @@ pub fn fill(topic: &str, partitions: u32, from: u64, to: u64) {
 
 /// [`fill`], on the broker at `brokers`.
 pub fn fill_at(brokers: &str, topic: &str, partitions: u32, from: u64, to: u64) {
+    write_values(brokers, topic, partitions, from, to, None);
+}
+
+/// Writes the values `v<id>` for ids `from..to` into `only` of the
+/// partitions of `topic` (which has `partitions`), in turn.
+pub fn fill_partitions(topic: &str, partitions: u32, only: &[i32], from: u64, to: u64) {
+    write_values(&brokers(), topic, partitions, from, to, Some(only));
+}
+
+/// The values `v<id>` for ids `from..to`, keyed by id, into `topic` (created
+/// with `partitions` partitions if missing), each to its key's partition
+/// or to `only`'s in turn.
+fn write_values(
+    brokers: &str,
+    topic: &str,
+    partitions: u32,
+    from: u64,
+    to: u64,
+    only: Option<&[i32]>,
+) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -38,7 +58,14 @@ pub fn fill_at(brokers: &str, topic: &str, partitions: u32, from: u64, to: u64) 
             .await
             .unwrap();
         let records: Vec<sinks_kafka::KafkaRecord> = (from..to)
-            .map(|id| sinks_kafka::KafkaRecord::new(format!("v{id}")).with_key(id.to_string()))
+            .map(|id| {
+                let record =
+                    sinks_kafka::KafkaRecord::new(format!("v{id}")).with_key(id.to_string());
+                match only {
+                    Some(only) => record.with_partition(only[id as usize % only.len()]),
+                    None => record,
+                }
+            })
             .collect();
         for chunk in records.chunks(2000) {
             producer.send_batch(chunk.to_vec()).await.unwrap();
