@@ -81,4 +81,5 @@ calls! {
     LeaveGroupRequest => LeaveGroupResponse, LeaveGroup, 3..=5;
     DeleteRecordsRequest => DeleteRecordsResponse, DeleteRecords, 0..=2;
     CreatePartitionsRequest => CreatePartitionsResponse, CreatePartitions, 0..=3;
+    DescribeGroupsRequest => DescribeGroupsResponse, DescribeGroups, 1..=5;
 }

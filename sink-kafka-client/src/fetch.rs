@@ -85,8 +85,16 @@ pub fn committed_records(
     let mut aborted = aborted.into_iter().peekable();
     let mut dropping: HashSet<i64> = HashSet::new();
     let mut next = from;
-    let sets = RecordBatchDecoder::decode_all(bytes)
-        .map_err(|e| WireError::Protocol(format!("a fetched batch cannot be read: {e}")))?;
+    let codec = crate::compression::codec_of_first_batch(bytes);
+    let sets = RecordBatchDecoder::decode_all(bytes).map_err(|e| {
+        WireError::Protocol(format!(
+            "a fetched batch ({}) cannot be read: {e}",
+            codec.map_or_else(
+                || "too short to name its codec".into(),
+                |c| format!("codec {c}")
+            )
+        ))
+    })?;
     for set in sets {
         for record in set.records {
             if record.offset < from {

@@ -16,6 +16,8 @@
 //! | [`topic`] | a topic's partitions, leaders and id; creation and deletion |
 //! | [`admin`] | deleting a partition's oldest records, adding partitions |
 //! | [`fetch`] | decoding fetched batches: committed data records only |
+//! | [`group`] | a consumer group's state and members, as messages name them |
+//! | [`CompressionType`] | the codecs batches are written with; every codec is read |
 //! | [`WireError`] | what a request can fail with, classed retriable, fenced or permanent |
 
 #![warn(missing_docs)]
@@ -24,13 +26,16 @@
 pub mod admin;
 mod api;
 mod cluster;
+mod compression;
 mod connection;
 mod error;
 pub mod fetch;
+pub mod group;
 pub mod topic;
 
 pub use api::Call;
 pub use cluster::{ClientConfig, Cluster, CoordinatorKind, Link};
+pub use compression::{codec_of_first_batch, CompressionType};
 pub use connection::{Answer, MAX_FRAME};
 pub use error::WireError;
 

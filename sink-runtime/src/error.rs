@@ -149,7 +149,8 @@ pub enum JobError {
 
 impl JobError {
     /// Whether restarting from the last completed checkpoint may help: not
-    /// for a sink's permanent error ([`SinkError::permanent`]), a checkpoint
+    /// for a sink's permanent error ([`SinkError::permanent`]), a source's
+    /// ([`SourceError::permanent`](crate::source::SourceError::permanent)), a checkpoint
     /// that cannot be restored, a state directory in use, or an instance
     /// fenced off its checkpoint storage by a newer one, which need the user
     /// (or, for the fenced instance, nothing: its successor runs).
@@ -157,6 +158,7 @@ impl JobError {
         !matches!(self, JobError::Restore { .. })
             && !matches!(self, JobError::Storage(error) if error.is_permanent())
             && !matches!(self, JobError::Sink { source, .. } if source.is_permanent())
+            && !matches!(self, JobError::Source { source, .. } if source.is_permanent())
     }
 
     /// Whether a commit was superseded: its source positions had moved in

@@ -149,11 +149,19 @@ mod tests {
             Err(Refused::TooLarge(2024))
         );
         let other = (partition + 1) % 3;
-        let named = KafkaRecord::new("c").with_key("21").with_partition(other as i32);
+        let named = KafkaRecord::new("c")
+            .with_key("21")
+            .with_partition(other as i32);
         assert_eq!(batcher.push(named, 0), Ok(None));
-        assert_eq!(batcher.take(other).len(), 1, "a named partition wins over the key's");
+        assert_eq!(
+            batcher.take(other).len(),
+            1,
+            "a named partition wins over the key's"
+        );
         let refused = batcher.push(KafkaRecord::new("d").with_partition(3), 0);
         assert_eq!(refused, Err(Refused::NoPartition(3, 3)));
-        assert!(Refused::NoPartition(3, 3).message("t", "").contains("0 to 2"));
+        assert!(Refused::NoPartition(3, 3)
+            .message("t", "")
+            .contains("0 to 2"));
     }
 }

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::marker::{self, Marker};
+use crate::positions::{self, KafkaScope};
 use crate::read::read_committed;
 use crate::recovery::lineage_transactions;
 use crate::session::record;
 use crate::transaction::{describe, end, init_producer_id, Transaction};
 use sink_kafka_client::topic::Topic;
-use sink_kafka_client::{ClientConfig, Cluster};
+use sink_kafka_client::{ClientConfig, Cluster, CompressionType};
 
 fn brokers() -> String {
     std::env::var("KAFKA_TEST_BROKERS").unwrap_or_else(|_| {
@@ -72,13 +73,39 @@ async fn write(tx: &mut Transaction, topic: &Topic, partition: usize, values: &[
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[tokio::test]
+async fn batches_written_with_each_codec_are_read_back_committed() {
+    let cluster = new_cluster();
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        let (name, topic) = topic(&cluster, 1).await;
+        let id = unique("facts.codec");
+        let codec: CompressionType = codec.parse().expect("a codec");
+        let mut tx = Transaction::begin(cluster.clone(), name.clone(), &id, TIMEOUT, codec)
+            .await
+            .expect("begin");
+        let values_written: Vec<String> = (0..500).map(|i| format!("value {i} {codec}")).collect();
+        let as_str: Vec<&str> = values_written.iter().map(String::as_str).collect();
+        write(&mut tx, &topic, 0, &as_str).await;
+        end(&cluster, &tx.identity().clone(), true)
+            .await
+            .expect("EndTxn");
+        assert_eq!(values(&name).await, values_written, "{codec}");
+    }
+}
+
+#[tokio::test]
 async fn a_transaction_is_committed_from_its_identity_by_another_client() {
     let cluster = new_cluster();
     let (name, topic) = topic(&cluster, 1).await;
     let id = unique("facts.resume");
-    let mut tx = Transaction::begin(cluster.clone(), name.clone(), &id, TIMEOUT)
-        .await
-        .expect("begin");
+    let mut tx = Transaction::begin(
+        cluster.clone(),
+        name.clone(),
+        &id,
+        TIMEOUT,
+        CompressionType::None,
+    )
+    .await
+    .expect("begin");
     write(&mut tx, &topic, 0, &["a", "b"]).await;
     let identity = tx.identity().clone();
     drop(tx);
@@ -105,9 +132,15 @@ async fn a_new_epoch_keeps_the_producer_id_and_aborts_the_open_transaction() {
     let cluster = new_cluster();
     let (name, topic) = topic(&cluster, 1).await;
     let id = unique("facts.epoch");
-    let mut tx = Transaction::begin(cluster.clone(), name.clone(), &id, TIMEOUT)
-        .await
-        .expect("begin");
+    let mut tx = Transaction::begin(
+        cluster.clone(),
+        name.clone(),
+        &id,
+        TIMEOUT,
+        CompressionType::None,
+    )
+    .await
+    .expect("begin");
     write(&mut tx, &topic, 0, &["lost"]).await;
     let first = tx.identity().clone();
     let read = read_committed(&brokers(), &name).await.expect("reading");
@@ -123,9 +156,15 @@ async fn a_new_epoch_keeps_the_producer_id_and_aborts_the_open_transaction() {
     assert!(epoch > first.epoch || producer_id != first.producer_id);
     let state = describe(&cluster, &id).await.expect("describe");
     assert_ne!(state.state, "Ongoing", "{state:?}");
-    let mut tx = Transaction::begin(cluster.clone(), name.clone(), &id, TIMEOUT)
-        .await
-        .expect("begin");
+    let mut tx = Transaction::begin(
+        cluster.clone(),
+        name.clone(),
+        &id,
+        TIMEOUT,
+        CompressionType::None,
+    )
+    .await
+    .expect("begin");
     write(&mut tx, &topic, 0, &["kept"]).await;
     let second = tx.identity().clone();
     end(&cluster, &second, true).await.expect("EndTxn");
@@ -143,9 +182,15 @@ async fn offsets_in_a_transaction_show_only_once_it_commits() {
     let cluster = new_cluster();
     let (name, topic) = topic(&cluster, 1).await;
     let id = unique("facts.marker");
-    let mut tx = Transaction::begin(cluster.clone(), name.clone(), &id, TIMEOUT)
-        .await
-        .expect("begin");
+    let mut tx = Transaction::begin(
+        cluster.clone(),
+        name.clone(),
+        &id,
+        TIMEOUT,
+        CompressionType::None,
+    )
+    .await
+    .expect("begin");
     write(&mut tx, &topic, 0, &["x"]).await;
     let identity = tx.identity().clone();
     tx.mark(&id, 7, &Marker::metadata(&identity))
@@ -168,9 +213,15 @@ async fn offsets_in_a_transaction_show_only_once_it_commits() {
         })
     );
     // An aborted transaction's marker never shows.
-    let mut tx = Transaction::begin(cluster.clone(), name.clone(), &id, TIMEOUT)
-        .await
-        .expect("begin");
+    let mut tx = Transaction::begin(
+        cluster.clone(),
+        name.clone(),
+        &id,
+        TIMEOUT,
+        CompressionType::None,
+    )
+    .await
+    .expect("begin");
     write(&mut tx, &topic, 0, &["y"]).await;
     let aborted = tx.identity().clone();
     tx.mark(&id, 8, &Marker::metadata(&aborted))
@@ -193,9 +244,15 @@ async fn open_transactions_are_listed_by_every_broker() {
         .map(|s| format!("{prefix}.lineage1.s{s}.t0"))
         .collect();
     for (partition, id) in ids.iter().enumerate() {
-        let mut tx = Transaction::begin(cluster.clone(), name.clone(), id, TIMEOUT)
-            .await
-            .expect("begin");
+        let mut tx = Transaction::begin(
+            cluster.clone(),
+            name.clone(),
+            id,
+            TIMEOUT,
+            CompressionType::None,
+        )
+        .await
+        .expect("begin");
         write(&mut tx, &topic, partition, &["open"]).await;
     }
     let mut listed = lineage_transactions(&cluster, &prefix, "lineage1")
@@ -233,9 +290,15 @@ async fn prepare_with_position(
 ) -> crate::writer::KafkaCommittable {
     use crate::positions::{self, KafkaScope};
     let id = format!("{prefix}.{lineage}.s0.t{slot}");
-    let mut tx = Transaction::begin(cluster.clone(), name.clone(), &id, TIMEOUT)
-        .await
-        .expect("begin");
+    let mut tx = Transaction::begin(
+        cluster.clone(),
+        name.clone(),
+        &id,
+        TIMEOUT,
+        CompressionType::None,
+    )
+    .await
+    .expect("begin");
     write(&mut tx, topic, 0, &[value]).await;
     let identity = tx.identity().clone();
     let advance = sink_api::PositionAdvance {
@@ -249,7 +312,7 @@ async fn prepare_with_position(
         .expect("claim");
     tx.commit_offsets(
         kafka.group,
-        positions::offsets(&kafka, &[&advance]).expect("offsets"),
+        positions::offsets(&kafka, &[&advance], &identity.transactional_id, 1).expect("offsets"),
     )
     .await
     .expect("positions");
@@ -399,6 +462,78 @@ async fn the_later_check_fences_the_earlier(one: (&str, u32), two: (&str, u32)) 
     );
     assert_eq!(values(&name).await, ["head", "two"]);
     let kafka = KafkaScope::parse(&scope).expect("a Kafka scope");
-    let positions = positions::read(&cluster, &kafka).await.expect("positions");
+    let positions = positions::read(&cluster, &kafka, None)
+        .await
+        .expect("positions");
     assert_eq!(positions.get("-/0"), Some(&7));
+}
+
+/// Commits `offset` of `topic`'s `partition` in `group` with `metadata`,
+/// outside any transaction, as a consumer or a tool does.
+async fn commit_plain(
+    cluster: &Cluster,
+    group: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    metadata: &str,
+) {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest, TopicName};
+    use sink_kafka_client::{str_bytes, CoordinatorKind};
+    let link = cluster
+        .coordinator(CoordinatorKind::Group, group)
+        .await
+        .expect("the group's coordinator");
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(str_bytes(group)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(str_bytes(""))
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(str_bytes(topic)))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(Some(str_bytes(metadata)))])]);
+    let answer = cluster.call(&link, &request).await.expect("OffsetCommit");
+    for p in answer.topics.iter().flat_map(|t| t.partitions.iter()) {
+        assert_eq!(p.error_code, 0, "OffsetCommit answered {}", p.error_code);
+    }
+}
+
+#[tokio::test]
+async fn offsets_the_job_did_not_commit_are_refused_naming_them_never_taken() {
+    let cluster = new_cluster();
+    let (name, _) = topic(&cluster, 3).await;
+    let group = unique("foreign-offsets");
+    let scope = format!("kafka/{name}/{group}");
+    let kafka = KafkaScope::parse(&scope).expect("a Kafka scope");
+    let note = |p: i32| format!("eo1p:4:-/{p}:orders.lin.s0.t1");
+    commit_plain(&cluster, &group, &name, 0, 10, &note(0)).await;
+    commit_plain(&cluster, &group, &name, 1, 20, "-/1").await;
+    let read = positions::read(&cluster, &kafka, Some("orders")).await;
+    let read = read.unwrap_or_else(|e| panic!("the job's own offsets: {e:?}"));
+    assert_eq!(read.get("-/0"), Some(&10));
+    assert_eq!(read.get("-/1"), Some(&20), "written before notes existed");
+    // A consumer with the group's id commits partition 2 (librdkafka
+    // writes no metadata).
+    commit_plain(&cluster, &group, &name, 2, 30, "").await;
+    let Err(positions::PositionsError::Foreign(why)) =
+        positions::read(&cluster, &kafka, Some("orders")).await
+    else {
+        panic!("an offset the job did not commit was taken");
+    };
+    assert!(why.contains(&format!("{name}/2 at offset 30")), "{why}");
+    assert!(why.contains(&group), "{why}");
+    assert!(!why.contains(&format!("{name}/0")), "{why}");
+    // Another job's offsets (another prefix) are not this one's either.
+    let Err(positions::PositionsError::Foreign(why)) =
+        positions::read(&cluster, &kafka, Some("billing")).await
+    else {
+        panic!("another job's offsets were taken");
+    };
+    assert!(why.contains(&format!("{name}/0 at offset 10")), "{why}");
 }

@@ -13,7 +13,7 @@ use crate::sink::KafkaSink;
 use crate::slots::Slots;
 use crate::stats::Stats;
 use sink_kafka_client::topic::{Found, Topic};
-use sink_kafka_client::{ClientConfig, Cluster, WireError};
+use sink_kafka_client::{ClientConfig, Cluster, CompressionType, WireError};
 
 impl KafkaSink {
     /// A builder of a sink writing to `topic` on the cluster reached
@@ -118,6 +118,7 @@ impl KafkaSink {
                 transaction_timeout: builder.transaction_timeout,
                 batch_bytes: builder.batch_bytes,
                 max_record_bytes: builder.max_record_bytes,
+                compression: builder.compression,
             }),
             slots: Arc::new(Slots::new(
                 builder.pool_size,
@@ -125,6 +126,7 @@ impl KafkaSink {
             )),
             stats: Arc::new(Stats::default()),
             created: found == Found::Created,
+            started_prefix: std::sync::OnceLock::new(),
         })
     }
 }
@@ -148,6 +150,7 @@ pub struct KafkaSinkBuilder {
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) client_id: String,
+    pub(crate) compression: CompressionType,
 }
 
 impl KafkaSinkBuilder {
@@ -165,6 +168,7 @@ impl KafkaSinkBuilder {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             client_id: "eo-kafka-sink".to_string(),
+            compression: CompressionType::None,
         }
     }
 
@@ -223,6 +227,14 @@ impl KafkaSinkBuilder {
     /// size.
     pub fn max_record_bytes(mut self, bytes: usize) -> Self {
         self.max_record_bytes = bytes;
+        self
+    }
+
+    /// The codec batches are compressed with (Kafka's `compression.type`;
+    /// default none). Any reader of Kafka reads each of them; this
+    /// project's Kafka source and `read_committed` too.
+    pub fn compression(mut self, codec: CompressionType) -> Self {
+        self.compression = codec;
         self
     }
 

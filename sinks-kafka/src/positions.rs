@@ -8,10 +8,18 @@
 //! `<topic id or ->/<partition>`: the positions are the group's offsets of
 //! the topic's partitions, so `kafka-consumer-groups --describe` shows the
 //! job's lag. The writer commits them inside the data's transaction
-//! (`TxnOffsetCommit`, the split's name in the offset's metadata): they
-//! become visible when, and only when, its records do. Positions of other
-//! sources have no partition of a topic to be kept under: refused, naming
-//! the sinks that keep any.
+//! (`TxnOffsetCommit`): they become visible when, and only when, its
+//! records do. Positions of other sources have no partition of a topic to
+//! be kept under: refused, naming the sinks that keep any.
+//!
+//! Each offset's metadata says it is the job's: `eo1p:<checkpoint>:<split>:<transactional
+//! id>` ([`PositionNote`]). An offset of the group without it was committed
+//! by something else (a consumer that joined the group, a tool that reset
+//! it) and is never taken for the job's position: reading the positions
+//! fails, naming the group, the partitions, what their metadata says, and
+//! the group's members. Offsets whose metadata is the split's name alone
+//! were written by this sink before the note existed, and are read as the
+//! job's.
 //!
 //! Kafka cannot commit an offset only if it still has a given value. Its
 //! own fence between two owners of a partition (the group generation in
@@ -74,6 +82,7 @@ use crate::recovery::transactions;
 use crate::transaction::{
     describe, init_producer_id, with_coordinator, GroupOffset, TransactionIdentity,
 };
+use sink_kafka_client::group::describe_group;
 use sink_kafka_client::{str_bytes, Cluster, CoordinatorKind, WireError};
 
 /// Where a Kafka source's positions are kept: its topic and group.
@@ -143,10 +152,13 @@ pub(crate) fn check(advances: &[PositionAdvance]) -> Result<(), String> {
 }
 
 /// The offsets that commit `advances` (of one scope, checked) in its
-/// group, each with its split's name as metadata.
+/// group, in transaction `transactional_id` for `checkpoint`, each with
+/// its [`PositionNote`] as metadata.
 pub(crate) fn offsets(
     scope: &KafkaScope<'_>,
     advances: &[&PositionAdvance],
+    transactional_id: &str,
+    checkpoint: u64,
 ) -> Result<Vec<GroupOffset>, WireError> {
     advances
         .iter()
@@ -155,11 +167,16 @@ pub(crate) fn offsets(
             let offset = i64::try_from(a.to).map_err(|_| {
                 WireError::Protocol(format!("position {} of {} is too large", a.to, a.key))
             })?;
+            let note = PositionNote {
+                checkpoint,
+                split: a.key.split.clone(),
+                transactional_id: transactional_id.to_string(),
+            };
             Ok(GroupOffset::new(
                 scope.topic,
                 partition,
                 offset,
-                a.key.split.clone(),
+                note.to_string(),
             ))
         })
         .collect()
@@ -274,24 +291,134 @@ async fn fetch(
     .await
 }
 
-/// A Kafka source's positions, as its group's offsets last committed: by
-/// split (the name in the offset's metadata; `-/<partition>` for offsets
-/// committed by others).
+/// A Kafka source's positions, as its group's offsets last committed, by
+/// split (the name in the offset's metadata). `prefix`: the transactional
+/// id prefix the job's transactions have, when known.
+///
+/// An offset the job did not commit ([`PositionNote`]) is refused: the
+/// error names the group, each such partition and its metadata, and the
+/// group's members (best effort).
 pub(crate) async fn read(
     cluster: &Cluster,
     scope: &KafkaScope<'_>,
-) -> Result<CommittedPositions, WireError> {
+    prefix: Option<&str>,
+) -> Result<CommittedPositions, PositionsError> {
     let offsets = fetch(cluster, scope.group, scope.topic, None).await?;
-    Ok(offsets
-        .into_iter()
-        .map(|(partition, offset, metadata)| {
-            let split = metadata
-                .filter(|m| partition_of(m).ok() == Some(partition))
-                .unwrap_or_else(|| format!("-/{partition}"));
+    let mut positions = CommittedPositions::new();
+    let mut foreign = Vec::new();
+    for (partition, offset, metadata) in offsets {
+        match PositionNote::split_of(metadata.as_deref(), partition, prefix) {
             // Non-negative: `fetch` keeps those only.
-            (split, offset as u64)
+            Some(split) => {
+                positions.insert(split, offset as u64);
+            }
+            None => foreign.push(format!(
+                "{}/{partition} at offset {offset} (metadata {:?})",
+                scope.topic,
+                metadata.unwrap_or_default()
+            )),
+        }
+    }
+    if foreign.is_empty() {
+        return Ok(positions);
+    }
+    let members = match describe_group(cluster, scope.group).await {
+        Ok(described) if described.members.is_empty() => {
+            format!("the group has no member now ({})", described.state)
+        }
+        Ok(described) => format!(
+            "its members now ({}): {}",
+            described.state,
+            described
+                .members
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        Err(error) => format!("its members could not be listed: {error}"),
+    };
+    Err(PositionsError::Foreign(format!(
+        "the consumer group {group} holds offsets this job did not commit: {}. Something \
+         outside the job commits offsets in its group (a consumer given the same group.id, a \
+         tool that reset them); taking them for the job's positions would skip records or read \
+         them twice, so nothing was read. {members}. Stop it, then delete or reset those \
+         offsets (kafka-consumer-groups --reset-offsets or --delete-offsets --group {group}), \
+         or give the job a group of its own",
+        foreign.join(", "),
+        group = scope.group,
+    )))
+}
+
+/// Why the positions could not be read.
+#[derive(Debug)]
+pub(crate) enum PositionsError {
+    /// The cluster failed.
+    Wire(WireError),
+    /// The group holds offsets the job did not commit: the message names
+    /// them.
+    Foreign(String),
+}
+
+impl From<WireError> for PositionsError {
+    fn from(error: WireError) -> Self {
+        PositionsError::Wire(error)
+    }
+}
+
+/// What an offset committed by the sink says in its metadata: the
+/// checkpoint, the split and the transaction that committed it,
+/// `eo1p:<checkpoint>:<split>:<transactional id>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PositionNote {
+    pub(crate) checkpoint: u64,
+    pub(crate) split: String,
+    pub(crate) transactional_id: String,
+}
+
+impl PositionNote {
+    fn parse(text: &str) -> Option<PositionNote> {
+        let mut parts = text.strip_prefix("eo1p:")?.splitn(3, ':');
+        let checkpoint = parts.next()?.parse().ok()?;
+        let split = parts.next()?.to_string();
+        let transactional_id = parts.next()?.to_string();
+        Some(PositionNote {
+            checkpoint,
+            split,
+            transactional_id,
         })
-        .collect())
+    }
+
+    /// The split an offset of `partition` with `metadata` is the job's
+    /// position of, or `None` when the job did not commit it: a note of
+    /// this partition from a transaction of `prefix` (any prefix when
+    /// unknown), or the split's name alone (this sink before notes).
+    fn split_of(metadata: Option<&str>, partition: i32, prefix: Option<&str>) -> Option<String> {
+        let metadata = metadata?;
+        if let Some(note) = PositionNote::parse(metadata) {
+            let ours = prefix.is_none_or(|prefix| {
+                note.transactional_id
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('.'))
+            });
+            return (ours && partition_of(&note.split).ok() == Some(partition))
+                .then_some(note.split);
+        }
+        let legacy = metadata
+            .split_once('/')
+            .is_some_and(|(id, _)| !id.contains(':'));
+        (legacy && partition_of(metadata).ok() == Some(partition)).then(|| metadata.to_string())
+    }
+}
+
+impl std::fmt::Display for PositionNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "eo1p:{}:{}:{}",
+            self.checkpoint, self.split, self.transactional_id
+        )
+    }
 }
 
 /// What a claim says: the claiming transaction's producer id and epoch,
@@ -439,10 +566,13 @@ pub(crate) async fn settle(
         }
         let deadline = Instant::now() + cluster.config.request_timeout;
         let positions = loop {
-            let positions = read(cluster, &scope).await?;
-            let by_partition: BTreeMap<i32, u64> = positions
-                .iter()
-                .filter_map(|(split, offset)| Some((partition_of(split).ok()?, *offset)))
+            // Every offset of the group, the job's or not: one that is not
+            // moved the partition too (the commit is superseded, and the
+            // job's next start refuses it, naming it).
+            let offsets = fetch(cluster, scope.group, scope.topic, None).await?;
+            let by_partition: BTreeMap<i32, u64> = offsets
+                .into_iter()
+                .map(|(partition, offset, _)| (partition, offset as u64))
                 .collect();
             let stale = must_move
                 .iter()
@@ -603,13 +733,52 @@ mod tests {
             ["kafka/a/g", "kafka/b/g"]
         );
         let scope = KafkaScope::parse("kafka/b/g").unwrap();
-        let of_b = offsets(&scope, &scopes["kafka/b/g"]).unwrap();
+        let of_b = offsets(&scope, &scopes["kafka/b/g"], "p.l.s0.t1", 7).unwrap();
         assert_eq!(
             of_b.iter()
                 .map(|o| (o.topic.as_str(), o.partition, o.offset, o.metadata.as_str()))
                 .collect::<Vec<_>>(),
-            [("b", 1, 5, "-/1"), ("b", 2, 9, "-/2")]
+            [
+                ("b", 1, 5, "eo1p:7:-/1:p.l.s0.t1"),
+                ("b", 2, 9, "eo1p:7:-/2:p.l.s0.t1")
+            ]
         );
         assert_eq!(claims_group("p.l.s0.t1"), "claims.p.l.s0.t1");
+    }
+
+    #[test]
+    fn only_offsets_the_job_committed_are_its_positions() {
+        let note = |p: i32, id: &str| format!("eo1p:3:AbC/{p}:{id}");
+        let ours = note(2, "orders.lin-1.s0.t4");
+        assert_eq!(
+            PositionNote::parse(&ours),
+            Some(PositionNote {
+                checkpoint: 3,
+                split: "AbC/2".into(),
+                transactional_id: "orders.lin-1.s0.t4".into()
+            })
+        );
+        let split_of = PositionNote::split_of;
+        assert_eq!(
+            split_of(Some(&ours), 2, Some("orders")).as_deref(),
+            Some("AbC/2")
+        );
+        assert_eq!(split_of(Some(&ours), 2, None).as_deref(), Some("AbC/2"));
+        // Another job's prefix, a prefix that only starts alike, another
+        // partition's note.
+        assert_eq!(split_of(Some(&ours), 2, Some("billing")), None);
+        assert_eq!(split_of(Some(&ours), 2, Some("order")), None);
+        assert_eq!(split_of(Some(&ours), 3, Some("orders")), None);
+        // What this sink wrote before notes: the split's name alone.
+        assert_eq!(
+            split_of(Some("-/5"), 5, Some("orders")).as_deref(),
+            Some("-/5")
+        );
+        assert_eq!(split_of(Some("-/5"), 4, Some("orders")), None);
+        // What consumers and tools commit: no metadata, an empty one, their
+        // own words.
+        assert_eq!(split_of(None, 0, Some("orders")), None);
+        assert_eq!(split_of(Some(""), 0, Some("orders")), None);
+        assert_eq!(split_of(Some("checkpoint 7"), 0, None), None);
     }
 }

@@ -18,12 +18,10 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName, TransactionalId};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use tokio::task::JoinHandle;
 
-use sink_kafka_client::{millis, str_bytes, Cluster, Link, WireError};
+use sink_kafka_client::{millis, str_bytes, Cluster, CompressionType, Link, WireError};
 
 /// Produce requests of one session in flight at once (Kafka keeps the
 /// order, and deduplicates, within 5 per partition).
@@ -44,6 +42,8 @@ pub(crate) struct Session {
     /// opened meanwhile would not keep.
     links: HashMap<i32, Arc<Link>>,
     in_flight: VecDeque<JoinHandle<Result<(), WireError>>>,
+    /// The codec of the batches it sends.
+    compression: CompressionType,
 }
 
 impl Session {
@@ -63,7 +63,14 @@ impl Session {
             sequences: HashMap::new(),
             links: HashMap::new(),
             in_flight: VecDeque::new(),
+            compression: CompressionType::None,
         }
+    }
+
+    /// The same session, its batches compressed with `codec`.
+    pub(crate) fn compressed(mut self, codec: CompressionType) -> Session {
+        self.compression = codec;
+        self
     }
 
     /// Sends `records` to `partition`, led by broker `leader`. Returns once
@@ -96,7 +103,7 @@ impl Session {
             records.iter(),
             &RecordEncodeOptions {
                 version: 2,
-                compression: Compression::None,
+                compression: self.compression.codec(),
             },
         )
         .map_err(|e| WireError::Encode {

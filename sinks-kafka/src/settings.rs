@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sink_kafka_client::CompressionType;
+
 /// The settings every writer and committer of one sink reads.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -12,4 +14,6 @@ pub(crate) struct Settings {
     pub(crate) transaction_timeout: Duration,
     pub(crate) batch_bytes: usize,
     pub(crate) max_record_bytes: usize,
+    /// The codec of the batches it sends.
+    pub(crate) compression: CompressionType,
 }

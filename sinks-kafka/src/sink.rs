@@ -45,6 +45,10 @@ pub struct KafkaSink {
     pub(crate) owner: Arc<Owner>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) created: bool,
+    /// The transactional id prefix, once the first start resolved it
+    /// (the job's name by default): offsets of other prefixes are not the
+    /// job's positions.
+    pub(crate) started_prefix: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -108,6 +112,7 @@ impl Sink for KafkaSink {
     async fn on_start(&self, start: &JobStart<'_, KafkaCommittable, ()>) -> Result<(), SinkError> {
         self.stats.register(&start.metrics);
         let prefix = self.prefix(start.job_name)?;
+        let _ = self.started_prefix.set(prefix.to_string());
         let lineage = start.lineage.as_str();
         check_lineage(lineage)?;
         let timeout = self.settings.transaction_timeout;
@@ -202,9 +207,15 @@ impl Sink for KafkaSink {
     ) -> Result<sink_api::CommittedPositions, SinkError> {
         let kafka =
             positions::KafkaScope::parse(scope).map_err(|why| SinkError::msg(why).permanent())?;
-        positions::read(&self.cluster, &kafka)
+        let prefix = self.started_prefix.get().map(String::as_str);
+        positions::read(&self.cluster, &kafka, prefix)
             .await
-            .map_err(|e| sink_error(format!("reading the positions of {scope:?}"), e))
+            .map_err(|e| match e {
+                positions::PositionsError::Wire(e) => {
+                    sink_error(format!("reading the positions of {scope:?}"), e)
+                }
+                positions::PositionsError::Foreign(why) => SinkError::msg(why).permanent(),
+            })
     }
 
     fn committable_serializer(&self) -> Arc<dyn sink_api::VersionedSerializer<KafkaCommittable>> {

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use tracing::debug;
 
 use crate::session::Session;
-use sink_kafka_client::{millis, str_bytes, Cluster, CoordinatorKind, WireError};
+use sink_kafka_client::{millis, str_bytes, Cluster, CompressionType, CoordinatorKind, WireError};
 
 /// Who a transaction is: what the committer needs to end it from any
 /// process.
@@ -123,6 +123,7 @@ impl Transaction {
         topic: Arc<str>,
         transactional_id: &str,
         timeout: Duration,
+        compression: CompressionType,
     ) -> Result<Transaction, WireError> {
         let (producer_id, epoch) = init_producer_id(&cluster, transactional_id, timeout).await?;
         Ok(Transaction {
@@ -132,7 +133,8 @@ impl Transaction {
                 Some(transactional_id.to_string()),
                 producer_id,
                 epoch,
-            ),
+            )
+            .compressed(compression),
             identity: TransactionIdentity {
                 transactional_id: transactional_id.to_string(),
                 producer_id,

@@ -169,6 +169,7 @@ impl KafkaWriter {
             self.settings.topic.clone(),
             &id,
             self.settings.transaction_timeout,
+            self.settings.compression,
         )
         .await
         {
@@ -218,7 +219,7 @@ impl SinkWriter for KafkaWriter {
                         self.settings.max_record_bytes
                     );
                     return Err(
-                        SinkError::msg(refused.message(&self.settings.topic, &limit)).permanent()
+                        SinkError::msg(refused.message(&self.settings.topic, &limit)).permanent(),
                     );
                 }
             }
@@ -254,7 +255,12 @@ impl SinkWriter for KafkaWriter {
             for (scope, advances) in positions::by_scope(&advances) {
                 let scope = positions::KafkaScope::parse(scope).map_err(WireError::Protocol)?;
                 positions::claim(&self.cluster, &scope, &identity, &advances).await?;
-                let offsets = positions::offsets(&scope, &advances)?;
+                let offsets = positions::offsets(
+                    &scope,
+                    &advances,
+                    &identity.transactional_id,
+                    checkpoint_id.0,
+                )?;
                 open.transaction
                     .commit_offsets(scope.group, offsets)
                     .await?;

@@ -1,5 +1,6 @@
 //! Why the source cannot start or go on, each naming the fix or the choice.
 
+use sink_kafka_client::kafka_protocol::error::ResponseError;
 use sink_kafka_client::WireError;
 
 /// A failure of the Kafka source.
@@ -128,6 +129,34 @@ pub enum KafkaSourceError {
 }
 
 impl KafkaSourceError {
+    /// Whether no restart gets past it: every refusal of the source's own
+    /// (they name what to change), a fetched batch that cannot be decoded,
+    /// and the broker's refusals that retrying cannot change (the client
+    /// not allowed, a codec or version it does not speak). The broker not
+    /// answering, or answering an error Kafka marks retriable, is not.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            KafkaSourceError::Wire { source, .. } => match source {
+                WireError::Protocol(_) | WireError::Unsupported { .. } => true,
+                WireError::Broker { code, .. } => matches!(
+                    code,
+                    ResponseError::TopicAuthorizationFailed
+                        | ResponseError::GroupAuthorizationFailed
+                        | ResponseError::ClusterAuthorizationFailed
+                        | ResponseError::SaslAuthenticationFailed
+                        | ResponseError::UnsupportedCompressionType
+                        | ResponseError::UnsupportedVersion
+                        | ResponseError::InvalidSessionTimeout
+                        | ResponseError::InconsistentGroupProtocol
+                        | ResponseError::GroupMaxSizeReached
+                ),
+                _ => false,
+            },
+            KafkaSourceError::Group { .. } => false,
+            _ => true,
+        }
+    }
+
     pub(crate) fn wire(brokers: &str) -> impl FnOnce(WireError) -> KafkaSourceError + '_ {
         move |source| KafkaSourceError::Wire {
             brokers: brokers.to_string(),

@@ -52,6 +52,10 @@ const LEAVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The assignor's name, as members announce it.
 const ASSIGNOR: &str = "range";
 
+/// What the subscription's user data of this source's members starts
+/// with: the leader deals partitions to such members only.
+const MARK: &[u8] = b"eo-kafka-source/1:";
+
 /// What the membership task tells its reader.
 #[derive(Debug)]
 pub(crate) enum Event {
@@ -259,14 +263,25 @@ impl Member {
                         ))
                     })?;
                 let count = described.leaders.len();
-                let mut members: Vec<String> = answer
-                    .members
-                    .iter()
-                    .map(|m| m.member_id.to_string())
-                    .collect();
+                // A member that is not this source's (a consumer given the
+                // group's id) is dealt nothing: what it read would never
+                // reach the job's destination.
+                let (ours, foreign): (Vec<_>, Vec<_>) =
+                    answer.members.iter().partition(|m| is_ours(&m.metadata));
+                for member in &foreign {
+                    warn!(group = %group, member = %member.member_id,
+                        instance = ?member.group_instance_id.as_ref().map(|i| i.to_string()),
+                        "a member of the group is not this job's (its subscription does not say so): it is dealt no partition; stop it or give the job a group of its own");
+                }
+                let mut members: Vec<String> =
+                    ours.iter().map(|m| m.member_id.to_string()).collect();
                 members.sort();
+                let dealt_nothing = foreign
+                    .iter()
+                    .map(|m| (m.member_id.to_string(), Vec::new()));
                 let assignments = assign_ranges(&members, count)
                     .into_iter()
+                    .chain(dealt_nothing)
                     .map(|(member, partitions)| {
                         Ok(SyncGroupRequestAssignment::default()
                             .with_member_id(StrBytes::from_string(member))
@@ -477,10 +492,27 @@ fn subscription(topic: &str, rejoins_asked: u32) -> Result<Bytes, WireError> {
     bytes.extend_from_slice(&0i16.to_be_bytes());
     ConsumerProtocolSubscription::default()
         .with_topics(vec![str_bytes(topic)])
-        .with_user_data(Some(Bytes::copy_from_slice(&rejoins_asked.to_be_bytes())))
+        .with_user_data(Some(Bytes::from(
+            [MARK, &rejoins_asked.to_be_bytes()[..]].concat(),
+        )))
         .encode(&mut bytes, 0)
         .map_err(|e| WireError::Protocol(format!("encoding a subscription: {e}")))?;
     Ok(bytes.freeze())
+}
+
+/// Whether a member's subscription (`metadata`, as `JoinGroup` gives it
+/// to the leader) is this source's: its user data starts with [`MARK`].
+fn is_ours(metadata: &Bytes) -> bool {
+    let mut buf = metadata.clone();
+    if buf.len() < 2 {
+        return false;
+    }
+    let version = i16::from_be_bytes([buf[0], buf[1]]);
+    let _ = buf.split_to(2);
+    ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3))
+        .ok()
+        .and_then(|s| s.user_data)
+        .is_some_and(|data| data.starts_with(MARK))
 }
 
 /// The consumer protocol's assignment of `partitions` of `topic`
@@ -534,6 +566,29 @@ mod tests {
             vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7]]
         );
         assert!(assign_ranges(&members, 2)[2].1.is_empty());
+    }
+
+    #[test]
+    fn the_leader_tells_this_sources_members_from_others() {
+        assert!(is_ours(&subscription("t", 0).unwrap()));
+        assert!(is_ours(&subscription("t", 7).unwrap()));
+        // A consumer's subscription: no user data, or its own.
+        let mut plain = BytesMut::new();
+        plain.extend_from_slice(&1i16.to_be_bytes());
+        ConsumerProtocolSubscription::default()
+            .with_topics(vec![str_bytes("t")])
+            .encode(&mut plain, 1)
+            .unwrap();
+        assert!(!is_ours(&plain.clone().freeze()));
+        let mut theirs = BytesMut::new();
+        theirs.extend_from_slice(&0i16.to_be_bytes());
+        ConsumerProtocolSubscription::default()
+            .with_topics(vec![str_bytes("t")])
+            .with_user_data(Some(Bytes::from_static(b"sticky")))
+            .encode(&mut theirs, 0)
+            .unwrap();
+        assert!(!is_ours(&theirs.freeze()));
+        assert!(!is_ours(&Bytes::new()));
     }
 
     #[test]

@@ -186,17 +186,38 @@ impl KafkaReader {
     }
 
     fn error(&self, error: impl std::fmt::Display) -> SourceError {
-        SourceError(format!(
+        SourceError::new(format!(
             "Kafka source, subtask {} (group {}): {error}",
             self.subtask, self.settings.group
         ))
     }
 
     fn wire(&self, error: WireError) -> SourceError {
-        self.error(KafkaSourceError::Wire {
+        self.refuse(KafkaSourceError::Wire {
             brokers: self.settings.brokers.clone(),
             source: error,
         })
+    }
+
+    /// The destination's positions could not be read: permanent when the
+    /// sink's error is (positions it refuses to take as the job's).
+    fn lookup_failed(&self, error: sink_api::SinkError) -> SourceError {
+        let failed = self.error(format!("reading the destination's positions: {error}"));
+        match error.is_permanent() {
+            true => failed.permanent(),
+            false => failed,
+        }
+    }
+
+    /// `error` as the job fails with it: at once where no restart gets
+    /// past it ([`KafkaSourceError::is_permanent`]).
+    fn refuse(&self, error: KafkaSourceError) -> SourceError {
+        let permanent = error.is_permanent();
+        let error = self.error(error);
+        match permanent {
+            true => error.permanent(),
+            false => error,
+        }
     }
 
     async fn described(&mut self) -> Result<Topic, SourceError> {
@@ -207,13 +228,13 @@ impl KafkaReader {
             .await
             .map_err(|e| self.wire(e))?
             .ok_or_else(|| {
-                self.error(KafkaSourceError::NoTopic {
+                self.refuse(KafkaSourceError::NoTopic {
                     topic: self.settings.topic.clone(),
                     brokers: self.settings.brokers.clone(),
                 })
             })?;
         if topic.id != self.settings.topic_id {
-            return Err(self.error(KafkaSourceError::TopicRecreated {
+            return Err(self.refuse(KafkaSourceError::TopicRecreated {
                 topic: self.settings.topic.clone(),
                 before: self.settings.topic_id.clone().unwrap_or_default(),
                 now: topic.id.clone().unwrap_or_default(),
@@ -241,7 +262,7 @@ impl KafkaReader {
                 Event::Assigned(partitions) => self.take_over(partitions).await?,
                 Event::Revoke => self.revoke(),
                 Event::Failed(why) => {
-                    return Err(self.error(KafkaSourceError::Group {
+                    return Err(self.refuse(KafkaSourceError::Group {
                         group: self.settings.group.clone(),
                         message: why,
                     }))
@@ -263,7 +284,7 @@ impl KafkaReader {
         let committed = lookup
             .committed(&scope)
             .await
-            .map_err(|e| self.error(format!("reading the destination's positions: {e}")))?;
+            .map_err(|e| self.lookup_failed(e))?;
         self.check_topic_id(&committed)?;
         // A partition another subtask of this start reads (the group dealt
         // it twice) is left to it.
@@ -318,7 +339,7 @@ impl KafkaReader {
             let position = match position {
                 Some(position) if position > stable_end => {
                     if !self.settings.recreated_from_start {
-                        return Err(self.error(KafkaSourceError::PastTheEnd {
+                        return Err(self.refuse(KafkaSourceError::PastTheEnd {
                             topic: self.settings.topic.clone(),
                             group: self.settings.group.clone(),
                             partition: *partition,
@@ -332,7 +353,7 @@ impl KafkaReader {
             };
             let from = match position {
                 Some(position) if position < log_start && !self.settings.skip_deleted_records => {
-                    return Err(self.error(KafkaSourceError::RecordsDeleted {
+                    return Err(self.refuse(KafkaSourceError::RecordsDeleted {
                         topic: self.settings.topic.clone(),
                         partition: *partition,
                         committed: position,
@@ -380,7 +401,7 @@ impl KafkaReader {
             .find(|id| *id != now);
         match other {
             Some(before) if !self.settings.recreated_from_start => {
-                Err(self.error(KafkaSourceError::TopicRecreated {
+                Err(self.refuse(KafkaSourceError::TopicRecreated {
                     topic: self.settings.topic.clone(),
                     before: before.to_string(),
                     now: now.to_string(),
@@ -650,7 +671,7 @@ impl KafkaReader {
         match start {
             Ok(starts) => {
                 let log_start = starts.get(&partition).copied().unwrap_or(at);
-                self.error(KafkaSourceError::RecordsDeleted {
+                self.refuse(KafkaSourceError::RecordsDeleted {
                     topic: self.settings.topic.clone(),
                     partition,
                     committed: at,
@@ -741,8 +762,10 @@ impl KafkaReader {
     /// past the bound, naming what no member reads.
     async fn await_the_rest(&mut self) -> Result<ReadStatus, SourceError> {
         let now = Instant::now();
-        let (rebalance_after, give_up_after) =
-            (self.settings.rebalance_after(), self.settings.unread_timeout);
+        let (rebalance_after, give_up_after) = (
+            self.settings.rebalance_after(),
+            self.settings.unread_timeout,
+        );
         let (_, next_look) = self
             .watch
             .get_or_insert_with(|| (EndWatch::new(rebalance_after, give_up_after, now), now));
@@ -774,11 +797,15 @@ impl KafkaReader {
                 }
                 Ok(ReadStatus::Idle)
             }
-            Verdict::GiveUp(left) => Err(self.error(KafkaSourceError::Unread {
+            Verdict::GiveUp(left) => Err(self.refuse(KafkaSourceError::Unread {
                 topic: self.settings.topic.clone(),
                 group: self.settings.group.clone(),
                 waited: self.settings.unread_timeout,
-                partitions: left.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+                partitions: left
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })),
         }
     }
@@ -795,7 +822,7 @@ impl KafkaReader {
         let committed = lookup
             .committed(&self.settings.scope())
             .await
-            .map_err(|e| self.error(format!("reading the destination's positions: {e}")))?;
+            .map_err(|e| self.lookup_failed(e))?;
         let prefix = format!("{}/", self.settings.topic_id.as_deref().unwrap_or("-"));
         let positions: BTreeMap<i32, i64> = committed
             .iter()

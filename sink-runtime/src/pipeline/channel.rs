@@ -158,7 +158,7 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
     ) -> Result<ChannelReader<R>, SourceError> {
         let of = splits.first().map(|split| split.of);
         let inconsistent = |bad: &KeyPartition, why: &str| {
-            SourceError(format!(
+            SourceError::new(format!(
                 "key partition {} of {} {why}; the checkpoint is inconsistent",
                 bad.index, bad.of
             ))
@@ -182,13 +182,13 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
             }
         }
         let slot = self.shared.slots.get(subtask).ok_or_else(|| {
-            SourceError(format!(
+            SourceError::new(format!(
                 "subtask {subtask} has no channel: the pipeline has {} subtasks",
                 self.shared.slots.len()
             ))
         })?;
         let receiver = lock(slot).take().ok_or_else(|| {
-            SourceError(format!(
+            SourceError::new(format!(
                 "the channel of subtask {subtask} is held by another reader, or the pipeline ended"
             ))
         })?;
@@ -219,7 +219,7 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
             .map(|split| {
                 let index = split.index;
                 let table = KeyTable::restore(split, self.namespaces).map_err(|why| {
-                    SourceError(format!(
+                    SourceError::new(format!(
                         "key partition {index}: {why}; the checkpoint is damaged"
                     ))
                 })?;

@@ -65,9 +65,47 @@ pub enum ReadStatus {
 }
 
 /// A failure to read from a source.
+///
+/// Returned by a [`SplitReader`] (or its source); the job fails with it.
+/// A transient one ([`SourceError::new`]) is restarted by the job's
+/// restart strategy; a [permanent](SourceError::permanent) one (the input
+/// cannot be read as it is, whatever the retries: records deleted, a
+/// format that cannot be decoded) fails the job at once, with its cause.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct SourceError(pub String);
+#[error("{message}")]
+pub struct SourceError {
+    message: String,
+    permanent: bool,
+}
+
+impl SourceError {
+    /// A failure that a restart may get past (a broker that did not
+    /// answer, a connection lost).
+    pub fn new(message: impl Into<String>) -> SourceError {
+        SourceError {
+            message: message.into(),
+            permanent: false,
+        }
+    }
+
+    /// The same failure, which no restart gets past: the job fails at
+    /// once, whatever its restart strategy.
+    pub fn permanent(mut self) -> SourceError {
+        self.permanent = true;
+        self
+    }
+
+    /// Whether it is [permanent](Self::permanent). Read by the job's
+    /// restart loop.
+    pub fn is_permanent(&self) -> bool {
+        self.permanent
+    }
+
+    /// What happened.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
 
 /// Reads the splits one subtask owns.
 ///

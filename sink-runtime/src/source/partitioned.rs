@@ -131,7 +131,7 @@ impl Source for PartitionedSequence {
             .into_iter()
             .map(|split| {
                 if split.partition >= self.partitions {
-                    return Err(SourceError(format!(
+                    return Err(SourceError::new(format!(
                         "the checkpoint holds partition {} but the source has {} partitions: it \
                          was written by a job of another input",
                         split.partition, self.partitions
@@ -205,7 +205,7 @@ impl SplitReader for PartitionedReader {
                 .tracker
                 .acquire(&name, committed.get(&name).copied(), 0);
             if next > *end {
-                return Err(SourceError(format!(
+                return Err(SourceError::new(format!(
                     "the destination's data of partition {} ends at offset {next}, past the \
                      partition's end {end}: it holds data of another input under the same scope",
                     split.partition
@@ -256,6 +256,6 @@ mod tests {
             .seek_committed(SourceStart::fixed(committed))
             .await
             .unwrap_err();
-        assert!(error.0.contains("another input"), "{error}");
+        assert!(error.message().contains("another input"), "{error}");
     }
 }

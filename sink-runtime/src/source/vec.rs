@@ -66,7 +66,7 @@ impl<T: Clone + Send + Sync + 'static> Source for VecSource<T> {
         splits: Vec<RangeSplit>,
     ) -> Result<RangeReader<Items<T>>, SourceError> {
         if let Some(bad) = splits.iter().find(|s| s.end > self.items.len() as u64) {
-            return Err(SourceError(format!(
+            return Err(SourceError::new(format!(
                 "split {}..{} is beyond the {} items of this source; the checkpoint was taken with other input",
                 bad.next,
                 bad.end,
