@@ -149,6 +149,9 @@ pub fn two_instances_one_killed_then_a_drain(
     let drained = demo(&dir.join("c"), &["--source", "kafka"])
         .output()
         .unwrap();
+    if std::env::var_os("DEMO_LOG").is_some() {
+        eprintln!("{}", crate::output::text(&drained));
+    }
     let json = crate::output::summary(&drained);
     assert_eq!(json["status"], "Finished", "{json}");
 }
