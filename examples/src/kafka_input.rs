@@ -7,7 +7,7 @@ use clap::Args;
 use sink_api::SinkError;
 use sink_runtime::RestartStrategy;
 use sinks_file::Encoder;
-use sources_kafka::{KafkaMessage, KafkaSource};
+use sources_kafka::{ClientProperties, KafkaMessage, KafkaSource};
 
 /// Where the demo reads from with `--source kafka` or `kafka-unbounded`.
 #[derive(Debug, Clone, Args)]
@@ -15,6 +15,11 @@ pub struct KafkaSourceArgs {
     /// The Kafka cluster to read from, `host:port[,host:port…]`.
     #[arg(long)]
     pub brokers: Option<String>,
+    /// A Kafka client properties file (Java's client.properties format):
+    /// security.protocol, sasl.*, ssl.ca.location, … (docs/kafka.md,
+    /// "Settings"). Its bootstrap.servers stands in for --brokers.
+    #[arg(long, value_name = "FILE")]
+    pub kafka_config: Option<std::path::PathBuf>,
     /// The topic to read.
     #[arg(long)]
     pub topic: Option<String>,
@@ -38,10 +43,22 @@ impl KafkaSourceArgs {
     /// missing flag.
     pub async fn source(&self, bounded: bool) -> anyhow::Result<KafkaSource> {
         let missing = |flag: &str| anyhow::anyhow!("--source kafka needs {flag}");
-        let brokers = self.brokers.clone().ok_or_else(|| missing("--brokers"))?;
+        let properties = match &self.kafka_config {
+            Some(path) => ClientProperties::read(path).map_err(anyhow::Error::msg)?,
+            None => ClientProperties::default(),
+        };
+        for ignored in &properties.ignored {
+            eprintln!("warning: the Kafka client property {ignored} is not used by this client");
+        }
+        let brokers = self
+            .brokers
+            .clone()
+            .or_else(|| properties.bootstrap.clone())
+            .ok_or_else(|| missing("--brokers"))?;
         let topic = self.topic.clone().ok_or_else(|| missing("--topic"))?;
         let group = self.group.clone().ok_or_else(|| missing("--group"))?;
-        let mut builder = KafkaSource::builder(brokers, topic, group);
+        let mut builder =
+            KafkaSource::builder(brokers.as_str(), topic, group).properties(&properties);
         if bounded {
             builder = builder.bounded();
         }

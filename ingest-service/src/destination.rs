@@ -66,6 +66,9 @@ pub enum Destination {
         brokers: String,
         /// The topic.
         topic: String,
+        /// A Kafka client properties file (TLS, SASL, compression), read
+        /// when the service starts.
+        kafka_config: Option<std::path::PathBuf>,
     },
 }
 
@@ -78,7 +81,7 @@ impl Destination {
             Destination::Delta => format!("the Delta table {data}"),
             Destination::Iceberg { table, .. } => format!("the Iceberg table {table} in {data}"),
             Destination::Postgres { table, .. } => format!("the PostgreSQL table {table}"),
-            Destination::Kafka { brokers, topic } => {
+            Destination::Kafka { brokers, topic, .. } => {
                 format!("the Kafka topic {topic} on {brokers}")
             }
         }

@@ -553,8 +553,21 @@ impl IngestService {
                 "this ingest-service was built without Apache Iceberg support: build it with \
                  `cargo build --release -p ingest-service --features iceberg`"
             ),
-            Destination::Kafka { brokers, topic } => {
-                let sink = sinks_kafka::KafkaSink::builder(brokers, topic)
+            Destination::Kafka {
+                brokers,
+                topic,
+                kafka_config,
+            } => {
+                let properties = match kafka_config {
+                    Some(path) => sinks_kafka::ClientProperties::read(path)
+                        .map_err(anyhow::Error::msg)?,
+                    None => sinks_kafka::ClientProperties::default(),
+                };
+                for ignored in &properties.ignored {
+                    tracing::warn!(property = %ignored, "a Kafka client property the sink does not use: ignored");
+                }
+                let sink = sinks_kafka::KafkaSink::builder(brokers.as_str(), topic)
+                    .properties(&properties)
                     .partitions(u32::try_from(config.parallelism).unwrap_or(u32::MAX))
                     .connect()
                     .await

@@ -1,8 +1,6 @@
 //! What operators (and the tests standing in for them) do to a topic
 //! while jobs read it: delete its oldest records, add partitions.
 
-use std::time::Duration;
-
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::delete_records_request::{
@@ -11,22 +9,17 @@ use kafka_protocol::messages::delete_records_request::{
 use kafka_protocol::messages::{CreatePartitionsRequest, DeleteRecordsRequest, TopicName};
 
 use crate::topic::Topic;
-use crate::{millis, str_bytes, ClientConfig, Cluster, WireError};
+use crate::{millis, str_bytes, Brokers, Cluster, WireError};
 
-fn admin(brokers: &str) -> Cluster {
-    Cluster::new(ClientConfig {
-        bootstrap: brokers.split(',').map(|b| b.trim().to_string()).collect(),
-        client_id: "eo-kafka-admin".to_string(),
-        connect_timeout: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(30),
-    })
+fn admin(brokers: impl Into<Brokers>) -> Cluster {
+    brokers.into().cluster("eo-kafka-admin")
 }
 
 /// Deletes the records of `partition` of `topic` before `offset`, as
 /// retention does; the partition then starts at `offset`. Called by tests
 /// of readers that find records gone.
 pub async fn delete_records_before(
-    brokers: &str,
+    brokers: impl Into<Brokers>,
     topic: &str,
     partition: i32,
     offset: i64,
@@ -60,7 +53,11 @@ pub async fn delete_records_before(
 
 /// Grows `topic` to `count` partitions. Called by tests of readers that
 /// meet partitions added while they run.
-pub async fn add_partitions(brokers: &str, topic: &str, count: i32) -> Result<(), WireError> {
+pub async fn add_partitions(
+    brokers: impl Into<Brokers>,
+    topic: &str,
+    count: i32,
+) -> Result<(), WireError> {
     let cluster = admin(brokers);
     let request = CreatePartitionsRequest::default()
         .with_timeout_ms(millis(cluster.config.request_timeout))

@@ -21,6 +21,7 @@ use tracing::debug;
 use crate::api::{Call, ALL};
 use crate::connection::{Answer, Connection};
 use crate::error::WireError;
+use crate::security::Security;
 
 /// How the client reaches the cluster. Made from the sink's settings.
 #[derive(Debug, Clone)]
@@ -34,6 +35,8 @@ pub struct ClientConfig {
     /// How long one request may wait for its answer; also the time a lookup
     /// is retried.
     pub request_timeout: Duration,
+    /// TLS and SASL (`Security::default()`: neither).
+    pub security: Arc<Security>,
 }
 
 /// A connection and the versions of each request its broker speaks.
@@ -119,8 +122,13 @@ impl Cluster {
                 return Ok(link.clone());
             }
         }
-        let connection =
-            Connection::open(address, &self.config.client_id, self.config.connect_timeout).await?;
+        let connection = Connection::open(
+            address,
+            &self.config.client_id,
+            self.config.connect_timeout,
+            &self.config.security,
+        )
+        .await?;
         // Version 2: the last that every broker since Kafka 2.0 answers
         // without the flexible encoding.
         let answer = connection

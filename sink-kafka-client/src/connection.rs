@@ -1,4 +1,5 @@
-//! One TCP connection to one broker: requests framed and pipelined, answers
+//! One connection to one broker (TCP, with TLS and SASL when the
+//! [`Security`] asks for them): requests framed and pipelined, answers
 //! matched to them in order.
 //!
 //! A broker answers the requests of one connection in the order they came
@@ -21,13 +22,17 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::Call;
 use crate::error::WireError;
+use crate::security::Security;
+
+/// A stream to a broker: TCP, or TLS over it.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 /// The largest answer read: a `Fetch` answer holds at most what was asked
 /// for (the reader asks for a few MiB), anything larger is a broken stream.
@@ -73,13 +78,15 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Opens a connection to `address` within `timeout`. The tasks it
-    /// starts end when the connection breaks or the last handle is
+    /// Opens a connection to `address` within `timeout`, secured as
+    /// `security` says (TLS, then SASL, within the same `timeout`). The
+    /// tasks it starts end when the connection breaks or the last handle is
     /// dropped.
     pub async fn open(
         address: &str,
         client_id: &str,
         timeout: Duration,
+        security: &Security,
     ) -> Result<Connection, WireError> {
         let stream = tokio::time::timeout(timeout, TcpStream::connect(address))
             .await
@@ -99,7 +106,13 @@ impl Connection {
                 address: address.to_string(),
                 source,
             })?;
-        let (read, write) = stream.into_split();
+        let secured = tokio::time::timeout(timeout, secure(stream, address, client_id, security))
+            .await
+            .map_err(|_| WireError::ConnectTimeout {
+                address: address.to_string(),
+                after: timeout,
+            })??;
+        let (read, write) = tokio::io::split(secured);
         let waiting: Waiting = Arc::default();
         let (outgoing, requests) = mpsc::channel(64);
         let client_id = StrBytes::from_string(client_id.to_string());
@@ -225,8 +238,60 @@ impl<R: Call> Answer<R> {
 
 /// Writes each request with its header and length; registers its caller
 /// before the bytes leave, so the reader always finds it.
+/// The TLS handshake and SASL authentication `security` asks for, on a
+/// new TCP connection to `address`.
+async fn secure(
+    stream: TcpStream,
+    address: &str,
+    client_id: &str,
+    security: &Security,
+) -> Result<Box<dyn Stream>, WireError> {
+    let mut stream: Box<dyn Stream> = match security.protocol.tls() {
+        false => Box::new(stream),
+        true => {
+            let tls = |reason: String| WireError::Tls {
+                address: address.to_string(),
+                reason,
+            };
+            let config = security.tls_config().map_err(tls)?;
+            let host = address
+                .rsplit_once(':')
+                .map_or(address, |(host, _)| host)
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
+                tls(format!(
+                    "{host:?} is not a name a certificate can carry: {e}"
+                ))
+            })?;
+            let connector = tokio_rustls::TlsConnector::from(config);
+            let secured = connector.connect(name, stream).await.map_err(|e| {
+                tls(format!(
+                    "the handshake failed: {e}. Check ssl.ca.location (the CA that signed the \
+                     broker's certificate), that the broker's certificate names {host}, and \
+                     that the listener takes TLS (a plaintext listener closes at the first \
+                     message: security.protocol PLAINTEXT or SASL_PLAINTEXT there)"
+                ))
+            })?;
+            Box::new(secured)
+        }
+    };
+    if security.protocol.sasl() {
+        let sasl = security.sasl.as_ref().ok_or_else(|| WireError::Sasl {
+            address: address.to_string(),
+            mechanism: "(none)",
+            reason: format!(
+                "security.protocol {} needs sasl.mechanism and credentials",
+                security.protocol.name()
+            ),
+        })?;
+        crate::sasl::authenticate(&mut stream, sasl, client_id, address).await?;
+    }
+    Ok(stream)
+}
+
 async fn write_requests(
-    mut socket: OwnedWriteHalf,
+    mut socket: tokio::io::WriteHalf<Box<dyn Stream>>,
     mut requests: mpsc::Receiver<Outgoing>,
     waiting: Waiting,
     client_id: StrBytes,
@@ -282,12 +347,28 @@ async fn write_requests(
 }
 
 /// Reads answers and hands each to the oldest waiting caller.
-async fn read_answers(mut socket: OwnedReadHalf, waiting: Waiting, address: String) {
+async fn read_answers(
+    mut socket: tokio::io::ReadHalf<Box<dyn Stream>>,
+    waiting: Waiting,
+    address: String,
+) {
     let reason = loop {
         let length = match socket.read_i32().await {
             Ok(length) => length,
             Err(e) => break e.to_string(),
         };
+        // A TLS record (an alert: content type 21, version 3.x) where a
+        // Kafka answer was due: the listener speaks TLS to a plaintext
+        // client. No retry changes that.
+        if (length as u32) >> 16 == 0x1503 {
+            fail_all_with(&waiting, || WireError::Tls {
+                address: address.clone(),
+                reason: "the broker answered with a TLS alert: the listener takes TLS; set \
+                         security.protocol to SSL or SASL_SSL (and ssl.ca.location)"
+                    .into(),
+            });
+            return;
+        }
         let Some(length) = usize::try_from(length).ok().filter(|l| *l <= MAX_FRAME) else {
             break format!("an answer of {length} bytes (at most {MAX_FRAME} are read)");
         };
@@ -329,6 +410,16 @@ async fn read_answers(mut socket: OwnedReadHalf, waiting: Waiting, address: Stri
         let _ = pending.reply.send(Ok(body.copy_to_bytes(body.remaining())));
     };
     fail_all(&waiting, &address, &reason);
+}
+
+/// Breaks the connection for everyone waiting on it with `error`, and for
+/// every request after.
+fn fail_all_with(waiting: &Waiting, error: impl Fn() -> WireError) {
+    let mut queue = lock(waiting);
+    queue.broken.get_or_insert_with(|| error().to_string());
+    for pending in queue.pending.drain(..) {
+        let _ = pending.reply.send(Err(error()));
+    }
 }
 
 /// Breaks the connection for everyone waiting on it, and for every request

@@ -115,6 +115,25 @@ pub enum WireError {
     /// An answer that lacks what was asked for.
     #[error("{0}")]
     Protocol(String),
+    /// The TLS handshake failed, or the broker answered in TLS a client
+    /// that speaks plaintext: permanent.
+    #[error("TLS with {address}: {reason}")]
+    Tls {
+        /// `host:port`.
+        address: String,
+        /// What failed, and what to check.
+        reason: String,
+    },
+    /// SASL authentication was refused or failed: permanent.
+    #[error("SASL {mechanism} with {address}: {reason}")]
+    Sasl {
+        /// `host:port`.
+        address: String,
+        /// The mechanism.
+        mechanism: &'static str,
+        /// What failed, and what to check (never the secret).
+        reason: String,
+    },
 }
 
 impl WireError {

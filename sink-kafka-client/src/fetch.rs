@@ -15,7 +15,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::records::RecordBatchDecoder;
 
-use crate::WireError;
+use crate::{Header, WireError};
 
 /// One data record of a committed transaction (or of a non-transactional
 /// producer).
@@ -25,8 +25,14 @@ pub struct FetchedRecord {
     pub offset: i64,
     /// Its key.
     pub key: Option<Bytes>,
-    /// Its value (`None`: a tombstone).
+    /// Its value (`None`: a tombstone, null, not empty).
     pub value: Option<Bytes>,
+    /// Its timestamp, in milliseconds since the epoch: when its producer
+    /// made it, or when the broker appended it (the topic's
+    /// `message.timestamp.type`).
+    pub timestamp: i64,
+    /// Its headers, in their order.
+    pub headers: Vec<Header>,
 }
 
 /// An aborted transaction of a fetch answer: its producer and the first
@@ -126,6 +132,15 @@ pub fn committed_records(
                 offset: record.offset,
                 key: record.key,
                 value: record.value,
+                timestamp: record.timestamp,
+                headers: record
+                    .headers
+                    .into_iter()
+                    .map(|(key, value)| Header {
+                        key: key.to_string(),
+                        value,
+                    })
+                    .collect(),
             });
         }
     }

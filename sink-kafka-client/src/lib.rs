@@ -6,7 +6,7 @@
 //!
 //! Not a general-purpose client: it has what the sink and the source need
 //! and no more (`docs/architecture.md`, "The Kafka client", says why the
-//! project does not use librdkafka). No TLS or SASL yet.
+//! project does not use librdkafka).
 //!
 //! | module | holds |
 //! |---|---|
@@ -17,6 +17,9 @@
 //! | [`admin`] | deleting a partition's oldest records, adding partitions |
 //! | [`fetch`] | decoding fetched batches: committed data records only |
 //! | [`group`] | a consumer group's state and members, as messages name them |
+//! | [`Header`] | a record's header |
+//! | [`Security`] | TLS (rustls) and SASL: PLAIN, SCRAM-SHA-256/512 (`scram`), OAUTHBEARER (`sasl`) |
+//! | [`ClientProperties`] | a client properties file (`--kafka-config`), under Kafka's names |
 //! | [`CompressionType`] | the codecs batches are written with; every codec is read |
 //! | [`WireError`] | what a request can fail with, classed retriable, fenced or permanent |
 
@@ -25,19 +28,37 @@
 
 pub mod admin;
 mod api;
+mod brokers;
 mod cluster;
 mod compression;
 mod connection;
 mod error;
 pub mod fetch;
 pub mod group;
+mod header;
+mod properties;
+#[cfg(feature = "test-proxy")]
+pub mod proxy;
+mod sasl;
+mod scram;
+mod security;
 pub mod topic;
 
 pub use api::Call;
+pub use brokers::Brokers;
 pub use cluster::{ClientConfig, Cluster, CoordinatorKind, Link};
 pub use compression::{codec_of_first_batch, CompressionType};
 pub use connection::{Answer, MAX_FRAME};
 pub use error::WireError;
+pub use header::Header;
+pub use properties::ClientProperties;
+pub use scram::{
+    server_check as scram_server_check, ScramClient, ScramError, ScramHash, ScramKeys,
+};
+pub use security::{
+    Sasl, SaslMechanism, Secret, Security, SecurityProtocol, StaticToken, TlsFiles, TokenFuture,
+    TokenProvider,
+};
 
 /// The protocol's message types, as this client speaks them.
 pub use kafka_protocol;

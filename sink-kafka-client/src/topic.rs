@@ -7,19 +7,14 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest, TopicName};
 
-use crate::{millis, str_bytes, ClientConfig, Cluster, WireError};
+use crate::{millis, str_bytes, Brokers, Cluster, WireError};
 
 /// Deletes `topic` on the cluster reached through `brokers`, and waits
 /// until the cluster no longer knows it; `false` if it did not exist.
 /// Called by demos that start over (`--fresh`); every record of the topic
 /// is gone, committed or not.
-pub async fn delete_topic(brokers: &str, topic: &str) -> Result<bool, WireError> {
-    let cluster = Cluster::new(ClientConfig {
-        bootstrap: brokers.split(',').map(|b| b.trim().to_string()).collect(),
-        client_id: "eo-kafka-admin".to_string(),
-        connect_timeout: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(30),
-    });
+pub async fn delete_topic(brokers: impl Into<Brokers>, topic: &str) -> Result<bool, WireError> {
+    let cluster = brokers.into().cluster("eo-kafka-admin");
     let request = DeleteTopicsRequest::default()
         .with_topic_names(vec![TopicName(str_bytes(topic))])
         .with_timeout_ms(millis(cluster.config.request_timeout));

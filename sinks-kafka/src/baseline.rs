@@ -5,7 +5,6 @@
 //! two is what exactly-once costs.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kafka_protocol::messages::{InitProducerIdRequest, ProducerId};
 
@@ -14,7 +13,7 @@ use crate::errors::ConnectError;
 use crate::record::KafkaRecord;
 use crate::session::Session;
 use sink_kafka_client::topic::Topic;
-use sink_kafka_client::{ClientConfig, Cluster, WireError};
+use sink_kafka_client::{Brokers, WireError};
 
 /// A producer with a producer id (Kafka's idempotence: no duplicate from a
 /// retried batch) and no transactions, writing to one topic.
@@ -33,16 +32,12 @@ impl IdempotentProducer {
     /// Reaches the cluster through `brokers`, creates `topic` with
     /// `partitions` partitions if it is missing, and takes a producer id.
     pub async fn connect(
-        brokers: &str,
+        brokers: impl Into<Brokers>,
         topic: &str,
         partitions: u32,
     ) -> Result<IdempotentProducer, ConnectError> {
-        let cluster = Arc::new(Cluster::new(ClientConfig {
-            bootstrap: brokers.split(',').map(|b| b.trim().to_string()).collect(),
-            client_id: "eo-kafka-baseline".to_string(),
-            connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(30),
-        }));
+        let brokers: Brokers = brokers.into();
+        let cluster = Arc::new(brokers.cluster("eo-kafka-baseline"));
         let failed = |source| ConnectError::Cluster {
             brokers: brokers.to_string(),
             source,

@@ -5,6 +5,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Record;
 
 use crate::record::{partition_of_key, KafkaRecord};
@@ -107,11 +108,17 @@ impl Batcher {
         };
         let batch = &mut self.batches[partition];
         batch.bytes += size;
-        batch.records.push(record(
+        let mut out = record(
             input.key.map(Bytes::from),
-            Bytes::from(input.value),
-            timestamp,
-        ));
+            input.value.map(Bytes::from),
+            input.timestamp.unwrap_or(timestamp),
+        );
+        out.headers = input
+            .headers
+            .into_iter()
+            .map(|h| (StrBytes::from_string(h.key), h.value))
+            .collect();
+        batch.records.push(out);
         Ok((batch.bytes >= self.batch_bytes).then_some(partition))
     }
 

@@ -29,6 +29,7 @@ fn new_cluster() -> Arc<Cluster> {
         client_id: "broker-tests".into(),
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
+        security: Default::default(),
     }))
 }
 
@@ -55,14 +56,14 @@ async fn values(topic: &str) -> Vec<String> {
     let read = read_committed(&brokers(), topic).await.expect("reading");
     read.messages
         .into_iter()
-        .map(|m| String::from_utf8_lossy(&m.value).into_owned())
+        .map(|m| String::from_utf8_lossy(m.value_bytes()).into_owned())
         .collect()
 }
 
 async fn write(tx: &mut Transaction, topic: &Topic, partition: usize, values: &[&str]) {
     let records = values
         .iter()
-        .map(|v| record(None, bytes::Bytes::from(v.to_string()), 0))
+        .map(|v| record(None, Some(bytes::Bytes::from(v.to_string())), 0))
         .collect();
     tx.send(partition as i32, topic.leaders[partition], records)
         .await

@@ -13,23 +13,26 @@ use crate::sink::KafkaSink;
 use crate::slots::Slots;
 use crate::stats::Stats;
 use sink_kafka_client::topic::{Found, Topic};
-use sink_kafka_client::{ClientConfig, Cluster, CompressionType, WireError};
+use sink_kafka_client::{
+    Brokers, ClientConfig, ClientProperties, Cluster, CompressionType, Security, WireError,
+};
 
 impl KafkaSink {
     /// A builder of a sink writing to `topic` on the cluster reached
-    /// through `brokers` (`host:port`, several separated by commas).
-    pub fn builder(brokers: &str, topic: &str) -> KafkaSinkBuilder {
-        KafkaSinkBuilder::new(brokers, topic)
+    /// through `brokers` (`host:port`, several separated by commas; a
+    /// [`Brokers`] carries TLS and SASL too, as does
+    /// [`KafkaSinkBuilder::properties`]).
+    pub fn builder(brokers: impl Into<Brokers>, topic: &str) -> KafkaSinkBuilder {
+        KafkaSinkBuilder::new(brokers.into(), topic)
     }
 
     async fn connect(builder: KafkaSinkBuilder) -> Result<KafkaSink, ConnectError> {
-        let bootstrap: Vec<String> = builder
+        let bootstrap = builder.brokers.bootstrap();
+        builder
             .brokers
-            .split(',')
-            .map(str::trim)
-            .filter(|b| !b.is_empty())
-            .map(str::to_string)
-            .collect();
+            .security
+            .check()
+            .map_err(ConnectError::Setting)?;
         if bootstrap.is_empty() {
             return Err(ConnectError::Setting(
                 "no Kafka broker given: name at least one as host:port".to_string(),
@@ -79,6 +82,7 @@ impl KafkaSink {
             client_id: builder.client_id.clone(),
             connect_timeout: builder.connect_timeout,
             request_timeout: builder.request_timeout,
+            security: Arc::clone(&builder.brokers.security),
         }));
         let brokers = cluster.brokers();
         cluster
@@ -138,7 +142,7 @@ impl KafkaSink {
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct KafkaSinkBuilder {
-    pub(crate) brokers: String,
+    pub(crate) brokers: Brokers,
     pub(crate) topic: String,
     pub(crate) partitions: i32,
     pub(crate) replication_factor: i16,
@@ -154,9 +158,9 @@ pub struct KafkaSinkBuilder {
 }
 
 impl KafkaSinkBuilder {
-    pub(crate) fn new(brokers: &str, topic: &str) -> KafkaSinkBuilder {
+    pub(crate) fn new(brokers: Brokers, topic: &str) -> KafkaSinkBuilder {
         KafkaSinkBuilder {
-            brokers: brokers.to_string(),
+            brokers,
             topic: topic.to_string(),
             partitions: 1,
             replication_factor: -1,
@@ -241,6 +245,25 @@ impl KafkaSinkBuilder {
     /// How long one request may wait for its answer (default 30 s).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// How connections are secured: TLS and SASL (default neither).
+    pub fn security(mut self, security: Arc<Security>) -> Self {
+        self.brokers.security = security;
+        self
+    }
+
+    /// What a client properties file (`--kafka-config`) sets: TLS and
+    /// SASL, `compression.type` and `client.id` where given.
+    pub fn properties(mut self, properties: &ClientProperties) -> Self {
+        self.brokers.security = Arc::new(properties.security.clone());
+        if let Some(codec) = properties.compression {
+            self.compression = codec;
+        }
+        if let Some(id) = &properties.client_id {
+            self.client_id = id.clone();
+        }
         self
     }
 

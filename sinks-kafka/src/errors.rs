@@ -50,7 +50,7 @@ pub(crate) fn sink_error(doing: impl Into<String>, error: WireError) -> SinkErro
                 SinkError::other(doing, error).permanent()
             }
             _ if error.is_retriable() => SinkError::other(
-                format!("{doing} (the broker is down or unreachable; retried by restarting from the last checkpoint)"),
+                format!("{doing} (the broker is down or unreachable: a transient error, which a job with a restart strategy retries from its last checkpoint)"),
                 error,
             ),
             _ => SinkError::other(doing, error),

@@ -45,7 +45,11 @@ async fn committed_ids(brokers: &str, topic: &str) -> Vec<u64> {
     let read = read_committed(brokers, topic).await.expect("reading back");
     read.messages
         .iter()
-        .map(|m| String::from_utf8_lossy(&m.value).parse().expect("an id"))
+        .map(|m| {
+            String::from_utf8_lossy(m.value_bytes())
+                .parse()
+                .expect("an id")
+        })
         .collect()
 }
 
@@ -65,6 +69,7 @@ fn cluster(brokers: &str) -> Cluster {
         client_id: "fault-tests".into(),
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
+        security: Default::default(),
     })
 }
 

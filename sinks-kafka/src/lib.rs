@@ -71,7 +71,10 @@ pub use record::KafkaRecord;
 pub use sink::KafkaSink;
 pub use sink_kafka_client::fetch::FetchedRecord;
 pub use sink_kafka_client::topic::delete_topic;
-pub use sink_kafka_client::{CompressionType, WireError};
+pub use sink_kafka_client::{
+    Brokers, ClientProperties, CompressionType, Header as KafkaHeader, Sasl, SaslMechanism, Secret,
+    Security, SecurityProtocol, StaticToken, TlsFiles, TokenFuture, TokenProvider, WireError,
+};
 pub use stats::KafkaStats;
 pub use transaction::TransactionIdentity;
 pub use writer::{KafkaCommittable, KafkaWriter};

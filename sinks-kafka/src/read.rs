@@ -17,7 +17,7 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use crate::recovery::transactions;
 use sink_kafka_client::fetch::{aborted, committed_records, stable_end, FetchedRecord};
 use sink_kafka_client::topic::Topic;
-use sink_kafka_client::{str_bytes, ClientConfig, Cluster, WireError};
+use sink_kafka_client::{str_bytes, Brokers, Header, WireError};
 
 /// One committed message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,8 +28,19 @@ pub struct CommittedMessage {
     pub offset: i64,
     /// Its key.
     pub key: Option<Vec<u8>>,
-    /// Its value.
-    pub value: Vec<u8>,
+    /// Its value (`None`: a tombstone).
+    pub value: Option<Vec<u8>>,
+    /// Its timestamp, in milliseconds since the epoch.
+    pub timestamp: i64,
+    /// Its headers, in order.
+    pub headers: Vec<Header>,
+}
+
+impl CommittedMessage {
+    /// The value's bytes, empty for a tombstone.
+    pub fn value_bytes(&self) -> &[u8] {
+        self.value.as_deref().unwrap_or_default()
+    }
 }
 
 /// What a `read_committed` consumer sees of a topic now.
@@ -46,8 +57,11 @@ pub struct CommittedTopic {
 /// now (`Ongoing`), on the cluster reached through `brokers`. Called by
 /// tests and operators to check that a job left no transaction open: the
 /// sink's ids start with its prefix (by default the job's name).
-pub async fn open_transactions(brokers: &str, prefix: &str) -> Result<Vec<String>, WireError> {
-    let cluster = reader_cluster(brokers);
+pub async fn open_transactions(
+    brokers: impl Into<Brokers>,
+    prefix: &str,
+) -> Result<Vec<String>, WireError> {
+    let cluster = brokers.into().cluster("eo-kafka-reader");
     let mut open: Vec<String> = transactions(&cluster, prefix)
         .await?
         .into_iter()
@@ -58,15 +72,6 @@ pub async fn open_transactions(brokers: &str, prefix: &str) -> Result<Vec<String
     Ok(open)
 }
 
-fn reader_cluster(brokers: &str) -> Cluster {
-    Cluster::new(ClientConfig {
-        bootstrap: brokers.split(',').map(|b| b.trim().to_string()).collect(),
-        client_id: "eo-kafka-reader".to_string(),
-        connect_timeout: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(30),
-    })
-}
-
 /// How many bytes one fetch asks for per partition.
 const FETCH_BYTES: i32 = 4 << 20;
 
@@ -74,14 +79,19 @@ const FETCH_BYTES: i32 = 4 << 20;
 /// `brokers`, as a `read_committed` consumer would, from each partition's
 /// log start (what retention kept) to its last stable offset. Called by tests and demos to check what the sink
 /// committed; a topic that does not exist reads as empty.
-pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic, WireError> {
+pub async fn read_committed(
+    brokers: impl Into<Brokers>,
+    topic: &str,
+) -> Result<CommittedTopic, WireError> {
     let mut messages = Vec::new();
     let open_partitions = read_committed_with(brokers, topic, |partition, record| {
         messages.push(CommittedMessage {
             partition,
             offset: record.offset,
             key: record.key.map(|k| k.to_vec()),
-            value: record.value.map(|v| v.to_vec()).unwrap_or_default(),
+            value: record.value.map(|v| v.to_vec()),
+            timestamp: record.timestamp,
+            headers: record.headers,
         })
     })
     .await?;
@@ -97,11 +107,11 @@ pub async fn read_committed(brokers: &str, topic: &str) -> Result<CommittedTopic
 /// transaction open (see [`CommittedTopic::open_partitions`]). Called by
 /// readers of large topics (the benchmarks' plain consumer).
 pub async fn read_committed_with(
-    brokers: &str,
+    brokers: impl Into<Brokers>,
     topic: &str,
     mut each: impl FnMut(i32, FetchedRecord),
 ) -> Result<Vec<i32>, WireError> {
-    let cluster = reader_cluster(brokers);
+    let cluster = brokers.into().cluster("eo-kafka-reader");
     let Some(described) = Topic::describe(&cluster, topic).await? else {
         return Ok(Vec::new());
     };

@@ -1,8 +1,11 @@
-//! What the sink writes: one Kafka message per record, and the partition
-//! it goes to.
+//! What the sink writes: one Kafka message per record (key, value or
+//! tombstone, headers, timestamp), and the partition it goes to.
 
-/// One message: an optional key and a value, and optionally the partition
-/// it goes to.
+use bytes::Bytes;
+use sink_kafka_client::Header;
+
+/// One message: an optional key, a value (or none: a tombstone), headers,
+/// and optionally its timestamp and the partition it goes to.
 ///
 /// The sink's input; a job maps its records to these. A record that names
 /// its partition ([`with_partition`](Self::with_partition)) goes there; a
@@ -15,8 +18,14 @@
 pub struct KafkaRecord {
     /// The key, or `None`.
     pub key: Option<Vec<u8>>,
-    /// The value.
-    pub value: Vec<u8>,
+    /// The value, or `None`: a tombstone (null, which compacted topics
+    /// take as the key's deletion; not the same as empty).
+    pub value: Option<Vec<u8>>,
+    /// Its headers, in order.
+    pub headers: Vec<Header>,
+    /// Its timestamp in milliseconds since the epoch, or `None`: when the
+    /// writer batches it.
+    pub timestamp: Option<i64>,
     /// The partition it goes to, or `None`: its key's, or the subtask's
     /// current one. A partition the topic does not have is refused when
     /// the record is written.
@@ -28,9 +37,40 @@ impl KafkaRecord {
     pub fn new(value: impl Into<Vec<u8>>) -> KafkaRecord {
         KafkaRecord {
             key: None,
-            value: value.into(),
+            value: Some(value.into()),
+            headers: Vec::new(),
+            timestamp: None,
             partition: None,
         }
+    }
+
+    /// A tombstone: a record without a value (null).
+    pub fn tombstone() -> KafkaRecord {
+        KafkaRecord {
+            value: None,
+            ..KafkaRecord::new(Vec::new())
+        }
+    }
+
+    /// The same record with one more header, `key` with `value` (`None`:
+    /// null).
+    pub fn with_header(
+        mut self,
+        key: impl Into<String>,
+        value: Option<impl Into<Vec<u8>>>,
+    ) -> KafkaRecord {
+        self.headers.push(Header {
+            key: key.into(),
+            value: value.map(|v| Bytes::from(v.into())),
+        });
+        self
+    }
+
+    /// The same record stamped `timestamp` (milliseconds since the epoch)
+    /// rather than when it is batched.
+    pub fn with_timestamp(mut self, timestamp: i64) -> KafkaRecord {
+        self.timestamp = Some(timestamp);
+        self
     }
 
     /// The same record with `key`.
@@ -45,10 +85,18 @@ impl KafkaRecord {
         self
     }
 
-    /// Bytes it takes in a batch, about: key, value and a record's
-    /// overhead.
+    /// Bytes it takes in a batch, about: key, value, headers and a
+    /// record's overhead.
     pub(crate) fn size(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len) + self.value.len() + 24
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len) + 8)
+            .sum();
+        self.key.as_ref().map_or(0, Vec::len)
+            + self.value.as_ref().map_or(0, Vec::len)
+            + headers
+            + 24
     }
 }
 

@@ -170,7 +170,7 @@ impl Session {
 
 /// A record as the batch encoder takes it; the session fills in the
 /// producer's fields.
-pub(crate) fn record(key: Option<Bytes>, value: Bytes, timestamp: i64) -> Record {
+pub(crate) fn record(key: Option<Bytes>, value: Option<Bytes>, timestamp: i64) -> Record {
     Record {
         transactional: false,
         control: false,
@@ -183,7 +183,7 @@ pub(crate) fn record(key: Option<Bytes>, value: Bytes, timestamp: i64) -> Record
         sequence: 0,
         timestamp,
         key,
-        value: Some(value),
+        value,
         headers: IndexMap::new(),
     }
 }

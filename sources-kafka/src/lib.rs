@@ -50,4 +50,5 @@ pub use error::KafkaSourceError;
 pub use reader::KafkaReader;
 pub use record::KafkaMessage;
 pub use settings::KafkaSplit;
+pub use sink_kafka_client::{Brokers, ClientProperties, Header as KafkaHeader, Security};
 pub use source::{KafkaSource, KafkaSourceBuilder};

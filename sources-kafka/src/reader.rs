@@ -642,6 +642,8 @@ impl KafkaReader {
                     offset: record.offset,
                     key: record.key,
                     value: record.value,
+                    timestamp: record.timestamp,
+                    headers: record.headers,
                 })
             })
             .map_err(|e| self.wire(e))?;

@@ -2,15 +2,18 @@
 //! it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sink_kafka_client::{ClientConfig, Cluster};
+use sink_kafka_client::{ClientConfig, Cluster, Security};
 
 /// What every reader of one source shares.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub brokers: String,
+    /// TLS and SASL.
+    pub security: Arc<Security>,
     pub topic: String,
     pub group: String,
     pub topic_id: Option<String>,
@@ -58,6 +61,7 @@ impl Settings {
             client_id: format!("eo-kafka-source-{}", self.group),
             connect_timeout: Duration::from_secs(10),
             request_timeout,
+            security: Arc::clone(&self.security),
         })
     }
 }

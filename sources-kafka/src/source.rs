@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use sink_api::SubtaskIndex;
 use sink_kafka_client::topic::Topic;
+use sink_kafka_client::{Brokers, ClientProperties, Security};
 use sink_runtime::source::{Boundedness, Source, SourceError};
 
 use crate::offsets::{offsets, Edge};
@@ -53,15 +54,19 @@ pub struct KafkaSourceBuilder {
 
 impl KafkaSource {
     /// A source of `topic` on the cluster reached through `brokers`
-    /// (`host:port`, comma-separated), read by the consumer group `group`.
+    /// (`host:port`, comma-separated; a [`Brokers`] carries TLS and SASL
+    /// too, as does [`KafkaSourceBuilder::properties`]), read by the
+    /// consumer group `group`.
     pub fn builder(
-        brokers: impl Into<String>,
+        brokers: impl Into<Brokers>,
         topic: impl Into<String>,
         group: impl Into<String>,
     ) -> KafkaSourceBuilder {
+        let brokers: Brokers = brokers.into();
         KafkaSourceBuilder {
             settings: Settings {
-                brokers: brokers.into(),
+                brokers: brokers.list,
+                security: brokers.security,
                 topic: topic.into(),
                 group: group.into(),
                 topic_id: None,
@@ -88,6 +93,20 @@ impl KafkaSourceBuilder {
     /// them (see [`KafkaSource`]).
     pub fn bounded(mut self) -> Self {
         self.settings.bounded = true;
+        self
+    }
+
+    /// How connections are secured: TLS and SASL (default neither).
+    pub fn security(mut self, security: Arc<Security>) -> Self {
+        self.settings.security = security;
+        self
+    }
+
+    /// What a client properties file (`--kafka-config`) sets for a
+    /// reader: TLS and SASL (a producer's settings, such as
+    /// `compression.type`, are the sink's).
+    pub fn properties(mut self, properties: &ClientProperties) -> Self {
+        self.settings.security = Arc::new(properties.security.clone());
         self
     }
 
@@ -156,6 +175,10 @@ impl KafkaSourceBuilder {
                 "a Kafka source needs a topic and a group (--topic, --group)".into(),
             ));
         }
+        settings
+            .security
+            .check()
+            .map_err(KafkaSourceError::Setting)?;
         if settings.session_timeout < Duration::from_millis(100) {
             return Err(KafkaSourceError::Setting(format!(
                 "the session timeout {:?} is too short: at least 100 ms",

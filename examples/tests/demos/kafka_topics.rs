@@ -74,6 +74,35 @@ fn write_values(
     });
 }
 
+/// Writes `records` into `topic` (created with `partitions` partitions if
+/// missing), with a plain idempotent producer.
+pub fn write_records(topic: &str, partitions: u32, records: Vec<sinks_kafka::KafkaRecord>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut producer = sinks_kafka::IdempotentProducer::connect(&brokers(), topic, partitions)
+            .await
+            .unwrap();
+        producer.send_batch(records).await.unwrap();
+        producer.flush().await.unwrap();
+    });
+}
+
+/// Every committed message of `topic`, as a `read_committed` consumer sees
+/// it.
+pub fn read_all(topic: &str) -> Vec<sinks_kafka::CommittedMessage> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(sinks_kafka::read_committed(&brokers(), topic))
+        .unwrap()
+        .messages
+}
+
 /// The id of a value `v<id>`.
 pub fn value_id(value: &str) -> u64 {
     value
@@ -182,7 +211,7 @@ pub fn committed_values_at(brokers: &str, topic: &str) -> Vec<u64> {
     let mut ids: Vec<u64> = read
         .messages
         .iter()
-        .map(|m| value_id(std::str::from_utf8(&m.value).unwrap()))
+        .map(|m| value_id(std::str::from_utf8(m.value_bytes()).unwrap()))
         .collect();
     ids.sort_unstable();
     ids

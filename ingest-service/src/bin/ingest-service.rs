@@ -102,6 +102,12 @@ struct Args {
     /// comma-separated.
     #[arg(long, value_name = "HOST:PORT")]
     brokers: Option<String>,
+    /// With --sink kafka: a Kafka client properties file (Java's
+    /// client.properties format): security.protocol, sasl.mechanism,
+    /// sasl.username, sasl.password, ssl.ca.location, compression.type, …
+    /// (docs/kafka.md, "Settings"). Secrets in it are never printed.
+    #[arg(long, value_name = "FILE")]
+    kafka_config: Option<std::path::PathBuf>,
     /// With --sink kafka: the topic, created if missing (with as many
     /// partitions as --parallelism); one message per event, its JSON text.
     #[arg(long, default_value = "ingest-events")]
@@ -240,8 +246,8 @@ impl Args {
             })?),
             (None, None) => None,
         };
-        if self.brokers.is_some() && self.sink != SinkKind::Kafka {
-            bail!("--brokers goes with --sink kafka");
+        if (self.brokers.is_some() || self.kafka_config.is_some()) && self.sink != SinkKind::Kafka {
+            bail!("--brokers and --kafka-config go with --sink kafka");
         }
         if self.table.is_some() && !matches!(self.sink, SinkKind::Postgres | SinkKind::Iceberg) {
             bail!("--table goes with --sink postgres or --sink iceberg");
@@ -290,6 +296,7 @@ impl Args {
                 Destination::Kafka {
                     brokers,
                     topic: self.topic.clone(),
+                    kafka_config: self.kafka_config.clone(),
                 }
             }
             (SinkKind::Files | SinkKind::Delta | SinkKind::Iceberg | SinkKind::Kafka, Some(_)) => {

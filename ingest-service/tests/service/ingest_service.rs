@@ -409,7 +409,7 @@ impl Output {
                 let text: Vec<String> = read
                     .messages
                     .iter()
-                    .map(|m| String::from_utf8_lossy(&m.value).into_owned())
+                    .map(|m| String::from_utf8_lossy(m.value_bytes()).into_owned())
                     .collect();
                 let mut ids = BTreeMap::new();
                 count_ids(topic, &text.join("\n"), &mut ids);

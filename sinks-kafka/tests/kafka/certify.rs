@@ -17,7 +17,7 @@ impl Destination for Topic {
     type Sink = KafkaSink;
 
     async fn sink(&self) -> KafkaSink {
-        KafkaSink::builder(&brokers(), &self.name)
+        KafkaSink::builder(brokers(), &self.name)
             .partitions(3)
             .transactional_id_prefix(&self.name)
             .connect()
@@ -43,7 +43,7 @@ impl Destination for Topic {
     /// named, nothing is read from it).
     async fn hand_over_source(&self, job: &str) -> HandOverSource {
         let input = format!("{}-input", self.name);
-        KafkaSink::builder(&brokers(), &input)
+        KafkaSink::builder(brokers(), &input)
             .partitions(HAND_OVER_PARTITIONS)
             .connect()
             .await

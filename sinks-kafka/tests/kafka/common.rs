@@ -44,7 +44,7 @@ pub async fn committed_ids(topic: &str) -> Vec<u64> {
     read.messages
         .iter()
         .map(|m| {
-            std::str::from_utf8(&m.value)
+            std::str::from_utf8(m.value_bytes())
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_else(|| panic!("not an id: {:?}", m.value))

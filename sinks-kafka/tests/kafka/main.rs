@@ -5,3 +5,4 @@
 
 mod certify;
 mod common;
+mod security;

@@ -35,7 +35,7 @@ async fn a_bounded_group_reading_a_topic_written_in_transactions_ends() {
     use sink_runtime::{CheckpointConfig, Job, SequenceSource};
     use sinks_kafka::{KafkaRecord, KafkaSink};
     let topic = unique("source-transactional");
-    let sink = KafkaSink::builder(&brokers(), &topic)
+    let sink = KafkaSink::builder(brokers(), &topic)
         .partitions(3)
         .connect()
         .await

@@ -1,0 +1,222 @@
+//! The Kafka sink over TLS and SASL, against a proxy that enforces both in
+//! front of the test broker (`sink_kafka_client::proxy`; noida-db enforces
+//! neither): certified by the kit over SASL_SSL with SCRAM-SHA-512, and
+//! each refusal (a wrong password, a CA that did not sign the broker's
+//! certificate, plaintext to the TLS port) fast, named, and with nothing
+//! written.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sink_api::async_trait;
+use sink_kafka_client::proxy::{AuthProxy, ProxyConfig};
+use sink_kafka_client::{Brokers, ClientProperties, SaslMechanism};
+use sink_testkit::{certify, Destination, HandOverSource, HAND_OVER_PARTITIONS};
+use sinks_kafka::{open_transactions, read_committed, ConnectError, KafkaSink};
+
+use crate::common::{brokers, committed_ids, record, unique};
+
+/// A CA and a certificate it signs for 127.0.0.1, as PEM: the CA's
+/// certificate, the server's chain and key.
+fn certificates() -> (String, String, String) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let server_params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()]).unwrap();
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let server = server_params.signed_by(&server_key, &issuer).unwrap();
+    (ca.pem(), server.pem(), server_key.serialize_pem())
+}
+
+const USER: &str = "alice";
+const PASSWORD: &str = "s3cret-Pa55";
+
+/// A SASL_SSL (SCRAM-SHA-512) proxy in front of the test broker, and the
+/// CA file that signed its certificate.
+struct Secured {
+    proxy: AuthProxy,
+    dir: tempfile::TempDir,
+}
+
+impl Secured {
+    async fn start() -> Secured {
+        let (ca, chain, key) = certificates();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca).unwrap();
+        let proxy = AuthProxy::start(ProxyConfig {
+            upstream: brokers(),
+            tls: Some((chain, key)),
+            sasl: Some((SaslMechanism::ScramSha512, USER.into(), PASSWORD.into())),
+        })
+        .await
+        .unwrap();
+        Secured { proxy, dir }
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// The proxy reached with a properties file's settings.
+    fn brokers(&self, properties: &str) -> Brokers {
+        let properties = ClientProperties::parse(properties).unwrap();
+        Brokers::from(self.proxy.address()).secured(Arc::new(properties.security))
+    }
+
+    /// SASL_SSL, SCRAM-SHA-512, `password`, trusting `ca`.
+    fn properties(ca: &Path, password: &str) -> String {
+        format!(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username={USER}\n\
+             sasl.password={password}\nssl.ca.location={}\n",
+            ca.display()
+        )
+    }
+}
+
+struct Topic {
+    name: String,
+    brokers: Brokers,
+}
+
+#[async_trait]
+impl Destination for Topic {
+    type Sink = KafkaSink;
+
+    async fn sink(&self) -> KafkaSink {
+        KafkaSink::builder(&self.brokers, &self.name)
+            .partitions(3)
+            .transactional_id_prefix(&self.name)
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("connecting the sink to {} over SASL_SSL: {e}", self.name))
+    }
+
+    async fn committed_ids(&self) -> Vec<u64> {
+        committed_ids(&self.name).await
+    }
+
+    async fn open_transactions(&self) -> Option<usize> {
+        let open = open_transactions(&self.brokers, &format!("{}.", self.name))
+            .await
+            .unwrap_or_else(|e| panic!("listing transactions over SASL_SSL: {e}"));
+        Some(open.len())
+    }
+
+    async fn hand_over_source(&self, job: &str) -> HandOverSource {
+        let input = format!("{}-input", self.name);
+        KafkaSink::builder(&self.brokers, &input)
+            .partitions(HAND_OVER_PARTITIONS)
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("creating the topic {input}: {e}"));
+        HandOverSource {
+            scope: format!("kafka/{input}/{job}"),
+            split_prefix: "-/".to_string(),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_sasl_ssl_with_scram_sha_512_the_kafka_sink_is_certified() {
+    let secured = Arc::new(Secured::start().await);
+    let brokers = secured.brokers(&Secured::properties(&secured.ca(), PASSWORD));
+    let report = certify(
+        || {
+            let brokers = brokers.clone();
+            async move {
+                Topic {
+                    name: unique("certified-sasl-ssl"),
+                    brokers,
+                }
+            }
+        },
+        record,
+    )
+    .await;
+    println!(
+        "kafka sink over SASL_SSL (SCRAM-SHA-512), certified in {:.1} s:\n{report}",
+        report.duration().as_secs_f64()
+    );
+    report
+        .allow_unchecked([
+            "unknown-outcome/middle-of-batch",
+            "unknown-outcome/last-of-batch",
+        ])
+        .assert_passed();
+    drop(secured);
+}
+
+/// Connects a sink of a new topic through `brokers`; the error, how long it
+/// took, and whether the topic exists on the broker behind the proxy.
+async fn refused(brokers: Brokers) -> (String, Duration, bool) {
+    let topic = unique("refused");
+    let started = Instant::now();
+    let error = match KafkaSink::builder(brokers, &topic).connect().await {
+        Ok(_) => panic!("a sink connected where it must be refused"),
+        Err(error) => error,
+    };
+    let took = started.elapsed();
+    assert!(matches!(error, ConnectError::Cluster { .. }), "{error:?}");
+    let exists = sink_kafka_client::topic::Topic::describe(
+        &Brokers::from(brokers_plain()).cluster("check"),
+        &topic,
+    )
+    .await
+    .unwrap()
+    .is_some();
+    (error.to_string(), took, exists)
+}
+
+fn brokers_plain() -> String {
+    brokers()
+}
+
+#[tokio::test]
+async fn a_wrong_password_a_wrong_ca_and_plaintext_to_tls_are_each_refused_fast_and_named() {
+    let secured = Secured::start().await;
+    // Retries would take the request timeout (30 s); a refusal is final.
+    let fast = Duration::from_secs(10);
+
+    let (error, took, exists) =
+        refused(secured.brokers(&Secured::properties(&secured.ca(), "wrong"))).await;
+    assert!(error.contains("SASL SCRAM-SHA-512"), "{error}");
+    assert!(error.contains("refused the credentials"), "{error}");
+    assert!(!error.contains("wrong") || !error.contains("sasl.password=wrong"));
+    assert!(!error.contains(PASSWORD), "the password printed: {error}");
+    assert!(took < fast && !exists, "{took:?}, topic created: {exists}");
+
+    // A CA of its own, which did not sign the proxy's certificate.
+    let (other_ca, _, _) = certificates();
+    let other = secured.dir.path().join("other-ca.pem");
+    std::fs::write(&other, other_ca).unwrap();
+    let (error, took, exists) =
+        refused(secured.brokers(&Secured::properties(&other, PASSWORD))).await;
+    assert!(error.contains("TLS with"), "{error}");
+    assert!(error.contains("ssl.ca.location"), "{error}");
+    assert!(took < fast && !exists, "{took:?}, topic created: {exists}");
+
+    // Plaintext to the TLS port.
+    let (error, took, exists) = refused(secured.brokers("security.protocol=PLAINTEXT\n")).await;
+    assert!(error.contains("TLS"), "{error}");
+    assert!(error.contains("SSL or SASL_SSL"), "{error}");
+    assert!(took < fast && !exists, "{took:?}, topic created: {exists}");
+
+    // And the right settings work, reading back what was written.
+    let good = secured.brokers(&Secured::properties(&secured.ca(), PASSWORD));
+    let topic = unique("secured");
+    let mut producer = sinks_kafka::IdempotentProducer::connect(&good, &topic, 1)
+        .await
+        .unwrap();
+    producer
+        .send_batch(vec![sinks_kafka::KafkaRecord::new("over TLS")])
+        .await
+        .unwrap();
+    producer.flush().await.unwrap();
+    let read = read_committed(&good, &topic).await.unwrap();
+    assert_eq!(read.messages.len(), 1);
+    assert_eq!(read.messages[0].value_bytes(), b"over TLS");
+}
