@@ -233,6 +233,8 @@ impl Cluster {
         for address in candidates {
             match self.link(&address).await {
                 Ok(link) => return Ok(link),
+                // Refused: the next broker takes the same credentials.
+                Err(error @ (WireError::Tls { .. } | WireError::Sasl { .. })) => return Err(error),
                 Err(error) => last = Some(error),
             }
         }

@@ -256,7 +256,7 @@ async fn open_transactions_are_listed_by_every_broker() {
         .expect("begin");
         write(&mut tx, &topic, partition, &["open"]).await;
     }
-    let mut listed = lineage_transactions(&cluster, &prefix, "lineage1")
+    let mut listed = lineage_transactions(&cluster, &prefix, "lineage1", &[])
         .await
         .expect("ListTransactions");
     listed.sort();

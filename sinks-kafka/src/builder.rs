@@ -295,7 +295,7 @@ mod tests {
         assert!(matches!(error, ConnectError::Cluster { .. }), "{error:?}");
         assert!(
             message.starts_with(
-                "cannot reach the Kafka cluster at 127.0.0.1:1: no Kafka broker of 127.0.0.1:1 \
+                "the Kafka cluster at 127.0.0.1:1: no Kafka broker of 127.0.0.1:1 \
                  could be reached (check the address, and that the broker listens there): cannot \
                  connect to the Kafka broker 127.0.0.1:1: "
             ),

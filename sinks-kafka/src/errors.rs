@@ -15,7 +15,7 @@ pub enum ConnectError {
     #[error("{0}")]
     Setting(String),
     /// The cluster could not be reached, or answered with an error.
-    #[error("cannot reach the Kafka cluster at {brokers}: {source}")]
+    #[error("the Kafka cluster at {brokers}: {source}")]
     Cluster {
         /// The bootstrap brokers.
         brokers: String,

@@ -510,7 +510,8 @@ pub(crate) async fn settle(
     })?;
     // Committed ones too: a commit the coordinator completed may reach the
     // group's offsets a moment later (Kafka applies them from the marker).
-    let others: Vec<String> = transactions(cluster, &format!("{}.", name.prefix))
+    let competing = ["Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit"];
+    let others: Vec<String> = transactions(cluster, &format!("{}.", name.prefix), &competing)
         .await?
         .into_iter()
         .filter(|(id, state)| {

@@ -62,7 +62,7 @@ pub async fn open_transactions(
     prefix: &str,
 ) -> Result<Vec<String>, WireError> {
     let cluster = brokers.into().cluster("eo-kafka-reader");
-    let mut open: Vec<String> = transactions(&cluster, prefix)
+    let mut open: Vec<String> = transactions(&cluster, prefix, &["Ongoing"])
         .await?
         .into_iter()
         .filter(|(_, state)| state == "Ongoing")

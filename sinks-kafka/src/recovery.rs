@@ -25,40 +25,43 @@ use tracing::info;
 
 use crate::names::TransactionalIdName;
 use crate::transaction::{describe, init_producer_id, TransactionIdentity};
-use sink_kafka_client::{Cluster, WireError};
+use sink_kafka_client::{str_bytes, Cluster, WireError};
 
-/// The transactional ids of `prefix` and `lineage` the cluster knows, with
-/// the state each is in.
+/// The transactional ids of `prefix` and `lineage` the cluster knows in one
+/// of `states` (all: empty), with the state each is in.
 pub(crate) async fn lineage_transactions(
     cluster: &Cluster,
     prefix: &str,
     lineage: &str,
+    states: &[&str],
 ) -> Result<Vec<(String, String)>, WireError> {
     let ids = TransactionalIdName::lineage_prefix(prefix, lineage);
-    Ok(transactions(cluster, &ids)
+    Ok(transactions(cluster, &ids, states)
         .await?
         .into_iter()
         .filter(|(id, _)| TransactionalIdName::parse(id).is_some())
         .collect())
 }
 
-/// The transactional ids starting with `ids` that the cluster knows, with
-/// the state each is in.
+/// The transactional ids starting with `ids` that the cluster knows in one
+/// of `states` (all: empty), with the state each is in. The brokers are
+/// asked for those states only (`ListTransactions`' state filter, so that
+/// the answer does not grow with every transaction completed and not yet
+/// expired); a broker that ignores the filter is filtered here.
 pub(crate) async fn transactions(
     cluster: &Cluster,
     ids: &str,
+    states: &[&str],
 ) -> Result<Vec<(String, String)>, WireError> {
     let metadata = cluster.metadata(&[]).await?;
+    let request = ListTransactionsRequest::default()
+        .with_duration_filter(-1)
+        .with_state_filters(states.iter().map(|s| str_bytes(s)).collect());
     let mut found = Vec::new();
     let mut seen = HashSet::new();
     for broker in &metadata.brokers {
         let link = cluster.broker(broker.node_id.0).await?;
-        let answer = cluster
-            .call(
-                &link,
-                &ListTransactionsRequest::default().with_duration_filter(-1),
-            )
-            .await?;
+        let answer = cluster.call(&link, &request).await?;
         WireError::check(
             "ListTransactions",
             || format!("broker {}", broker.node_id.0),
@@ -66,7 +69,8 @@ pub(crate) async fn transactions(
         )?;
         for state in answer.transaction_states {
             let id = state.transactional_id.0.to_string();
-            if id.starts_with(ids) && seen.insert(id.clone()) {
+            let wanted = states.is_empty() || states.contains(&state.transaction_state.as_str());
+            if wanted && id.starts_with(ids) && seen.insert(id.clone()) {
                 found.push((id, state.transaction_state.to_string()));
             }
         }
@@ -84,7 +88,7 @@ pub(crate) async fn abort_lingering(
     timeout: Duration,
 ) -> Result<u64, WireError> {
     let mut aborted = 0;
-    for (id, state) in lineage_transactions(cluster, prefix, lineage).await? {
+    for (id, state) in lineage_transactions(cluster, prefix, lineage, &["Ongoing"]).await? {
         if state != "Ongoing" {
             continue;
         }

@@ -160,6 +160,7 @@ async fn refused(brokers: Brokers) -> (String, Duration, bool) {
         Err(error) => error,
     };
     let took = started.elapsed();
+    println!("refused in {took:?}: {error}");
     assert!(matches!(error, ConnectError::Cluster { .. }), "{error:?}");
     let exists = sink_kafka_client::topic::Topic::describe(
         &Brokers::from(brokers_plain()).cluster("check"),
