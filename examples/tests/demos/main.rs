@@ -22,6 +22,8 @@ mod kafka_sink_demo;
 mod kafka_sink_demo_kafka;
 #[cfg(feature = "kafka")]
 mod kafka_topics;
+#[cfg(feature = "kafka")]
+mod librdkafka;
 mod output;
 #[cfg(feature = "postgres")]
 mod postgres_sink_demo;

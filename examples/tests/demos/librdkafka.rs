@@ -1,0 +1,213 @@
+//! The Kafka demos against librdkafka, an independent client
+//! (`scripts/with-librdkafka`: confluent-kafka from PyPI): topics it writes
+//! with each codec are copied by both demos, the sink's output with each
+//! codec is read by it, keys land in the partitions its Java-compatible
+//! partitioner picks, and a member of it in a demo's group is refused.
+//! Every count is of records, each value once.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::kafka_topics::{brokers, committed_values_at, finished_values, unique};
+use crate::output::{assert_each_once, summary, text};
+
+const CODECS: [&str; 4] = ["gzip", "snappy", "lz4", "zstd"];
+
+/// Runs the librdkafka client (`$LIBRDKAFKA_CLIENT`) with `args`; its JSON.
+fn librdkafka(args: &[&str]) -> serde_json::Value {
+    let client = std::env::var("LIBRDKAFKA_CLIENT").unwrap_or_else(|_| {
+        panic!("LIBRDKAFKA_CLIENT is not set: run through scripts/with-librdkafka (./scripts/test-all does)")
+    });
+    let mut words = client.split_whitespace();
+    let output = Command::new(words.next().expect("a command"))
+        .args(words)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "librdkafka {args:?}: {}",
+        text(&output)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The ids of the values librdkafka reads in `topic`, sorted.
+fn read_by_librdkafka(topic: &str, value: impl Fn(&str) -> u64) -> Vec<u64> {
+    let read = librdkafka(&["consume", &brokers(), topic]);
+    let mut ids: Vec<u64> = read["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| value(r[2].as_str().expect("a value")))
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+fn kafka_to_kafka(input: &str, group: &str, output: &str, state: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kafka-sink-demo"));
+    command
+        .args([
+            "--brokers",
+            &brokers(),
+            "--topic",
+            output,
+            "--partitions",
+            "3",
+        ])
+        .args([
+            "--input-topic",
+            input,
+            "--group",
+            group,
+            "--source",
+            "kafka",
+        ])
+        .arg("--state")
+        .arg(state)
+        .args([
+            "--checkpoint-interval",
+            "100ms",
+            "--parallelism",
+            "2",
+            "--json",
+        ])
+        .env("RUST_LOG", "warn");
+    command
+}
+
+#[test]
+fn topics_librdkafka_compressed_with_each_codec_are_copied_by_both_demos_every_value_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for codec in CODECS {
+        let input = unique(&format!("rdk-{codec}-in"));
+        librdkafka(&["produce", &brokers(), &input, codec, "0", "3000", "4"]);
+        let output = unique(&format!("rdk-{codec}-out"));
+        let state = dir.path().join(format!("{codec}-k2k"));
+        let done = kafka_to_kafka(&input, &unique("g"), &output, &state)
+            .output()
+            .unwrap();
+        assert_eq!(summary(&done)["status"], "Finished", "{codec}");
+        let copied = committed_values_at(&brokers(), &output);
+        assert_each_once(&copied, 3000, &format!("{codec}, Kafka to Kafka"));
+        let out = dir.path().join(format!("{codec}-files"));
+        let done = Command::new(env!("CARGO_BIN_EXE_file-sink-demo"))
+            .args([
+                "--brokers",
+                &brokers(),
+                "--topic",
+                &input,
+                "--group",
+                &unique("g"),
+            ])
+            .args([
+                "--source",
+                "kafka",
+                "--json",
+                "--checkpoint-interval",
+                "100ms",
+            ])
+            .arg("--out")
+            .arg(&out)
+            .arg("--state")
+            .arg(dir.path().join(format!("{codec}-files-state")))
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        assert_eq!(summary(&done)["status"], "Finished", "{codec}");
+        assert_each_once(
+            &finished_values(&out),
+            3000,
+            &format!("{codec}, into files"),
+        );
+    }
+}
+
+#[test]
+fn the_sinks_output_with_each_codec_is_read_by_librdkafka_every_value_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for codec in CODECS {
+        let topic = unique(&format!("rdk-read-{codec}"));
+        let config = dir.path().join(format!("{codec}.properties"));
+        std::fs::write(&config, format!("compression.type={codec}\n")).unwrap();
+        let done = Command::new(env!("CARGO_BIN_EXE_kafka-sink-demo"))
+            .args([
+                "--brokers",
+                &brokers(),
+                "--topic",
+                &topic,
+                "--records",
+                "5000",
+            ])
+            .arg("--kafka-config")
+            .arg(&config)
+            .arg("--state")
+            .arg(dir.path().join(codec))
+            .args(["--parallelism", "2", "--json", "--fresh"])
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        assert_eq!(summary(&done)["status"], "Finished", "{codec}");
+        let ids = read_by_librdkafka(&topic, |line| {
+            line.split(',').next().unwrap().parse().unwrap()
+        });
+        assert_each_once(&ids, 5000, &format!("{codec}, read by librdkafka"));
+    }
+}
+
+#[test]
+fn librdkafka_and_the_sink_put_each_key_in_one_partition() {
+    let topic = unique("rdk-keys");
+    librdkafka(&["produce", &brokers(), &topic, "none", "0", "1000", "8"]);
+    crate::kafka_topics::fill(&topic, 8, 0, 1000);
+    let read = librdkafka(&["consume", &brokers(), &topic]);
+    let mut partitions_of: std::collections::BTreeMap<String, std::collections::BTreeSet<i64>> =
+        Default::default();
+    for record in read["records"].as_array().unwrap() {
+        let key = record[1].as_str().expect("a key").to_string();
+        partitions_of
+            .entry(key)
+            .or_default()
+            .insert(record[0].as_i64().unwrap());
+    }
+    assert_eq!(partitions_of.len(), 1000);
+    let split: Vec<_> = partitions_of.iter().filter(|(_, p)| p.len() > 1).collect();
+    assert!(
+        split.is_empty(),
+        "keys in two partitions: {:?}",
+        &split[..split.len().min(5)]
+    );
+    let used: std::collections::BTreeSet<i64> = partitions_of.values().flatten().copied().collect();
+    assert_eq!(used.len(), 8, "1000 keys over 8 partitions use each");
+}
+
+#[test]
+fn a_librdkafka_member_that_committed_offsets_in_the_group_is_refused_loudly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, group) = (
+        unique("rdk-foreign-in"),
+        unique("rdk-foreign-out"),
+        unique("g"),
+    );
+    crate::kafka_topics::fill(&input, 4, 0, 4000);
+    let committed = librdkafka(&["commit", &brokers(), &group, &input]);
+    assert!(committed["read"].as_u64().unwrap() > 0, "{committed}");
+    let done = kafka_to_kafka(&input, &group, &output, &dir.path().join("state"))
+        .output()
+        .unwrap();
+    let said = text(&done);
+    assert!(
+        !done.status.success(),
+        "a run took a foreign member's offsets: {said}"
+    );
+    assert!(
+        said.contains("holds offsets this job did not commit"),
+        "{said}"
+    );
+    assert!(said.contains(&group), "{said}");
+    assert!(
+        committed_values_at(&brokers(), &output).is_empty(),
+        "records written where the run was refused"
+    );
+}
