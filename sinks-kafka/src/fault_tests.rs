@@ -465,3 +465,19 @@ async fn a_broker_that_stops_answering_mid_run_fails_the_job_over_until_it_is_ba
     assert_eq!(report.metrics.records_lost, 0, "{:?}", report.metrics);
     assert_every_id_once(committed_ids(&brokers, &topic).await, records);
 }
+
+#[tokio::test]
+async fn a_start_succeeds_when_one_bootstrap_broker_answers() {
+    // Nothing listens on port 1; the test broker is second in the list.
+    let listed = format!("127.0.0.1:1,{}", brokers());
+    let topic = unique("one-of-two");
+    let sink = KafkaSink::builder(listed.as_str(), &topic)
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("one bootstrap broker answers: {e}"));
+    assert!(sink.created_topic());
+    let read = crate::read::read_committed(listed.as_str(), &topic)
+        .await
+        .expect("reading through the second broker");
+    assert!(read.messages.is_empty());
+}
