@@ -22,10 +22,11 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse, RequestHeader,
-    ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
-    SaslHandshakeResponse,
+    ApiKey, ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse, ProduceRequest,
+    ProduceResponse, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
+    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use rustls::pki_types::pem::PemObject;
@@ -46,6 +47,10 @@ pub struct ProxyConfig {
     /// SASL: the mechanism, the user and the password it takes; `None`: no
     /// SASL.
     pub sasl: Option<(SaslMechanism, String, String)>,
+    /// How many `Produce` requests, the first ones, it answers itself with
+    /// `NOT_LEADER_OR_FOLLOWER` for every partition, as a broker does whose
+    /// partitions' leadership just moved (to the same address, here).
+    pub not_leader_produces: usize,
 }
 
 /// A running proxy; stops when dropped.
@@ -85,11 +90,15 @@ impl AuthProxy {
                 Some(tokio_rustls::TlsAcceptor::from(Arc::new(server)))
             }
         };
+        let not_leader = Arc::new(std::sync::atomic::AtomicUsize::new(
+            config.not_leader_produces,
+        ));
         let config = Arc::new(config);
         let advertised = address.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let config = Arc::clone(&config);
+                let not_leader = Arc::clone(&not_leader);
                 let acceptor = acceptor.clone();
                 let advertised = advertised.clone();
                 tokio::spawn(async move {
@@ -97,10 +106,10 @@ impl AuthProxy {
                     match acceptor {
                         Some(acceptor) => {
                             if let Ok(client) = acceptor.accept(client).await {
-                                serve(client, &config, &advertised).await;
+                                serve(client, &config, &advertised, &not_leader).await;
                             }
                         }
-                        None => serve(client, &config, &advertised).await,
+                        None => serve(client, &config, &advertised, &not_leader).await,
                     }
                 });
             }
@@ -158,6 +167,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     client: S,
     config: &ProxyConfig,
     advertised: &str,
+    not_leader: &std::sync::atomic::AtomicUsize,
 ) {
     let Ok(upstream) = TcpStream::connect(&config.upstream).await else {
         return;
@@ -220,6 +230,23 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             // Kafka closes a connection that skips authentication.
             break;
         }
+        let refuse = key == ApiKey::Produce as i16
+            && not_leader
+                .fetch_update(
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                    |left| left.checked_sub(1),
+                )
+                .is_ok();
+        if refuse {
+            let Some(reply) = not_leader_answer(&frame) else {
+                break;
+            };
+            if local_tx.send(reply).is_err() {
+                break;
+            }
+            continue;
+        }
         if let Ok(mut sent) = sent.lock() {
             sent.insert(correlation, (key, version));
         }
@@ -229,6 +256,37 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     }
     drop(local_tx);
     answering.abort();
+}
+
+/// `NOT_LEADER_OR_FOLLOWER` for every partition of a `Produce` request.
+fn not_leader_answer(frame: &Bytes) -> Option<Bytes> {
+    let mut body = frame.clone();
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let header = RequestHeader::decode(&mut body, ProduceRequest::header_version(version)).ok()?;
+    let request = ProduceRequest::decode(&mut body, version).ok()?;
+    let response = ProduceResponse::default().with_responses(
+        request
+            .topic_data
+            .iter()
+            .map(|topic| {
+                TopicProduceResponse::default()
+                    .with_name(topic.name.clone())
+                    .with_partition_responses(
+                        topic
+                            .partition_data
+                            .iter()
+                            .map(|p| {
+                                PartitionProduceResponse::default()
+                                    .with_index(p.index)
+                                    .with_error_code(6)
+                                    .with_base_offset(-1)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    );
+    answer(&header, &response)
 }
 
 /// One SASL request answered, or `None`: close the connection.

@@ -146,7 +146,7 @@ fn nonce() -> Result<String, String> {
 }
 
 /// Authenticates the connection `stream` to the broker at `address` with
-/// `sasl`. Called by [`Connection::open`](crate::connection::Connection)
+/// `sasl`. Called by `Connection::open` (the `connection` module)
 /// before the connection is used.
 pub(crate) async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,

@@ -73,6 +73,19 @@ async fn write(tx: &mut Transaction, topic: &Topic, partition: usize, values: &[
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Begins an uncompressed transaction of `id` writing to `topic`.
+async fn begin(cluster: &Arc<Cluster>, topic: &Arc<str>, id: &str) -> Transaction {
+    Transaction::begin(
+        cluster.clone(),
+        topic.clone(),
+        id,
+        TIMEOUT,
+        CompressionType::None,
+    )
+    .await
+    .expect("begin")
+}
+
 #[tokio::test]
 async fn batches_written_with_each_codec_are_read_back_committed() {
     let cluster = new_cluster();
@@ -98,15 +111,7 @@ async fn a_transaction_is_committed_from_its_identity_by_another_client() {
     let cluster = new_cluster();
     let (name, topic) = topic(&cluster, 1).await;
     let id = unique("facts.resume");
-    let mut tx = Transaction::begin(
-        cluster.clone(),
-        name.clone(),
-        &id,
-        TIMEOUT,
-        CompressionType::None,
-    )
-    .await
-    .expect("begin");
+    let mut tx = begin(&cluster, &name, &id).await;
     write(&mut tx, &topic, 0, &["a", "b"]).await;
     let identity = tx.identity().clone();
     drop(tx);
@@ -133,15 +138,7 @@ async fn a_new_epoch_keeps_the_producer_id_and_aborts_the_open_transaction() {
     let cluster = new_cluster();
     let (name, topic) = topic(&cluster, 1).await;
     let id = unique("facts.epoch");
-    let mut tx = Transaction::begin(
-        cluster.clone(),
-        name.clone(),
-        &id,
-        TIMEOUT,
-        CompressionType::None,
-    )
-    .await
-    .expect("begin");
+    let mut tx = begin(&cluster, &name, &id).await;
     write(&mut tx, &topic, 0, &["lost"]).await;
     let first = tx.identity().clone();
     let read = read_committed(&brokers(), &name).await.expect("reading");
@@ -157,15 +154,7 @@ async fn a_new_epoch_keeps_the_producer_id_and_aborts_the_open_transaction() {
     assert!(epoch > first.epoch || producer_id != first.producer_id);
     let state = describe(&cluster, &id).await.expect("describe");
     assert_ne!(state.state, "Ongoing", "{state:?}");
-    let mut tx = Transaction::begin(
-        cluster.clone(),
-        name.clone(),
-        &id,
-        TIMEOUT,
-        CompressionType::None,
-    )
-    .await
-    .expect("begin");
+    let mut tx = begin(&cluster, &name, &id).await;
     write(&mut tx, &topic, 0, &["kept"]).await;
     let second = tx.identity().clone();
     end(&cluster, &second, true).await.expect("EndTxn");
@@ -183,15 +172,7 @@ async fn offsets_in_a_transaction_show_only_once_it_commits() {
     let cluster = new_cluster();
     let (name, topic) = topic(&cluster, 1).await;
     let id = unique("facts.marker");
-    let mut tx = Transaction::begin(
-        cluster.clone(),
-        name.clone(),
-        &id,
-        TIMEOUT,
-        CompressionType::None,
-    )
-    .await
-    .expect("begin");
+    let mut tx = begin(&cluster, &name, &id).await;
     write(&mut tx, &topic, 0, &["x"]).await;
     let identity = tx.identity().clone();
     tx.mark(&id, 7, &Marker::metadata(&identity))
@@ -214,15 +195,7 @@ async fn offsets_in_a_transaction_show_only_once_it_commits() {
         })
     );
     // An aborted transaction's marker never shows.
-    let mut tx = Transaction::begin(
-        cluster.clone(),
-        name.clone(),
-        &id,
-        TIMEOUT,
-        CompressionType::None,
-    )
-    .await
-    .expect("begin");
+    let mut tx = begin(&cluster, &name, &id).await;
     write(&mut tx, &topic, 0, &["y"]).await;
     let aborted = tx.identity().clone();
     tx.mark(&id, 8, &Marker::metadata(&aborted))
@@ -245,15 +218,7 @@ async fn open_transactions_are_listed_by_every_broker() {
         .map(|s| format!("{prefix}.lineage1.s{s}.t0"))
         .collect();
     for (partition, id) in ids.iter().enumerate() {
-        let mut tx = Transaction::begin(
-            cluster.clone(),
-            name.clone(),
-            id,
-            TIMEOUT,
-            CompressionType::None,
-        )
-        .await
-        .expect("begin");
+        let mut tx = begin(&cluster, &name, id).await;
         write(&mut tx, &topic, partition, &["open"]).await;
     }
     let mut listed = lineage_transactions(&cluster, &prefix, "lineage1", &[])
@@ -291,15 +256,7 @@ async fn prepare_with_position(
 ) -> crate::writer::KafkaCommittable {
     use crate::positions::{self, KafkaScope};
     let id = format!("{prefix}.{lineage}.s0.t{slot}");
-    let mut tx = Transaction::begin(
-        cluster.clone(),
-        name.clone(),
-        &id,
-        TIMEOUT,
-        CompressionType::None,
-    )
-    .await
-    .expect("begin");
+    let mut tx = begin(cluster, name, &id).await;
     write(&mut tx, topic, 0, &[value]).await;
     let identity = tx.identity().clone();
     let advance = sink_api::PositionAdvance {

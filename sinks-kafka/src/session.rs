@@ -21,11 +21,38 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName, Trans
 use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use tokio::task::JoinHandle;
 
+use sink_kafka_client::topic::Topic;
 use sink_kafka_client::{millis, str_bytes, Cluster, CompressionType, Link, WireError};
 
 /// Produce requests of one session in flight at once (Kafka keeps the
 /// order, and deduplicates, within 5 per partition).
 const MAX_IN_FLIGHT: usize = 5;
+
+/// How many times a session sends batches again after a leader moved
+/// before it gives up (the writer's error then restarts the job).
+const MAX_LEADER_MOVES: u32 = 20;
+
+/// A produce request sent and not answered yet: kept whole, to be sent
+/// again, in order, to its partition's new leader.
+#[derive(Debug)]
+struct InFlight {
+    partition: i32,
+    request: Arc<ProduceRequest>,
+    answer: JoinHandle<Result<(), WireError>>,
+}
+
+/// Whether a produce answer says the partition's leader is elsewhere now.
+fn leader_moved(error: &WireError) -> bool {
+    matches!(
+        error.code(),
+        Some(
+            ResponseError::NotLeaderOrFollower
+                | ResponseError::LeaderNotAvailable
+                | ResponseError::FencedLeaderEpoch
+                | ResponseError::UnknownLeaderEpoch
+        )
+    )
+}
 
 /// One producer id and epoch, writing to one topic.
 #[derive(Debug)]
@@ -41,7 +68,10 @@ pub(crate) struct Session {
     /// partition must reach the broker in order, which a second connection
     /// opened meanwhile would not keep.
     links: HashMap<i32, Arc<Link>>,
-    in_flight: VecDeque<JoinHandle<Result<(), WireError>>>,
+    in_flight: VecDeque<InFlight>,
+    /// Batches sent again after their partition's leader moved, this
+    /// session: bounded by [`MAX_LEADER_MOVES`].
+    leader_moves: u32,
     /// The codec of the batches it sends.
     compression: CompressionType,
 }
@@ -63,6 +93,7 @@ impl Session {
             sequences: HashMap::new(),
             links: HashMap::new(),
             in_flight: VecDeque::new(),
+            leader_moves: 0,
             compression: CompressionType::None,
         }
     }
@@ -126,6 +157,17 @@ impl Session {
         while self.in_flight.len() >= MAX_IN_FLIGHT {
             self.wait_oldest().await?;
         }
+        self.dispatch(partition, leader, Arc::new(request)).await
+    }
+
+    /// Sends `request` (of `partition`) to `leader` on the session's
+    /// connection to it, and queues its answer.
+    async fn dispatch(
+        &mut self,
+        partition: i32,
+        leader: i32,
+        request: Arc<ProduceRequest>,
+    ) -> Result<(), WireError> {
         let link = match self.links.get(&leader) {
             Some(link) if link.is_broken() => {
                 return Err(WireError::Protocol(format!(
@@ -140,22 +182,71 @@ impl Session {
                 link
             }
         };
-        let answer = self.cluster.send(&link, &request).await?;
+        let answer = self.cluster.send(&link, &*request).await?;
         let timeout = self.cluster.config.request_timeout;
         let topic = self.topic.clone();
-        self.in_flight.push_back(tokio::spawn(async move {
-            let answer = answer.wait(timeout).await?;
-            check_produce(&answer, &topic, partition)
-        }));
+        self.in_flight.push_back(InFlight {
+            partition,
+            request,
+            answer: tokio::spawn(async move {
+                let answer = answer.wait(timeout).await?;
+                check_produce(&answer, &topic, partition)
+            }),
+        });
         Ok(())
     }
 
+    /// Waits for the oldest answer. One that says the partition's leader
+    /// moved (`NOT_LEADER_OR_FOLLOWER` and the like) is no failure: the
+    /// metadata is read again, and that batch and every later one of the
+    /// partition (sent to the old leader too) go to the new leader, in
+    /// order, with their sequence numbers: the broker keeps each once
+    /// (a batch it already has answers `DUPLICATE_SEQUENCE_NUMBER`, taken
+    /// as written). No restart of the job.
     async fn wait_oldest(&mut self) -> Result<(), WireError> {
-        if let Some(task) = self.in_flight.pop_front() {
-            task.await
-                .map_err(|e| WireError::Protocol(format!("a produce task failed: {e}")))??;
+        let Some(oldest) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        let answer = oldest
+            .answer
+            .await
+            .map_err(|e| WireError::Protocol(format!("a produce task failed: {e}")))?;
+        match answer {
+            Err(error) if leader_moved(&error) && self.leader_moves < MAX_LEADER_MOVES => {
+                self.leader_moves += 1;
+                let partition = oldest.partition;
+                let mut again = vec![oldest.request];
+                let mut others = VecDeque::new();
+                for later in std::mem::take(&mut self.in_flight) {
+                    match later.partition == partition {
+                        true => {
+                            // Answered by the old leader (an error, or, had
+                            // it led still, a write the resend finds).
+                            let _ = later.answer.await;
+                            again.push(later.request);
+                        }
+                        false => others.push_back(later),
+                    }
+                }
+                self.in_flight = others;
+                tracing::info!(topic = %self.topic, partition, %error,
+                    "the partition's leader moved: its batches go to the new leader");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let leader = Topic::describe(&self.cluster, &self.topic)
+                    .await?
+                    .and_then(|t| t.leaders.get(partition as usize).copied())
+                    .ok_or(error)?;
+                // A connection that broke with the move is opened anew; a
+                // live one is kept, so that the batches of other partitions
+                // on it stay in order.
+                self.links.retain(|_, link| !link.is_broken());
+                for request in again {
+                    self.dispatch(partition, leader, request).await?;
+                }
+                Ok(())
+            }
+            answer => answer,
         }
-        Ok(())
     }
 
     /// Waits until every batch sent was written (acknowledged by every
@@ -201,6 +292,11 @@ fn check_produce(answer: &ProduceResponse, topic: &str, partition: i32) -> Resul
     }
     for topic_answer in &answer.responses {
         for p in &topic_answer.partition_responses {
+            // A batch sent again after a leader moved that the broker had
+            // written already: written once, as asked.
+            if p.error_code == ResponseError::DuplicateSequenceNumber.code() {
+                continue;
+            }
             if let Some(code) = ResponseError::try_from_code(p.error_code) {
                 return Err(WireError::Broker {
                     api: "Produce",

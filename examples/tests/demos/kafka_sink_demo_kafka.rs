@@ -209,6 +209,7 @@ fn over_sasl_ssl_a_topic_copied_into_a_topic_and_killed_at_random_holds_every_va
                 "demo".into(),
                 "pa55-w0rd".into(),
             )),
+            not_leader_produces: 0,
         }))
         .unwrap();
     let config = dir.path().join("client.properties");

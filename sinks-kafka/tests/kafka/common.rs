@@ -5,7 +5,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sinks_kafka::{read_committed, KafkaRecord};
+use sink_api::async_trait;
+use sink_testkit::{Destination, HandOverSource, HAND_OVER_PARTITIONS};
+use sinks_kafka::{open_transactions, read_committed, Brokers, KafkaRecord, KafkaSink};
 
 /// The tests' broker. Never skipped: without it the tests fail and say how
 /// to run them.
@@ -50,4 +52,55 @@ pub async fn committed_ids(topic: &str) -> Vec<u64> {
                 .unwrap_or_else(|| panic!("not an id: {:?}", m.value))
         })
         .collect()
+}
+
+/// A topic of its own for each of the kit's scenarios, reached through
+/// `brokers` (plaintext, or through the TLS and SASL proxy), with a
+/// transactional id prefix of its own; read back from the test broker.
+pub struct Topic {
+    pub name: String,
+    pub brokers: Brokers,
+}
+
+#[async_trait]
+impl Destination for Topic {
+    type Sink = KafkaSink;
+
+    async fn sink(&self) -> KafkaSink {
+        KafkaSink::builder(&self.brokers, &self.name)
+            .partitions(3)
+            .transactional_id_prefix(&self.name)
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("connecting the sink to {}: {e}", self.name))
+    }
+
+    async fn committed_ids(&self) -> Vec<u64> {
+        committed_ids(&self.name).await
+    }
+
+    /// The sink's transactions open now (its ids start with the prefix).
+    async fn open_transactions(&self) -> Option<usize> {
+        let open = open_transactions(&self.brokers, &format!("{}.", self.name))
+            .await
+            .unwrap_or_else(|e| panic!("listing transactions: {e}"));
+        Some(open.len())
+    }
+
+    /// The sink keeps a Kafka source's positions only, as its group's
+    /// offsets of the topic's partitions: the hand-over source is named as
+    /// one, of a topic of its own (made here; only its partitions are
+    /// named, nothing is read from it).
+    async fn hand_over_source(&self, job: &str) -> HandOverSource {
+        let input = format!("{}-input", self.name);
+        KafkaSink::builder(&self.brokers, &input)
+            .partitions(HAND_OVER_PARTITIONS)
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("creating the topic {input}: {e}"));
+        HandOverSource {
+            scope: format!("kafka/{input}/{job}"),
+            split_prefix: "-/".to_string(),
+        }
+    }
 }

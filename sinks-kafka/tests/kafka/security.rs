@@ -9,13 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sink_api::async_trait;
 use sink_kafka_client::proxy::{AuthProxy, ProxyConfig};
 use sink_kafka_client::{Brokers, ClientProperties, SaslMechanism};
-use sink_testkit::{certify, Destination, HandOverSource, HAND_OVER_PARTITIONS};
-use sinks_kafka::{open_transactions, read_committed, ConnectError, KafkaSink};
+use sink_testkit::certify;
+use sinks_kafka::{read_committed, ConnectError, KafkaSink};
 
-use crate::common::{brokers, committed_ids, record, unique};
+use crate::common::{brokers, committed_ids, record, unique, Topic};
 
 /// A CA and a certificate it signs for 127.0.0.1, as PEM: the CA's
 /// certificate, the server's chain and key.
@@ -51,6 +50,7 @@ impl Secured {
             upstream: brokers(),
             tls: Some((chain, key)),
             sasl: Some((SaslMechanism::ScramSha512, USER.into(), PASSWORD.into())),
+            not_leader_produces: 0,
         })
         .await
         .unwrap();
@@ -74,49 +74,6 @@ impl Secured {
              sasl.password={password}\nssl.ca.location={}\n",
             ca.display()
         )
-    }
-}
-
-struct Topic {
-    name: String,
-    brokers: Brokers,
-}
-
-#[async_trait]
-impl Destination for Topic {
-    type Sink = KafkaSink;
-
-    async fn sink(&self) -> KafkaSink {
-        KafkaSink::builder(&self.brokers, &self.name)
-            .partitions(3)
-            .transactional_id_prefix(&self.name)
-            .connect()
-            .await
-            .unwrap_or_else(|e| panic!("connecting the sink to {} over SASL_SSL: {e}", self.name))
-    }
-
-    async fn committed_ids(&self) -> Vec<u64> {
-        committed_ids(&self.name).await
-    }
-
-    async fn open_transactions(&self) -> Option<usize> {
-        let open = open_transactions(&self.brokers, &format!("{}.", self.name))
-            .await
-            .unwrap_or_else(|e| panic!("listing transactions over SASL_SSL: {e}"));
-        Some(open.len())
-    }
-
-    async fn hand_over_source(&self, job: &str) -> HandOverSource {
-        let input = format!("{}-input", self.name);
-        KafkaSink::builder(&self.brokers, &input)
-            .partitions(HAND_OVER_PARTITIONS)
-            .connect()
-            .await
-            .unwrap_or_else(|e| panic!("creating the topic {input}: {e}"));
-        HandOverSource {
-            scope: format!("kafka/{input}/{job}"),
-            split_prefix: "-/".to_string(),
-        }
     }
 }
 
@@ -220,4 +177,35 @@ async fn a_wrong_password_a_wrong_ca_and_plaintext_to_tls_are_each_refused_fast_
     let read = read_committed(&good, &topic).await.unwrap();
     assert_eq!(read.messages.len(), 1);
     assert_eq!(read.messages[0].value_bytes(), b"over TLS");
+}
+
+/// A partition's leader that moves while batches are in flight: the
+/// broker answers `NOT_LEADER_OR_FOLLOWER`; the producer reads the
+/// metadata again and sends those batches to the new leader, in order,
+/// in place, without failing, and each record is written once.
+#[tokio::test]
+async fn batches_answered_not_leader_go_to_the_new_leader_in_place_each_record_once() {
+    let proxy = AuthProxy::start(ProxyConfig {
+        upstream: brokers(),
+        tls: None,
+        sasl: None,
+        not_leader_produces: 3,
+    })
+    .await
+    .unwrap();
+    let topic = unique("leader-moves");
+    let mut producer = sinks_kafka::IdempotentProducer::connect(proxy.address(), &topic, 2)
+        .await
+        .unwrap();
+    let records: Vec<sinks_kafka::KafkaRecord> = (0..20_000u64).map(record).collect();
+    for chunk in records.chunks(2_000) {
+        producer
+            .send_batch(chunk.to_vec())
+            .await
+            .expect("no failure");
+    }
+    producer.flush().await.expect("no failure");
+    let mut ids = committed_ids(&topic).await;
+    ids.sort_unstable();
+    assert_eq!(ids, (0..20_000).collect::<Vec<_>>());
 }
