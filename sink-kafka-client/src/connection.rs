@@ -355,7 +355,32 @@ async fn read_answers(
     let reason = loop {
         let length = match socket.read_i32().await {
             Ok(length) => length,
-            Err(e) => break e.to_string(),
+            Err(e) => {
+                // The broker ended the TLS session with an alert (a client
+                // certificate it wants, or one it refuses): no retry
+                // changes that.
+                if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                    let reason = match tls {
+                        rustls::Error::AlertReceived(
+                            rustls::AlertDescription::CertificateRequired,
+                        ) => format!(
+                            "the broker refused the session ({tls}): it asks for a client \
+                             certificate: set ssl.certificate.location and ssl.key.location"
+                        ),
+                        _ => format!(
+                            "the broker refused the session ({tls}): check the client \
+                             certificate (ssl.certificate.location, ssl.key.location) and the CA \
+                             that signed it"
+                        ),
+                    };
+                    fail_all_with(&waiting, || WireError::Tls {
+                        address: address.clone(),
+                        reason: reason.clone(),
+                    });
+                    return;
+                }
+                break e.to_string();
+            }
         };
         // A TLS record (an alert: content type 21, version 3.x) where a
         // Kafka answer was due: the listener speaks TLS to a plaintext

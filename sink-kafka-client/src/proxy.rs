@@ -44,8 +44,11 @@ pub struct ProxyConfig {
     pub upstream: String,
     /// TLS: the proxy's certificate chain and key (PEM); `None`: plaintext.
     pub tls: Option<(String, String)>,
-    /// SASL: the mechanism, the user and the password it takes; `None`: no
-    /// SASL.
+    /// mTLS: the CA (PEM) that must have signed a client's certificate;
+    /// `None`: no client certificate asked for.
+    pub client_ca: Option<String>,
+    /// SASL: the mechanism, the user and the password it takes (for
+    /// OAUTHBEARER, the password is the token it takes); `None`: no SASL.
     pub sasl: Option<(SaslMechanism, String, String)>,
     /// How many `Produce` requests, the first ones, it answers itself with
     /// `NOT_LEADER_OR_FOLLOWER` for every partition, as a broker does whose
@@ -81,10 +84,28 @@ impl AuthProxy {
                 let key =
                     PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(std::io::Error::other)?;
                 let provider = Arc::new(rustls::crypto::ring::default_provider());
-                let server = rustls::ServerConfig::builder_with_provider(provider)
+                let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
                     .with_safe_default_protocol_versions()
-                    .map_err(std::io::Error::other)?
-                    .with_no_client_auth()
+                    .map_err(std::io::Error::other)?;
+                let builder = match &config.client_ca {
+                    None => builder.with_no_client_auth(),
+                    Some(ca) => {
+                        let mut roots = rustls::RootCertStore::empty();
+                        for certificate in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                            roots
+                                .add(certificate.map_err(std::io::Error::other)?)
+                                .map_err(std::io::Error::other)?;
+                        }
+                        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                            Arc::new(roots),
+                            provider,
+                        )
+                        .build()
+                        .map_err(std::io::Error::other)?;
+                        builder.with_client_cert_verifier(verifier)
+                    }
+                };
+                let server = builder
                     .with_single_cert(chain, key)
                     .map_err(std::io::Error::other)?;
                 Some(tokio_rustls::TlsAcceptor::from(Arc::new(server)))
@@ -319,6 +340,15 @@ fn sasl_step(frame: &Bytes, key: i16, auth: &mut Auth, config: &ProxyConfig) -> 
     };
     let salt = b"eo-proxy-salt-16";
     let (response, next) = match std::mem::replace(auth, Auth::Pending(None)) {
+        Auth::Pending(Some(SaslMechanism::OAuthBearer)) => {
+            let token = message
+                .split('\x01')
+                .find_map(|part| part.strip_prefix("auth=Bearer "));
+            match token == Some(password.as_str()) {
+                true => (SaslAuthenticateResponse::default(), Auth::Done),
+                false => (failed("invalid token"), Auth::Pending(None)),
+            }
+        }
         Auth::Pending(Some(SaslMechanism::Plain)) => {
             let mut parts = message.split('\0').skip(1);
             let ok =

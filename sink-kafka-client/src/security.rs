@@ -226,6 +226,29 @@ impl Security {
         Security::default()
     }
 
+    /// Connections as `protocol` says, without TLS files or SASL
+    /// credentials yet ([`with_tls`](Self::with_tls),
+    /// [`with_sasl`](Self::with_sasl)).
+    pub fn new(protocol: SecurityProtocol) -> Security {
+        Security {
+            protocol,
+            ..Security::default()
+        }
+    }
+
+    /// The same, with these TLS files.
+    pub fn with_tls(mut self, tls: TlsFiles) -> Security {
+        self.tls = tls;
+        self.config = OnceLock::new();
+        self
+    }
+
+    /// The same, with these SASL credentials.
+    pub fn with_sasl(mut self, sasl: Sasl) -> Security {
+        self.sasl = Some(sasl);
+        self
+    }
+
     /// Checks that the settings fit together: SASL credentials where the
     /// protocol asks for them, a key with a client certificate.
     pub fn check(&self) -> Result<(), String> {

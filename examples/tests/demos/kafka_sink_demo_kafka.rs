@@ -204,6 +204,7 @@ fn over_sasl_ssl_a_topic_copied_into_a_topic_and_killed_at_random_holds_every_va
         .block_on(AuthProxy::start(ProxyConfig {
             upstream: brokers(),
             tls: Some((server.pem(), server_key.serialize_pem())),
+            client_ca: None,
             sasl: Some((
                 sink_kafka_client::SaslMechanism::ScramSha512,
                 "demo".into(),

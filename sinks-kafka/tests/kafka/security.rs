@@ -19,16 +19,29 @@ use crate::common::{brokers, committed_ids, record, unique, Topic};
 /// A CA and a certificate it signs for 127.0.0.1, as PEM: the CA's
 /// certificate, the server's chain and key.
 fn certificates() -> (String, String, String) {
+    let (ca, server, _) = certificates_with_client();
+    (ca, server.0, server.1)
+}
+
+/// A CA, the server's certificate and key, and a client's (for mTLS), as
+/// PEM.
+fn certificates_with_client() -> (String, (String, String), (String, String)) {
     let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let ca = ca_params.self_signed(&ca_key).unwrap();
-    let server_params =
-        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()]).unwrap();
-    let server_key = rcgen::KeyPair::generate().unwrap();
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let server = server_params.signed_by(&server_key, &issuer).unwrap();
-    (ca.pem(), server.pem(), server_key.serialize_pem())
+    let signed = |names: Vec<String>| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let certificate = rcgen::CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        (certificate.pem(), key.serialize_pem())
+    };
+    let server = signed(vec!["127.0.0.1".to_string(), "localhost".into()]);
+    let client = signed(vec!["eo-client".to_string()]);
+    (ca.pem(), server, client)
 }
 
 const USER: &str = "alice";
@@ -49,6 +62,7 @@ impl Secured {
         let proxy = AuthProxy::start(ProxyConfig {
             upstream: brokers(),
             tls: Some((chain, key)),
+            client_ca: None,
             sasl: Some((SaslMechanism::ScramSha512, USER.into(), PASSWORD.into())),
             not_leader_produces: 0,
         })
@@ -188,6 +202,7 @@ async fn batches_answered_not_leader_go_to_the_new_leader_in_place_each_record_o
     let proxy = AuthProxy::start(ProxyConfig {
         upstream: brokers(),
         tls: None,
+        client_ca: None,
         sasl: None,
         not_leader_produces: 3,
     })
@@ -208,4 +223,143 @@ async fn batches_answered_not_leader_go_to_the_new_leader_in_place_each_record_o
     let mut ids = committed_ids(&topic).await;
     ids.sort_unstable();
     assert_eq!(ids, (0..20_000).collect::<Vec<_>>());
+}
+
+/// A proxy that takes `sasl` (and, with `client_ca`, asks for a client
+/// certificate), over TLS; the CA file, in `dir`.
+async fn proxy_with(
+    dir: &Path,
+    sasl: Option<(SaslMechanism, &str, &str)>,
+    mtls: bool,
+) -> (AuthProxy, PathBuf, (String, String)) {
+    let (ca, server, client) = certificates_with_client();
+    let ca_file = dir.join(format!("ca-{}.pem", unique("ca")));
+    std::fs::write(&ca_file, &ca).unwrap();
+    let proxy = AuthProxy::start(ProxyConfig {
+        upstream: brokers(),
+        tls: Some(server),
+        client_ca: mtls.then(|| ca.clone()),
+        sasl: sasl.map(|(m, u, p)| (m, u.to_string(), p.to_string())),
+        not_leader_produces: 0,
+    })
+    .await
+    .unwrap();
+    (proxy, ca_file, client)
+}
+
+/// Writes one record through `brokers` and reads it back through them.
+async fn round_trip(brokers: &Brokers) -> Result<(), String> {
+    let topic = unique("round-trip");
+    let mut producer = sinks_kafka::IdempotentProducer::connect(brokers, &topic, 1)
+        .await
+        .map_err(|e| e.to_string())?;
+    producer
+        .send_batch(vec![sinks_kafka::KafkaRecord::new("hello")])
+        .await
+        .map_err(|e| e.to_string())?;
+    producer.flush().await.map_err(|e| e.to_string())?;
+    let read = read_committed(brokers, &topic)
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(read.messages.len(), 1);
+    Ok(())
+}
+
+/// An OAUTHBEARER token from the program: counts the times it was asked.
+#[derive(Debug, Default)]
+struct CountingToken(std::sync::atomic::AtomicUsize);
+
+impl sinks_kafka::TokenProvider for CountingToken {
+    fn token(&self) -> sinks_kafka::TokenFuture<'_> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async { Ok(sinks_kafka::Secret::new("tok-3")) })
+    }
+}
+
+#[tokio::test]
+async fn plain_oauthbearer_and_client_certificates_are_each_accepted_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let secured = |address: &str, properties: String| {
+        let properties = ClientProperties::parse(&properties).unwrap();
+        Brokers::from(address).secured(Arc::new(properties.security))
+    };
+
+    // PLAIN over TLS.
+    let (proxy, ca, _) =
+        proxy_with(dir.path(), Some((SaslMechanism::Plain, "bob", "pw")), false).await;
+    let plain = |password: &str| {
+        format!(
+            "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=bob\n\
+             sasl.password={password}\nssl.ca.location={}\n",
+            ca.display()
+        )
+    };
+    round_trip(&secured(proxy.address(), plain("pw")))
+        .await
+        .unwrap();
+    let refused = round_trip(&secured(proxy.address(), plain("nope")))
+        .await
+        .unwrap_err();
+    assert!(refused.contains("SASL PLAIN"), "{refused}");
+    assert!(!refused.contains("nope"), "the password printed: {refused}");
+
+    // OAUTHBEARER, the token from the program, asked for each connection;
+    // a static token from a properties file.
+    let (proxy, ca, _) = proxy_with(
+        dir.path(),
+        Some((SaslMechanism::OAuthBearer, "", "tok-3")),
+        false,
+    )
+    .await;
+    let provider = Arc::new(CountingToken::default());
+    let security = sinks_kafka::Security::new(sinks_kafka::SecurityProtocol::SaslSsl)
+        .with_tls(sinks_kafka::TlsFiles {
+            ca_location: Some(ca.clone()),
+            ..Default::default()
+        })
+        .with_sasl(sinks_kafka::Sasl {
+            mechanism: SaslMechanism::OAuthBearer,
+            username: String::new(),
+            password: sinks_kafka::Secret::default(),
+            token: Some(provider.clone()),
+        });
+    round_trip(&Brokers::from(proxy.address()).secured(Arc::new(security)))
+        .await
+        .unwrap();
+    assert!(provider.0.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    let token = |token: &str| {
+        format!(
+            "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n\
+             sasl.oauthbearer.token={token}\nssl.ca.location={}\n",
+            ca.display()
+        )
+    };
+    round_trip(&secured(proxy.address(), token("tok-3")))
+        .await
+        .unwrap();
+    let refused = round_trip(&secured(proxy.address(), token("tok-0")))
+        .await
+        .unwrap_err();
+    assert!(refused.contains("SASL OAUTHBEARER"), "{refused}");
+
+    // mTLS: a client certificate the CA signed, or none.
+    let (proxy, ca, (chain, key)) = proxy_with(dir.path(), None, true).await;
+    let (chain_file, key_file) = (dir.path().join("client.pem"), dir.path().join("client.key"));
+    std::fs::write(&chain_file, chain).unwrap();
+    std::fs::write(&key_file, key).unwrap();
+    let with_certificate = format!(
+        "security.protocol=SSL\nssl.ca.location={}\nssl.certificate.location={}\n\
+         ssl.key.location={}\n",
+        ca.display(),
+        chain_file.display(),
+        key_file.display()
+    );
+    round_trip(&secured(proxy.address(), with_certificate))
+        .await
+        .unwrap();
+    let without = format!("security.protocol=SSL\nssl.ca.location={}\n", ca.display());
+    let refused = round_trip(&secured(proxy.address(), without))
+        .await
+        .unwrap_err();
+    assert!(refused.contains("TLS"), "{refused}");
 }
