@@ -11,6 +11,9 @@ confluent-kafka package (scripts/with-librdkafka installs it).
     librdkafka_client.py commit BROKERS GROUP TOPIC
         joins GROUP as a consumer of TOPIC, reads what it is dealt, commits
         its offsets, leaves; prints the partitions and offsets committed
+    librdkafka_client.py member BROKERS GROUP TOPIC SECONDS
+        stays a member of GROUP for SECONDS, reading what it is dealt and
+        committing its offsets every 100 records; prints what it read
 """
 import json
 import sys
@@ -122,6 +125,31 @@ def commit(brokers, group, topic):
     }))
 
 
+def member(brokers, group, topic, seconds):
+    consumer = Consumer({
+        "bootstrap.servers": brokers,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000,
+    })
+    consumer.subscribe([topic])
+    read = 0
+    deadline = time.time() + float(seconds)
+    while time.time() < deadline:
+        message = consumer.poll(0.5)
+        if message is None or message.error():
+            continue
+        read += 1
+        if read % 100 == 0:
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException:
+                pass
+    consumer.close()
+    print(json.dumps({"read": read}))
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"produce": produce, "consume": consume, "commit": commit}[command](*args)
+    {"produce": produce, "consume": consume, "commit": commit, "member": member}[command](*args)

@@ -211,3 +211,51 @@ fn a_librdkafka_member_that_committed_offsets_in_the_group_is_refused_loudly() {
         "records written where the run was refused"
     );
 }
+
+/// A librdkafka consumer that stays in a demo's group while a bounded run
+/// of the demo reads it, committing what it reads: the run either refuses
+/// loudly (offsets it did not commit) or ends with every value once,
+/// whoever leads the group; never exit 0 short.
+#[test]
+fn a_librdkafka_member_in_the_group_during_a_run_never_ends_it_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, group) = (
+        unique("rdk-member-in"),
+        unique("rdk-member-out"),
+        unique("g"),
+    );
+    crate::kafka_topics::fill(&input, 4, 0, 8000);
+    let client = std::env::var("LIBRDKAFKA_CLIENT").expect("LIBRDKAFKA_CLIENT");
+    let mut words = client.split_whitespace();
+    let mut member = Command::new(words.next().unwrap())
+        .args(words)
+        .args(["member", &brokers(), &group, &input, "12"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let done = kafka_to_kafka(&input, &group, &output, &dir.path().join("state"))
+        .output()
+        .unwrap();
+    let _ = member.wait();
+    let said = text(&done);
+    if done.status.success() {
+        println!("the run ended with every value once");
+        assert_eq!(summary(&done)["status"], "Finished", "{said}");
+        assert_each_once(
+            &committed_values_at(&brokers(), &output),
+            8000,
+            "the output",
+        );
+    } else {
+        println!("the run refused: {said}");
+        assert!(
+            said.contains(&group),
+            "refused without naming the group: {said}"
+        );
+        assert!(
+            said.contains("did not commit") || said.contains("cannot end"),
+            "refused without the cause: {said}"
+        );
+    }
+}
