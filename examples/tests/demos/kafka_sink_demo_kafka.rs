@@ -20,7 +20,9 @@ fn demo(input: &str, group: &str, output: &str, state: &Path, args: &[&str]) -> 
     demo_at(&brokers(), input, group, output, state, args)
 }
 
-/// [`demo`], reaching the cluster through `brokers`.
+/// [`demo`], reaching the cluster through `brokers`. Its log level is
+/// `warn`, or `$DEMO_LOG` when set (`DEMO_LOG=info` also prints the log of
+/// the bounded runs that the tests read), for looking into a failure.
 fn demo_at(
     brokers: &str,
     input: &str,
