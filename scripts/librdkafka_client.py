@@ -95,7 +95,8 @@ def consume(brokers, topic):
     print(json.dumps({"records": records}))
 
 
-def commit(brokers, group, topic):
+def group_member(brokers, group, topic):
+    """A consumer of TOPIC in GROUP, committing by hand, from the start."""
     consumer = Consumer({
         "bootstrap.servers": brokers,
         "group.id": group,
@@ -104,6 +105,11 @@ def commit(brokers, group, topic):
         "session.timeout.ms": 6000,
     })
     consumer.subscribe([topic])
+    return consumer
+
+
+def commit(brokers, group, topic):
+    consumer = group_member(brokers, group, topic)
     read = 0
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -126,14 +132,7 @@ def commit(brokers, group, topic):
 
 
 def member(brokers, group, topic, seconds):
-    consumer = Consumer({
-        "bootstrap.servers": brokers,
-        "group.id": group,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "session.timeout.ms": 6000,
-    })
-    consumer.subscribe([topic])
+    consumer = group_member(brokers, group, topic)
     read = 0
     deadline = time.time() + float(seconds)
     while time.time() < deadline:

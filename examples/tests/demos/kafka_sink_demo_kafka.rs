@@ -16,7 +16,7 @@ use crate::output::{assert_each_once, summary};
 
 /// The demo copying `input` as `group` into `output`, its checkpoints in
 /// `state`.
-fn demo(input: &str, group: &str, output: &str, state: &Path, args: &[&str]) -> Command {
+pub fn demo(input: &str, group: &str, output: &str, state: &Path, args: &[&str]) -> Command {
     demo_at(&brokers(), input, group, output, state, args)
 }
 

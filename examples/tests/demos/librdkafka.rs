@@ -45,36 +45,9 @@ fn read_by_librdkafka(topic: &str, value: impl Fn(&str) -> u64) -> Vec<u64> {
     ids
 }
 
+/// A bounded run of the Kafka-to-Kafka demo copying `input` as `group`.
 fn kafka_to_kafka(input: &str, group: &str, output: &str, state: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kafka-sink-demo"));
-    command
-        .args([
-            "--brokers",
-            &brokers(),
-            "--topic",
-            output,
-            "--partitions",
-            "3",
-        ])
-        .args([
-            "--input-topic",
-            input,
-            "--group",
-            group,
-            "--source",
-            "kafka",
-        ])
-        .arg("--state")
-        .arg(state)
-        .args([
-            "--checkpoint-interval",
-            "100ms",
-            "--parallelism",
-            "2",
-            "--json",
-        ])
-        .env("RUST_LOG", "warn");
-    command
+    crate::kafka_sink_demo_kafka::demo(input, group, output, state, &["--source", "kafka"])
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod positions;
 mod restore;
 mod simulation;
 mod slow_committer;
+mod source_errors;
 mod start_hook;
 mod state_directory;
 mod uncommitted_lifetime;
