@@ -1,13 +1,16 @@
 //! The demos' Kafka source (`--source kafka`, `--source kafka-unbounded`):
 //! its flags, the source they make, and each record's value as one line.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use sink_api::SinkError;
+use sink_api::{CommittedPositions, Sink, SinkError};
 use sink_runtime::RestartStrategy;
 use sinks_file::Encoder;
-use sources_kafka::{ClientProperties, KafkaMessage, KafkaSource};
+use sources_kafka::{Brokers, ClientProperties, KafkaMessage, KafkaSource};
+
+use crate::kafka_check::{self, InputAtPositions};
 
 /// Where the demo reads from with `--source kafka` or `kafka-unbounded`.
 #[derive(Debug, Clone, Args)]
@@ -42,23 +45,13 @@ impl KafkaSourceArgs {
     /// The source these flags name, `bounded` or not; an error names a
     /// missing flag.
     pub async fn source(&self, bounded: bool) -> anyhow::Result<KafkaSource> {
-        let missing = |flag: &str| anyhow::anyhow!("--source kafka needs {flag}");
-        let properties = match &self.kafka_config {
-            Some(path) => ClientProperties::read(path).map_err(anyhow::Error::msg)?,
-            None => ClientProperties::default(),
-        };
+        let properties = self.properties()?;
         for ignored in &properties.ignored {
             eprintln!("warning: the Kafka client property {ignored} is not used by this client");
         }
-        let brokers = self
-            .brokers
-            .clone()
-            .or_else(|| properties.bootstrap.clone())
-            .ok_or_else(|| missing("--brokers"))?;
-        let topic = self.topic.clone().ok_or_else(|| missing("--topic"))?;
-        let group = self.group.clone().ok_or_else(|| missing("--group"))?;
-        let mut builder =
-            KafkaSource::builder(brokers.as_str(), topic, group).properties(&properties);
+        let (topic, group) = self.topic_and_group()?;
+        let mut builder = KafkaSource::builder(self.brokers_with(&properties)?, topic, group)
+            .properties(&properties);
         if bounded {
             builder = builder.bounded();
         }
@@ -70,6 +63,55 @@ impl KafkaSourceArgs {
         }
         Ok(builder.build().await?)
     }
+
+    /// The positions `sink` holds for the source these flags name: the
+    /// first read of the demos' end check (`kafka_check`), before their
+    /// output.
+    pub async fn job_positions<S: Sink>(&self, sink: &S) -> anyhow::Result<CommittedPositions> {
+        let (topic, group) = self.topic_and_group()?;
+        kafka_check::job_positions(sink, &topic, &group).await
+    }
+
+    /// The input read back and split at `positions`: the last read of the
+    /// demos' end check, after their output.
+    pub async fn input_at(
+        &self,
+        positions: &CommittedPositions,
+    ) -> anyhow::Result<InputAtPositions> {
+        let brokers = self.brokers_with(&self.properties()?)?;
+        let (topic, _) = self.topic_and_group()?;
+        InputAtPositions::read(&brokers, &topic, positions).await
+    }
+
+    /// The client properties of --kafka-config; none without it.
+    fn properties(&self) -> anyhow::Result<ClientProperties> {
+        match &self.kafka_config {
+            Some(path) => ClientProperties::read(path).map_err(anyhow::Error::msg),
+            None => Ok(ClientProperties::default()),
+        }
+    }
+
+    /// The cluster: --brokers, or the properties' bootstrap.servers, reached
+    /// with their security.
+    fn brokers_with(&self, properties: &ClientProperties) -> anyhow::Result<Brokers> {
+        let list = self
+            .brokers
+            .clone()
+            .or_else(|| properties.bootstrap.clone())
+            .ok_or_else(|| missing("--brokers"))?;
+        Ok(Brokers::from(list.as_str()).secured(Arc::new(properties.security.clone())))
+    }
+
+    fn topic_and_group(&self) -> anyhow::Result<(String, String)> {
+        let topic = self.topic.clone().ok_or_else(|| missing("--topic"))?;
+        let group = self.group.clone().ok_or_else(|| missing("--group"))?;
+        Ok((topic, group))
+    }
+}
+
+/// The error for a flag `--source kafka` needs.
+fn missing(flag: &str) -> anyhow::Error {
+    anyhow::anyhow!("--source kafka needs {flag}")
 }
 
 /// How the demos restart a job reading Kafka after a failure the broker or
@@ -88,7 +130,13 @@ pub const RESTARTS: RestartStrategy = RestartStrategy::FixedDelay {
 /// messages a partition). The Delta and PostgreSQL demos use it as the
 /// row's `id`.
 pub fn message_id(message: &KafkaMessage) -> i64 {
-    (i64::from(message.partition) << 40) + message.offset
+    message_id_at(message.partition, message.offset)
+}
+
+/// The id [`message_id`] gives the message at `offset` of `partition`: what
+/// the demos' end checks look for in their tables.
+pub fn message_id_at(partition: i32, offset: i64) -> i64 {
+    (i64::from(partition) << 40) + offset
 }
 
 /// Each message's value, then a newline.

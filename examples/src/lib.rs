@@ -6,6 +6,8 @@
 pub mod demo_job;
 pub mod demo_line;
 #[cfg(feature = "kafka")]
+pub mod kafka_check;
+#[cfg(feature = "kafka")]
 pub mod kafka_input;
 pub mod table_sink;
 pub mod timeline;

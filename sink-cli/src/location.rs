@@ -151,6 +151,52 @@ pub async fn finished_count(out: &Location, options: &[(String, String)]) -> any
     })
 }
 
+/// The content of each finished file (or object) in `out`, in the order of
+/// their names: what a reader of the output sees. Called by the demos'
+/// end checks; reads everything into memory.
+pub async fn finished_contents(
+    out: &Location,
+    options: &[(String, String)],
+) -> anyhow::Result<Vec<Vec<u8>>> {
+    match out {
+        Location::Local(dir) => {
+            let dir = dir.clone();
+            // Off the async workers: the output may be large.
+            tokio::task::spawn_blocking(move || {
+                let files = sinks_file::finished_files(&dir)
+                    .with_context(|| format!("reading {}", dir.display()))?;
+                files
+                    .iter()
+                    .map(|path| {
+                        std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+                    })
+                    .collect()
+            })
+            .await?
+        }
+        #[cfg(feature = "s3")]
+        Location::S3(url) => {
+            let output = object_output(url, options)?;
+            let objects = sinks_file::finished_objects(&output)
+                .await
+                .with_context(|| format!("listing {url}"))?;
+            let mut contents = Vec::with_capacity(objects.len());
+            for object in objects {
+                let bytes = sinks_file::read_object(&output, &object)
+                    .await
+                    .with_context(|| format!("reading {object} under {url}"))?;
+                contents.push(bytes.to_vec());
+            }
+            Ok(contents)
+        }
+        #[cfg(not(feature = "s3"))]
+        Location::S3(url) => {
+            let _ = options; // no S3 client to give them to
+            anyhow::bail!(without_s3(url))
+        }
+    }
+}
+
 /// Checkpoint storage in a local state directory or on an object store:
 /// what the programs give to their job or pipeline builders.
 ///

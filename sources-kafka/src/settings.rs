@@ -29,11 +29,16 @@ pub(crate) struct Settings {
     pub recreated_from_start: bool,
 }
 
+/// The scope the positions of `topic` read in `group` are committed under.
+pub(crate) fn scope(topic: &str, group: &str) -> String {
+    format!("kafka/{topic}/{group}")
+}
+
 impl Settings {
     /// The scope positions are committed under: the topic and the group.
     /// Every instance of the group shares it.
     pub(crate) fn scope(&self) -> String {
-        format!("kafka/{}/{}", self.topic, self.group)
+        scope(&self.topic, &self.group)
     }
 
     /// Bounded: how long a waiting member lets the partitions it lacks

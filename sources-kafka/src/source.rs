@@ -86,6 +86,14 @@ impl KafkaSource {
     pub fn scope(&self) -> String {
         self.settings.scope()
     }
+
+    /// The scope the positions of a source reading `topic` in `group` are
+    /// committed under, without making one: for programs that read a
+    /// destination's positions back ([`Sink::committed_positions`](sink_api::Sink::committed_positions)),
+    /// as the demos' end checks do.
+    pub fn scope_of(topic: &str, group: &str) -> String {
+        crate::settings::scope(topic, group)
+    }
 }
 
 impl KafkaSourceBuilder {

@@ -176,7 +176,25 @@ async fn run_kafka(
 ) -> anyhow::Result<Outcome> {
     let source = args.kafka.source(!config.source.is_unbounded()).await?;
     let source = sink_runtime::source::Source::map(source, |message| DemoRow::of_message(&message));
-    run_job(config, source, args.compaction, show_progress).await
+    let outcome = run_job(config, source, args.compaction, show_progress).await?;
+    // The end check (examples::kafka_check): each record of the input below
+    // the job's positions is a row of the table once, by its id.
+    let table = location::delta_table(&config.out, &config.options)?;
+    let sink = DeltaSink::<DemoRow>::builder(table.clone(), schema()).build()?;
+    let positions = args.kafka.job_positions(&sink).await?;
+    let ids = sinks_delta::read::int64_column(&table, "id", None)
+        .await
+        .with_context(|| format!("reading the table {} back", config.out))?;
+    let input = args.kafka.input_at(&positions).await?;
+    let id = |m: &sinks_kafka::CommittedMessage| {
+        [examples::kafka_input::message_id_at(m.partition, m.offset)]
+    };
+    input.compare(id, ids).check(
+        &format!("the table {}", config.out),
+        &input.topic,
+        "row id: partition and offset",
+    )?;
+    Ok(outcome)
 }
 
 #[cfg(not(feature = "kafka"))]

@@ -86,7 +86,37 @@ async fn run_kafka(
     show_progress: bool,
 ) -> anyhow::Result<Outcome> {
     let source = args.kafka.source(!config.source.is_unbounded()).await?;
-    run_job(config, source, ValueLine, show_progress).await
+    let outcome = run_job(config, source, ValueLine, show_progress).await?;
+    check_kafka_output(config, args).await?;
+    Ok(outcome)
+}
+
+/// The end check of a run that read Kafka (`examples::kafka_check`): the
+/// finished files hold, as its lines, each record of the input below the
+/// job's positions once, and besides only records past them, once each.
+/// Counts what the output lacks, read back, whatever the job reported.
+#[cfg(feature = "kafka")]
+async fn check_kafka_output(config: &JobConfig, args: &Args) -> anyhow::Result<()> {
+    // A record is its value and a newline (ValueLine): its lines are the
+    // value's pieces between newlines, and a file's are its own without
+    // the last newline.
+    fn value_lines(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+        value.split(|b| *b == b'\n')
+    }
+    fn file_lines(content: &[u8]) -> impl Iterator<Item = &[u8]> {
+        value_lines(content.strip_suffix(b"\n").unwrap_or(content))
+    }
+    let sink = location::file_sink_builder(&config.out, ValueLine, &config.options)?.build()?;
+    let positions = args.kafka.job_positions(&sink).await?;
+    let files = location::finished_contents(&config.out, &config.options).await?;
+    let input = args.kafka.input_at(&positions).await?;
+    let output = files
+        .iter()
+        .filter(|content| !content.is_empty())
+        .flat_map(|content| file_lines(content));
+    input
+        .compare(|m| value_lines(m.value_bytes()), output)
+        .check(&config.out.to_string(), &input.topic, "each value's lines")
 }
 
 #[cfg(not(feature = "kafka"))]

@@ -29,12 +29,12 @@
 //! output holds each input record below the job's positions exactly once,
 //! with its key, value (a tombstone stays one), headers and timestamp.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use examples::demo_line::DemoLine;
+use examples::kafka_check::{self, InputAtPositions};
 use sink_cli::flags::parse_duration;
 use sink_cli::location::{self, Location, Storage};
 use sink_runtime::source::Source;
@@ -241,43 +241,24 @@ type Copy<'a> = (
     i64,
 );
 
-/// The copy's check: the output holds each input record below the
-/// positions the job committed (the group's offsets) exactly once, with its
-/// key, value, headers and timestamp, and nothing else. Counts what the
-/// output lacks and what it holds more than once.
-///
-/// The positions are read first, then the output: what is below them was
-/// committed before, so it must be there. Other instances of the group may
-/// commit meanwhile, so the output may also hold records of the input at or
-/// past the positions read, once each.
+/// The copy's check (`examples::kafka_check`): the output holds each input
+/// record below the positions the job committed (the group's offsets)
+/// exactly once, with its key, value, headers and timestamp, and besides
+/// only records past them, once each. Counts what the output lacks and
+/// what it holds more than once.
 async fn check_copy(args: &Args) -> anyhow::Result<()> {
     let (Some(input), Some(group)) = (&args.input_topic, &args.group) else {
         return Ok(());
     };
-    let scope = format!("kafka/{input}/{group}");
-    let positions = {
-        let sink = KafkaSink::builder(&args.cluster, &args.topic)
-            .properties(&args.properties)
-            .connect()
-            .await?;
-        sink_api::Sink::committed_positions(&sink, &scope)
-            .await
-            .with_context(|| format!("reading the job's positions of {input}"))?
-    };
-    let position = |partition: i32| {
-        positions
-            .iter()
-            .find(|(split, _)| {
-                split.rsplit_once('/').map(|(_, p)| p) == Some(&partition.to_string())
-            })
-            .map_or(0, |(_, at)| *at as i64)
-    };
-    let source = read_committed(&args.cluster, input)
-        .await
-        .with_context(|| format!("reading {input} back"))?;
+    let sink = KafkaSink::builder(&args.cluster, &args.topic)
+        .properties(&args.properties)
+        .connect()
+        .await?;
+    let positions = kafka_check::job_positions(&sink, input, group).await?;
     let read = read_committed(&args.cluster, &args.topic)
         .await
         .with_context(|| format!("reading {} back", args.topic))?;
+    let source = InputAtPositions::read(&args.cluster, input, &positions).await?;
     fn key(m: &CommittedMessage) -> Copy<'_> {
         (
             m.key.as_deref(),
@@ -286,42 +267,9 @@ async fn check_copy(args: &Args) -> anyhow::Result<()> {
             m.timestamp,
         )
     }
-    let mut expected: HashMap<Copy<'_>, i64> = HashMap::new();
-    let mut later: HashMap<Copy<'_>, i64> = HashMap::new();
-    let mut covered = 0u64;
-    for m in &source.messages {
-        if m.offset < position(m.partition) {
-            *expected.entry(key(m)).or_default() += 1;
-            covered += 1;
-        } else {
-            *later.entry(key(m)).or_default() += 1;
-        }
-    }
-    let mut foreign_or_twice = 0u64;
-    fn take<'a>(counts: &mut HashMap<Copy<'a>, i64>, message: Copy<'a>) -> bool {
-        match counts.get_mut(&message) {
-            Some(count) if *count > 0 => {
-                *count -= 1;
-                true
-            }
-            _ => false,
-        }
-    }
-    for m in &read.messages {
-        if !take(&mut expected, key(m)) && !take(&mut later, key(m)) {
-            foreign_or_twice += 1;
-        }
-    }
-    let lacking: i64 = expected.values().sum();
-    if lacking > 0 || foreign_or_twice > 0 {
-        bail!(
-            "{} lacks {lacking} of the {covered} records of {input} below the job's positions, \
-             and holds {foreign_or_twice} messages more than once or not from them (compared \
-             by key, value, headers and timestamp)",
-            args.topic
-        );
-    }
-    Ok(())
+    source
+        .compare(|m| [key(m)], read.messages.iter().map(key))
+        .check(&args.topic, input, "key, value, headers and timestamp")
 }
 
 /// Runs `builder`'s job; an unbounded one is cancelled after `run_for`.

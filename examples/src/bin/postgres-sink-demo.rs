@@ -374,6 +374,26 @@ async fn main() -> anyhow::Result<()> {
             args.table
         );
     }
+    // The end check (examples::kafka_check): each record of the input below
+    // the job's positions is a row of the table once, by its id.
+    #[cfg(feature = "kafka")]
+    if args.source.is_kafka() {
+        let sink = PostgresSink::<DemoRow>::connect(&args.url, &args.table, 1).await?;
+        let positions = args.kafka.job_positions(&sink).await?;
+        let ids: Vec<i64> = client
+            .query(&format!("SELECT id FROM {}", args.table), &[])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let input = args.kafka.input_at(&positions).await?;
+        let id = |m: &sinks_kafka::CommittedMessage| {
+            [examples::kafka_input::message_id_at(m.partition, m.offset)]
+        };
+        input
+            .compare(id, ids)
+            .check(&args.table, &input.topic, "row id: partition and offset")?;
+    }
     let m = &report.metrics;
     let wall_s = wall.as_secs_f64();
     let per_s = |rows: u64| {

@@ -66,3 +66,33 @@ fn two_instances_of_one_group_on_one_output_one_killed_then_a_bounded_drain_writ
     });
     assert_eq!(finished_values(&out), (0..60_000).collect::<Vec<_>>());
 }
+
+/// The end check counts what the output lacks, read back, whatever the job
+/// reported: a finished file lost after a bounded run (deleted here, as a
+/// disk or an operator could) fails the next run of the finished job,
+/// naming how many records of the topic are missing.
+#[test]
+fn a_finished_file_lost_after_the_run_is_counted_by_the_end_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, state) = (dir.path().join("out"), dir.path().join("state"));
+    let (topic, group) = (unique("demo-lost"), unique("g"));
+    crate::kafka_topics::fill(&topic, 2, 0, 2_000);
+    let bounded = ["--source", "kafka"];
+    let first = demo(&topic, &group, &out, &state, &bounded)
+        .output()
+        .unwrap();
+    assert_eq!(summary(&first)["status"], "Finished");
+    let files = sinks_file::finished_files(&out).unwrap();
+    let lost = std::fs::read_to_string(&files[0]).unwrap().lines().count();
+    assert!(lost > 0);
+    std::fs::remove_file(&files[0]).unwrap();
+    let again = demo(&topic, &group, &out, &state, &bounded)
+        .output()
+        .unwrap();
+    let text = crate::output::text(&again);
+    assert!(!again.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("lacks {lost} of the 2000 records of {topic}")),
+        "{text}"
+    );
+}
