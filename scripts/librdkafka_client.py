@@ -5,9 +5,16 @@ confluent-kafka package (scripts/with-librdkafka installs it).
         writes the values v<id> keyed by <id> for ids FIRST..END into TOPIC
         (created with PARTITIONS partitions if missing), compressed with
         CODEC, partitioned as Java's client does (murmur2_random)
-    librdkafka_client.py consume BROKERS TOPIC
+    librdkafka_client.py produce-shaped BROKERS TOPIC FIRST END PARTITIONS
+        writes records of every shape for ids FIRST..END, keyed k<id % 50>:
+        null values (tombstones), empty values and v<id>; a header
+        trace=t<id>, an empty header or a null one; timestamps a second
+        apart over the last hour (zstd, Java's partitioner)
+    librdkafka_client.py consume BROKERS TOPIC [--full]
         prints one JSON object: every committed record of TOPIC
-        (read_committed), as [partition, key, value] (null kept as null)
+        (read_committed), as [partition, key, value] (null kept as null);
+        with --full also its headers ([[name, value or null], ...]) and
+        its timestamp
     librdkafka_client.py commit BROKERS GROUP TOPIC
         joins GROUP as a consumer of TOPIC, reads what it is dealt, commits
         its offsets, leaves; prints the partitions and offsets committed
@@ -24,6 +31,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def produce(brokers, topic, codec, first, end, partitions):
+    create_topic(brokers, topic, partitions)
+    producer = producer_of(brokers, codec)
+    errors = []
+    for i in range(int(first), int(end)):
+        producer.produce(topic, key=str(i).encode(), value=f"v{i}".encode(),
+                         on_delivery=lambda err, _msg: err and errors.append(str(err)))
+        producer.poll(0)
+    flushed(producer, errors, int(end) - int(first))
+
+
+def create_topic(brokers, topic, partitions):
     admin = AdminClient({"bootstrap.servers": brokers})
     futures = admin.create_topics([NewTopic(topic, num_partitions=int(partitions), replication_factor=1)])
     for future in futures.values():
@@ -32,25 +50,43 @@ def produce(brokers, topic, codec, first, end, partitions):
         except KafkaException as e:
             if "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise
-    producer = Producer({
+
+
+def producer_of(brokers, codec):
+    return Producer({
         "bootstrap.servers": brokers,
         "compression.type": codec,
         "enable.idempotence": True,
         "linger.ms": 20,
         "partitioner": "murmur2_random",
     })
-    errors = []
-    for i in range(int(first), int(end)):
-        producer.produce(topic, key=str(i).encode(), value=f"v{i}".encode(),
-                         on_delivery=lambda err, _msg: err and errors.append(str(err)))
-        producer.poll(0)
+
+
+def flushed(producer, errors, written):
     left = producer.flush(60)
     if left or errors:
         sys.exit(f"librdkafka: {left} undelivered, errors: {errors[:3]}")
-    print(json.dumps({"written": int(end) - int(first)}))
+    print(json.dumps({"written": written}))
 
 
-def consume(brokers, topic):
+def produce_shaped(brokers, topic, first, end, partitions):
+    create_topic(brokers, topic, partitions)
+    producer = producer_of(brokers, "zstd")
+    errors = []
+    now = int(time.time() * 1000)
+    first, end = int(first), int(end)
+    for i in range(first, end):
+        value = [None, b"", f"v{i}".encode()][i % 3]
+        headers = [("trace", f"t{i}".encode())]
+        headers += [[("empty", b"")], [("null", None)], []][i % 3]
+        producer.produce(topic, key=f"k{i % 50}".encode(), value=value, headers=headers,
+                         timestamp=now - 3_600_000 + (i - first) * 1000,
+                         on_delivery=lambda err, _msg: err and errors.append(str(err)))
+        producer.poll(0)
+    flushed(producer, errors, end - first)
+
+
+def consume(brokers, topic, full=None):
     consumer = Consumer({
         "bootstrap.servers": brokers,
         "group.id": f"librdkafka-check-{time.time_ns()}",
@@ -88,7 +124,12 @@ def consume(brokers, topic):
             sys.exit(f"librdkafka: {message.error()}")
         key = message.key().decode() if message.key() is not None else None
         value = message.value().decode() if message.value() is not None else None
-        records.append([message.partition(), key, value])
+        record = [message.partition(), key, value]
+        if full == "--full":
+            headers = [[name, None if v is None else v.decode()]
+                       for name, v in message.headers() or []]
+            record += [headers, message.timestamp()[1]]
+        records.append(record)
         if message.offset() + 1 >= ends[message.partition()]:
             done.discard(message.partition())
     consumer.close()
@@ -151,4 +192,5 @@ def member(brokers, group, topic, seconds):
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"produce": produce, "consume": consume, "commit": commit, "member": member}[command](*args)
+    {"produce": produce, "produce-shaped": produce_shaped, "consume": consume,
+     "commit": commit, "member": member}[command](*args)

@@ -2,7 +2,9 @@
 //! (`scripts/with-librdkafka`: confluent-kafka from PyPI): topics it writes
 //! with each codec are copied by both demos, the sink's output with each
 //! codec is read by it, keys land in the partitions its Java-compatible
-//! partitioner picks, and a member of it in a demo's group is refused.
+//! partitioner picks, records of every shape it writes (keys, tombstones,
+//! headers, timestamps) survive a copy as it reads them, and a member of it
+//! in a demo's group is refused.
 //! Every count is of records, each value once.
 
 use std::path::Path;
@@ -127,6 +129,56 @@ fn the_sinks_output_with_each_codec_is_read_by_librdkafka_every_value_once() {
         });
         assert_each_once(&ids, 5000, &format!("{codec}, read by librdkafka"));
     }
+}
+
+/// Keys, null values apart from empty ones, headers (empty and null ones
+/// among them) and timestamps, as librdkafka writes them, survive a
+/// Kafka-to-Kafka copy as librdkafka reads them back: each record once,
+/// unchanged.
+#[test]
+fn keys_headers_null_values_and_timestamps_librdkafka_wrote_survive_a_copy_as_it_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("rdk-shape-in"), unique("rdk-shape-out"));
+    librdkafka(&["produce-shaped", &brokers(), &input, "0", "900", "4"]);
+    let done = kafka_to_kafka(&input, &unique("g"), &output, &dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert_eq!(summary(&done)["status"], "Finished");
+    // Each record as librdkafka reads it, without its partition (the copy
+    // has partitions of its own): key, value, headers, timestamp.
+    let records = |topic: &str| {
+        let read = librdkafka(&["consume", &brokers(), topic, "--full"]);
+        let mut records: Vec<serde_json::Value> = read["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::Value::from(r.as_array().unwrap()[1..].to_vec()))
+            .collect();
+        records.sort_by_key(|r| r.to_string());
+        records
+    };
+    let (written, copied) = (records(&input), records(&output));
+    assert_eq!(written.len(), 900);
+    let count =
+        |test: &dyn Fn(&serde_json::Value) -> bool| written.iter().filter(|r| test(r)).count();
+    assert_eq!(count(&|r| r[1].is_null()), 300, "tombstones written");
+    assert_eq!(count(&|r| r[1] == ""), 300, "empty values written");
+    assert_eq!(
+        count(&|r| r[2].to_string().contains(r#"["null",null]"#)),
+        300
+    );
+    assert_eq!(
+        count(&|r| r[2].to_string().contains(r#"["empty",""]"#)),
+        300
+    );
+    assert_eq!(copied.len(), written.len(), "records in the copy");
+    let differing: Vec<_> = written
+        .iter()
+        .zip(&copied)
+        .filter(|(w, c)| w != c)
+        .take(3)
+        .collect();
+    assert!(differing.is_empty(), "written, copied: {differing:?}");
 }
 
 #[test]
