@@ -158,6 +158,11 @@ impl Member {
                     return;
                 }
                 None => {
+                    // The cut-short JoinGroup may still be waiting at the
+                    // coordinator, and a broker answers a connection's
+                    // requests in order: the LeaveGroup goes on a
+                    // connection of its own, or waits behind it.
+                    self.cluster = Arc::new(Cluster::new(self.cluster.config.clone()));
                     self.leave().await;
                     return;
                 }

@@ -135,6 +135,9 @@ pub struct KafkaReader {
     share: Arc<StartShare>,
     /// Bounded, awaiting: the stall clock, and when to look next.
     watch: Option<(EndWatch, Instant)>,
+    /// Bounded, waiting for the group to deal partitions: when to look
+    /// next whether the input is read to its end already.
+    next_look_waiting: Option<Instant>,
 }
 
 impl std::fmt::Debug for KafkaReader {
@@ -175,6 +178,7 @@ impl KafkaReader {
             uncommitted: None,
             share,
             watch: None,
+            next_look_waiting: None,
         }
     }
 
@@ -452,6 +456,9 @@ impl KafkaReader {
             if let Some(control) = &self.control {
                 let _ = control.send(Control::Leave);
             }
+            // A member still joining hears it by the end of its events: it
+            // stops waiting for the rebalance and leaves.
+            self.events = None;
         }
     }
 
@@ -812,6 +819,30 @@ impl KafkaReader {
         }
     }
 
+    /// Bounded, waiting for the group to deal partitions: looks (every
+    /// [`LOOK_EVERY`], the first time after one) whether every partition of
+    /// the input is read to its end already, in the destination or by this
+    /// start, and if so ends without waiting for the group. A rebalance can
+    /// take the group's rebalance timeout (a minute) when it waits for
+    /// members that are gone, as noida-db does for the static members of
+    /// an earlier start; the run has nothing left to read meanwhile.
+    async fn look_while_waiting(&mut self) -> Result<ReadStatus, SourceError> {
+        let now = Instant::now();
+        let next = *self.next_look_waiting.get_or_insert(now + LOOK_EVERY);
+        if now < next || self.lookup.is_none() {
+            return Ok(ReadStatus::Idle);
+        }
+        self.next_look_waiting = Some(now + LOOK_EVERY);
+        if !self.unread().await?.is_empty() {
+            return Ok(ReadStatus::Idle);
+        }
+        info!(subtask = self.subtask, group = %self.settings.group,
+            "every partition of the input is read to its end while this member waits for the group");
+        self.phase = Phase::Finished;
+        self.say_drained_if_committed();
+        Ok(ReadStatus::Finished)
+    }
+
     /// The partitions of the bounded input not read to their end yet: in
     /// the destination's positions, by this start's readers, or empty.
     async fn unread(&mut self) -> Result<Vec<crate::end::Unread>, SourceError> {
@@ -872,6 +903,7 @@ impl SplitReader for KafkaReader {
     ) -> Result<ReadStatus, SourceError> {
         self.serve_events().await?;
         match self.phase {
+            Phase::Waiting if self.ends.is_some() => return self.look_while_waiting().await,
             Phase::Waiting | Phase::Draining => return Ok(ReadStatus::Idle),
             Phase::Finished | Phase::Left => return Ok(ReadStatus::Finished),
             Phase::Awaiting => return self.await_the_rest().await,

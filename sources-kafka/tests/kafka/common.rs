@@ -126,3 +126,39 @@ pub async fn start_fresh(
     )
     .await
 }
+
+/// Joins `group` as a static member of the "consumer" protocol and never
+/// answers again (no SyncGroup, no heartbeat, no rejoin) for
+/// `rebalance_timeout`: every rebalance of the group meanwhile waits for
+/// it.
+pub async fn join_and_go_silent(group: &str, rebalance_timeout: Duration) {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::{GroupId, JoinGroupRequest};
+    use kafka_protocol::protocol::StrBytes;
+    use sink_kafka_client::{Brokers, CoordinatorKind};
+    let cluster = Brokers::from(brokers().as_str()).cluster("silent-member");
+    let link = cluster
+        .coordinator(CoordinatorKind::Group, group)
+        .await
+        .unwrap();
+    let mut member_id = String::new();
+    for _ in 0..2 {
+        let ms = i32::try_from(rebalance_timeout.as_millis()).unwrap();
+        let request = JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_session_timeout_ms(ms)
+            .with_rebalance_timeout_ms(ms)
+            .with_member_id(StrBytes::from_string(member_id.clone()))
+            .with_group_instance_id(Some(StrBytes::from_static_str("silent-member")))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(Default::default())]);
+        let answer = cluster.call(&link, &request).await.unwrap();
+        member_id = answer.member_id.to_string();
+        if answer.error_code == 0 {
+            return;
+        }
+    }
+    panic!("the silent member could not join {group}");
+}

@@ -75,3 +75,25 @@ async fn a_bounded_group_reading_a_topic_written_in_transactions_ends() {
     assert_eq!(report.status, JobStatus::Finished);
     assert_eq!(committed(&store), (0..1500).collect::<Vec<_>>());
 }
+
+/// A bounded run whose input the destination already holds to its end
+/// ends without waiting for the group. Here a member that joined and never
+/// answers again keeps every rebalance waiting for its rebalance timeout
+/// (five minutes); the run ends long before, its members gone from the
+/// group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_run_with_nothing_left_to_read_ends_without_waiting_for_a_stuck_rebalance() {
+    let (topic, group) = (unique("source-stuck"), unique("g"));
+    fill(&topic, 2, 0, 500).await;
+    let store = MemoryStore::new();
+    let first = start_fresh(&topic, &group, true, 2, &store).await;
+    assert_eq!(first.join().await.unwrap().status, JobStatus::Finished);
+    join_and_go_silent(&group, std::time::Duration::from_secs(300)).await;
+    let again = start_fresh(&topic, &group, true, 2, &store).await;
+    let report = tokio::time::timeout(std::time::Duration::from_secs(60), again.join())
+        .await
+        .expect("the run waited on the group for over a minute with nothing left to read")
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    assert_eq!(committed(&store), (0..500).collect::<Vec<_>>());
+}
