@@ -1578,6 +1578,114 @@ async fn on_kafka_on_demand_sigkill_under_load_then_retries_store_everything_onc
     .await;
 }
 
+/// Into Kafka over SASL_SSL (SCRAM-SHA-512), its settings in a client
+/// properties file (`--kafka-config`): the service reaches the broker only
+/// through a proxy that enforces TLS and SASL, and every event answered
+/// 200 is in the topic once. With a wrong password it is refused at start,
+/// naming SASL, and nothing is written.
+#[cfg(feature = "kafka-tests")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn into_kafka_over_sasl_ssl_from_a_kafka_config_and_a_wrong_password_refused_naming_sasl() {
+    use sink_kafka_client::proxy::{AuthProxy, ProxyConfig};
+    let brokers = std::env::var("KAFKA_TEST_BROKERS").unwrap_or_else(|_| {
+        panic!(
+            "KAFKA_TEST_BROKERS is not set: run under scripts/with-kafka (./scripts/test-all does)"
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &rcgen::Issuer::new(ca_params, ca_key))
+        .unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let proxy = AuthProxy::start(ProxyConfig {
+        upstream: brokers.clone(),
+        tls: Some((server.pem(), server_key.serialize_pem())),
+        client_ca: None,
+        sasl: Some((
+            sink_kafka_client::SaslMechanism::ScramSha512,
+            "ingest".into(),
+            "s3cr3t-pass".into(),
+        )),
+        not_leader_produces: 0,
+    })
+    .await
+    .unwrap();
+    let config = |password: &str| {
+        let path = dir.path().join(format!("{password}.properties"));
+        std::fs::write(
+            &path,
+            format!(
+                "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n\
+                 sasl.username=ingest\nsasl.password={password}\nssl.ca.location={}\n",
+                ca_file.display()
+            ),
+        )
+        .unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let topic = format!("ingest-sasl-{}", fastrand::u32(..));
+    let out = Output::Kafka {
+        brokers: proxy.address().to_string(),
+        topic: topic.clone(),
+        dir: dir.path().join("good"),
+    };
+    let good = config("s3cr3t-pass");
+    let service = Service::start_on(&out, &["--kafka-config", &good]);
+    let client = client();
+    let mut sent = Vec::new();
+    for request in 0..3 {
+        let ids = ids(&format!("sasl{request}-"), 20);
+        let answer = post(&client, &service.url("/events"), body(&ids, false), None)
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200, "{answer:?}");
+        sent.extend(ids);
+    }
+    let summary = service.stop();
+    assert_eq!(summary["records_committed"], sent.len(), "{summary}");
+    // Read back from the broker itself, past the proxy.
+    let read = sinks_kafka::read_committed(brokers.as_str(), &topic)
+        .await
+        .unwrap();
+    let text: Vec<String> = read
+        .messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(m.value_bytes()).into_owned())
+        .collect();
+    let mut found = BTreeMap::new();
+    count_ids(&topic, &text.join("\n"), &mut found);
+    assert_no_duplicates(&found);
+    assert_eq!(found.len(), sent.len(), "events in the topic");
+    // A wrong password: refused at start, naming SASL; nothing written.
+    let wrong_topic = format!("ingest-sasl-wrong-{}", fastrand::u32(..));
+    let wrong = config("wrong-pass");
+    let refused = Command::new(env!("CARGO_BIN_EXE_ingest-service"))
+        .args(["--listen", "127.0.0.1:0", "--plain-http", "--no-auth"])
+        .arg("--output-dir")
+        .arg(dir.path().join("wrong"))
+        .args(["--sink", "kafka", "--brokers", proxy.address()])
+        .args(["--topic", &wrong_topic, "--kafka-config", &wrong])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "{text}");
+    assert!(text.contains("SASL"), "{text}");
+    assert!(!text.contains("wrong-pass"), "the password printed: {text}");
+    let nothing = sinks_kafka::read_committed(brokers.as_str(), &wrong_topic)
+        .await
+        .unwrap();
+    assert!(nothing.messages.is_empty());
+}
+
 /// Into an Iceberg table, with checkpoints on demand: killed under load,
 /// started again, the requests without a 200 retried with their keys:
 /// every event is in the table once.
