@@ -20,7 +20,7 @@
 //! fetched record still in the buffer at a revocation is dropped, and the
 //! next owner reads it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -887,7 +887,66 @@ impl KafkaReader {
                 .map_err(|e| self.wire(e))?
             }
         };
-        Ok(unread(&ends, &positions, &starts, &read_here))
+        let left = unread(&ends, &positions, &starts, &read_here);
+        if !left.is_empty() {
+            return Ok(left);
+        }
+        self.past_the_end(&ends, &positions, &read_here).await
+    }
+
+    /// Every partition reads as ended: checks that no position is past its
+    /// partition's end now. One that is belongs to another partition of
+    /// the same name (a topic deleted and created again, on a broker that
+    /// gives no topic ids): refused as at an assignment, or, when told to
+    /// read such a topic from its start, unread until the new reader of it
+    /// commits.
+    async fn past_the_end(
+        &mut self,
+        ends: &BTreeMap<i32, i64>,
+        positions: &BTreeMap<i32, i64>,
+        read_here: &BTreeSet<i32>,
+    ) -> Result<Vec<crate::end::Unread>, SourceError> {
+        let with_positions: Vec<i32> = ends
+            .keys()
+            .filter(|p| positions.contains_key(p) && !read_here.contains(p))
+            .copied()
+            .collect();
+        if with_positions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let described = self.described().await?;
+        let stable_ends = offsets(
+            &self.cluster,
+            &self.settings.topic,
+            &described,
+            &with_positions,
+            Edge::StableEnd,
+        )
+        .await
+        .map_err(|e| self.wire(e))?;
+        let mut left = Vec::new();
+        for partition in with_positions {
+            let position = positions.get(&partition).copied().unwrap_or(0);
+            let stable_end = stable_ends.get(&partition).copied().unwrap_or(0);
+            if position <= stable_end {
+                continue;
+            }
+            if !self.settings.recreated_from_start {
+                return Err(self.refuse(KafkaSourceError::PastTheEnd {
+                    topic: self.settings.topic.clone(),
+                    group: self.settings.group.clone(),
+                    partition,
+                    committed: position,
+                    end: stable_end,
+                }));
+            }
+            left.push(crate::end::Unread {
+                partition,
+                position: None,
+                end: ends.get(&partition).copied().unwrap_or(0),
+            });
+        }
+        Ok(left)
     }
 }
 
