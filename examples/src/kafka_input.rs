@@ -39,6 +39,11 @@ pub struct KafkaSourceArgs {
     /// (without it, the run stops and says so).
     #[arg(long)]
     pub recreated_topic_from_start: bool,
+    /// How long a member waits for the group to deal it partitions before
+    /// the run fails naming the group's state and members (default: twice
+    /// the rebalance timeout plus the session timeout, 130 s).
+    #[arg(long, value_parser = sink_cli::flags::parse_duration)]
+    pub group_wait_timeout: Option<Duration>,
 }
 
 impl KafkaSourceArgs {
@@ -60,6 +65,9 @@ impl KafkaSourceArgs {
         }
         if self.recreated_topic_from_start {
             builder = builder.read_recreated_topic_from_start();
+        }
+        if let Some(bound) = self.group_wait_timeout {
+            builder = builder.group_wait_timeout(bound);
         }
         Ok(builder.build().await?)
     }

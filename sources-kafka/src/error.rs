@@ -118,6 +118,28 @@ pub enum KafkaSourceError {
         /// Each partition unread, and where the destination holds it.
         partitions: String,
     },
+    /// The group did not deal this member its partitions within the
+    /// bound ([`KafkaSourceBuilder::group_wait_timeout`](crate::KafkaSourceBuilder::group_wait_timeout)):
+    /// a rebalance waits for members that do not rejoin.
+    #[error(
+        "the consumer group {group} did not deal this member its partitions within {waited:.0?} \
+         (KafkaSourceBuilder::group_wait_timeout, the demos' --group-wait-timeout): {seen}. A \
+         rebalance waits for every member to rejoin; a member that is gone holds it until its \
+         session times out (a static member of a lost host too), and some brokers keep such \
+         members for ever. Nothing was read or lost. Wait out the session timeout of members \
+         that left, remove the static members that are gone (Kafka's Admin API \
+         removeMembersFromConsumerGroup: a LeaveGroup with their group.instance.id), or give \
+         the job another group; raise the bound if the group is only slow"
+    )]
+    Unsettled {
+        /// The group.
+        group: String,
+        /// How long this member waited.
+        waited: std::time::Duration,
+        /// What the coordinator said of the group last: its state, members
+        /// and leader.
+        seen: String,
+    },
     /// The group could not be joined or left.
     #[error("the consumer group {group}: {message}")]
     Group {

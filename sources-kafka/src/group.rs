@@ -27,7 +27,7 @@
 //! commit; past it the member is dropped, and its late commits are
 //! superseded in the destination (never duplicated).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -41,16 +41,22 @@ use kafka_protocol::messages::{
     JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use sink_kafka_client::group::describe_group;
 use sink_kafka_client::topic::Topic;
 use sink_kafka_client::{millis, str_bytes, Cluster, CoordinatorKind, WireError};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
+
+use crate::KafkaSourceError;
 
 /// How long a member waits for the answer to its `LeaveGroup`.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The assignor's name, as members announce it.
 const ASSIGNOR: &str = "range";
+
+/// How often a member waiting for the group says what the group is doing.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
 
 /// What the subscription's user data of this source's members starts
 /// with: the leader deals partitions to such members only.
@@ -65,7 +71,7 @@ pub(crate) enum Event {
     /// everything read is committed.
     Revoke,
     /// Membership failed for good.
-    Failed(String),
+    Failed(KafkaSourceError),
 }
 
 /// What the reader tells its membership task.
@@ -89,6 +95,9 @@ pub(crate) struct MemberSettings {
     pub rebalance_timeout: Duration,
     /// How often the leader looks for partitions added to the topic.
     pub metadata_refresh: Duration,
+    /// How long joining may take, rebalances included, before the member
+    /// fails naming the group's state.
+    pub wait_timeout: Duration,
     /// The member's static id (`group.instance.id`), the same in every
     /// start of this instance's subtask.
     pub instance: String,
@@ -113,6 +122,7 @@ pub(crate) fn spawn(
         rejoins_asked: 0,
         events: events_tx,
         control: control_rx,
+        leader: Arc::default(),
     };
     let task = tokio::spawn(member.run());
     (events, control, task)
@@ -130,6 +140,9 @@ struct Member {
     rejoins_asked: u32,
     events: mpsc::UnboundedSender<Event>,
     control: mpsc::UnboundedReceiver<Control>,
+    /// The member id of the group's leader, as the last `JoinGroup` answer
+    /// named it: for the messages of a group that does not settle.
+    leader: Arc<Mutex<Option<String>>>,
 }
 
 /// Why a member stops heartbeating in a generation.
@@ -155,6 +168,11 @@ impl Member {
                 Some(Ok(assigned)) => assigned,
                 Some(Err(error)) => {
                     let _ = self.events.send(Event::Failed(error));
+                    // A JoinGroup may be pending: leave on a connection of
+                    // its own (see below), so that the group does not keep
+                    // this member.
+                    self.cluster = Arc::new(Cluster::new(self.cluster.config.clone()));
+                    self.leave().await;
                     return;
                 }
                 None => {
@@ -196,22 +214,94 @@ impl Member {
 
     /// Joins the group (again) and syncs: this member's partitions, and,
     /// for the leader, how many partitions the topic had when it assigned
-    /// them.
-    async fn join(&mut self) -> Result<(Vec<i32>, Option<usize>), String> {
-        let deadline = Instant::now() + self.settings.rebalance_timeout * 3;
-        loop {
-            match self.join_once().await {
-                Ok(Some(assigned)) => return Ok(assigned),
-                Ok(None) => continue,
-                Err(error) if error.is_retriable() && Instant::now() < deadline => {
-                    debug!(group = %self.settings.group, %error, "joining again");
-                    self.cluster
-                        .forget_coordinator(CoordinatorKind::Group, &self.settings.group)
-                        .await;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+    /// them. Bounded by the wait timeout, rebalances included; every
+    /// [`REPORT_EVERY`] of waiting it says (at WARN) what the group is doing,
+    /// and past the bound it fails naming that.
+    async fn join(&mut self) -> Result<(Vec<i32>, Option<usize>), KafkaSourceError> {
+        let started = Instant::now();
+        let deadline = started + self.settings.wait_timeout;
+        let group = self.settings.group.clone();
+        // A connection of its own: a broker answers a connection's requests
+        // in order, and the member's may hold a JoinGroup for a minute.
+        let observer = Cluster::new(self.cluster.config.clone());
+        let leader = Arc::clone(&self.leader);
+        let mut report = tokio::time::interval_at((started + REPORT_EVERY).into(), REPORT_EVERY);
+        // The last attempt's error when the cluster itself failed (it could
+        // not be reached, or answered a retriable error); `None` while the
+        // coordinator answers, or holds a JoinGroup (a request it answers
+        // no sooner than its rebalance ends is the group waiting, not the
+        // cluster failing).
+        let cluster_failing: Mutex<Option<WireError>> = Mutex::new(None);
+        let set_failing = |error: Option<WireError>| {
+            *cluster_failing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = error;
+        };
+        let joining = async {
+            loop {
+                match self.join_once().await {
+                    Ok(Some(assigned)) => return Ok(assigned),
+                    Ok(None) => set_failing(None),
+                    Err(error) if error.is_retriable() => {
+                        debug!(group = %self.settings.group, %error, "joining again");
+                        set_failing(match error {
+                            WireError::Timeout { .. } => None,
+                            other => Some(other),
+                        });
+                        self.cluster
+                            .forget_coordinator(CoordinatorKind::Group, &self.settings.group)
+                            .await;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(error) => return Err(error),
                 }
-                Err(error) => return Err(format!("joining failed: {error}")),
             }
+        };
+        tokio::pin!(joining);
+        loop {
+            tokio::select! {
+                joined = &mut joining => {
+                    return joined.map_err(|error| KafkaSourceError::Group {
+                        group: group.clone(),
+                        message: format!("joining failed: {error}"),
+                    });
+                }
+                _ = report.tick() => {
+                    let seen = describe(&observer, &group, &leader).await;
+                    warn!(%group, waited = ?started.elapsed(), bound = ?deadline - started,
+                        "waiting for the consumer group to deal this member its partitions: {seen}");
+                }
+                () = tokio::time::sleep_until(deadline.into()) => {
+                    let failing = cluster_failing
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .take();
+                    // The cluster failing is transient (a restart may find it
+                    // back); a group that does not settle is not.
+                    return Err(match failing {
+                        Some(error) => KafkaSourceError::Group {
+                            group: group.clone(),
+                            message: format!(
+                                "joining failed for {:?}: {error}",
+                                started.elapsed()
+                            ),
+                        },
+                        None => KafkaSourceError::Unsettled {
+                            group: group.clone(),
+                            waited: started.elapsed(),
+                            seen: describe(&observer, &group, &leader).await,
+                        },
+                    });
+                }
+            }
+        }
+    }
+
+    /// Membership failing for good with `message`.
+    fn failed(&self, message: impl Into<String>) -> KafkaSourceError {
+        KafkaSourceError::Group {
+            group: self.settings.group.clone(),
+            message: message.into(),
         }
     }
 
@@ -256,6 +346,8 @@ impl Member {
         }
         self.member_id = answer.member_id.to_string();
         self.generation = answer.generation_id;
+        *self.leader.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(answer.leader.to_string());
         let is_leader = answer.leader == answer.member_id;
         let (assignments, partitions) = match is_leader {
             true => {
@@ -344,10 +436,9 @@ impl Member {
             Some(ResponseError::RebalanceInProgress) => Ok(false),
             Some(ResponseError::FencedInstanceId) => {
                 // A newer start of this instance took the static id over.
-                let _ = self.events.send(Event::Failed(
-                    "a newer start of this instance joined the group with its id: this one stops"
-                        .into(),
-                ));
+                let _ = self.events.send(Event::Failed(self.failed(
+                    "a newer start of this instance joined the group with its id: this one stops",
+                )));
                 Ok(false)
             }
             Some(ResponseError::UnknownMemberId | ResponseError::IllegalGeneration) => {
@@ -396,7 +487,7 @@ impl Member {
                                 .await;
                         }
                         Err(error) => {
-                            let _ = self.events.send(Event::Failed(format!("heartbeat failed: {error}")));
+                            let _ = self.events.send(Event::Failed(self.failed(format!("heartbeat failed: {error}"))));
                             return Leaving::Leave;
                         }
                     }
@@ -468,6 +559,33 @@ impl Member {
             Err(_) => info!(%group, "leaving the group took too long; the session times out"),
         }
         self.member_id.clear();
+    }
+}
+
+/// What the coordinator says of `group` now, for a member waiting on it:
+/// its state, its members and its leader (as this member last heard).
+async fn describe(observer: &Cluster, group: &str, leader: &Mutex<Option<String>>) -> String {
+    let leader = match leader
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+    {
+        Some(leader) => format!("; its leader, as this member last heard, is {leader}"),
+        None => "; this member has not heard of a leader yet".to_string(),
+    };
+    match describe_group(observer, group).await {
+        Ok(described) => format!(
+            "the group is {} with {} member(s): {}{leader}",
+            described.state,
+            described.members.len(),
+            described
+                .members
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        Err(error) => format!("the group could not be described ({error}){leader}"),
     }
 }
 

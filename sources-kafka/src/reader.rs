@@ -265,12 +265,7 @@ impl KafkaReader {
             match event {
                 Event::Assigned(partitions) => self.take_over(partitions).await?,
                 Event::Revoke => self.revoke(),
-                Event::Failed(why) => {
-                    return Err(self.refuse(KafkaSourceError::Group {
-                        group: self.settings.group.clone(),
-                        message: why,
-                    }))
-                }
+                Event::Failed(error) => return Err(self.refuse(error)),
             }
         }
     }
@@ -1037,6 +1032,7 @@ impl SplitReader for KafkaReader {
                 session_timeout: self.settings.session_timeout,
                 rebalance_timeout: self.settings.rebalance_timeout,
                 metadata_refresh: self.settings.metadata_refresh,
+                wait_timeout: self.settings.group_wait_timeout(),
                 instance,
             },
         );

@@ -27,6 +27,9 @@ pub(crate) struct Settings {
     /// with nothing moving, for partitions no member reads.
     pub unread_timeout: Duration,
     pub recreated_from_start: bool,
+    /// How long a member waits for the group to deal it partitions; `None`:
+    /// derived from the group's timeouts ([`Settings::group_wait_timeout`]).
+    pub group_wait: Option<Duration>,
 }
 
 /// The scope the positions of `topic` read in `group` are committed under.
@@ -35,6 +38,16 @@ pub(crate) fn scope(topic: &str, group: &str) -> String {
 }
 
 impl Settings {
+    /// How long a member waits for the group to deal it partitions (joining,
+    /// syncing and the rebalances between) before the job fails naming the
+    /// group's state: the bound set, or two rebalances and a session (a
+    /// rebalance takes at most the rebalance timeout; a member gone is
+    /// dropped after its session timeout, which starts one more).
+    pub(crate) fn group_wait_timeout(&self) -> Duration {
+        self.group_wait
+            .unwrap_or(self.rebalance_timeout * 2 + self.session_timeout)
+    }
+
     /// The scope positions are committed under: the topic and the group.
     /// Every instance of the group shares it.
     pub(crate) fn scope(&self) -> String {

@@ -78,6 +78,7 @@ impl KafkaSource {
                 skip_deleted_records: false,
                 recreated_from_start: false,
                 unread_timeout: Duration::from_secs(120),
+                group_wait: None,
             },
         }
     }
@@ -147,6 +148,17 @@ impl KafkaSourceBuilder {
     /// committed: keep it above the checkpoint interval plus a commit.
     pub fn rebalance_timeout(mut self, timeout: Duration) -> Self {
         self.settings.rebalance_timeout = timeout;
+        self
+    }
+
+    /// How long a member waits for the group to deal it partitions
+    /// (joining, syncing, and the rebalances between) before the job fails
+    /// naming the group's state, its members and its leader: by default
+    /// twice the rebalance timeout plus the session timeout (130 s with the
+    /// defaults). While it waits, the member says every 10 s (at WARN) what
+    /// the group is doing.
+    pub fn group_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.group_wait = Some(timeout);
         self
     }
 

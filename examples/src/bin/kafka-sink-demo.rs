@@ -132,6 +132,12 @@ struct Args {
     /// again from its start (without it, the run stops and says so).
     #[arg(long)]
     recreated_topic_from_start: bool,
+    /// With --source kafka or kafka-unbounded: how long a member waits for
+    /// the group to deal it partitions before the run fails naming the
+    /// group's state and members (default: twice the rebalance timeout
+    /// plus the session timeout, 130 s).
+    #[arg(long, value_parser = parse_duration)]
+    group_wait_timeout: Option<std::time::Duration>,
 }
 
 /// What the demo reads.
@@ -165,6 +171,9 @@ async fn kafka_source(args: &Args) -> anyhow::Result<sources_kafka::KafkaSource>
     }
     if args.recreated_topic_from_start {
         builder = builder.read_recreated_topic_from_start();
+    }
+    if let Some(bound) = args.group_wait_timeout {
+        builder = builder.group_wait_timeout(bound);
     }
     Ok(builder.build().await?)
 }

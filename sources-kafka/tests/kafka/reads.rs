@@ -97,3 +97,56 @@ async fn a_bounded_run_with_nothing_left_to_read_ends_without_waiting_for_a_stuc
     assert_eq!(report.status, JobStatus::Finished);
     assert_eq!(committed(&store), (0..500).collect::<Vec<_>>());
 }
+
+/// A group that never settles (a member that joined and never syncs or
+/// rejoins holds every rebalance) fails the job within the bound, naming
+/// the group, its state, its members and what to do: it never hangs, and
+/// nothing is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_never_settles_fails_the_job_within_the_bound_naming_its_state_and_members() {
+    use std::time::Duration;
+
+    use sink_runtime::source::Source;
+    use sink_runtime::{CheckpointConfig, Job};
+    use sinks_memory::MemorySink;
+    use sources_kafka::KafkaSource;
+    let (topic, group) = (unique("source-unsettled"), unique("g"));
+    fill(&topic, 2, 0, 100).await;
+    join_and_go_silent(&group, Duration::from_secs(300)).await;
+    let source = KafkaSource::builder(brokers(), &topic, &group)
+        .session_timeout(Duration::from_secs(6))
+        .rebalance_timeout(Duration::from_secs(10))
+        .group_wait_timeout(Duration::from_secs(12))
+        .build()
+        .await
+        .unwrap()
+        .map(id);
+    let store = MemoryStore::new();
+    let job = Job::builder(
+        "kafka-source-unsettled",
+        source,
+        MemorySink::new(store.clone()),
+    )
+    .checkpoint_storage(MemoryCheckpointStorage::default())
+    .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
+    .build()
+    .unwrap()
+    .start();
+    // The bound, and the rebalance timeout's time for one JoinGroup
+    // answered late at most, are well within this.
+    let error = tokio::time::timeout(Duration::from_secs(60), job.join())
+        .await
+        .expect("the job hung on a group that does not settle")
+        .expect_err("the job cannot run without partitions")
+        .to_string();
+    println!("the job's error: {error}");
+    for part in [
+        format!("the consumer group {group} did not deal this member its partitions within"),
+        "silent-member".to_string(),
+        "Rebalance".to_string(),
+        "removeMembersFromConsumerGroup".to_string(),
+    ] {
+        assert!(error.contains(&part), "{part:?} not in: {error}");
+    }
+    assert!(store.committed().is_empty());
+}
