@@ -167,12 +167,10 @@ impl Member {
             let assigned = match joined {
                 Some(Ok(assigned)) => assigned,
                 Some(Err(error)) => {
+                    // No LeaveGroup: a member whose join failed may have been
+                    // fenced by a newer start of its instance, and leaving by
+                    // its static id could take that start's place away.
                     let _ = self.events.send(Event::Failed(error));
-                    // A JoinGroup may be pending: leave on a connection of
-                    // its own (see below), so that the group does not keep
-                    // this member.
-                    self.cluster = Arc::new(Cluster::new(self.cluster.config.clone()));
-                    self.leave().await;
                     return;
                 }
                 None => {
