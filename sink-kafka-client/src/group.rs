@@ -41,6 +41,20 @@ pub struct GroupDescription {
     pub members: Vec<GroupMember>,
 }
 
+impl GroupDescription {
+    /// Its members for a message, `; `-separated (`none` when empty).
+    pub fn members_text(&self) -> String {
+        if self.members.is_empty() {
+            return "none".to_string();
+        }
+        self.members
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
 /// Describes `group`. Called where a message names who is in a group (a
 /// foreign member, offsets the job did not commit); callers treat a
 /// failure as "unknown", never as a reason to fail themselves.

@@ -42,6 +42,8 @@ pub mod proxy;
 mod sasl;
 mod scram;
 mod security;
+#[cfg(feature = "test-proxy")]
+pub mod test_certificates;
 pub mod topic;
 
 pub use api::Call;

@@ -329,12 +329,7 @@ pub(crate) async fn read(
         Ok(described) => format!(
             "its members now ({}): {}",
             described.state,
-            described
-                .members
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
+            described.members_text()
         ),
         Err(error) => format!("its members could not be listed: {error}"),
     };

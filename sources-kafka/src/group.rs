@@ -576,12 +576,7 @@ async fn describe(observer: &Cluster, group: &str, leader: &Mutex<Option<String>
             "the group is {} with {} member(s): {}{leader}",
             described.state,
             described.members.len(),
-            described
-                .members
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
+            described.members_text()
         ),
         Err(error) => format!("the group could not be described ({error}){leader}"),
     }

@@ -184,36 +184,24 @@ fn keys_headers_tombstones_and_timestamps_survive_a_copy() {
 /// settings in a client properties file (`--kafka-config`).
 #[test]
 fn over_sasl_ssl_a_topic_copied_into_a_topic_and_killed_at_random_holds_every_value_once() {
-    use sink_kafka_client::proxy::{AuthProxy, ProxyConfig};
+    use sink_kafka_client::proxy::AuthProxy;
+    use sink_kafka_client::test_certificates::TestCertificates;
     let dir = tempfile::tempdir().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let server_key = rcgen::KeyPair::generate().unwrap();
-    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&server_key, &rcgen::Issuer::new(ca_params, ca_key))
-        .unwrap();
+    let certificates = TestCertificates::new();
     let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, ca.pem()).unwrap();
+    std::fs::write(&ca_file, &certificates.ca_pem).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
     let proxy = runtime
-        .block_on(AuthProxy::start(ProxyConfig {
-            upstream: brokers(),
-            tls: Some((server.pem(), server_key.serialize_pem())),
-            client_ca: None,
-            sasl: Some((
-                sink_kafka_client::SaslMechanism::ScramSha512,
-                "demo".into(),
-                "pa55-w0rd".into(),
-            )),
-            not_leader_produces: 0,
-        }))
+        .block_on(AuthProxy::start(certificates.sasl_ssl_proxy(
+            brokers(),
+            sink_kafka_client::SaslMechanism::ScramSha512,
+            "demo",
+            "pa55-w0rd",
+        )))
         .unwrap();
     let config = dir.path().join("client.properties");
     std::fs::write(

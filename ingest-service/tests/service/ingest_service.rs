@@ -1586,35 +1586,23 @@ async fn on_kafka_on_demand_sigkill_under_load_then_retries_store_everything_onc
 #[cfg(feature = "kafka-tests")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn into_kafka_over_sasl_ssl_from_a_kafka_config_and_a_wrong_password_refused_naming_sasl() {
-    use sink_kafka_client::proxy::{AuthProxy, ProxyConfig};
+    use sink_kafka_client::proxy::AuthProxy;
+    use sink_kafka_client::test_certificates::TestCertificates;
     let brokers = std::env::var("KAFKA_TEST_BROKERS").unwrap_or_else(|_| {
         panic!(
             "KAFKA_TEST_BROKERS is not set: run under scripts/with-kafka (./scripts/test-all does)"
         )
     });
     let dir = tempfile::tempdir().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let server_key = rcgen::KeyPair::generate().unwrap();
-    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&server_key, &rcgen::Issuer::new(ca_params, ca_key))
-        .unwrap();
+    let certificates = TestCertificates::new();
     let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, ca.pem()).unwrap();
-    let proxy = AuthProxy::start(ProxyConfig {
-        upstream: brokers.clone(),
-        tls: Some((server.pem(), server_key.serialize_pem())),
-        client_ca: None,
-        sasl: Some((
-            sink_kafka_client::SaslMechanism::ScramSha512,
-            "ingest".into(),
-            "s3cr3t-pass".into(),
-        )),
-        not_leader_produces: 0,
-    })
+    std::fs::write(&ca_file, &certificates.ca_pem).unwrap();
+    let proxy = AuthProxy::start(certificates.sasl_ssl_proxy(
+        brokers.clone(),
+        sink_kafka_client::SaslMechanism::ScramSha512,
+        "ingest",
+        "s3cr3t-pass",
+    ))
     .await
     .unwrap();
     let config = |password: &str| {

@@ -26,22 +26,8 @@ fn certificates() -> (String, String, String) {
 /// A CA, the server's certificate and key, and a client's (for mTLS), as
 /// PEM.
 fn certificates_with_client() -> (String, (String, String), (String, String)) {
-    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let signed = |names: Vec<String>| {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let certificate = rcgen::CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        (certificate.pem(), key.serialize_pem())
-    };
-    let server = signed(vec!["127.0.0.1".to_string(), "localhost".into()]);
-    let client = signed(vec!["eo-client".to_string()]);
-    (ca.pem(), server, client)
+    let made = sink_kafka_client::test_certificates::TestCertificates::new();
+    (made.ca_pem, made.server, made.client)
 }
 
 const USER: &str = "alice";
