@@ -338,13 +338,7 @@ impl KafkaReader {
             let position = match position {
                 Some(position) if position > stable_end => {
                     if !self.settings.recreated_from_start {
-                        return Err(self.refuse(KafkaSourceError::PastTheEnd {
-                            topic: self.settings.topic.clone(),
-                            group: self.settings.group.clone(),
-                            partition: *partition,
-                            committed: position,
-                            end: stable_end,
-                        }));
+                        return Err(self.past_the_end_refused(*partition, position, stable_end));
                     }
                     None
                 }
@@ -889,6 +883,18 @@ impl KafkaReader {
         self.past_the_end(&ends, &positions, &read_here).await
     }
 
+    /// The refusal of a destination position (`committed`) past its
+    /// partition's end now: at an assignment, and before a member ends.
+    fn past_the_end_refused(&self, partition: i32, committed: i64, end: i64) -> SourceError {
+        self.refuse(KafkaSourceError::PastTheEnd {
+            topic: self.settings.topic.clone(),
+            group: self.settings.group.clone(),
+            partition,
+            committed,
+            end,
+        })
+    }
+
     /// Every partition reads as ended: checks that no position is past its
     /// partition's end now. One that is belongs to another partition of
     /// the same name (a topic deleted and created again, on a broker that
@@ -927,13 +933,7 @@ impl KafkaReader {
                 continue;
             }
             if !self.settings.recreated_from_start {
-                return Err(self.refuse(KafkaSourceError::PastTheEnd {
-                    topic: self.settings.topic.clone(),
-                    group: self.settings.group.clone(),
-                    partition,
-                    committed: position,
-                    end: stable_end,
-                }));
+                return Err(self.past_the_end_refused(partition, position, stable_end));
             }
             left.push(crate::end::Unread {
                 partition,
