@@ -468,3 +468,20 @@ fn open_local_state(
     }
     Ok(storage)
 }
+
+/// How long the job's Kafka source members waited on their consumer group
+/// (joining and syncing, rebalances included), in milliseconds, from its
+/// metrics: the demos' JSON `group_wait_ms`. Zero without a Kafka source
+/// (or in a build without the `kafka` feature).
+pub fn group_wait_ms(metrics: &sink_runtime::MetricsSnapshot) -> u64 {
+    #[cfg(feature = "kafka")]
+    {
+        let waited = sources_kafka::KafkaSource::group_wait(metrics);
+        u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)
+    }
+    #[cfg(not(feature = "kafka"))]
+    {
+        let _ = metrics;
+        0
+    }
+}

@@ -1,7 +1,10 @@
-//! What a consumer group looks like from outside: its state and members
-//! (`DescribeGroups`), for messages that name who is in a group.
+//! A consumer group from outside: its state and members (`DescribeGroups`),
+//! for messages that name who is in a group; and the removal of static
+//! members that are gone (`LeaveGroup` by their instance ids), for an
+//! operator.
 
-use kafka_protocol::messages::{DescribeGroupsRequest, GroupId};
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::{DescribeGroupsRequest, GroupId, LeaveGroupRequest};
 
 use crate::{str_bytes, Cluster, CoordinatorKind, WireError};
 
@@ -85,4 +88,50 @@ pub async fn describe_group(cluster: &Cluster, group: &str) -> Result<GroupDescr
             })
             .collect(),
     })
+}
+
+/// Removes the static members `instances` (their `group.instance.id`s)
+/// from `group`: one `LeaveGroup` naming them, as Kafka's Admin API
+/// `removeMembersFromConsumerGroup` sends it. Each must be removed, or the
+/// call fails naming the first that was not.
+///
+/// For an operator's tool or a test, once a host is lost for good: its
+/// static members hold every rebalance of the group until their session
+/// times out, and for ever on a broker that never expires them. Never
+/// called by the Kafka source on its own: a member that only looks dead (a
+/// host cut off, not gone) must be fenced by a new start of its instance,
+/// not removed.
+pub async fn remove_static_members(
+    cluster: &Cluster,
+    group: &str,
+    instances: &[String],
+) -> Result<(), WireError> {
+    let link = cluster.coordinator(CoordinatorKind::Group, group).await?;
+    let request = LeaveGroupRequest::default()
+        .with_group_id(GroupId(str_bytes(group)))
+        .with_members(
+            instances
+                .iter()
+                .map(|instance| {
+                    MemberIdentity::default()
+                        .with_member_id(str_bytes(""))
+                        .with_group_instance_id(Some(str_bytes(instance)))
+                })
+                .collect(),
+        );
+    let answer = cluster.call(&link, &request).await?;
+    WireError::check("LeaveGroup", || format!("group {group}"), answer.error_code)?;
+    for member in &answer.members {
+        WireError::check(
+            "LeaveGroup",
+            || {
+                format!(
+                    "group {group}, instance {}",
+                    member.group_instance_id.as_deref().unwrap_or("?")
+                )
+            },
+            member.error_code,
+        )?;
+    }
+    Ok(())
 }

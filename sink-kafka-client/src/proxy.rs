@@ -8,6 +8,8 @@
 //!     ApiVersions: forwarded, the SASL requests added to the answer
 //!     everything else: forwarded; Metadata and FindCoordinator answers name the proxy
 //!         in place of the broker, so that clients come back through it
+//!     faults a test asks for (ProxyConfig): Produce answered NOT_LEADER_OR_FOLLOWER,
+//!         a consumer group that never settles (GroupFault): answered here
 //! ```
 //!
 //! A wrong password is answered `SASL_AUTHENTICATION_FAILED`, as Kafka
@@ -24,9 +26,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse, ProduceRequest,
-    ProduceResponse, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
-    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    ApiKey, ApiVersionsResponse, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse, MetadataResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
+    SaslHandshakeRequest, SaslHandshakeResponse, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use rustls::pki_types::pem::PemObject;
@@ -54,6 +57,62 @@ pub struct ProxyConfig {
     /// `NOT_LEADER_OR_FOLLOWER` for every partition, as a broker does whose
     /// partitions' leadership just moved (to the same address, here).
     pub not_leader_produces: usize,
+    /// A consumer group that never settles, played here for every group:
+    /// `None` forwards the group's requests.
+    pub group_fault: Option<GroupFault>,
+}
+
+/// How the proxy plays a consumer group that never settles, answering the
+/// group's requests itself (the others it forwards): what a member meets
+/// when a rebalance never ends, for tests of its bounded waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupFault {
+    /// Every `JoinGroup` is answered `REBALANCE_IN_PROGRESS`: joining
+    /// never ends.
+    JoinRebalancing,
+    /// `JoinGroup` is forwarded; every `SyncGroup` is answered
+    /// `REBALANCE_IN_PROGRESS`: syncing never ends.
+    SyncRebalancing,
+    /// `JoinGroup` is forwarded; every `SyncGroup` is answered with an
+    /// empty assignment and every `Heartbeat` `REBALANCE_IN_PROGRESS`:
+    /// each generation deals the member nothing, and ends at once.
+    NothingDealt,
+}
+
+impl GroupFault {
+    /// The answer to a request (`key`, whole `frame`) when the fault plays
+    /// it; `None`: forward it.
+    fn answer(self, key: i16, frame: &Bytes) -> Option<Bytes> {
+        const REBALANCE_IN_PROGRESS: i16 = 27;
+        let join = key == ApiKey::JoinGroup as i16;
+        let sync = key == ApiKey::SyncGroup as i16;
+        let heartbeat = key == ApiKey::Heartbeat as i16;
+        match self {
+            GroupFault::JoinRebalancing if join => {
+                let (header, _) = request::<JoinGroupRequest>(frame)?;
+                let response = JoinGroupResponse::default().with_error_code(REBALANCE_IN_PROGRESS);
+                answer(&header, &response)
+            }
+            GroupFault::SyncRebalancing if sync => {
+                let (header, _) = request::<SyncGroupRequest>(frame)?;
+                let response = SyncGroupResponse::default().with_error_code(REBALANCE_IN_PROGRESS);
+                answer(&header, &response)
+            }
+            GroupFault::NothingDealt if sync => {
+                let (header, request) = request::<SyncGroupRequest>(frame)?;
+                let response = SyncGroupResponse::default()
+                    .with_protocol_type(request.protocol_type)
+                    .with_protocol_name(request.protocol_name);
+                answer(&header, &response)
+            }
+            GroupFault::NothingDealt if heartbeat => {
+                let (header, _) = request::<HeartbeatRequest>(frame)?;
+                let response = HeartbeatResponse::default().with_error_code(REBALANCE_IN_PROGRESS);
+                answer(&header, &response)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A running proxy; stops when dropped.
@@ -159,6 +218,15 @@ async fn write_frame<S: AsyncWrite + Unpin>(stream: &mut S, body: &[u8]) -> Opti
     stream.write_all(&frame).await.ok()
 }
 
+/// A request's header and body, decoded from its whole `frame`.
+fn request<R: Decodable + HeaderVersion>(frame: &Bytes) -> Option<(RequestHeader, R)> {
+    let mut body = frame.clone();
+    let version = i16::from_be_bytes([*frame.get(2)?, *frame.get(3)?]);
+    let header = RequestHeader::decode(&mut body, R::header_version(version)).ok()?;
+    let request = R::decode(&mut body, version).ok()?;
+    Some((header, request))
+}
+
 /// An answer to request `header` of type `A` at the request's version.
 fn answer<A: Encodable + HeaderVersion>(header: &RequestHeader, answer: &A) -> Option<Bytes> {
     let version = header.request_api_version;
@@ -259,8 +327,14 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                     |left| left.checked_sub(1),
                 )
                 .is_ok();
-        if refuse {
-            let Some(reply) = not_leader_answer(&frame) else {
+        let played = match refuse {
+            true => Some(not_leader_answer(&frame)),
+            false => config
+                .group_fault
+                .and_then(|fault| fault.answer(key, &frame).map(Some)),
+        };
+        if let Some(reply) = played {
+            let Some(reply) = reply else {
                 break;
             };
             if local_tx.send(reply).is_err() {
@@ -281,10 +355,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 
 /// `NOT_LEADER_OR_FOLLOWER` for every partition of a `Produce` request.
 fn not_leader_answer(frame: &Bytes) -> Option<Bytes> {
-    let mut body = frame.clone();
-    let version = i16::from_be_bytes([frame[2], frame[3]]);
-    let header = RequestHeader::decode(&mut body, ProduceRequest::header_version(version)).ok()?;
-    let request = ProduceRequest::decode(&mut body, version).ok()?;
+    let (header, request) = request::<ProduceRequest>(frame)?;
     let response = ProduceResponse::default().with_responses(
         request
             .topic_data
@@ -313,12 +384,8 @@ fn not_leader_answer(frame: &Bytes) -> Option<Bytes> {
 /// One SASL request answered, or `None`: close the connection.
 fn sasl_step(frame: &Bytes, key: i16, auth: &mut Auth, config: &ProxyConfig) -> Option<Bytes> {
     let (mechanism, username, password) = config.sasl.as_ref()?;
-    let mut body = frame.clone();
-    let version = i16::from_be_bytes([frame[2], frame[3]]);
     if key == ApiKey::SaslHandshake as i16 {
-        let header =
-            RequestHeader::decode(&mut body, SaslHandshakeRequest::header_version(version)).ok()?;
-        let request = SaslHandshakeRequest::decode(&mut body, version).ok()?;
+        let (header, request) = request::<SaslHandshakeRequest>(frame)?;
         let asked = request.mechanism.to_string();
         let ok = asked == mechanism.name();
         *auth = Auth::Pending(ok.then_some(*mechanism));
@@ -327,9 +394,7 @@ fn sasl_step(frame: &Bytes, key: i16, auth: &mut Auth, config: &ProxyConfig) -> 
             .with_mechanisms(vec![StrBytes::from_static_str(mechanism.name())]);
         return answer(&header, &response);
     }
-    let header =
-        RequestHeader::decode(&mut body, SaslAuthenticateRequest::header_version(version)).ok()?;
-    let request = SaslAuthenticateRequest::decode(&mut body, version).ok()?;
+    let (header, request) = request::<SaslAuthenticateRequest>(frame)?;
     let message = String::from_utf8_lossy(&request.auth_bytes).into_owned();
     let failed = |why: &str| {
         SaslAuthenticateResponse::default()

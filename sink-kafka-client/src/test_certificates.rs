@@ -62,6 +62,7 @@ impl TestCertificates {
             client_ca: None,
             sasl: Some((mechanism, user.to_string(), password.to_string())),
             not_leader_produces: 0,
+            group_fault: None,
         }
     }
 }

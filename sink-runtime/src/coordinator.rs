@@ -439,6 +439,7 @@ where
         lineage: plan.lineage.clone(),
         lookup: PositionLookup::of_sink(Arc::clone(&spec.sink)),
         recommitted: Arc::new(RecommitGate::new(spec.parallelism)),
+        metrics: metrics.sink.clone(),
     });
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let mut controls = Vec::with_capacity(spec.parallelism);

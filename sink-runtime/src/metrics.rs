@@ -120,9 +120,11 @@ pub struct MetricsSnapshot {
     pub global_commits: u64,
     /// Restarts after a failure.
     pub restarts: u64,
-    /// The sink's own counters, registered through
-    /// [`InitContext::metrics`](sink_api::InitContext::metrics) or
-    /// [`JobStart::metrics`](sink_api::JobStart::metrics), by name.
+    /// The sink's and the source's own counters, registered through
+    /// [`InitContext::metrics`](sink_api::InitContext::metrics),
+    /// [`JobStart::metrics`](sink_api::JobStart::metrics) or
+    /// [`SourceStart::metrics`](crate::source::SourceStart::metrics), by
+    /// name.
     pub sink: Vec<CounterValue>,
 }
 

@@ -103,17 +103,21 @@ pub struct Net {
 }
 
 impl Net {
-    /// Makes the bridge, named after this process, on a `10.77.N.0/24`
+    /// Makes the bridge, named after this process and its count of
+    /// networks, on a `10.77.N.0/24`
     /// subnet no interface of this machine is on yet (searched from one
     /// drawn from the process id, so that test processes starting together
     /// rarely race for one). An error says why it could not (not root, no
     /// `ip`, or a bridge of that name left over); nothing of another test's
     /// is removed then.
     pub fn create() -> Result<Net, String> {
-        let tag = format!("eo{}", std::process::id() % 10_000);
+        // Two networks of one process (tests run as threads) differ too.
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("eo{}{}", std::process::id() % 10_000, made % 10);
         let bridge = format!("{tag}br");
         let used = run("ip", &["-o", "-4", "addr", "show"])?;
-        let first = (std::process::id() % 200) as u8;
+        let first = ((std::process::id() + 37 * made) % 200) as u8;
         let subnet = (0..200u8)
             .map(|step| (first + step) % 200 + 20)
             .find(|n| !used.contains(&format!("10.77.{n}.")))

@@ -130,10 +130,15 @@ impl EndWatch {
         }
     }
 
-    /// The member was dealt partitions again: the group moved, so the
-    /// clock starts over.
-    pub(crate) fn restart(&mut self, now: Instant) {
-        *self = EndWatch::new(self.rebalance_after, self.give_up_after, now);
+    /// The member was dealt partitions again: the group moved, so the next
+    /// ask for a rebalance waits the first pause again. The stall clock
+    /// runs on: an assignment is not progress (a group that deals this
+    /// member nothing, or nothing unread, in every generation must still
+    /// reach the bound); what the member then reads moves the unread
+    /// partitions, which starts the clock over at the next look.
+    pub(crate) fn dealt(&mut self, now: Instant) {
+        self.asks = 0;
+        self.next_ask = now + self.rebalance_after;
     }
 
     /// How long nothing has moved.
@@ -317,8 +322,29 @@ mod tests {
         // Each still stretch asks once (at 5 s) and the next ask, 10 s
         // later, comes after the move.
         assert_eq!(rebalances, 8);
-        // A new assignment starts the clock over as well.
-        watch.restart(t0 + Duration::from_secs(500));
-        assert_eq!(watch.stalled(t0 + Duration::from_secs(501)).as_secs(), 1);
+    }
+
+    #[test]
+    fn assignments_that_move_nothing_do_not_hold_off_the_bound() {
+        let ends = map(&ENDS);
+        let t0 = Instant::now();
+        let mut watch = EndWatch::new(Duration::from_secs(5), Duration::from_secs(20), t0);
+        let none = BTreeSet::new();
+        let still = || unread(&ends, &BTreeMap::new(), &BTreeMap::new(), &none);
+        // A group that deals this member nothing every 2 s: each deal
+        // puts the next ask off, none the bound.
+        let mut verdicts = Vec::new();
+        for second in 0..=21u64 {
+            let now = t0 + Duration::from_secs(second);
+            if second % 2 == 1 {
+                watch.dealt(now);
+            }
+            verdicts.push(watch.observe(now, still()));
+        }
+        assert!(!verdicts.contains(&Verdict::Rebalance), "{verdicts:?}");
+        assert!(
+            matches!(verdicts[20], Verdict::GiveUp(ref left) if left.len() == 4),
+            "{verdicts:?}"
+        );
     }
 }

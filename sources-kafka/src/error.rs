@@ -101,7 +101,7 @@ pub enum KafkaSourceError {
     /// that reads them.
     #[error(
         "the bounded read of {topic} cannot end: for {waited:?} no member of the group {group} \
-         moved {partitions}, though this member asked the group to deal them again. Nothing \
+         moved {partitions}, though the group dealt again or was asked to. Nothing \
          was lost and the run did not end short: look for members of the group that are not \
          this job's (kafka-consumer-groups --describe --group {group}), or stuck; run the job \
          again (it resumes from the destination), or raise \

@@ -41,6 +41,7 @@ use kafka_protocol::messages::{
     JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use sink_api::Counter;
 use sink_kafka_client::group::describe_group;
 use sink_kafka_client::topic::Topic;
 use sink_kafka_client::{millis, str_bytes, Cluster, CoordinatorKind, WireError};
@@ -57,6 +58,12 @@ const ASSIGNOR: &str = "range";
 
 /// How often a member waiting for the group says what the group is doing.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// How long a member pauses before it joins again after the coordinator
+/// answered `REBALANCE_IN_PROGRESS` at once (a `JoinGroup` it then sends is
+/// normally held until the rebalance ends; one answered at once again would
+/// otherwise make a busy loop).
+const REJOIN_PAUSE: Duration = Duration::from_millis(100);
 
 /// What the subscription's user data of this source's members starts
 /// with: the leader deals partitions to such members only.
@@ -101,6 +108,10 @@ pub(crate) struct MemberSettings {
     /// The member's static id (`group.instance.id`), the same in every
     /// start of this instance's subtask.
     pub instance: String,
+    /// Where the time spent joining and syncing is counted, in
+    /// milliseconds, as it passes (every [`REPORT_EVERY`] and at the end of
+    /// each join): the job's `kafka_source_group_wait_ms`.
+    pub waited: Counter,
 }
 
 /// Starts the membership of one reader; the handle's channels talk to it.
@@ -224,6 +235,8 @@ impl Member {
         let observer = Cluster::new(self.cluster.config.clone());
         let leader = Arc::clone(&self.leader);
         let mut report = tokio::time::interval_at((started + REPORT_EVERY).into(), REPORT_EVERY);
+        let waited = self.settings.waited.clone();
+        let mut counted = Duration::ZERO;
         // The last attempt's error when the cluster itself failed (it could
         // not be reached, or answered a retriable error); `None` while the
         // coordinator answers, or holds a JoinGroup (a request it answers
@@ -259,17 +272,20 @@ impl Member {
         loop {
             tokio::select! {
                 joined = &mut joining => {
+                    count_wait(&waited, started, &mut counted);
                     return joined.map_err(|error| KafkaSourceError::Group {
                         group: group.clone(),
                         message: format!("joining failed: {error}"),
                     });
                 }
                 _ = report.tick() => {
+                    count_wait(&waited, started, &mut counted);
                     let seen = describe(&observer, &group, &leader).await;
                     warn!(%group, waited = ?started.elapsed(), bound = ?deadline - started,
                         "waiting for the consumer group to deal this member its partitions: {seen}");
                 }
                 () = tokio::time::sleep_until(deadline.into()) => {
+                    count_wait(&waited, started, &mut counted);
                     let failing = cluster_failing
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -332,7 +348,10 @@ impl Member {
                 self.member_id.clear();
                 return Ok(None);
             }
-            Some(ResponseError::RebalanceInProgress) => return Ok(None),
+            Some(ResponseError::RebalanceInProgress) => {
+                tokio::time::sleep(REJOIN_PAUSE).await;
+                return Ok(None);
+            }
             Some(code) => {
                 return Err(WireError::Broker {
                     api: "JoinGroup",
@@ -398,7 +417,10 @@ impl Member {
         let answer = self.cluster.call(&link, &request).await?;
         match ResponseError::try_from_code(answer.error_code) {
             None => {}
-            Some(ResponseError::RebalanceInProgress) => return Ok(None),
+            Some(ResponseError::RebalanceInProgress) => {
+                tokio::time::sleep(REJOIN_PAUSE).await;
+                return Ok(None);
+            }
             Some(ResponseError::UnknownMemberId | ResponseError::IllegalGeneration) => {
                 self.member_id.clear();
                 return Ok(None);
@@ -558,6 +580,15 @@ impl Member {
         }
         self.member_id.clear();
     }
+}
+
+/// Adds the time since `started` not yet counted (`counted`) to `waited`,
+/// in milliseconds.
+fn count_wait(waited: &Counter, started: Instant, counted: &mut Duration) {
+    let now = started.elapsed();
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    waited.add(millis(now).saturating_sub(millis(*counted)));
+    *counted = now;
 }
 
 /// What the coordinator says of `group` now, for a member waiting on it:

@@ -46,6 +46,15 @@ use crate::settings::{KafkaSplit, Settings};
 use crate::share::StartShare;
 use crate::{KafkaMessage, KafkaSourceError};
 
+/// The job's counter of the time members waited on the group: its name and
+/// help, as [`MetricsSnapshot::sink`](sink_runtime::MetricsSnapshot::sink)
+/// shows it.
+pub(crate) const GROUP_WAIT_METRIC: (&str, &str) = (
+    "kafka_source_group_wait_ms",
+    "Milliseconds the Kafka source's members spent joining and syncing with their consumer group \
+     (rebalances included) until it dealt them partitions, added up over members and starts.",
+);
+
 /// Bytes one fetch asks for per partition.
 const FETCH_BYTES: i32 = 1 << 20;
 
@@ -293,7 +302,7 @@ impl KafkaReader {
                 "the group dealt partitions that another subtask of this instance reads (partition, subtask): left to it");
         }
         if let Some((watch, _)) = &mut self.watch {
-            watch.restart(Instant::now());
+            watch.dealt(Instant::now());
         }
         // The assignment may hold partitions added since the last look.
         self.described = None;
@@ -762,7 +771,7 @@ impl KafkaReader {
         let now = Instant::now();
         let (rebalance_after, give_up_after) = (
             self.settings.rebalance_after(),
-            self.settings.unread_timeout,
+            self.settings.unread_timeout(),
         );
         let (_, next_look) = self
             .watch
@@ -798,7 +807,7 @@ impl KafkaReader {
             Verdict::GiveUp(left) => Err(self.refuse(KafkaSourceError::Unread {
                 topic: self.settings.topic.clone(),
                 group: self.settings.group.clone(),
-                waited: self.settings.unread_timeout,
+                waited: self.settings.unread_timeout(),
                 partitions: left
                     .iter()
                     .map(ToString::to_string)
@@ -1034,6 +1043,9 @@ impl SplitReader for KafkaReader {
                 metadata_refresh: self.settings.metadata_refresh,
                 wait_timeout: self.settings.group_wait_timeout(),
                 instance,
+                waited: start
+                    .metrics
+                    .counter(GROUP_WAIT_METRIC.0, GROUP_WAIT_METRIC.1),
             },
         );
         self.events = Some(events);

@@ -23,9 +23,11 @@ pub(crate) struct Settings {
     pub metadata_refresh: Duration,
     pub request_timeout: Duration,
     pub skip_deleted_records: bool,
-    /// Bounded: how long a member whose own partitions are read waits,
-    /// with nothing moving, for partitions no member reads.
-    pub unread_timeout: Duration,
+    /// Bounded: how long a member whose own partitions are read (or that
+    /// was dealt none) waits, with nothing moving, for partitions no member
+    /// reads; `None`: derived from the group's timeouts
+    /// ([`Settings::unread_timeout`]).
+    pub unread: Option<Duration>,
     pub recreated_from_start: bool,
     /// How long a member waits for the group to deal it partitions; `None`:
     /// derived from the group's timeouts ([`Settings::group_wait_timeout`]).
@@ -40,12 +42,25 @@ pub(crate) fn scope(topic: &str, group: &str) -> String {
 impl Settings {
     /// How long a member waits for the group to deal it partitions (joining,
     /// syncing and the rebalances between) before the job fails naming the
-    /// group's state: the bound set, or two rebalances and a session (a
-    /// rebalance takes at most the rebalance timeout; a member gone is
-    /// dropped after its session timeout, which starts one more).
+    /// group's state: the bound set, or [`Settings::group_bound`].
     pub(crate) fn group_wait_timeout(&self) -> Duration {
-        self.group_wait
-            .unwrap_or(self.rebalance_timeout * 2 + self.session_timeout)
+        self.group_wait.unwrap_or_else(|| self.group_bound())
+    }
+
+    /// Bounded: how long a member waits, with nothing moving, for
+    /// partitions no member reads before the job fails naming them: the
+    /// bound set, or the same as for a group that does not deal (a
+    /// partition whose reader is gone moves once the group dropped it and
+    /// dealt again).
+    pub(crate) fn unread_timeout(&self) -> Duration {
+        self.unread.unwrap_or_else(|| self.group_bound())
+    }
+
+    /// Two rebalances and a session: a rebalance takes at most the
+    /// rebalance timeout; a member gone is dropped after its session
+    /// timeout, which starts one more.
+    fn group_bound(&self) -> Duration {
+        self.rebalance_timeout * 2 + self.session_timeout
     }
 
     /// The scope positions are committed under: the topic and the group.

@@ -77,7 +77,7 @@ impl KafkaSource {
                 request_timeout: Duration::from_secs(30),
                 skip_deleted_records: false,
                 recreated_from_start: false,
-                unread_timeout: Duration::from_secs(120),
+                unread: None,
                 group_wait: None,
             },
         }
@@ -94,6 +94,21 @@ impl KafkaSource {
     /// as the demos' end checks do.
     pub fn scope_of(topic: &str, group: &str) -> String {
         crate::settings::scope(topic, group)
+    }
+
+    /// How long the job's Kafka source members waited on their consumer
+    /// group (joining and syncing, rebalances included, until it dealt them
+    /// partitions), added up over members and starts, as a snapshot of the
+    /// job's metrics holds it (the counter `kafka_source_group_wait_ms`);
+    /// zero for a job without this source. For programs that report it,
+    /// as the demos' JSON does.
+    pub fn group_wait(metrics: &sink_runtime::MetricsSnapshot) -> Duration {
+        let millis = metrics
+            .sink
+            .iter()
+            .find(|counter| counter.name == crate::reader::GROUP_WAIT_METRIC.0)
+            .map_or(0, |counter| counter.value);
+        Duration::from_millis(millis)
     }
 }
 
@@ -119,9 +134,12 @@ impl KafkaSourceBuilder {
         self
     }
 
-    /// Bounded: how long a member that read its own partitions waits for
-    /// partitions that no member reads (default 120 s) before the job
-    /// fails, naming them.
+    /// Bounded: how long a member that read its own partitions (or was
+    /// dealt none) waits for partitions that no member reads before the job
+    /// fails, naming them: by default the same bound as
+    /// [`group_wait_timeout`](Self::group_wait_timeout)'s, twice the
+    /// rebalance timeout plus the session timeout (130 s with the
+    /// defaults).
     ///
     /// A bounded run ends only once the destination holds every
     /// partition's end, whichever member read it. A member waiting for the
@@ -132,7 +150,7 @@ impl KafkaSourceBuilder {
     /// partition read by another instance moves in the destination only
     /// when that instance commits).
     pub fn unread_partition_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.unread_timeout = timeout;
+        self.settings.unread = Some(timeout);
         self
     }
 

@@ -495,6 +495,7 @@ async fn main() -> anyhow::Result<()> {
             "baseline_idempotent_records_per_s": baseline_rate,
             "ratio_to_baseline": baseline_rate.map(|b| rate / b),
             "peak_rss_bytes": peak_rss_bytes(),
+            "group_wait_ms": examples::demo_job::group_wait_ms(&report.metrics),
             "losses": sink_cli::flags::losses_json(&report),
         });
         println!("{summary}");

@@ -418,6 +418,7 @@ async fn main() -> anyhow::Result<()> {
             "wall_s": wall_s,
             "records_per_s": per_s(m.records_written),
             "baseline_copy_records_per_s": baseline_rate,
+            "group_wait_ms": examples::demo_job::group_wait_ms(&report.metrics),
             "losses": sink_cli::flags::losses_json(&report),
         });
         println!("{summary}");

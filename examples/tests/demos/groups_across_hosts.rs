@@ -20,18 +20,31 @@
 //! timeout would also hand its partitions to the other members (see
 //! `docs/scale-out.md`).
 //!
+//! A host lost for good (issue 53): two instances, one on a host cut off
+//! from the network for good, its checkpoints on that host (local). Its
+//! static members stay in the group and hold every rebalance, so a bounded
+//! drain of the group on fresh checkpoints cannot be dealt partitions: it
+//! must end with every value once, or fail within its group-wait bound
+//! with the error that names the group, its state, the lost host's members
+//! and what to do; never hang. Into files, the test then does what the
+//! error says (removes the lost host's static members) and a second drain
+//! writes every value once. (Into a topic it stops at the error: the lost
+//! instance's open transaction holds the output's `read_committed` end on
+//! a broker without transaction timeouts, until a start of that instance
+//! aborts it.)
+//!
 //! Needs root and `ip`, `scripts/with-s3` (`MOTO_SERVER`) and
 //! `scripts/with-kafka` (`NOIDA_DB`); prints "skipped" without them.
 //! `GROUPS_KEEP=1` keeps the programs' logs (the path is printed).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sink_testkit::hosts::{start_kafka, start_s3, Host, Net, Process, TestDir};
 
 use crate::kafka_topics::{committed_values_at, fill_at, finished_values, unique};
-use crate::output::summary;
+use crate::output::{assert_each_once, summary};
 
 const BUCKET: &str = "groups";
 const PARTITIONS: u32 = 6;
@@ -48,7 +61,10 @@ enum Job {
 struct Group {
     dir: PathBuf,
     brokers: String,
-    endpoint: String,
+    /// The S3-compatible server holding the checkpoints; `None`: each
+    /// instance's checkpoints in a directory of its own (on its host).
+    endpoint: Option<String>,
+    partitions: u32,
     input: String,
     group: String,
     job: Job,
@@ -56,7 +72,7 @@ struct Group {
 
 impl Group {
     /// The program and its arguments for an instance whose checkpoints are
-    /// under `state` in the bucket.
+    /// under `state` (in the bucket, or in the test's directory).
     fn command(&self, state: &str, source: &[&str]) -> (String, Vec<String>) {
         let mut args: Vec<String> = Vec::new();
         let program = match &self.job {
@@ -78,8 +94,16 @@ impl Group {
         };
         args.extend(["--brokers".into(), self.brokers.clone()]);
         args.extend(["--group".into(), self.group.clone()]);
-        args.extend(["--state".into(), format!("s3://{BUCKET}/{state}")]);
-        args.extend(["--endpoint".into(), self.endpoint.clone()]);
+        match &self.endpoint {
+            Some(endpoint) => {
+                args.extend(["--state".into(), format!("s3://{BUCKET}/{state}")]);
+                args.extend(["--endpoint".into(), endpoint.clone()]);
+            }
+            None => {
+                let local = self.dir.join("state").join(state);
+                args.extend(["--state".into(), local.display().to_string()]);
+            }
+        }
         for arg in [
             "--checkpoint-interval",
             "200ms",
@@ -101,7 +125,7 @@ impl Group {
     }
 
     fn fill(&self, from: u64, to: u64) {
-        fill_at(&self.brokers, &self.input, PARTITIONS, from, to);
+        fill_at(&self.brokers, &self.input, self.partitions, from, to);
     }
 
     /// The ids of the values in the output, sorted, duplicates kept.
@@ -135,7 +159,8 @@ fn across_hosts(kind: &str, job: impl FnOnce(&Path) -> Job) {
     let group = Group {
         dir: dir.path().to_path_buf(),
         brokers,
-        endpoint,
+        endpoint: Some(endpoint),
+        partitions: PARTITIONS,
         input: unique(&format!("{kind}-in")),
         group: unique("g"),
         job: job(dir.path()),
@@ -210,4 +235,141 @@ fn a_group_across_hosts_into_files_loses_a_host_and_a_cut_off_start_commits_noth
 #[test]
 fn a_group_across_hosts_into_a_topic_loses_a_host_and_a_cut_off_start_commits_nothing() {
     across_hosts("k2k", |_| Job::Kafka(unique("k2k-out")));
+}
+
+/// The bound the drains below are given (`--group-wait-timeout`), and
+/// what a start may add to it: `docs/kafka-source.md`, "Waiting on the
+/// group".
+const DRAIN_BOUND: Duration = Duration::from_secs(15);
+const START_MARGIN: Duration = Duration::from_secs(30);
+
+/// The lost host's scenario of the module's header, for `job`.
+fn lost_host(kind: &str, job: impl FnOnce(&Path) -> Job, then_remove: bool) {
+    if std::env::var("NOIDA_DB").is_err() {
+        println!("skipped: no Kafka broker to start (run under scripts/with-kafka)");
+        return;
+    }
+    let Some((net, hosts)) = Net::with_hosts(&["a", "b"]) else {
+        return;
+    };
+    let dir = TestDir::new("GROUPS_KEEP");
+    let (_kafka, brokers) = start_kafka(&net, dir.path()).expect("NOIDA_DB is set");
+    let group = Group {
+        dir: dir.path().to_path_buf(),
+        brokers,
+        endpoint: None,
+        partitions: 4,
+        input: unique(&format!("{kind}-lost-in")),
+        group: unique("g"),
+        job: job(dir.path()),
+    };
+    group.fill(0, 20_000);
+    let mut a = group.start(&hosts["a"], "a", "a", "20s");
+    let mut b = group.start(&hosts["b"], "b", "b", "24s");
+    std::thread::sleep(Duration::from_secs(5));
+    // a's host is cut off for good; its process runs on.
+    net.link(&hosts["a"], false);
+    group.fill(20_000, 30_000);
+    b.ends_well(Duration::from_secs(120));
+    if a.wait_for(Duration::from_secs(60)).is_none() {
+        a.terminate();
+    }
+
+    // A bounded drain on fresh checkpoints: it ends, or fails naming the
+    // group, within the bound.
+    let drain = |name: &str| {
+        let bound = format!("{}s", DRAIN_BOUND.as_secs());
+        let source = ["--source", "kafka", "--group-wait-timeout", bound.as_str()];
+        let (program, args) = group.command(name, &source);
+        let started = Instant::now();
+        let output = Command::new(program)
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("the draining run starts");
+        (output, started.elapsed())
+    };
+    let (first, took) = drain("drain");
+    let stderr = String::from_utf8_lossy(&first.stderr).into_owned();
+    assert!(
+        took < DRAIN_BOUND + START_MARGIN,
+        "the drain took {took:?}, over its bound:\n{stderr}"
+    );
+    if first.status.success() {
+        let json = summary(&first);
+        assert_eq!(json["status"], "Finished", "{json}");
+        println!("{kind}, a host lost: the drain ended in {took:?}");
+        assert_each_once(&group.output_values(), 30_000, kind);
+        return;
+    }
+    println!(
+        "{kind}, a host lost: the drain failed in {took:?} ({})",
+        first.status
+    );
+    for part in [
+        format!(
+            "the consumer group {} did not deal this member its partitions within",
+            group.group
+        ),
+        format!("host /{}", hosts["a"].ip),
+        "removeMembersFromConsumerGroup".to_string(),
+    ] {
+        assert!(
+            stderr.contains(&part),
+            "{part:?} not in the drain's error:\n{stderr}"
+        );
+    }
+    if !then_remove {
+        return;
+    }
+
+    // What the error says to do: remove the lost host's static members;
+    // the drain, run again, ends with every value once.
+    let lost = remove_members_of_host(&group.brokers, &group.group, &hosts["a"].ip);
+    assert_eq!(
+        lost, 2,
+        "the lost host's instance had one member per subtask"
+    );
+    let (second, took) = drain("drain");
+    let json = summary(&second);
+    assert_eq!(json["status"], "Finished", "{json}");
+    assert!(json["group_wait_ms"].is_u64(), "{json}");
+    println!("{kind}, a host lost: its {lost} members removed, the drain ended in {took:?}");
+    assert_each_once(&group.output_values(), 30_000, kind);
+}
+
+/// Removes the static members of `group` that connected from `ip`, as an
+/// operator does for a host lost for good; how many there were.
+fn remove_members_of_host(brokers: &str, group: &str, ip: &str) -> usize {
+    use sink_kafka_client::group::{describe_group, remove_static_members};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let cluster = sink_kafka_client::Brokers::from(brokers).cluster("operator");
+        let described = describe_group(&cluster, group)
+            .await
+            .expect("the group is described");
+        let lost: Vec<String> = described
+            .members
+            .iter()
+            .filter(|m| m.client_host.trim_start_matches('/') == ip)
+            .filter_map(|m| m.instance_id.clone())
+            .collect();
+        remove_static_members(&cluster, group, &lost)
+            .await
+            .unwrap_or_else(|e| panic!("removing {lost:?} from {group}: {e}"));
+        lost.len()
+    })
+}
+
+#[test]
+fn a_drain_of_files_beside_a_host_cut_off_for_good_ends_or_fails_naming_it_within_its_bound() {
+    lost_host("files", |dir| Job::Files(dir.join("out")), true);
+}
+
+#[test]
+fn a_drain_into_a_topic_beside_a_host_cut_off_for_good_ends_or_fails_naming_it_within_its_bound() {
+    lost_host("k2k", |_| Job::Kafka(unique("k2k-lost-out")), false);
 }

@@ -19,7 +19,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use sink_api::{
-    CommittedPositions, Lineage, PositionAdvance, Sink, SinkError, SplitKey, SubtaskIndex,
+    CommittedPositions, Lineage, PositionAdvance, Sink, SinkError, SinkMetrics, SplitKey,
+    SubtaskIndex,
 };
 
 type Lookup = dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<CommittedPositions, SinkError>> + Send>>
@@ -91,6 +92,12 @@ pub struct SourceStart {
     pub lineage: Lineage,
     /// The reader's subtask.
     pub subtask: SubtaskIndex,
+    /// The job's registry of connectors' own counters (shown in
+    /// [`MetricsSnapshot::sink`](crate::MetricsSnapshot::sink)): where a
+    /// source counts what only it knows, such as the time its readers
+    /// waited on a consumer group. The same registry in every start and
+    /// subtask of the job; a fresh one in [`SourceStart::new`].
+    pub metrics: SinkMetrics,
 }
 
 impl SourceStart {
@@ -109,7 +116,15 @@ impl SourceStart {
             job_name: job_name.into(),
             lineage,
             subtask,
+            metrics: SinkMetrics::new(),
         }
+    }
+
+    /// The same start, counting in `metrics`, the job's registry. Called by
+    /// the runtime.
+    pub fn with_metrics(mut self, metrics: SinkMetrics) -> SourceStart {
+        self.metrics = metrics;
+        self
     }
 
     /// A start for tests of readers: the destination holds `committed`,

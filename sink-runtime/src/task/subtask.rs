@@ -88,6 +88,8 @@ pub(crate) struct SourcePositions {
     pub lineage: sink_api::Lineage,
     pub lookup: PositionLookup,
     pub recommitted: Arc<RecommitGate>,
+    /// The job's registry of connectors' own counters.
+    pub metrics: sink_api::SinkMetrics,
 }
 
 /// Counts the subtasks that re-committed their restored committables.
@@ -454,13 +456,16 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         info!(subtask = self.index, scope = %positions.scope, splits = committed.len(),
             "reading from the destination's positions");
         self.reader
-            .seek_committed(SourceStart::new(
-                committed,
-                positions.lookup.clone(),
-                positions.job_name.clone(),
-                positions.lineage.clone(),
-                self.index,
-            ))
+            .seek_committed(
+                SourceStart::new(
+                    committed,
+                    positions.lookup.clone(),
+                    positions.job_name.clone(),
+                    positions.lineage.clone(),
+                    self.index,
+                )
+                .with_metrics(positions.metrics.clone()),
+            )
             .await
             .map_err(|source| JobError::Source {
                 subtask: self.index,

@@ -51,6 +51,7 @@ impl Secured {
             client_ca: None,
             sasl: Some((SaslMechanism::ScramSha512, USER.into(), PASSWORD.into())),
             not_leader_produces: 0,
+            group_fault: None,
         })
         .await
         .unwrap();
@@ -191,6 +192,7 @@ async fn batches_answered_not_leader_go_to_the_new_leader_in_place_each_record_o
         client_ca: None,
         sasl: None,
         not_leader_produces: 3,
+        group_fault: None,
     })
     .await
     .unwrap();
@@ -227,6 +229,7 @@ async fn proxy_with(
         client_ca: mtls.then(|| ca.clone()),
         sasl: sasl.map(|(m, u, p)| (m, u.to_string(), p.to_string())),
         not_leader_produces: 0,
+        group_fault: None,
     })
     .await
     .unwrap();

@@ -162,3 +162,22 @@ pub async fn join_and_go_silent(group: &str, rebalance_timeout: Duration) {
     }
     panic!("the silent member could not join {group}");
 }
+
+/// A proxy in front of the broker that plays a consumer group that never
+/// settles (`fault`) and forwards everything else; the source reaches the
+/// broker through [`address`](sink_kafka_client::proxy::AuthProxy::address).
+pub async fn group_fault_proxy(
+    fault: sink_kafka_client::proxy::GroupFault,
+) -> sink_kafka_client::proxy::AuthProxy {
+    let upstream = brokers().split(',').next().unwrap_or_default().to_string();
+    sink_kafka_client::proxy::AuthProxy::start(sink_kafka_client::proxy::ProxyConfig {
+        upstream,
+        tls: None,
+        client_ca: None,
+        sasl: None,
+        not_leader_produces: 0,
+        group_fault: Some(fault),
+    })
+    .await
+    .expect("the proxy starts")
+}

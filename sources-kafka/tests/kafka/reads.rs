@@ -150,3 +150,136 @@ async fn a_group_that_never_settles_fails_the_job_within_the_bound_naming_its_st
     }
     assert!(store.committed().is_empty());
 }
+
+/// A job reading `topic` in `group` through `proxy` (a group that never
+/// settles), bounded or not, with short group timeouts: its error, how
+/// long it ran, and how long its members waited on the group by its
+/// metrics. It must fail, not hang, and commit nothing.
+async fn fails_on_a_group_that_never_settles(
+    proxy: &sink_kafka_client::proxy::AuthProxy,
+    bounded: bool,
+    group_wait: Option<std::time::Duration>,
+) -> (String, std::time::Duration, std::time::Duration) {
+    use std::time::{Duration, Instant};
+
+    use sink_runtime::source::Source;
+    use sink_runtime::{CheckpointConfig, Job};
+    use sinks_memory::MemorySink;
+    use sources_kafka::KafkaSource;
+    let (topic, group) = (unique("source-never-settles"), unique("g"));
+    fill(&topic, 2, 0, 100).await;
+    let mut builder = KafkaSource::builder(proxy.address(), &topic, &group)
+        .session_timeout(Duration::from_secs(6))
+        .rebalance_timeout(Duration::from_secs(2));
+    if bounded {
+        builder = builder.bounded();
+    }
+    if let Some(bound) = group_wait {
+        builder = builder.group_wait_timeout(bound);
+    }
+    let source = builder.build().await.unwrap().map(id);
+    let store = MemoryStore::new();
+    let started = Instant::now();
+    let job = Job::builder(
+        "kafka-source-never-settles",
+        source,
+        MemorySink::new(store.clone()),
+    )
+    .checkpoint_storage(MemoryCheckpointStorage::default())
+    .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
+    .build()
+    .unwrap()
+    .start();
+    while !job.is_finished() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the job hung on a group that never settles"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ran = started.elapsed();
+    let waited = KafkaSource::group_wait(&job.metrics());
+    let error = job
+        .join()
+        .await
+        .expect_err("the job cannot run without partitions")
+        .to_string();
+    println!("after {ran:?}, {waited:?} of it waiting on the group: {error}");
+    assert!(store.committed().is_empty());
+    (error, ran, waited)
+}
+
+/// Joining is bounded: a coordinator that answers every `JoinGroup`
+/// "rebalance in progress" fails the job past the group-wait bound (8 s
+/// here), naming the group and what to do; the job's metrics count the
+/// wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_a_group_that_answers_rebalance_in_progress_for_ever_fails_within_the_bound() {
+    use sink_kafka_client::proxy::GroupFault;
+    use std::time::Duration;
+    let proxy = group_fault_proxy(GroupFault::JoinRebalancing).await;
+    let bound = Duration::from_secs(8);
+    let (error, ran, waited) =
+        fails_on_a_group_that_never_settles(&proxy, false, Some(bound)).await;
+    assert!(
+        error.contains("did not deal this member its partitions within"),
+        "{error}"
+    );
+    assert!(error.contains("removeMembersFromConsumerGroup"), "{error}");
+    assert!(
+        ran >= bound && ran < bound + Duration::from_secs(15),
+        "{ran:?}"
+    );
+    assert!(
+        waited >= bound - Duration::from_millis(100) && waited <= ran,
+        "{waited:?}"
+    );
+}
+
+/// Syncing is bounded: `JoinGroup` goes to the broker, every `SyncGroup`
+/// is answered "rebalance in progress"; the bound here is the default one,
+/// derived from the group's timeouts (twice the rebalance timeout plus the
+/// session timeout: 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syncing_with_a_group_that_answers_rebalance_in_progress_for_ever_fails_within_the_derived_bound(
+) {
+    use sink_kafka_client::proxy::GroupFault;
+    use std::time::Duration;
+    let proxy = group_fault_proxy(GroupFault::SyncRebalancing).await;
+    let bound = Duration::from_secs(10);
+    let (error, ran, waited) = fails_on_a_group_that_never_settles(&proxy, false, None).await;
+    assert!(
+        error.contains("did not deal this member its partitions within 10s"),
+        "{error}"
+    );
+    assert!(
+        ran >= bound && ran < bound + Duration::from_secs(15),
+        "{ran:?}"
+    );
+    assert!(waited >= bound - Duration::from_millis(100), "{waited:?}");
+}
+
+/// Waiting for an assignment is bounded: a bounded member that every
+/// generation deals nothing (`SyncGroup` answered with an empty
+/// assignment, every `Heartbeat` "rebalance in progress") fails past the
+/// derived bound (10 s), naming each partition no member reads; the
+/// assignments never start its clock over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_member_dealt_nothing_in_every_generation_fails_within_the_derived_bound() {
+    use sink_kafka_client::proxy::GroupFault;
+    use std::time::Duration;
+    let proxy = group_fault_proxy(GroupFault::NothingDealt).await;
+    let bound = Duration::from_secs(10);
+    let (error, ran, _) = fails_on_a_group_that_never_settles(&proxy, true, None).await;
+    for part in [
+        "cannot end: for 10s no member of the group",
+        "partition 0 (the destination holds none of its",
+        "partition 1 (the destination holds none of its",
+    ] {
+        assert!(error.contains(part), "{part:?} not in: {error}");
+    }
+    assert!(
+        ran >= bound && ran < bound + Duration::from_secs(15),
+        "{ran:?}"
+    );
+}
