@@ -146,7 +146,7 @@ pub(crate) async fn handover<D: Destination>(
             describe(e)
         )
     })?;
-    let new_owner = exactly_once(destination.committed_ids().await, records).map_err(|e| {
+    let mut new_owner = exactly_once(destination.committed_ids().await, records).map_err(|e| {
         format!(
             "after instance A was killed and instance B read the same splits on fresh checkpoint \
              storage: {e}; the sink must keep each split's position in the destination, \
@@ -154,6 +154,20 @@ pub(crate) async fn handover<D: Destination>(
              only in a job's checkpoints make a new owner read from the start)"
         )
     });
+    if let Err(why) = &mut new_owner {
+        // Which side lost them: records committed but held back by a
+        // transaction left open (by A, which B's commits did not settle),
+        // or never committed at all.
+        match destination.open_transactions().await {
+            Some(0) => why.push_str("; no transaction of the sink is open now"),
+            Some(open) => why.push_str(&format!(
+                "; {open} transaction(s) of the sink are still open now: one left open (by \
+                 killed instance A, which no commit of B fenced) holds read_committed readers \
+                 back at its first record, so records committed after it do not show"
+            )),
+            None => {}
+        }
+    }
     if new_owner.is_err() {
         return Ok(HandOver {
             new_owner,

@@ -312,6 +312,107 @@ async fn two_transactions_advancing_a_partition_from_the_same_position_never_bot
     the_later_check_fences_the_earlier(("lineage1", 0), ("lineage1", 1)).await;
 }
 
+/// A transaction an instance prepared and never committed (it died after
+/// the barrier, its checkpoint never completed) claims the partition from
+/// a position that another writer's transaction passes: that one's check
+/// fences it, so that it holds no `read_committed` reader back (noida-db
+/// has no transaction timeout; Kafka's would hold them until it passed).
+/// A claim from where that one ends (a writer's next transaction) is left
+/// alone, and commits after it.
+#[tokio::test]
+async fn a_dead_instances_transaction_outrun_by_a_commit_is_fenced_and_holds_no_reader_back() {
+    use crate::positions::{self, KafkaScope};
+    let cluster = new_cluster();
+    let (name, topic) = topic(&cluster, 1).await;
+    // A committed record first (see `the_later_check_fences_the_earlier`).
+    let mut producer = crate::IdempotentProducer::connect(&brokers(), &name, 1)
+        .await
+        .expect("a producer");
+    producer
+        .send_batch(vec![crate::KafkaRecord::new("head")])
+        .await
+        .expect("producing");
+    producer.flush().await.expect("flushing");
+    let (source, _) = self::topic(&cluster, 1).await;
+    let prefix = unique("outrun-claims");
+    let scope = format!("kafka/{source}/{}", unique("group"));
+    let at = (&name, &topic);
+    // The dead instance's: from 4 (a checkpoint of it never committed) to 9.
+    let dead = prepare_with_position(
+        &cluster,
+        at,
+        &prefix,
+        ("dead", 0),
+        &scope,
+        (Some(4), 9),
+        "dead",
+    )
+    .await;
+    // Another writer's, from 7, where the live one ends.
+    let next = prepare_with_position(
+        &cluster,
+        at,
+        &prefix,
+        ("next", 0),
+        &scope,
+        (Some(7), 12),
+        "next",
+    )
+    .await;
+    // The live one: from nothing to 7, past the dead one's 4.
+    let live = prepare_with_position(
+        &cluster,
+        at,
+        &prefix,
+        ("live", 0),
+        &scope,
+        (None, 7),
+        "live",
+    )
+    .await;
+    let mut committer = committer(&cluster, &name);
+    for committable in [live, next.clone()] {
+        let mut requests = vec![sink_api::CommitRequest::new(
+            committable,
+            sink_api::CheckpointId(1),
+            0,
+        )];
+        sink_api::Committer::commit(&mut committer, &mut requests)
+            .await
+            .expect("commit");
+        assert!(
+            matches!(requests[0].outcome(), sink_api::CommitOutcome::Committed),
+            "{:?}",
+            requests[0].outcome()
+        );
+        if requests[0].committable().transaction == next.transaction {
+            break;
+        }
+        // The live one's check fenced the dead one, and left the next one open.
+        let dead_now = describe(&cluster, &dead.transaction.transactional_id)
+            .await
+            .expect("describe");
+        assert!(
+            dead_now.state != "Ongoing" || dead_now.epoch != dead.transaction.epoch,
+            "the dead instance's transaction is still open: {dead_now:?}"
+        );
+        let next_now = describe(&cluster, &next.transaction.transactional_id)
+            .await
+            .expect("describe");
+        assert_eq!(
+            (next_now.state.as_str(), next_now.epoch),
+            ("Ongoing", next.transaction.epoch)
+        );
+    }
+    // In offset order: "next" was written before "live"; "dead" is gone.
+    assert_eq!(values(&name).await, ["head", "next", "live"]);
+    let kafka = KafkaScope::parse(&scope).expect("a Kafka scope");
+    let positions = positions::read(&cluster, &kafka, None)
+        .await
+        .expect("positions");
+    assert_eq!(positions.get("-/0"), Some(&12));
+}
+
 /// T1 (`one`) is prepared and passes its check; then T2 (`two`) is
 /// prepared from the same position and passes its check too: T2's check
 /// must have fenced T1, which then commits nothing.

@@ -490,6 +490,20 @@ enum Fenced {
 /// records of one partition only if they start where it is at the same
 /// time. The transaction that follows this one in its writer starts where
 /// this one ends, and is left alone.
+///
+/// A claim of another writer from a position before this one's `to`, other
+/// than its `from` (behind it, or inside what it advances), is outrun:
+/// offsets only move forward, so once this one commits that transaction
+/// can never find the partition at its `from`, and it is fenced too. Such
+/// a transaction is one an instance prepared and never committed (it died
+/// after the barrier, or its checkpoint never completed); left open it
+/// would hold `read_committed` readers of the output back at its first
+/// record until the broker's transaction timeout, and for ever on a broker
+/// without one. Fencing it commits nothing and loses nothing: its records
+/// and positions go together, and whoever owns the partition reads them
+/// again. (Before 2026-12-07 only same-`from` claims were fenced, and the
+/// kit's `handover/new-owner` failed under load: a new owner's records
+/// never showed behind a dead instance's open transaction.)
 pub(crate) async fn settle(
     cluster: &Cluster,
     own: &TransactionIdentity,
@@ -519,9 +533,11 @@ pub(crate) async fn settle(
     for (scope_name, advances) in by_scope(advances) {
         let scope = KafkaScope::parse(scope_name).map_err(WireError::Protocol)?;
         let mut from_of: BTreeMap<i32, Option<u64>> = BTreeMap::new();
+        let mut to_of: BTreeMap<i32, u64> = BTreeMap::new();
         for advance in &advances {
             let partition = partition_of(&advance.key.split).map_err(WireError::Protocol)?;
             from_of.insert(partition, advance.from);
+            to_of.insert(partition, advance.to);
         }
         let partitions: Vec<i32> = from_of.keys().copied().collect();
         // Partitions whose competitor committed: their offset must have
@@ -542,20 +558,24 @@ pub(crate) async fn settle(
                     continue;
                 };
                 let competes = from.is_none_or(|from| Some(&from) == from_of.get(&partition));
+                let outrun = !competes
+                    && !same_writer(id, &name)
+                    && from.flatten() < to_of.get(&partition).copied();
                 let claim = Claim {
                     transactional_id: id.clone(),
                     producer_id,
                     epoch,
                     partition,
                 };
-                if !competes || settled.contains(&claim) {
+                if !(competes || outrun) || settled.contains(&claim) {
                     continue;
                 }
                 match fence(cluster, &claim, timeout).await? {
                     Fenced::Ended => {}
-                    Fenced::Committed => {
+                    Fenced::Committed if competes => {
                         must_move.insert(partition);
                     }
+                    Fenced::Committed => {}
                 }
                 settled.insert(claim);
             }
@@ -604,6 +624,14 @@ pub(crate) async fn settle(
         }
     }
     Ok(Ok(()))
+}
+
+/// Whether transactional id `id` is one of the writer `own` names (the
+/// same prefix, lineage and subtask: another slot of its pool).
+fn same_writer(id: &str, own: &TransactionalIdName) -> bool {
+    TransactionalIdName::parse(id).is_some_and(|other| {
+        other.prefix == own.prefix && other.lineage == own.lineage && other.subtask == own.subtask
+    })
 }
 
 /// Ends the claim's transaction if it is still open at the claimed epoch

@@ -40,9 +40,17 @@ pub fn record(id: u64) -> KafkaRecord {
 
 /// The ids a `read_committed` consumer sees in `topic`, duplicates kept.
 pub async fn committed_ids(topic: &str) -> Vec<u64> {
-    let read = read_committed(&brokers(), topic)
-        .await
-        .unwrap_or_else(|e| panic!("reading {topic}: {e}"));
+    let read = match read_committed(&brokers(), topic).await {
+        Ok(read) => read,
+        Err(e) => {
+            // Which transaction holds the reader back (the tests' sinks use
+            // the topic's name as their transactional id prefix).
+            let open = open_transactions(&brokers(), &format!("{topic}."))
+                .await
+                .map_or_else(|e| format!("unknown ({e})"), |open| format!("{open:?}"));
+            panic!("reading {topic}: {e}; transactions of its prefix open now: {open}")
+        }
+    };
     read.messages
         .iter()
         .map(|m| {

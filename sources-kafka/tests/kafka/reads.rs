@@ -105,41 +105,15 @@ async fn a_bounded_run_with_nothing_left_to_read_ends_without_waiting_for_a_stuc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_that_never_settles_fails_the_job_within_the_bound_naming_its_state_and_members() {
     use std::time::Duration;
-
-    use sink_runtime::source::Source;
-    use sink_runtime::{CheckpointConfig, Job};
-    use sinks_memory::MemorySink;
-    use sources_kafka::KafkaSource;
-    let (topic, group) = (unique("source-unsettled"), unique("g"));
-    fill(&topic, 2, 0, 100).await;
+    let group = unique("g");
     join_and_go_silent(&group, Duration::from_secs(300)).await;
-    let source = KafkaSource::builder(brokers(), &topic, &group)
-        .session_timeout(Duration::from_secs(6))
-        .rebalance_timeout(Duration::from_secs(10))
-        .group_wait_timeout(Duration::from_secs(12))
-        .build()
-        .await
-        .unwrap()
-        .map(id);
-    let store = MemoryStore::new();
-    let job = Job::builder(
-        "kafka-source-unsettled",
-        source,
-        MemorySink::new(store.clone()),
-    )
-    .checkpoint_storage(MemoryCheckpointStorage::default())
-    .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
-    .build()
-    .unwrap()
-    .start();
-    // The bound, and the rebalance timeout's time for one JoinGroup
-    // answered late at most, are well within this.
-    let error = tokio::time::timeout(Duration::from_secs(60), job.join())
-        .await
-        .expect("the job hung on a group that does not settle")
-        .expect_err("the job cannot run without partitions")
-        .to_string();
-    println!("the job's error: {error}");
+    let (error, _, _) = fails_on_a_group_that_never_settles(&brokers(), &group, |builder| {
+        builder
+            .session_timeout(Duration::from_secs(6))
+            .rebalance_timeout(Duration::from_secs(10))
+            .group_wait_timeout(Duration::from_secs(12))
+    })
+    .await;
     for part in [
         format!("the consumer group {group} did not deal this member its partitions within"),
         "silent-member".to_string(),
@@ -148,17 +122,17 @@ async fn a_group_that_never_settles_fails_the_job_within_the_bound_naming_its_st
     ] {
         assert!(error.contains(&part), "{part:?} not in: {error}");
     }
-    assert!(store.committed().is_empty());
 }
 
-/// A job reading `topic` in `group` through `proxy` (a group that never
-/// settles), bounded or not, with short group timeouts: its error, how
-/// long it ran, and how long its members waited on the group by its
-/// metrics. It must fail, not hang, and commit nothing.
+/// A job reading a topic of 100 records in `group` through `brokers`, its
+/// source as `configure` makes it: its error, how long it ran, and how
+/// long its members waited on the group by its metrics. It must fail
+/// within 60 s (the bounds the tests set, and one `JoinGroup` answered
+/// late, are well within it), not hang, and commit nothing.
 async fn fails_on_a_group_that_never_settles(
-    proxy: &sink_kafka_client::proxy::AuthProxy,
-    bounded: bool,
-    group_wait: Option<std::time::Duration>,
+    brokers: &str,
+    group: &str,
+    configure: impl FnOnce(sources_kafka::KafkaSourceBuilder) -> sources_kafka::KafkaSourceBuilder,
 ) -> (String, std::time::Duration, std::time::Duration) {
     use std::time::{Duration, Instant};
 
@@ -166,17 +140,9 @@ async fn fails_on_a_group_that_never_settles(
     use sink_runtime::{CheckpointConfig, Job};
     use sinks_memory::MemorySink;
     use sources_kafka::KafkaSource;
-    let (topic, group) = (unique("source-never-settles"), unique("g"));
+    let topic = unique("source-never-settles");
     fill(&topic, 2, 0, 100).await;
-    let mut builder = KafkaSource::builder(proxy.address(), &topic, &group)
-        .session_timeout(Duration::from_secs(6))
-        .rebalance_timeout(Duration::from_secs(2));
-    if bounded {
-        builder = builder.bounded();
-    }
-    if let Some(bound) = group_wait {
-        builder = builder.group_wait_timeout(bound);
-    }
+    let builder = configure(KafkaSource::builder(brokers, &topic, group));
     let source = builder.build().await.unwrap().map(id);
     let store = MemoryStore::new();
     let started = Instant::now();
@@ -209,6 +175,17 @@ async fn fails_on_a_group_that_never_settles(
     (error, ran, waited)
 }
 
+/// A 6 s session and a 2 s rebalance timeout: the bound derived from them
+/// is 10 s.
+fn short_group_timeouts(
+    builder: sources_kafka::KafkaSourceBuilder,
+) -> sources_kafka::KafkaSourceBuilder {
+    use std::time::Duration;
+    builder
+        .session_timeout(Duration::from_secs(6))
+        .rebalance_timeout(Duration::from_secs(2))
+}
+
 /// Joining is bounded: a coordinator that answers every `JoinGroup`
 /// "rebalance in progress" fails the job past the group-wait bound (8 s
 /// here), naming the group and what to do; the job's metrics count the
@@ -220,7 +197,10 @@ async fn joining_a_group_that_answers_rebalance_in_progress_for_ever_fails_withi
     let proxy = group_fault_proxy(GroupFault::JoinRebalancing).await;
     let bound = Duration::from_secs(8);
     let (error, ran, waited) =
-        fails_on_a_group_that_never_settles(&proxy, false, Some(bound)).await;
+        fails_on_a_group_that_never_settles(proxy.address(), &unique("g"), |builder| {
+            short_group_timeouts(builder).group_wait_timeout(bound)
+        })
+        .await;
     assert!(
         error.contains("did not deal this member its partitions within"),
         "{error}"
@@ -247,7 +227,9 @@ async fn syncing_with_a_group_that_answers_rebalance_in_progress_for_ever_fails_
     use std::time::Duration;
     let proxy = group_fault_proxy(GroupFault::SyncRebalancing).await;
     let bound = Duration::from_secs(10);
-    let (error, ran, waited) = fails_on_a_group_that_never_settles(&proxy, false, None).await;
+    let (error, ran, waited) =
+        fails_on_a_group_that_never_settles(proxy.address(), &unique("g"), short_group_timeouts)
+            .await;
     assert!(
         error.contains("did not deal this member its partitions within 10s"),
         "{error}"
@@ -270,7 +252,11 @@ async fn a_bounded_member_dealt_nothing_in_every_generation_fails_within_the_der
     use std::time::Duration;
     let proxy = group_fault_proxy(GroupFault::NothingDealt).await;
     let bound = Duration::from_secs(10);
-    let (error, ran, _) = fails_on_a_group_that_never_settles(&proxy, true, None).await;
+    let (error, ran, _) =
+        fails_on_a_group_that_never_settles(proxy.address(), &unique("g"), |builder| {
+            short_group_timeouts(builder).bounded()
+        })
+        .await;
     for part in [
         "cannot end: for 10s no member of the group",
         "partition 0 (the destination holds none of its",
