@@ -240,7 +240,7 @@ fn a_group_across_hosts_into_a_topic_loses_a_host_and_a_cut_off_start_commits_no
 /// The bound the drains below are given (`--group-wait-timeout`), and
 /// what a start may add to it: `docs/kafka-source.md`, "Waiting on the
 /// group".
-const DRAIN_BOUND: Duration = Duration::from_secs(15);
+const DRAIN_BOUND: Duration = Duration::from_secs(10);
 const START_MARGIN: Duration = Duration::from_secs(30);
 
 /// The lost host's scenario of the module's header, for `job`.
@@ -264,9 +264,9 @@ fn lost_host(kind: &str, job: impl FnOnce(&Path) -> Job, then_remove: bool) {
         job: job(dir.path()),
     };
     group.fill(0, 20_000);
-    let mut a = group.start(&hosts["a"], "a", "a", "20s");
-    let mut b = group.start(&hosts["b"], "b", "b", "24s");
-    std::thread::sleep(Duration::from_secs(5));
+    let mut a = group.start(&hosts["a"], "a", "a", "12s");
+    let mut b = group.start(&hosts["b"], "b", "b", "15s");
+    std::thread::sleep(Duration::from_secs(4));
     // a's host is cut off for good; its process runs on.
     net.link(&hosts["a"], false);
     group.fill(20_000, 30_000);
@@ -302,8 +302,12 @@ fn lost_host(kind: &str, job: impl FnOnce(&Path) -> Job, then_remove: bool) {
         assert_each_once(&group.output_values(), 30_000, kind);
         return;
     }
+    let error = stderr
+        .lines()
+        .find(|line| line.contains("did not deal this member"))
+        .unwrap_or_default();
     println!(
-        "{kind}, a host lost: the drain failed in {took:?} ({})",
+        "{kind}, a host lost: the drain failed in {took:?} ({}): {error}",
         first.status
     );
     for part in [
