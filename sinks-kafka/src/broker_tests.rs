@@ -312,6 +312,22 @@ async fn two_transactions_advancing_a_partition_from_the_same_position_never_bot
     the_later_check_fences_the_earlier(("lineage1", 0), ("lineage1", 1)).await;
 }
 
+/// Commits `committable` alone; its outcome.
+async fn commit_one(
+    committer: &mut crate::committer::KafkaCommitter,
+    committable: crate::writer::KafkaCommittable,
+) -> sink_api::CommitOutcome {
+    let mut requests = vec![sink_api::CommitRequest::new(
+        committable,
+        sink_api::CheckpointId(1),
+        0,
+    )];
+    sink_api::Committer::commit(committer, &mut requests)
+        .await
+        .expect("commit");
+    requests[0].outcome().clone()
+}
+
 /// An output topic of one partition holding one committed record,
 /// "head", and the scope of a Kafka source over a topic of its own (made,
 /// nothing read from it). The committed record first: noida-db 0.2.3
@@ -345,77 +361,62 @@ async fn output_with_a_head_and_a_scope() -> (Arc<Cluster>, Arc<str>, Topic, Str
 #[tokio::test]
 async fn a_dead_instances_transaction_outrun_by_a_commit_is_fenced_and_holds_no_reader_back() {
     use crate::positions::{self, KafkaScope};
+    use sink_api::CommitOutcome;
     let (cluster, name, topic, scope) = output_with_a_head_and_a_scope().await;
     let prefix = unique("outrun-claims");
-    let at = (&name, &topic);
-    // The dead instance's: from 4 (a checkpoint of it never committed) to 9.
-    let dead = prepare_with_position(
-        &cluster,
-        at,
-        &prefix,
-        ("dead", 0),
-        &scope,
-        (Some(4), 9),
-        "dead",
-    )
-    .await;
-    // Another writer's, from 7, where the live one ends.
-    let next = prepare_with_position(
-        &cluster,
-        at,
-        &prefix,
-        ("next", 0),
-        &scope,
-        (Some(7), 12),
-        "next",
-    )
-    .await;
-    // The live one: from nothing to 7, past the dead one's 4.
-    let live = prepare_with_position(
-        &cluster,
-        at,
-        &prefix,
-        ("live", 0),
-        &scope,
-        (None, 7),
-        "live",
-    )
-    .await;
-    let mut committer = committer(&cluster, &name);
-    for committable in [live, next.clone()] {
-        let mut requests = vec![sink_api::CommitRequest::new(
-            committable,
-            sink_api::CheckpointId(1),
-            0,
-        )];
-        sink_api::Committer::commit(&mut committer, &mut requests)
-            .await
-            .expect("commit");
-        assert!(
-            matches!(requests[0].outcome(), sink_api::CommitOutcome::Committed),
-            "{:?}",
-            requests[0].outcome()
-        );
-        if requests[0].committable().transaction == next.transaction {
-            break;
+    let prepare = |writer: &'static str, (from, to): (Option<u64>, u64)| {
+        let (cluster, name, topic, prefix, scope) = (&cluster, &name, &topic, &prefix, &scope);
+        async move {
+            let at = (name, topic);
+            prepare_with_position(cluster, at, prefix, (writer, 0), scope, (from, to), writer).await
         }
-        // The live one's check fenced the dead one, and left the next one open.
-        let dead_now = describe(&cluster, &dead.transaction.transactional_id)
-            .await
-            .expect("describe");
-        assert!(
-            dead_now.state != "Ongoing" || dead_now.epoch != dead.transaction.epoch,
-            "the dead instance's transaction is still open: {dead_now:?}"
-        );
-        let next_now = describe(&cluster, &next.transaction.transactional_id)
-            .await
-            .expect("describe");
-        assert_eq!(
-            (next_now.state.as_str(), next_now.epoch),
-            ("Ongoing", next.transaction.epoch)
-        );
-    }
-    // In offset order: "next" was written before "live"; "dead" is gone.
+    };
+    // The dead instance's: from 4 (a checkpoint of it never committed) to 9.
+    let dead = prepare("dead", (Some(4), 9)).await;
+    // Another writer's, from 7, where the live one ends.
+    let next = prepare("next", (Some(7), 12)).await;
+    // The live one: from nothing to 7, past the dead one's 4.
+    let live = prepare("live", (None, 7)).await;
+    let mut committer = committer(&cluster, &name);
+    let open = |of: &crate::writer::KafkaCommittable| {
+        let (cluster, of) = (&cluster, of.transaction.clone());
+        async move {
+            let now = describe(cluster, &of.transactional_id)
+                .await
+                .expect("describe");
+            now.state == "Ongoing" && now.epoch == of.epoch
+        }
+    };
+    // The live one commits; its check fenced the dead one, and left the
+    // next one open.
+    assert!(matches!(
+        commit_one(&mut committer, live).await,
+        CommitOutcome::Committed
+    ));
+    assert!(
+        !open(&dead).await,
+        "the dead instance's transaction is still open"
+    );
+    assert!(open(&next).await, "the next transaction was fenced");
+    // A stale one, prepared now: from 2, where the partition never was, to
+    // 20. It is superseded, and leaves the next one be: it outruns
+    // nothing.
+    let stale = prepare("stale", (Some(2), 20)).await;
+    let outcome = commit_one(&mut committer, stale).await;
+    assert!(
+        matches!(outcome, CommitOutcome::Superseded(_)),
+        "{outcome:?}"
+    );
+    assert!(
+        open(&next).await,
+        "a superseded transaction fenced the next one"
+    );
+    assert!(matches!(
+        commit_one(&mut committer, next).await,
+        CommitOutcome::Committed
+    ));
+    // In offset order: "next" was written before "live"; "dead" and
+    // "stale" are gone.
     assert_eq!(values(&name).await, ["head", "next", "live"]);
     let kafka = KafkaScope::parse(&scope).expect("a Kafka scope");
     let positions = positions::read(&cluster, &kafka, None)

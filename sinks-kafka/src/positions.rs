@@ -492,9 +492,11 @@ enum Fenced {
 /// this one ends, and is left alone.
 ///
 /// A claim of another writer from a position before this one's `to`, other
-/// than its `from` (behind it, or inside what it advances), is outrun:
-/// offsets only move forward, so once this one commits that transaction
-/// can never find the partition at its `from`, and it is fenced too. Such
+/// than its `from` (behind it, or inside what it advances), on a partition
+/// this one finds at its `from`, is outrun: offsets only move forward, so
+/// once this one commits that transaction can never find the partition at
+/// its `from`, and it is fenced too (a transaction that is itself
+/// superseded leaves such claims be). Such
 /// a transaction is one an instance prepared and never committed (it died
 /// after the barrier, or its checkpoint never completed); left open it
 /// would hold `read_committed` readers of the output back at its first
@@ -540,6 +542,19 @@ pub(crate) async fn settle(
             to_of.insert(partition, advance.to);
         }
         let partitions: Vec<i32> = from_of.keys().copied().collect();
+        // The partitions where this transaction finds its `from` now: only
+        // there will its commit outrun other claims (elsewhere it is
+        // superseded, and leaves them be).
+        let now: BTreeMap<i32, u64> = fetch(cluster, scope.group, scope.topic, None)
+            .await?
+            .into_iter()
+            .map(|(partition, offset, _)| (partition, offset as u64))
+            .collect();
+        let at_from: HashSet<i32> = from_of
+            .iter()
+            .filter(|(partition, from)| now.get(partition).copied() == **from)
+            .map(|(partition, _)| *partition)
+            .collect();
         // Partitions whose competitor committed: their offset must have
         // moved past `from`.
         let mut must_move: HashSet<i32> = HashSet::new();
@@ -559,6 +574,7 @@ pub(crate) async fn settle(
                 };
                 let competes = from.is_none_or(|from| Some(&from) == from_of.get(&partition));
                 let outrun = !competes
+                    && at_from.contains(&partition)
                     && !same_writer(id, &name)
                     && from.flatten() < to_of.get(&partition).copied();
                 let claim = Claim {
