@@ -468,8 +468,41 @@ pub fn parse_table_name(text: &str) -> Result<TableIdent, SinkError> {
         ))
         .permanent());
     }
-    TableIdent::from_strs(parts)
-        .map_err(|e| iceberg_error(format!("reading the table name {text:?}"), e))
+    let ident = TableIdent::from_strs(parts)
+        .map_err(|e| iceberg_error(format!("reading the table name {text:?}"), e))?;
+    check_table_name(&ident)?;
+    Ok(ident)
+}
+
+/// Refuses a table name whose levels could reach outside the table's own
+/// place in the warehouse: every level of the namespace and the name must
+/// be non-empty, not `.` or `..`, and hold no `/`, `\` or control
+/// character (each level is a directory or a key segment of the table's
+/// location). Called by [`parse_table_name`] and by the sink's builder, so
+/// that a name made in code is checked too.
+pub fn check_table_name(ident: &TableIdent) -> Result<(), SinkError> {
+    let levels = ident
+        .namespace()
+        .iter()
+        .map(String::as_str)
+        .chain([ident.name()]);
+    for level in levels {
+        let bad = level.is_empty()
+            || level == "."
+            || level == ".."
+            || level
+                .chars()
+                .any(|c| c == '/' || c == '\\' || c.is_control());
+        if bad {
+            return Err(SinkError::msg(format!(
+                "{level:?} in the table name {ident} is not an Iceberg name level: each level \
+                 of a table's name is a directory of its location, so none may be empty, `.` \
+                 or `..`, or hold `/`, `\\` or a control character"
+            ))
+            .permanent());
+        }
+    }
+    Ok(())
 }
 
 /// The table `ident` in `catalog`, created (with its namespace) with
@@ -582,6 +615,30 @@ mod tests {
 
     use super::*;
     use crate::test_table::{fixture, schema};
+
+    #[test]
+    fn a_table_name_cannot_reach_outside_its_place_in_the_warehouse() {
+        for good in ["demo.events", "a.b.c", "ns.x-1", "ns.événements"] {
+            assert!(parse_table_name(good).is_ok(), "{good} refused");
+        }
+        // A namespace holding a `/` named the metadata directory of the
+        // table ns.x (`ns/x.metadata`); an absolute one, a directory
+        // outside the warehouse.
+        for bad in [
+            "ns/x.metadata",
+            "/tmp/out.t",
+            "ns.a\\b",
+            "ns..t",
+            "ns.t\n",
+            ".t",
+            "t",
+        ] {
+            let error = parse_table_name(bad).expect_err(bad).to_string();
+            assert!(error.contains("table name"), "{bad}: {error}");
+        }
+        let made_in_code = TableIdent::from_strs(["..", "t"]).unwrap();
+        assert!(check_table_name(&made_in_code).is_err());
+    }
 
     #[test]
     fn a_table_name_needs_a_namespace_and_no_empty_part() {

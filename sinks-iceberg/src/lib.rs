@@ -40,7 +40,9 @@ mod table_commit;
 mod test_table;
 mod writer;
 
-pub use catalog::{load_or_create, parse_table_name, SqliteCatalog, Warehouse, CATALOG_NAME};
+pub use catalog::{
+    check_table_name, load_or_create, parse_table_name, SqliteCatalog, Warehouse, CATALOG_NAME,
+};
 pub use committable::IcebergDataFile;
 pub use committer::IcebergFileCommitter;
 pub use errors::TableFenced;

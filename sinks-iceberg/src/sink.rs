@@ -110,6 +110,7 @@ impl<T> IcebergSinkBuilder<T> {
         if sink.target_file_size == 0 {
             return Err(SinkError::msg("the file size to roll at must be above zero").permanent());
         }
+        crate::catalog::check_table_name(&sink.ident)?;
         Ok(sink)
     }
 }

@@ -183,6 +183,47 @@ async fn count(
     })
 }
 
+/// Refuses `--fresh` for a table whose location is inside another table's
+/// (`ns.x.metadata` is the metadata directory of the table `ns.x`), or
+/// holds other tables (`ns.x` when the namespace `ns.x` has tables or
+/// namespaces): clearing it would delete their files.
+async fn check_fresh_place(
+    catalog: &dyn sinks_iceberg::iceberg::Catalog,
+    ident: &TableIdent,
+) -> anyhow::Result<()> {
+    use sinks_iceberg::iceberg::NamespaceIdent;
+    let levels: Vec<String> = ident
+        .namespace()
+        .iter()
+        .cloned()
+        .chain([ident.name().to_string()])
+        .collect();
+    for end in 2..levels.len() {
+        let outer = TableIdent::from_strs(&levels[..end])?;
+        if catalog.table_exists(&outer).await? {
+            bail!(
+                "--fresh refused, nothing was deleted: the table {ident}'s location is inside \
+                 the table {outer}'s, whose files it would delete; give the table another name"
+            );
+        }
+    }
+    let inner = NamespaceIdent::from_strs(&levels)?;
+    if catalog.namespace_exists(&inner).await? {
+        let tables = catalog.list_tables(&inner).await?;
+        let namespaces = catalog.list_namespaces(Some(&inner)).await?;
+        if !tables.is_empty() || !namespaces.is_empty() {
+            bail!(
+                "--fresh refused, nothing was deleted: the table {ident}'s location holds the \
+                 namespace {inner} ({} tables, {} namespaces), whose files it would delete; \
+                 give the table another name",
+                tables.len(),
+                namespaces.len()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// What one run gives.
 struct Outcome {
     report: JobReport,
@@ -206,8 +247,10 @@ async fn run(
     if config.fresh {
         // --fresh removes the files where the flags place the table: a
         // table the catalog has elsewhere (made under another --warehouse)
-        // is refused, not orphaned.
+        // is refused, not orphaned; so is a place inside another table's
+        // or holding other tables.
         let opened = catalog.open().await?;
+        check_fresh_place(opened.as_ref(), ident).await?;
         if opened.table_exists(ident).await? {
             if let Ok(table) = opened.load_table(ident).await {
                 let (found, placed) = (table.metadata().location(), catalog.table_location(ident));

@@ -338,3 +338,75 @@ fn bad_flags_and_a_table_of_another_schema_are_refused_naming_the_fix() {
     );
     assert!(message.contains("give another table"), "{message}");
 }
+
+/// `--fresh` clears only the named table's own place in the warehouse.
+/// Refused, nothing deleted:
+/// - a name with a level holding `/` (before: `ns/x.metadata` named the
+///   metadata directory of the table `ns.x`, which `--fresh` emptied, and
+///   an absolute namespace a directory outside the warehouse);
+/// - a table inside another table's location (`ns.x.metadata`);
+/// - a table whose location holds other tables (`ns.y`, with `ns.y.t`).
+///
+/// The tables `ns.x` and `ns.y.t` then read whole.
+#[test]
+fn fresh_clears_only_the_named_tables_own_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().join("wh");
+    for (table, records) in [("ns.x", "300"), ("ns.y.t", "20")] {
+        let made = demo(
+            &warehouse,
+            &["--table", table, "--records", records, "--json"],
+        );
+        assert_eq!(summary(&made)["status"], "Finished", "{table}");
+    }
+    let metadata = warehouse.join("ns").join("x").join("metadata");
+    let files = |dir: &Path| std::fs::read_dir(dir).map_or(0, |d| d.count());
+    let before = files(&metadata);
+    assert!(before > 0, "the table ns.x has no metadata files");
+    let outside = dir.path().join("outside");
+    let absolute = format!("{}.t", outside.display());
+    for (table, expected) in [
+        ("ns/x.metadata", "not an Iceberg name level"),
+        (absolute.as_str(), "not an Iceberg name level"),
+        ("ns.x.metadata", "inside the table ns.x's"),
+        ("ns.y", "holds the namespace ns.y"),
+    ] {
+        let refused = demo(
+            &warehouse,
+            &["--table", table, "--fresh", "--records", "10"],
+        );
+        assert!(!refused.status.success(), "{table}: {}", text(&refused));
+        assert!(
+            text(&refused).contains(expected),
+            "{table}: {}",
+            text(&refused)
+        );
+        assert_eq!(
+            files(&metadata),
+            before,
+            "--table {table} --fresh touched ns.x"
+        );
+        assert!(
+            !outside.exists(),
+            "--table {table} --fresh wrote outside the warehouse"
+        );
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let catalog =
+        sinks_iceberg::SqliteCatalog::new(&warehouse.join("catalog.db"), &warehouse).unwrap();
+    runtime.block_on(async {
+        let opened = catalog.open().await.unwrap();
+        for (table, count) in [("ns.x", 300), ("ns.y.t", 20)] {
+            let ident = sinks_iceberg::parse_table_name(table).unwrap();
+            let read = sinks_iceberg::read::table(opened.as_ref(), &ident)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("the table {table} is gone"));
+            let mut ids = sinks_iceberg::read::int64_column(&read, "id")
+                .await
+                .unwrap();
+            ids.sort_unstable();
+            assert_eq!(ids, (0..count).collect::<Vec<i64>>(), "{table}");
+        }
+    });
+}
