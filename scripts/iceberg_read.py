@@ -4,7 +4,10 @@ the distinct values of its `id` column, its snapshots oldest first (id,
 operation, the sink's lineage and checkpoint from the summary, rows and
 files added), and the table's `eo-sink.*` properties.
 
-    python iceberg_read.py CATALOG_DB WAREHOUSE NAMESPACE.NAME
+    python iceberg_read.py CATALOG_DB WAREHOUSE NAMESPACE.NAME [--expire-snapshots]
+
+With --expire-snapshots it first expires every snapshot but the current one
+(table maintenance, as an operator runs it), then reads.
 
 WAREHOUSE is a directory or an s3:// URL; for s3:// the endpoint and
 credentials come from the AWS_* variables (scripts/with-s3 sets them).
@@ -34,6 +37,12 @@ def main() -> None:
         properties["warehouse"] = f"file://{os.path.abspath(warehouse)}"
     catalog = SqlCatalog("default", **properties)
     table = catalog.load_table(name)
+    if "--expire-snapshots" in sys.argv[4:]:
+        current = table.current_snapshot()
+        old = [s.snapshot_id for s in table.snapshots() if current is None or s.snapshot_id != current.snapshot_id]
+        if old:
+            table.maintenance.expire_snapshots().by_ids(old).commit()
+        table = catalog.load_table(name)
     ids = table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
     snapshots = []
     for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number or 0):

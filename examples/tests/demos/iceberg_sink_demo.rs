@@ -410,3 +410,52 @@ fn fresh_clears_only_the_named_tables_own_place() {
         }
     });
 }
+
+/// The demo's end check reads the table's rows, not the job's snapshots:
+/// after table maintenance (PyIceberg) expired every snapshot but the
+/// current one, the finished job's command run again exits 0, saying it
+/// has finished. Before, it exited 1, counting the rows of the job's
+/// snapshots that were left.
+#[test]
+fn after_its_snapshots_expired_the_finished_demo_still_checks_out() {
+    let Some(reader) = sink_testkit::servers::iceberg_reader() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().join("wh");
+    let args = [
+        "--records",
+        "3000",
+        "--checkpoint-interval",
+        "20ms",
+        "--json",
+    ];
+    let made = summary(&demo(&warehouse, &args));
+    assert_eq!(made["status"], "Finished", "{made}");
+    assert!(made["iceberg_appends"].as_u64() > Some(1), "{made}");
+    let expired = Command::new(&reader[0])
+        .args(&reader[1..])
+        .arg(warehouse.join("catalog.db"))
+        .arg(&warehouse)
+        .arg("demo.events")
+        .arg("--expire-snapshots")
+        .output()
+        .expect("the reader runs");
+    let read = summary(&expired);
+    assert_eq!(
+        read["snapshots"].as_array().map(Vec::len),
+        Some(1),
+        "{read}"
+    );
+    assert_eq!(
+        (read["rows"].as_u64(), read["distinct_ids"].as_u64()),
+        (Some(3000), Some(3000))
+    );
+    let again = demo(&warehouse, &args);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        text(&again).contains("finished already"),
+        "{}",
+        text(&again)
+    );
+}
