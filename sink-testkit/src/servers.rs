@@ -36,6 +36,78 @@ pub fn s3() -> Option<S3Server> {
     }
 }
 
+/// An Iceberg REST catalog for tests, with its S3-compatible store
+/// (`scripts/with-seaweedfs`: `ICEBERG_REST_URI`, `ICEBERG_REST_WAREHOUSE`,
+/// `ICEBERG_REST_CREDENTIAL`, `SEAWEEDFS_S3_ENDPOINT`,
+/// `SEAWEEDFS_ACCESS_KEY_ID`, `SEAWEEDFS_SECRET_ACCESS_KEY`,
+/// `SEAWEEDFS_REGION`).
+#[derive(Clone)]
+pub struct IcebergRestServer {
+    /// The catalog's URI, `http://127.0.0.1:<port>`.
+    pub uri: String,
+    /// The catalog's warehouse (its table bucket), `s3://…`.
+    pub warehouse: String,
+    /// The catalog's OAuth2 client credentials, `key:secret`.
+    pub credential: String,
+    /// The store's S3 endpoint.
+    pub s3_endpoint: String,
+    /// The store's access key id.
+    pub access_key_id: String,
+    /// The store's secret key.
+    pub secret_access_key: String,
+    /// The store's region.
+    pub region: String,
+}
+
+impl std::fmt::Debug for IcebergRestServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IcebergRestServer")
+            .field("uri", &self.uri)
+            .field("warehouse", &self.warehouse)
+            .field("s3_endpoint", &self.s3_endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IcebergRestServer {
+    /// The catalog properties that reach it, by the names PyIceberg and
+    /// iceberg-rust use: `credential`, `warehouse` and the store's `s3.*`.
+    pub fn properties(&self) -> Vec<(String, String)> {
+        [
+            ("credential", &self.credential),
+            ("warehouse", &self.warehouse),
+            ("s3.endpoint", &self.s3_endpoint),
+            ("s3.access-key-id", &self.access_key_id),
+            ("s3.secret-access-key", &self.secret_access_key),
+            ("s3.region", &self.region),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value.clone()))
+        .collect()
+    }
+}
+
+/// The Iceberg REST test catalog, or `None` after printing that the test
+/// is skipped.
+pub fn iceberg_rest() -> Option<IcebergRestServer> {
+    let var = |name: &str| std::env::var(name).ok();
+    let found = (|| {
+        Some(IcebergRestServer {
+            uri: var("ICEBERG_REST_URI")?,
+            warehouse: var("ICEBERG_REST_WAREHOUSE")?,
+            credential: var("ICEBERG_REST_CREDENTIAL")?,
+            s3_endpoint: var("SEAWEEDFS_S3_ENDPOINT")?,
+            access_key_id: var("SEAWEEDFS_ACCESS_KEY_ID")?,
+            secret_access_key: var("SEAWEEDFS_SECRET_ACCESS_KEY")?,
+            region: var("SEAWEEDFS_REGION")?,
+        })
+    })();
+    if found.is_none() {
+        println!("skipped: no Iceberg REST test catalog (run under scripts/with-seaweedfs)");
+    }
+    found
+}
+
 /// The PostgreSQL test server's connection string (`PG_TEST_URL`), or `None`
 /// after printing that the test is skipped.
 pub fn postgres() -> Option<String> {

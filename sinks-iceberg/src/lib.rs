@@ -18,9 +18,10 @@
 //! A replayed or retried checkpoint is recognised from the table's
 //! properties (the `marks` module), never from memory, and iceberg-rust's
 //! own retry, which applies a commit again to a table that moved, is not
-//! used (the `one_attempt` module). Tables live in a local warehouse,
-//! written durably (the `storage` module), or on S3 (the `s3` feature);
-//! the catalog is an SQL catalog on a local SQLite database. The project's
+//! used (the `one_attempt` module). The catalog is an SQL catalog on a
+//! local SQLite database, with tables in a local warehouse written durably
+//! (the `storage` module) or on S3 (the `s3` feature), or a REST catalog
+//! with tables on S3 (the `rest` feature). The project's
 //! `docs/iceberg-sink.md` says what holds after each kind of crash.
 
 mod catalog;
@@ -40,8 +41,11 @@ mod table_commit;
 mod test_table;
 mod writer;
 
+#[cfg(feature = "rest")]
+pub use catalog::RestCatalog;
 pub use catalog::{
-    check_table_name, load_or_create, parse_table_name, SqliteCatalog, Warehouse, CATALOG_NAME,
+    check_table_name, load_or_create, parse_table_name, IcebergCatalog, SqliteCatalog, Warehouse,
+    CATALOG_NAME,
 };
 pub use committable::IcebergDataFile;
 pub use committer::IcebergFileCommitter;

@@ -12,7 +12,7 @@ use parquet::file::properties::WriterProperties;
 use serde::Serialize;
 use sink_api::{GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, SinkMetrics};
 
-use crate::catalog::{load_or_create, Connection, SqliteCatalog};
+use crate::catalog::{load_or_create, Connection, IcebergCatalog};
 use crate::committable::IcebergDataFile;
 use crate::committer::IcebergFileCommitter;
 use crate::errors::iceberg_error;
@@ -55,13 +55,13 @@ impl<T> IcebergSink<T> {
     /// missing, unpartitioned; an existing table must have exactly these
     /// columns and no partition spec.
     pub fn builder(
-        catalog: SqliteCatalog,
+        catalog: impl Into<IcebergCatalog>,
         table: TableIdent,
         schema: Schema,
     ) -> IcebergSinkBuilder<T> {
         IcebergSinkBuilder {
             sink: IcebergSink {
-                connection: Connection::new(catalog),
+                connection: Connection::new(catalog.into()),
                 ident: table,
                 schema,
                 target_file_size: 128 << 20,
@@ -139,7 +139,7 @@ where
             .table_exists(&self.ident)
             .await
             .map_err(|e| iceberg_error(format!("reading the Iceberg table {}", self.ident), e))?;
-        if let (false, Some(config)) = (exists, self.connection.config()) {
+        if let (false, Some(IcebergCatalog::Sqlite(config))) = (exists, self.connection.config()) {
             if let Some(found) = config.table_with_rows_at(&self.ident).await? {
                 return Err(SinkError::msg(format!(
                     "the catalog {} has no table {}, but its location holds the metadata of \

@@ -49,3 +49,32 @@ async fn the_iceberg_sink_on_an_s3_compatible_server_is_certified() {
     );
     report.assert_passed();
 }
+
+/// On the REST catalog of a real S3-compatible store (SeaweedFS,
+/// `scripts/with-seaweedfs`): every property, with a quarter of the
+/// simulation's seeds, as on S3 above.
+#[cfg(feature = "rest")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_iceberg_sink_on_a_rest_catalog_is_certified() {
+    let Some(server) = sink_testkit::servers::iceberg_rest() else {
+        return;
+    };
+    let knobs = sink_testkit::Knobs {
+        seeds: 4,
+        ..sink_testkit::Knobs::default()
+    };
+    let report = sink_testkit::certify_with(
+        knobs,
+        || {
+            let server = server.clone();
+            async move { common::RestTable::new(&server) }
+        },
+        Event::new,
+    )
+    .await;
+    println!(
+        "Iceberg sink on a REST catalog, certified in {:.1} s:\n{report}",
+        report.duration().as_secs_f64()
+    );
+    report.assert_passed();
+}

@@ -38,8 +38,11 @@ pub fn schema() -> Schema {
 /// The sink the kit certifies: files rolled at 1 KiB, so that a subtask's
 /// checkpoint hands out several, a commit call holds several requests, and
 /// a lost answer can fall in the middle of one.
-fn kit_sink(catalog: &SqliteCatalog, ident: &TableIdent) -> IcebergSink<Event> {
-    IcebergSink::builder(catalog.clone(), ident.clone(), schema())
+fn kit_sink(
+    catalog: impl Into<sinks_iceberg::IcebergCatalog>,
+    ident: &TableIdent,
+) -> IcebergSink<Event> {
+    IcebergSink::builder(catalog, ident.clone(), schema())
         .roll_files_at_checkpoints_and_at_size(1024)
         .build()
         .expect("a valid sink")
@@ -99,7 +102,7 @@ impl Destination for LocalTable {
     type Sink = IcebergSink<Event>;
 
     async fn sink(&self) -> IcebergSink<Event> {
-        kit_sink(&self.catalog, &self.ident)
+        kit_sink(self.catalog.clone(), &self.ident)
     }
 
     async fn committed_ids(&self) -> Vec<u64> {
@@ -181,7 +184,7 @@ impl Destination for S3Table {
     type Sink = IcebergSink<Event>;
 
     async fn sink(&self) -> IcebergSink<Event> {
-        kit_sink(&self.catalog, &self.ident)
+        kit_sink(self.catalog.clone(), &self.ident)
     }
 
     async fn committed_ids(&self) -> Vec<u64> {
@@ -205,6 +208,97 @@ impl Destination for S3Table {
             .next()
             .unwrap_or_default();
         let data = object_store::path::Path::from(format!("{}/db/events/data", self.prefix));
+        let written: Vec<_> = store
+            .list(Some(&data))
+            .try_collect()
+            .await
+            .expect("the data objects list");
+        Some(
+            written
+                .iter()
+                .filter(|meta| !live.contains(&format!("s3://{bucket}/{}", meta.location)))
+                .count(),
+        )
+    }
+}
+
+/// A table of its own in the REST test catalog (`scripts/with-seaweedfs`)
+/// for one kit scenario: a fresh namespace, placed by the catalog in its
+/// table bucket.
+#[cfg(feature = "rest")]
+pub struct RestTable {
+    pub catalog: sinks_iceberg::RestCatalog,
+    pub ident: TableIdent,
+    server: sink_testkit::servers::IcebergRestServer,
+    opened: Opened,
+}
+
+#[cfg(feature = "rest")]
+impl RestTable {
+    pub fn new(server: &sink_testkit::servers::IcebergRestServer) -> RestTable {
+        let catalog = sinks_iceberg::RestCatalog::new(&server.uri, server.properties())
+            .expect("a REST catalog");
+        let namespace = format!("kit_{:016x}", fastrand::u64(..));
+        RestTable {
+            catalog,
+            ident: TableIdent::from_strs([namespace.as_str(), "events"]).expect("a name"),
+            server: server.clone(),
+            opened: Opened::new(),
+        }
+    }
+
+    pub async fn table(&self) -> Option<sinks_iceberg::iceberg::table::Table> {
+        let catalog = self
+            .opened
+            .get_or_init(|| async { self.catalog.open().await.expect("the catalog opens") })
+            .await;
+        read::table(catalog.as_ref(), &self.ident)
+            .await
+            .expect("the catalog reads")
+    }
+}
+
+#[cfg(feature = "rest")]
+#[sink_api::async_trait]
+impl Destination for RestTable {
+    type Sink = IcebergSink<Event>;
+
+    async fn sink(&self) -> IcebergSink<Event> {
+        kit_sink(self.catalog.clone(), &self.ident)
+    }
+
+    async fn committed_ids(&self) -> Vec<u64> {
+        ids(self.table().await).await
+    }
+
+    /// Data objects under the table's `data/` that no snapshot names.
+    async fn open_transactions(&self) -> Option<usize> {
+        use futures::TryStreamExt as _;
+        use object_store::ObjectStore as _;
+
+        let Some(table) = self.table().await else {
+            return Some(0);
+        };
+        let live = read::live_files(&table).await.expect("the manifests read");
+        let location = table.metadata().location().trim_end_matches('/').to_string();
+        let (bucket, key) = location
+            .trim_start_matches("s3://")
+            .split_once('/')
+            .expect("an s3:// table location");
+        let options = vec![
+            ("endpoint".to_string(), self.server.s3_endpoint.clone()),
+            ("allow_http".to_string(), "true".to_string()),
+            ("access_key_id".to_string(), self.server.access_key_id.clone()),
+            (
+                "secret_access_key".to_string(),
+                self.server.secret_access_key.clone(),
+            ),
+            ("region".to_string(), self.server.region.clone()),
+        ];
+        let store = sink_object_store::s3(&format!("s3://{bucket}"), &options)
+            .expect("a client of the table bucket")
+            .store;
+        let data = object_store::path::Path::from(format!("{key}/data"));
         let written: Vec<_> = store
             .list(Some(&data))
             .try_collect()
