@@ -1,18 +1,29 @@
 """Reads an Iceberg table with PyIceberg from PyPI (not this project's code)
-through the SQL catalog named `default` and prints one JSON object: the rows,
-the distinct values of its `id` column, its snapshots oldest first (id,
-operation, the sink's lineage and checkpoint from the summary, rows and
-files added), and the table's `eo-sink.*` properties.
+and prints one JSON object: the rows, the distinct values of its `id` column,
+its snapshots oldest first (id, operation, the sink's lineage and checkpoint
+from the summary, rows and files added), the table's `eo-sink.*` properties,
+and its live data files (each one's partition value, and the days of the
+first and last `ts` it holds, if the table has that column).
 
-    python iceberg_read.py CATALOG_DB WAREHOUSE NAMESPACE.NAME [--expire-snapshots]
+    python iceberg_read.py CATALOG_DB WAREHOUSE NAMESPACE.NAME [OPTIONS]
+    python iceberg_read.py rest:URI - NAMESPACE.NAME [OPTIONS]
 
-With --expire-snapshots it first expires every snapshot but the current one
-(table maintenance, as an operator runs it), then reads.
+The first form reads through the SQL catalog named `default` in the SQLite
+database CATALOG_DB; WAREHOUSE is a directory or an s3:// URL, for which the
+endpoint and credentials come from the AWS_* variables (scripts/with-s3 sets
+them). The second reads through a REST catalog, with the credential,
+warehouse and S3 settings scripts/with-seaweedfs names (ICEBERG_REST_*,
+SEAWEEDFS_*).
 
-WAREHOUSE is a directory or an s3:// URL; for s3:// the endpoint and
-credentials come from the AWS_* variables (scripts/with-s3 sets them).
+Options:
+  --expire-snapshots   first expire every snapshot but the current one (table
+                       maintenance, as an operator runs it), then read
+  --filter EXPR        read only the rows PyIceberg's row filter EXPR selects
+                       (such as "ts >= '2026-01-02T00:00:00+00:00'"); the
+                       counts and ids are of those rows
 """
 
+import datetime
 import json
 import os
 import sys
@@ -20,8 +31,22 @@ import sys
 from pyiceberg.catalog.sql import SqlCatalog
 
 
-def main() -> None:
-    database, warehouse, name = sys.argv[1:4]
+def open_catalog(database, warehouse):
+    if database.startswith("rest:"):
+        from pyiceberg.catalog.rest import RestCatalog
+
+        return RestCatalog(
+            "rest",
+            **{
+                "uri": database[len("rest:"):],
+                "credential": os.environ["ICEBERG_REST_CREDENTIAL"],
+                "warehouse": os.environ["ICEBERG_REST_WAREHOUSE"],
+                "s3.endpoint": os.environ["SEAWEEDFS_S3_ENDPOINT"],
+                "s3.access-key-id": os.environ["SEAWEEDFS_ACCESS_KEY_ID"],
+                "s3.secret-access-key": os.environ["SEAWEEDFS_SECRET_ACCESS_KEY"],
+                "s3.region": os.environ["SEAWEEDFS_REGION"],
+            },
+        )
     properties = {"uri": f"sqlite:///{os.path.abspath(database)}"}
     if warehouse.startswith("s3://"):
         properties["warehouse"] = warehouse
@@ -35,15 +60,60 @@ def main() -> None:
                 properties[key] = os.environ[variable]
     else:
         properties["warehouse"] = f"file://{os.path.abspath(warehouse)}"
-    catalog = SqlCatalog("default", **properties)
+    return SqlCatalog("default", **properties)
+
+
+def as_json(value):
+    """A partition value as JSON holds it: a date as days since the epoch."""
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1_000_000)
+    if isinstance(value, datetime.date):
+        return (value - datetime.date(1970, 1, 1)).days
+    return value
+
+
+def live_files(table):
+    """Each live data file's partition value, and the days of its first and
+    last `ts` (read from the file itself)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    has_ts = any(field.name == "ts" for field in table.schema().fields)
+    spec = table.spec()
+    files = []
+    for task in table.scan().plan_files():
+        data_file = task.file
+        partition = {
+            field.name: as_json(data_file.partition[position])
+            for position, field in enumerate(spec.fields)
+        }
+        entry = {"path": data_file.file_path, "partition": partition, "rows": data_file.record_count}
+        if has_ts:
+            with table.io.new_input(data_file.file_path).open() as stream:
+                ts = pq.read_table(stream, columns=["ts"]).column("ts")
+            if len(ts) > 0:
+                # microseconds since the epoch -> days since the epoch
+                bounds = pc.min_max(pc.cast(ts, "int64"))
+                day = 86_400_000_000
+                entry["ts_days"] = [bounds["min"].as_py() // day, bounds["max"].as_py() // day]
+        files.append(entry)
+    return files
+
+
+def main() -> None:
+    database, warehouse, name = sys.argv[1:4]
+    options = sys.argv[4:]
+    catalog = open_catalog(database, warehouse)
     table = catalog.load_table(name)
-    if "--expire-snapshots" in sys.argv[4:]:
+    if "--expire-snapshots" in options:
         current = table.current_snapshot()
         old = [s.snapshot_id for s in table.snapshots() if current is None or s.snapshot_id != current.snapshot_id]
         if old:
             table.maintenance.expire_snapshots().by_ids(old).commit()
         table = catalog.load_table(name)
-    ids = table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
+    row_filter = options[options.index("--filter") + 1] if "--filter" in options else None
+    scan = table.scan(selected_fields=("id",), row_filter=row_filter) if row_filter else table.scan(selected_fields=("id",))
+    ids = scan.to_arrow().column("id").to_pylist()
     snapshots = []
     for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number or 0):
         summary = snapshot.summary
@@ -69,6 +139,7 @@ def main() -> None:
                 "max_id": max(ids) if ids else None,
                 "snapshots": snapshots,
                 "marks": marks,
+                "files": live_files(table),
             }
         )
     )

@@ -123,6 +123,21 @@ impl Checkpoints {
     }
 }
 
+/// Parses a property written as `KEY=VALUE` (`--catalog-property
+/// credential=key:secret`): the key is what comes before the first `=`,
+/// and must not be empty; the value may be, and may hold `=`. Used by the
+/// programs' `clap` arguments.
+pub fn parse_property(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.to_string()))
+        }
+        _ => Err(format!(
+            "{text:?} is not a property: give it as KEY=VALUE, such as warehouse=s3://bucket"
+        )),
+    }
+}
+
 /// Writes `line` to stdout and flushes it at once: how the servers
 /// (`ingest-service`, `ingest-baseline`) say `listening on http://ADDR` and
 /// print their closing summary, which programs driving them read line by
@@ -233,6 +248,18 @@ fn log_filter(text: &str) -> Result<tracing_subscriber::filter::Targets, String>
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_property_is_a_key_and_everything_after_its_first_equals_sign() {
+        assert_eq!(
+            parse_property("credential=a:b=c").unwrap(),
+            ("credential".to_string(), "a:b=c".to_string())
+        );
+        assert_eq!(parse_property("k=").unwrap().1, "");
+        for bad in ["novalue", "=v", " =v"] {
+            assert!(parse_property(bad).unwrap_err().contains("KEY=VALUE"), "{bad}");
+        }
+    }
     use super::*;
 
     #[test]

@@ -48,16 +48,25 @@ pub struct IcebergDataFile {
 
 impl IcebergDataFile {
     /// Describes `file`, written for `table` under its default partition
-    /// spec, under `app_id`.
+    /// spec (the table as the writer read it when it opened the file),
+    /// under `app_id`.
     pub(crate) fn new(
         app_id: &str,
         file: DataFile,
         table: &Table,
     ) -> Result<IcebergDataFile, SinkError> {
         let metadata = table.metadata();
-        let spec = metadata.default_partition_spec();
         let partition_spec_id = metadata.default_partition_spec_id();
         let encoding = || format!("describing the data file {}", file.file_path());
+        let spec = metadata
+            .partition_spec_by_id(partition_spec_id)
+            .ok_or_else(|| {
+                SinkError::msg(format!(
+                    "{}: the table has no partition spec {partition_spec_id}",
+                    encoding()
+                ))
+                .permanent()
+            })?;
         let partition_type = spec
             .partition_type(metadata.current_schema())
             .map_err(|e| iceberg_error(encoding(), e))?;

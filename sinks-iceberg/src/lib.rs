@@ -33,6 +33,7 @@ mod marks;
 #[cfg(feature = "s3")]
 mod object_storage;
 mod one_attempt;
+mod partition;
 pub mod read;
 mod sink;
 mod storage;
@@ -51,6 +52,7 @@ pub use committable::IcebergDataFile;
 pub use committer::IcebergFileCommitter;
 pub use errors::TableFenced;
 pub use global_committer::IcebergGlobalCommitter;
+pub use partition::{parse_partition_spec, PartitionBy};
 pub use sink::{IcebergSink, IcebergSinkBuilder};
 pub use writer::{IcebergSinkWriter, NoResume};
 

@@ -17,6 +17,9 @@ use crate::committable::IcebergDataFile;
 use crate::committer::IcebergFileCommitter;
 use crate::errors::iceberg_error;
 use crate::global_committer::IcebergGlobalCommitter;
+use crate::partition::PartitionBy;
+#[cfg(doc)]
+use crate::partition::parse_partition_spec;
 use crate::writer::{IcebergSinkWriter, NoResume, WriterCounters};
 
 /// Rows per Parquet row group: bounds the memory of an open file's
@@ -38,6 +41,9 @@ pub struct IcebergSink<T> {
     connection: Connection,
     ident: TableIdent,
     schema: Schema,
+    /// The partition spec given, if any: the table is created with it, and
+    /// an existing table must have it.
+    partition: Option<Vec<PartitionBy>>,
     target_file_size: usize,
     counters: WriterCounters,
     _records: PhantomData<fn(T)>,
@@ -49,11 +55,14 @@ pub struct IcebergSinkBuilder<T> {
 }
 
 impl<T> IcebergSink<T> {
-    /// A sink writing to the table `table` of `catalog`, whose columns are
-    /// `schema`'s (the field ids are the table's own once it exists). The
-    /// table, and its namespace, are created at the first start if
-    /// missing, unpartitioned; an existing table must have exactly these
-    /// columns and no partition spec.
+    /// A sink writing to the table `table` of `catalog` (an
+    /// [`SqliteCatalog`](crate::SqliteCatalog) or a `RestCatalog`), whose
+    /// columns are `schema`'s (the field ids are the table's own once it
+    /// exists). The table, and its namespace, are created at the first
+    /// start if missing, unpartitioned unless
+    /// [`partition_by`](IcebergSinkBuilder::partition_by) says otherwise;
+    /// an existing table must have exactly these columns, and is written
+    /// with its own partition spec.
     pub fn builder(
         catalog: impl Into<IcebergCatalog>,
         table: TableIdent,
@@ -64,6 +73,7 @@ impl<T> IcebergSink<T> {
                 connection: Connection::new(catalog.into()),
                 ident: table,
                 schema,
+                partition: None,
                 target_file_size: 128 << 20,
                 counters: WriterCounters::default(),
                 _records: PhantomData,
@@ -87,6 +97,22 @@ impl<T> IcebergSink<T> {
 }
 
 impl<T> IcebergSinkBuilder<T> {
+    /// Partitions the table by `fields` (see [`parse_partition_spec`] for
+    /// their text form): the sink creates a missing table with this spec,
+    /// and refuses an existing table whose spec is another. Each writer
+    /// writes a data file per partition its rows fall in, per checkpoint.
+    /// Without it the sink writes a table with the spec it has, or creates
+    /// an unpartitioned one.
+    ///
+    /// A spec changed on the table while the job runs is used from the
+    /// next checkpoint's files on (each writer reads the table again when
+    /// it opens its first file after a checkpoint); files written under
+    /// the spec before are appended as they are, as Iceberg allows.
+    pub fn partition_by(mut self, fields: Vec<PartitionBy>) -> Self {
+        self.sink.partition = Some(fields);
+        self
+    }
+
     /// A writer's open Parquet file is closed at every checkpoint (a
     /// Parquet file cannot be resumed), and earlier once it holds more than
     /// `bytes` (encoded and buffered), checked before each batch of records
@@ -100,8 +126,9 @@ impl<T> IcebergSinkBuilder<T> {
     /// Checks the configuration and returns the sink.
     ///
     /// # Errors
-    /// A permanent error naming the problem: a schema with no column, or a
-    /// target size of zero.
+    /// A permanent error naming the problem: a schema with no column, a
+    /// target size of zero, a partition field whose column is missing or
+    /// does not take its transform.
     pub fn build(self) -> Result<IcebergSink<T>, SinkError> {
         let sink = self.sink;
         if sink.schema.as_struct().fields().is_empty() {
@@ -111,6 +138,9 @@ impl<T> IcebergSinkBuilder<T> {
             return Err(SinkError::msg("the file size to roll at must be above zero").permanent());
         }
         crate::catalog::check_table_name(&sink.ident)?;
+        if let Some(fields) = &sink.partition {
+            crate::partition::bind(&sink.schema, fields)?;
+        }
         Ok(sink)
     }
 }
@@ -125,7 +155,7 @@ where
 
     /// Creates the table if there is none (refusing a location that holds
     /// another catalog's table) or checks that the one there has the
-    /// sink's columns and no partition spec, then claims it for this
+    /// sink's columns (and its partition spec, if given), then claims it for this
     /// start: a table holding a checkpoint of this job lineage beyond the
     /// restored one is refused (the job's new checkpoints would be taken
     /// for replays and dropped), and older starts of the job commit nothing
@@ -154,15 +184,17 @@ where
                 .permanent());
             }
         }
-        let table = load_or_create(catalog.as_ref(), &self.ident, &self.schema).await?;
-        if !table.metadata().default_partition_spec().is_unpartitioned() {
-            return Err(SinkError::msg(format!(
-                "the Iceberg table {} is partitioned; this sink writes unpartitioned tables only: \
-                 give another table",
-                self.ident
-            ))
-            .permanent());
-        }
+        let spec = match &self.partition {
+            Some(fields) => Some(crate::partition::bind(&self.schema, fields)?),
+            None => None,
+        };
+        let table = load_or_create(catalog.as_ref(), &self.ident, &self.schema, spec.as_ref()).await?;
+        crate::partition::check_spec(
+            &self.ident,
+            table.metadata().default_partition_spec(),
+            table.metadata().current_schema(),
+            self.partition.as_deref(),
+        )?;
         let mut committer = IcebergGlobalCommitter::for_start(
             self.connection.clone(),
             self.ident.clone(),
@@ -199,6 +231,7 @@ where
             context.lineage, context.generation, context.subtask_index
         );
         IcebergSinkWriter::new(
+            self.connection.clone(),
             table,
             rows,
             properties,

@@ -61,7 +61,7 @@ pub async fn fixture() -> Fixture {
         .await
         .unwrap();
     let ident = TableIdent::from_strs(["db", "events"]).unwrap();
-    load_or_create(catalog.as_ref(), &ident, &schema())
+    load_or_create(catalog.as_ref(), &ident, &schema(), None)
         .await
         .unwrap();
     Fixture {

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! write_batch(rows) ─▶ Arrow record batch (serde → arrow-json's decoder, the table's field ids)
+//!                   ─▶ (partitioned table) split by partition value, one file writer per partition
 //!                   ─▶ iceberg-rust's data file writer: Parquet, rolled at the target size
 //! prepare_commit(n) ─▶ the open file closed (fsynced with its directory on a local table)
 //!                   ─▶ IcebergDataFile committables (the manifest entries, statistics included)
@@ -17,11 +18,16 @@
 //! [`NoResume`] has no values. Files written but never committed (a crash
 //! before their checkpoint completed) are in no snapshot: readers never see
 //! them, and Iceberg's orphan-file removal deletes them.
+//!
+//! The first file after a checkpoint is opened on the table read again, so
+//! that a partition spec changed while the job runs is written from the
+//! next checkpoint's files on.
 
 use std::marker::PhantomData;
 
 use arrow_json::reader::Decoder;
 use async_trait::async_trait;
+use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::DataFileFormat;
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
@@ -30,10 +36,15 @@ use iceberg::writer::file_writer::location_generator::{
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::partitioning::PartitioningWriter as _;
 use iceberg::writer::{IcebergWriter as _, IcebergWriterBuilder as _};
+use iceberg::TableIdent;
+use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, Counter, SinkError, SinkWriter};
 
+use crate::catalog::Connection;
 use crate::committable::IcebergDataFile;
 use crate::errors::iceberg_error;
 
@@ -58,19 +69,34 @@ type FileWriterBuilder =
 type FileWriter =
     DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
+/// The files being written since the last checkpoint.
+enum OpenFiles {
+    /// An unpartitioned table's: one file at a time, rolled at the size.
+    One(FileWriter),
+    /// A partitioned table's: a file per partition value met.
+    Partitioned {
+        splitter: RecordBatchPartitionSplitter,
+        files: FanoutWriter<FileWriterBuilder>,
+    },
+}
+
 /// Writes one subtask's records into Parquet data files of the table.
 ///
 /// Made by [`IcebergSink::create_writer`](crate::IcebergSink), one per
 /// subtask and start; driven by the runtime as [`SinkWriter`] describes.
 pub struct IcebergSinkWriter<T> {
-    /// The table as the start read it: the files' schema, partition spec
-    /// and location.
+    connection: Connection,
+    /// The table as last read (at start, then after each checkpoint): the
+    /// files' partition spec and location.
     table: Table,
+    /// Whether to read the table again before the next file is opened.
+    stale: bool,
     rows: Decoder,
-    builder: FileWriterBuilder,
-    /// The files being written since the last checkpoint; `None` until a
-    /// record arrives.
-    open: Option<FileWriter>,
+    properties: WriterProperties,
+    /// Names every file of this writer: one counter, whatever the spec.
+    names: DefaultFileNameGenerator,
+    target_file_size: usize,
+    open: Option<OpenFiles>,
     app_id: String,
     counters: WriterCounters,
     _records: PhantomData<fn(T)>,
@@ -78,38 +104,84 @@ pub struct IcebergSinkWriter<T> {
 
 impl<T> IcebergSinkWriter<T> {
     /// A writer of `table`'s files, named `<prefix>-NNNNN.parquet` in the
-    /// table's data directory (the prefix unique to this writer: see
-    /// `IcebergSink::create_writer`), rolled once a file reaches
-    /// `target_file_size` bytes.
+    /// table's data directory (under each file's partition path; the prefix
+    /// unique to this writer: see `IcebergSink::create_writer`), rolled
+    /// once a file reaches `target_file_size` bytes.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        connection: Connection,
         table: Table,
         rows: Decoder,
-        properties: parquet::file::properties::WriterProperties,
+        properties: WriterProperties,
         prefix: String,
         target_file_size: usize,
         app_id: String,
         counters: WriterCounters,
     ) -> Result<IcebergSinkWriter<T>, SinkError> {
-        let metadata = table.metadata();
-        let locations = DefaultLocationGenerator::new(metadata)
-            .map_err(|e| iceberg_error("placing the data files", e))?;
-        let names = DefaultFileNameGenerator::new(prefix, None, DataFileFormat::Parquet);
-        let parquet = ParquetWriterBuilder::new(properties, metadata.current_schema().clone());
-        let rolling = RollingFileWriterBuilder::new(
-            parquet,
-            target_file_size,
-            table.file_io().clone(),
-            locations,
-            names,
-        );
         Ok(IcebergSinkWriter {
+            connection,
             table,
+            stale: false,
             rows,
-            builder: DataFileWriterBuilder::new(rolling),
+            properties,
+            names: DefaultFileNameGenerator::new(prefix, None, DataFileFormat::Parquet),
+            target_file_size,
             open: None,
             app_id,
             counters,
             _records: PhantomData,
+        })
+    }
+
+    fn ident(&self) -> &TableIdent {
+        self.table.identifier()
+    }
+
+    /// Opens the files of the next checkpoint, on the table read again if
+    /// a checkpoint passed since it was read.
+    async fn open_files(&mut self) -> Result<OpenFiles, SinkError> {
+        if self.stale {
+            let catalog = self.connection.catalog().await?;
+            self.table = catalog.load_table(self.ident()).await.map_err(|e| {
+                iceberg_error(format!("reading the Iceberg table {}", self.ident()), e)
+            })?;
+            self.stale = false;
+        }
+        let metadata = self.table.metadata();
+        let locations = DefaultLocationGenerator::new(metadata)
+            .map_err(|e| iceberg_error("placing the data files", e))?;
+        let parquet =
+            ParquetWriterBuilder::new(self.properties.clone(), metadata.current_schema().clone());
+        let rolling = RollingFileWriterBuilder::new(
+            parquet,
+            self.target_file_size,
+            self.table.file_io().clone(),
+            locations,
+            self.names.clone(),
+        );
+        let builder = DataFileWriterBuilder::new(rolling);
+        let spec = metadata.default_partition_spec();
+        if spec.is_unpartitioned() {
+            let file = builder
+                .build(None)
+                .await
+                .map_err(|e| iceberg_error("opening a data file", e))?;
+            return Ok(OpenFiles::One(file));
+        }
+        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
+            metadata.current_schema().clone(),
+            spec.clone(),
+        )
+        .map_err(|e| {
+            iceberg_error(
+                format!("partitioning rows by the spec of {}", self.ident()),
+                e,
+            )
+            .permanent()
+        })?;
+        Ok(OpenFiles::Partitioned {
+            splitter,
+            files: FanoutWriter::new(builder),
         })
     }
 }
@@ -127,9 +199,10 @@ where
         self.write_batch(vec![record]).await
     }
 
-    /// Encodes the batch into Arrow and writes it into the open file,
-    /// opening one first if none is. A record the table's schema cannot
-    /// hold is a permanent error that names the column.
+    /// Encodes the batch into Arrow and writes it into the open files
+    /// (split by partition value on a partitioned table), opening them
+    /// first if none are. A record the table's schema cannot hold is a
+    /// permanent error that names the column.
     async fn write_batch(&mut self, records: Vec<T>) -> Result<(), SinkError> {
         if records.is_empty() {
             return Ok(());
@@ -139,31 +212,38 @@ where
         let Some(batch) = self.rows.flush().map_err(unfit)? else {
             return Ok(());
         };
-        let writer = match &mut self.open {
-            Some(writer) => writer,
-            None => self.open.insert(
-                self.builder
-                    .build(None)
-                    .await
-                    .map_err(|e| iceberg_error("opening a data file", e))?,
-            ),
+        let open = match self.open.take() {
+            Some(open) => open,
+            None => self.open_files().await?,
         };
-        writer
-            .write(batch)
-            .await
-            .map_err(|e| iceberg_error("writing records into a Parquet data file", e))
+        let open = self.open.insert(open);
+        let writing = |e| iceberg_error("writing records into a Parquet data file", e);
+        match open {
+            OpenFiles::One(file) => file.write(batch).await.map_err(writing),
+            OpenFiles::Partitioned { splitter, files } => {
+                let parts = splitter.split(&batch).map_err(|e| {
+                    iceberg_error("computing the rows' partition values", e).permanent()
+                })?;
+                for (key, rows) in parts {
+                    files.write(key, rows).await.map_err(writing)?;
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Closes the open files (a Parquet file cannot be resumed), durable
     /// once closed, and hands them out.
     async fn prepare_commit(&mut self, _: CheckpointId) -> Result<Vec<IcebergDataFile>, SinkError> {
-        let Some(mut writer) = self.open.take() else {
+        let Some(open) = self.open.take() else {
             return Ok(Vec::new());
         };
-        let files = writer
-            .close()
-            .await
-            .map_err(|e| iceberg_error("closing the Parquet data files", e))?;
+        self.stale = true;
+        let closing = |e| iceberg_error("closing the Parquet data files", e);
+        let files = match open {
+            OpenFiles::One(mut file) => file.close().await.map_err(closing)?,
+            OpenFiles::Partitioned { files, .. } => files.close().await.map_err(closing)?,
+        };
         files
             .into_iter()
             .map(|file| {
@@ -176,8 +256,8 @@ where
             .collect()
     }
 
-    /// Drops the open file unfinished: it is in no snapshot, invisible,
-    /// until orphan-file removal deletes it.
+    /// Drops the open files unfinished: they are in no snapshot, invisible,
+    /// until orphan-file removal deletes them.
     async fn close(&mut self) -> Result<(), SinkError> {
         self.open = None;
         Ok(())

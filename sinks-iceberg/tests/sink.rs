@@ -181,7 +181,7 @@ async fn a_catalog_without_the_table_whose_files_are_there_is_refused() {
     let first =
         sinks_iceberg::SqliteCatalog::new(&table.dir.path().join("first.db"), &warehouse).unwrap();
     let opened = first.open().await.unwrap();
-    sinks_iceberg::load_or_create(opened.as_ref(), &table.ident, &common::schema())
+    sinks_iceberg::load_or_create(opened.as_ref(), &table.ident, &common::schema(), None)
         .await
         .unwrap();
     // And a newer metadata file a power cut left empty.

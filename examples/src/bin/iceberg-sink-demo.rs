@@ -1,5 +1,5 @@
-//! The Iceberg sink demo: a job writing an Apache Iceberg table through a
-//! SQLite catalog, which survives being killed.
+//! The Iceberg sink demo: a job writing an Apache Iceberg table through an
+//! SQL catalog on SQLite or a REST catalog, which survives being killed.
 //!
 //! Run it again after a crash (even SIGKILL) and it resumes from its last
 //! completed checkpoint; every id reaches the table once, in at most one
@@ -9,17 +9,23 @@
 //! cargo run --release -p examples --features iceberg --bin iceberg-sink-demo
 //! iceberg-sink-demo --warehouse ./wh --catalog sqlite:./wh/catalog.db --table demo.events --records 1000000 --json
 //! iceberg-sink-demo --warehouse s3://bucket/wh --catalog sqlite:./catalog.db --endpoint http://127.0.0.1:9000
+//! iceberg-sink-demo --catalog rest:http://127.0.0.1:8181 --catalog-property credential=id:secret \
+//!     --catalog-property warehouse=s3://warehouse --catalog-property s3.endpoint=http://127.0.0.1:9000 …
 //! ```
 //!
-//! Each record is one row `(id long, payload string)`: the id, and filler
-//! up to `--record-size` bytes. The table is created when missing (in
-//! `<warehouse>/<namespace>/<name>`, a directory or an `s3://` prefix),
-//! unpartitioned. The catalog is the SQL
-//! catalog named `default`, which PyIceberg reads as `SqlCatalog("default",
+//! Each record is one row `(id long, ts timestamptz, payload string)`: the
+//! id, its event time (2026-01-01T00:00:00Z plus the id in seconds, so that
+//! a run spans days), and filler up to `--record-size` bytes. The table is
+//! created when missing (in `<warehouse>/<namespace>/<name>`, a directory
+//! or an `s3://` prefix), partitioned as `--partition-by` says
+//! (`day(ts)`, `day(ts),bucket(4,id)`, …; unpartitioned without it). The SQL catalog is the one
+//! named `default`, which PyIceberg reads as `SqlCatalog("default",
 //! uri="sqlite:////abs/path/catalog.db")`; it is a local file, also for a
-//! warehouse on S3. The checkpoints live in
-//! `<warehouse>/<namespace>/.<name>.state` unless `--state` says where;
-//! each job writing the table needs its own. The summary counts the rows
+//! warehouse on S3. A REST catalog (`--catalog rest:URL`, with its
+//! properties as PyIceberg names them) places the table itself. The
+//! checkpoints live in `<warehouse>/<namespace>/.<name>.state` (with a REST
+//! catalog, `./iceberg-demo-state/<table>/.state`) unless `--state` says
+//! where; each job writing the table needs its own. The summary counts the rows
 //! this job committed from the table's snapshots (those its lineage made,
 //! so other writers of the table are not counted), and, when only this job
 //! writes there, checks the table's ids: each once.
@@ -36,26 +42,43 @@ use sink_cli::location::Location;
 use sink_runtime::{BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode};
 use sinks_iceberg::iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use sinks_iceberg::iceberg::TableIdent;
-use sinks_iceberg::{parse_table_name, read, IcebergSink, SqliteCatalog};
+use sinks_iceberg::{
+    parse_partition_spec, parse_table_name, read, IcebergCatalog, IcebergSink, PartitionBy,
+};
 
 #[derive(Debug, Parser)]
 #[command(about = "Two-phase-commit Apache Iceberg sink demo: a job that survives kill -9")]
 struct Args {
     #[command(flatten)]
     job: JobArgs,
-    /// Where new tables go: a directory, or an s3://bucket/prefix URL
-    /// (credentials and region from the AWS_* variables; --endpoint for
-    /// S3-compatible servers).
-    #[arg(long, default_value = "./iceberg-demo-warehouse", value_parser = Location::parse)]
-    warehouse: Location,
+    /// Where an SQL catalog's new tables go: a directory, or an
+    /// s3://bucket/prefix URL (credentials and region from the AWS_*
+    /// variables; --endpoint for S3-compatible servers). Default
+    /// ./iceberg-demo-warehouse. A REST catalog places its tables itself.
+    #[arg(long, value_parser = Location::parse)]
+    warehouse: Option<Location>,
     /// The catalog: `sqlite:PATH` (a local SQLite database, created when
-    /// missing). Default: `sqlite:<warehouse>/catalog.db` for a local
-    /// warehouse; needed with an s3:// one.
+    /// missing) or `rest:URL` (a catalog speaking the Iceberg REST
+    /// protocol, such as rest:http://127.0.0.1:8181). Default:
+    /// `sqlite:<warehouse>/catalog.db` for a local warehouse.
     #[arg(long)]
     catalog: Option<String>,
+    /// A property of the REST catalog, as KEY=VALUE (repeatable), named as
+    /// PyIceberg and iceberg-rust name them: credential, token, warehouse,
+    /// s3.endpoint, s3.access-key-id, s3.secret-access-key, s3.region,
+    /// s3.path-style-access, … Secrets are never printed.
+    #[arg(long = "catalog-property", value_name = "KEY=VALUE", value_parser = sink_cli::flags::parse_property)]
+    catalog_properties: Vec<(String, String)>,
     /// The table, as NAMESPACE.NAME.
     #[arg(long, default_value = "demo.events", value_parser = parse_table)]
     table: TableIdent,
+    /// The table's partition spec, used when the table is created (an
+    /// existing table must have it): transforms separated by commas, such as
+    /// day(ts) or day(ts),bucket(4,id); identity(col), year, month, day,
+    /// hour, bucket(N,col) and truncate(W,col) are known. Default: the
+    /// table's own spec, or unpartitioned for a new table.
+    #[arg(long, value_name = "SPEC", value_parser = parse_partitioning)]
+    partition_by: Option<Partitioning>,
     /// The first id: the records are ids `first-id..first-id+records`, so
     /// that two jobs writing one table can write rows apart.
     #[arg(long, default_value_t = 0)]
@@ -66,18 +89,36 @@ fn parse_table(text: &str) -> Result<TableIdent, String> {
     parse_table_name(text).map_err(|e| e.to_string())
 }
 
+/// `--partition-by`'s fields (one flag value holding a list).
+#[derive(Debug, Clone)]
+struct Partitioning(Vec<PartitionBy>);
+
+fn parse_partitioning(text: &str) -> Result<Partitioning, String> {
+    parse_partition_spec(text)
+        .map(Partitioning)
+        .map_err(|e| e.to_string())
+}
+
+/// The event time of id 0, 2026-01-01T00:00:00Z, in seconds since the
+/// epoch: id `n` happened `n` seconds later.
+const FIRST_EVENT_S: i64 = 1_767_225_600;
+
 /// One row of the demo.
 #[derive(Debug, Serialize)]
 struct DemoRow {
     id: i64,
+    /// Microseconds since the epoch (Iceberg's timestamptz).
+    ts: i64,
     payload: String,
 }
 
 impl DemoRow {
     fn new(id: u64, record_size: usize) -> DemoRow {
+        let id = i64::try_from(id).unwrap_or(i64::MAX);
         DemoRow {
-            id: i64::try_from(id).unwrap_or(i64::MAX),
-            payload: "x".repeat(record_size.saturating_sub(21)),
+            id,
+            ts: FIRST_EVENT_S.saturating_add(id).saturating_mul(1_000_000),
+            payload: "x".repeat(record_size.saturating_sub(29)),
         }
     }
 }
@@ -86,7 +127,8 @@ fn schema() -> anyhow::Result<Schema> {
     Ok(Schema::builder()
         .with_fields(vec![
             NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
-            NestedField::required(2, "payload", Type::Primitive(PrimitiveType::String)).into(),
+            NestedField::required(2, "ts", Type::Primitive(PrimitiveType::Timestamptz)).into(),
+            NestedField::required(3, "payload", Type::Primitive(PrimitiveType::String)).into(),
         ])
         .build()?)
 }
@@ -95,30 +137,45 @@ fn schema() -> anyhow::Result<Schema> {
 /// job are kept under.
 const JOB_NAME: &str = "iceberg-sink-demo";
 
-/// The catalog `--catalog` names, over `--warehouse`.
-fn catalog(args: &Args) -> anyhow::Result<SqliteCatalog> {
-    let database = match (&args.catalog, &args.warehouse) {
-        (None, Location::Local(dir)) => dir.join("catalog.db"),
+/// The catalog `--catalog` and `--catalog-property` name, over `--warehouse`
+/// for an SQL catalog.
+fn catalog(args: &Args) -> anyhow::Result<IcebergCatalog> {
+    if let Some(rest) = args.catalog.as_deref().filter(|c| c.starts_with("rest:")) {
+        if args.warehouse.is_some() {
+            bail!(
+                "--warehouse goes with an SQL catalog: a REST catalog places its tables (give \
+                 it --catalog-property warehouse=… if it needs one)"
+            );
+        }
+        return Ok(IcebergCatalog::from_flags(
+            rest,
+            &args.catalog_properties,
+            None,
+            &[],
+        )?);
+    }
+    let warehouse = args
+        .warehouse
+        .clone()
+        .unwrap_or_else(|| Location::Local(PathBuf::from("./iceberg-demo-warehouse")));
+    let (flag, place) = match (&args.catalog, &warehouse) {
+        (Some(flag), Location::Local(dir)) => (flag.clone(), dir.display().to_string()),
+        (None, Location::Local(dir)) => (
+            format!("sqlite:{}", dir.join("catalog.db").display()),
+            dir.display().to_string(),
+        ),
+        (Some(flag), Location::S3(url)) => (flag.clone(), url.clone()),
         (None, Location::S3(_)) => bail!(
-            "--warehouse s3://… needs --catalog sqlite:PATH: the catalog is a local SQLite \
+            "--warehouse s3://… needs --catalog sqlite:PATH: the SQL catalog is a local SQLite \
              database"
         ),
-        (Some(text), _) => match text.strip_prefix("sqlite:") {
-            Some(path) if !path.is_empty() => PathBuf::from(path),
-            _ => bail!(
-                "--catalog {text}: give the catalog as sqlite:PATH (an SQLite database, created \
-                 when missing), such as sqlite:./wh/catalog.db"
-            ),
-        },
     };
-    Ok(match &args.warehouse {
-        Location::Local(dir) => SqliteCatalog::new(&database, dir)?,
-        Location::S3(url) => SqliteCatalog::s3(
-            &database,
-            url,
-            &sink_cli::location::s3_options(args.job.endpoint.as_deref()),
-        )?,
-    })
+    Ok(IcebergCatalog::from_flags(
+        &flag,
+        &args.catalog_properties,
+        Some(&place),
+        &sink_cli::location::s3_options(args.job.endpoint.as_deref()),
+    )?)
 }
 
 /// What the table holds after a run, read back from it.
@@ -146,7 +203,7 @@ struct TableCount {
 
 /// The table after a run of the job in `lineage`.
 async fn count(
-    catalog: &SqliteCatalog,
+    catalog: &IcebergCatalog,
     ident: &TableIdent,
     lineage: Option<&Lineage>,
 ) -> anyhow::Result<TableCount> {
@@ -234,8 +291,9 @@ struct Outcome {
 /// Runs the job `config` describes into the table.
 async fn run(
     config: &JobConfig,
-    catalog: &SqliteCatalog,
+    catalog: &IcebergCatalog,
     ident: &TableIdent,
+    partition_by: Option<&[PartitionBy]>,
     first_id: u64,
     show_progress: bool,
 ) -> anyhow::Result<Outcome> {
@@ -244,11 +302,12 @@ async fn run(
     let source = sink_runtime::source::Source::map(source, move |id| {
         DemoRow::new(first_id.saturating_add(id), record_size)
     });
-    if config.fresh {
+    if let (true, IcebergCatalog::Sqlite(catalog)) = (config.fresh, catalog) {
         // --fresh removes the files where the flags place the table: a
         // table the catalog has elsewhere (made under another --warehouse)
         // is refused, not orphaned; so is a place inside another table's
-        // or holding other tables.
+        // or holding other tables. (A REST catalog's table is dropped from
+        // the catalog, its files left to the catalog.)
         let opened = catalog.open().await?;
         check_fresh_place(opened.as_ref(), ident).await?;
         if opened.table_exists(ident).await? {
@@ -277,8 +336,11 @@ async fn run(
                 .with_context(|| format!("dropping {ident} for --fresh"))?;
         }
     }
-    let sink =
-        IcebergSink::<DemoRow>::builder(catalog.clone(), ident.clone(), schema()?).build()?;
+    let mut sink = IcebergSink::<DemoRow>::builder(catalog.clone(), ident.clone(), schema()?);
+    if let Some(fields) = partition_by {
+        sink = sink.partition_by(fields.to_vec());
+    }
+    let sink = sink.build()?;
     let mut builder = Job::builder(JOB_NAME, source, sink)
         .parallelism(config.parallelism)
         .mode(match config.mode {
@@ -336,15 +398,25 @@ async fn main() -> anyhow::Result<()> {
     }
     let catalog = catalog(&args)?;
     // The table's location is the job's output (what --fresh clears); its
-    // checkpoints go beside it, under a name readers skip.
-    let (out, state) = match catalog.table_dir(&args.table) {
-        Some(dir) => {
+    // checkpoints go beside it, under a name readers skip. A REST catalog
+    // places the table: the checkpoints go in a local directory of their
+    // own.
+    let sqlite = match &catalog {
+        IcebergCatalog::Sqlite(sqlite) => Some(sqlite),
+        _ => None,
+    };
+    let (out, state) = match sqlite.map(|sqlite| (sqlite, sqlite.table_dir(&args.table))) {
+        None => {
+            let dir = PathBuf::from("iceberg-demo-state").join(args.table.to_string());
+            (Location::Local(dir.clone()), Location::Local(dir.join(".state")))
+        }
+        Some((_, Some(dir))) => {
             let parent = dir.parent().map(PathBuf::from).unwrap_or_default();
             let state = Location::Local(parent.join(format!(".{}.state", args.table.name())));
             (Location::Local(dir), state)
         }
-        None => {
-            let location = catalog.table_location(&args.table);
+        Some((sqlite, None)) => {
+            let location = sqlite.table_location(&args.table);
             let parent = location.rsplit_once('/').map_or("", |(parent, _)| parent);
             let state = Location::S3(format!("{parent}/.{}.state", args.table.name()));
             (Location::S3(location), state)
@@ -358,6 +430,7 @@ async fn main() -> anyhow::Result<()> {
         &config,
         &catalog,
         &args.table,
+        args.partition_by.as_ref().map(|p| p.0.as_slice()),
         args.first_id,
         !args.job.json,
     )

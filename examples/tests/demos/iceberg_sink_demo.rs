@@ -325,7 +325,7 @@ fn bad_flags_and_a_table_of_another_schema_are_refused_naming_the_fix() {
         .unwrap();
     runtime.block_on(async {
         let opened = catalog.open().await.unwrap();
-        sinks_iceberg::load_or_create(opened.as_ref(), &ident, &other)
+        sinks_iceberg::load_or_create(opened.as_ref(), &ident, &other, None)
             .await
             .unwrap();
     });

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use iceberg::spec::{NestedFieldRef, Schema, Type};
+use iceberg::spec::{NestedFieldRef, PartitionSpec, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 use sink_api::SinkError;
@@ -61,12 +61,14 @@ pub fn check_table_name(ident: &TableIdent) -> Result<(), SinkError> {
 }
 
 /// The table `ident` in `catalog`, created (with its namespace) with
-/// `schema` when missing; an existing table of another schema is refused,
-/// naming both. Called by the sink at start.
+/// `schema`, and partitioned by `partition` if given, when missing; an
+/// existing table of another schema is refused, naming both (its partition
+/// spec is the caller's to check). Called by the sink at start.
 pub async fn load_or_create(
     catalog: &dyn Catalog,
     ident: &TableIdent,
     schema: &Schema,
+    partition: Option<&PartitionSpec>,
 ) -> Result<Table, SinkError> {
     let loading = || format!("reading the Iceberg table {ident}");
     let exists = catalog
@@ -102,6 +104,7 @@ pub async fn load_or_create(
     let creation = TableCreation::builder()
         .name(ident.name().to_string())
         .schema(schema.clone())
+        .partition_spec_opt(partition.map(|spec| spec.clone().into_unbound()))
         .build();
     match catalog.create_table(namespace, creation).await {
         Ok(table) => Ok(table),
@@ -236,7 +239,7 @@ mod tests {
     #[tokio::test]
     async fn a_table_of_another_schema_is_refused_naming_both_and_the_same_one_is_opened() {
         let fx = fixture().await;
-        load_or_create(fx.catalog.as_ref(), &fx.ident, &schema())
+        load_or_create(fx.catalog.as_ref(), &fx.ident, &schema(), None)
             .await
             .unwrap();
         let other = Schema::builder()
@@ -248,7 +251,7 @@ mod tests {
             .into()])
             .build()
             .unwrap();
-        let error = load_or_create(fx.catalog.as_ref(), &fx.ident, &other)
+        let error = load_or_create(fx.catalog.as_ref(), &fx.ident, &other, None)
             .await
             .unwrap_err();
         assert!(error.is_permanent());
