@@ -21,12 +21,24 @@ Options:
   --filter EXPR        read only the rows PyIceberg's row filter EXPR selects
                        (such as "ts >= '2026-01-02T00:00:00+00:00'"); the
                        counts and ids are of those rows
+  --evolve-spec FIELD  first add the partition field FIELD (day(ts), hour(ts),
+                       bucket(N,id) or identity(col)) to the table's spec, as
+                       a user changing the table while a job writes it would
+  --append FIRST COUNT BATCHES
+                       first append COUNT rows (ids FIRST.., the demo's
+                       columns) in BATCHES commits, each tried again on a
+                       commit conflict, as another writer racing a job would;
+                       prints how many commits conflicted
+
+Each change is committed through the catalog's own checks; a conflict is read
+again and tried again, up to 50 times.
 """
 
 import datetime
 import json
 import os
 import sys
+import time
 
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -79,15 +91,21 @@ def live_files(table):
     import pyarrow.parquet as pq
 
     has_ts = any(field.name == "ts" for field in table.schema().fields)
-    spec = table.spec()
+    specs = table.specs()
     files = []
     for task in table.scan().plan_files():
         data_file = task.file
+        spec = specs[data_file.spec_id]
         partition = {
             field.name: as_json(data_file.partition[position])
             for position, field in enumerate(spec.fields)
         }
-        entry = {"path": data_file.file_path, "partition": partition, "rows": data_file.record_count}
+        entry = {
+            "path": data_file.file_path,
+            "spec_id": data_file.spec_id,
+            "partition": partition,
+            "rows": data_file.record_count,
+        }
         if has_ts:
             with table.io.new_input(data_file.file_path).open() as stream:
                 ts = pq.read_table(stream, columns=["ts"]).column("ts")
@@ -100,10 +118,75 @@ def live_files(table):
     return files
 
 
+def retried(catalog, name, change):
+    """Runs change(table) on the table read anew until it commits."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    conflicts = 0
+    for _ in range(50):
+        try:
+            change(catalog.load_table(name))
+            return conflicts
+        except CommitFailedException:
+            conflicts += 1
+            time.sleep(0.05)
+    raise SystemExit(f"{name}: 50 commit conflicts in a row")
+
+
+def evolve_spec(catalog, name, field):
+    from pyiceberg.transforms import BucketTransform, DayTransform, HourTransform, IdentityTransform
+
+    transform, _, rest = field.partition("(")
+    arguments = [a.strip() for a in rest.rstrip(")").split(",")]
+    column = arguments[-1]
+    made = {
+        "day": lambda: (DayTransform(), f"{column}_day"),
+        "hour": lambda: (HourTransform(), f"{column}_hour"),
+        "identity": lambda: (IdentityTransform(), column),
+        "bucket": lambda: (BucketTransform(int(arguments[0])), f"{column}_bucket_{arguments[0]}"),
+    }[transform]()
+
+    def change(table):
+        with table.update_spec() as update:
+            update.add_field(column, made[0], made[1])
+
+    return retried(catalog, name, change)
+
+
+def append(catalog, name, first, count, batches):
+    import pyarrow as pa
+
+    conflicts = 0
+    per_batch = -(-count // batches)
+    for start in range(first, first + count, per_batch):
+        ids = list(range(start, min(start + per_batch, first + count)))
+        rows = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "ts": pa.array([(1_767_225_600 + i) * 1_000_000 for i in ids], pa.timestamp("us", tz="UTC")),
+                "payload": pa.array(["appended by PyIceberg"] * len(ids), pa.string()),
+            }
+        )
+
+        def change(table):
+            table.append(rows.cast(table.schema().as_arrow()))
+
+        conflicts += retried(catalog, name, change)
+    return conflicts
+
+
 def main() -> None:
     database, warehouse, name = sys.argv[1:4]
     options = sys.argv[4:]
     catalog = open_catalog(database, warehouse)
+    changes = {}
+    if "--evolve-spec" in options:
+        field = options[options.index("--evolve-spec") + 1]
+        changes["spec_conflicts"] = evolve_spec(catalog, name, field)
+    if "--append" in options:
+        at = options.index("--append")
+        first, count, batches = (int(v) for v in options[at + 1 : at + 4])
+        changes["append_conflicts"] = append(catalog, name, first, count, batches)
     table = catalog.load_table(name)
     if "--expire-snapshots" in options:
         current = table.current_snapshot()
@@ -140,6 +223,7 @@ def main() -> None:
                 "snapshots": snapshots,
                 "marks": marks,
                 "files": live_files(table),
+                **changes,
             }
         )
     )

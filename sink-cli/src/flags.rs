@@ -257,7 +257,10 @@ mod tests {
         );
         assert_eq!(parse_property("k=").unwrap().1, "");
         for bad in ["novalue", "=v", " =v"] {
-            assert!(parse_property(bad).unwrap_err().contains("KEY=VALUE"), "{bad}");
+            assert!(
+                parse_property(bad).unwrap_err().contains("KEY=VALUE"),
+                "{bad}"
+            );
         }
     }
     use super::*;

@@ -35,6 +35,7 @@ mod object_storage;
 mod one_attempt;
 mod partition;
 pub mod read;
+mod rewrite;
 mod sink;
 mod storage;
 mod table_commit;

@@ -194,7 +194,10 @@ impl ObjectStorage {
                     "the storage of {location} was read back without its client"
                 )))
             }
-            Some(Clients::One { store, bucket: ours }) => {
+            Some(Clients::One {
+                store,
+                bucket: ours,
+            }) => {
                 if bucket != ours {
                     return Err(refused(format!(
                         "{location} is not in the bucket s3://{ours} the catalog's warehouse \

@@ -250,7 +250,10 @@ mod tests {
         let names: Vec<_> = spec.fields().iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["ts_day", "id_bucket_4", "name_trunc_10"]);
         assert_eq!(fields_of(&spec, &schema()), fields);
-        assert_eq!(parse_partition_spec("id").unwrap()[0].transform, Transform::Identity);
+        assert_eq!(
+            parse_partition_spec("id").unwrap()[0].transform,
+            Transform::Identity
+        );
         assert!(parse_partition_spec("").unwrap().is_empty());
     }
 
@@ -266,7 +269,10 @@ mod tests {
         ] {
             let error = parse_partition_spec(bad).unwrap_err();
             assert!(error.is_permanent());
-            assert!(error.to_string().contains("partition field"), "{bad}: {error}");
+            assert!(
+                error.to_string().contains("partition field"),
+                "{bad}: {error}"
+            );
         }
         for (bad, named) in [("day(id)", "day(id)"), ("hour(missing)", "hour(missing)")] {
             let fields = parse_partition_spec(bad).unwrap();

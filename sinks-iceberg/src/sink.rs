@@ -17,9 +17,9 @@ use crate::committable::IcebergDataFile;
 use crate::committer::IcebergFileCommitter;
 use crate::errors::iceberg_error;
 use crate::global_committer::IcebergGlobalCommitter;
-use crate::partition::PartitionBy;
 #[cfg(doc)]
 use crate::partition::parse_partition_spec;
+use crate::partition::PartitionBy;
 use crate::writer::{IcebergSinkWriter, NoResume, WriterCounters};
 
 /// Rows per Parquet row group: bounds the memory of an open file's
@@ -188,7 +188,8 @@ where
             Some(fields) => Some(crate::partition::bind(&self.schema, fields)?),
             None => None,
         };
-        let table = load_or_create(catalog.as_ref(), &self.ident, &self.schema, spec.as_ref()).await?;
+        let table =
+            load_or_create(catalog.as_ref(), &self.ident, &self.schema, spec.as_ref()).await?;
         crate::partition::check_spec(
             &self.ident,
             table.metadata().default_partition_spec(),

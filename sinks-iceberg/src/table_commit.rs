@@ -9,7 +9,8 @@
 //!       ├─ checkpoint >= n           ─▶ Replay (in the table already: nothing written)
 //!       ├─ end-of-input, n past it   ─▶ refused (the table said the output is complete)
 //!       └─ one fast append on exactly that table (the `one_attempt` module):
-//!            files + properties { checkpoint = n, owner = g [, end-of-input = n] } + summary
+//!            files (those of an older partition spec rewritten: the `rewrite` module)
+//!            + properties { checkpoint = n, owner = g [, end-of-input = n] } + summary
 //!     read the table again: checkpoint >= n ─▶ Committed; otherwise the next decision
 //!     (a commit race refused by the catalog's compare-and-swap, or an answer lost)
 //! ```
@@ -196,11 +197,17 @@ pub(crate) async fn commit(
             Some(Decided::InTable) => return Ok(Outcome::Committed(table)),
             None => {}
         }
-        let files = commit
-            .files
-            .iter()
-            .map(|file| file.data_file(&table))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Files of a spec that is no longer the default (it changed while
+        // the job ran) are written again under the current one: the fast
+        // append takes the default spec's files only.
+        let mut files = Vec::with_capacity(commit.files.len());
+        for file in commit.files {
+            if file.partition_spec_id == table.metadata().default_partition_spec_id() {
+                files.push(file.data_file(&table)?);
+            } else {
+                files.extend(crate::rewrite::under_default_spec(&table, file).await?);
+            }
+        }
         let transaction = Transaction::new(&table);
         let append = transaction
             .fast_append()
@@ -343,6 +350,48 @@ mod tests {
                 assert_eq!(fx.snapshots().await, 2);
             }
         }
+    }
+
+    /// The REST catalog checks the fast append's requirement (the `main`
+    /// branch still at the snapshot read) against the table it holds: an
+    /// append built on a table that moved is refused, as the SQL catalog
+    /// refuses it above, and a commit of the sink then decides anew.
+    #[cfg(feature = "rest")]
+    #[tokio::test]
+    async fn on_a_rest_catalog_an_append_built_on_a_table_that_moved_is_refused() {
+        let Some(fx) = crate::test_table::rest_fixture().await else {
+            return;
+        };
+        let stale = fx.table().await;
+        let moved = Transaction::new(&stale)
+            .fast_append()
+            .add_data_files([data_file(&stale, "other")])
+            .apply(Transaction::new(&stale))
+            .unwrap();
+        moved.commit(fx.catalog.as_ref()).await.unwrap();
+        let ours = Transaction::new(&stale)
+            .fast_append()
+            .add_data_files([data_file(&stale, "ours")])
+            .apply(Transaction::new(&stale))
+            .unwrap();
+        let error = ours
+            .commit(&OneAttempt::new(fx.catalog.as_ref(), &stale))
+            .await
+            .expect_err("refused by the catalog");
+        assert_eq!(error.kind(), ErrorKind::CatalogCommitConflicts, "{error}");
+        assert_eq!(fx.snapshots().await, 1);
+        // The sink's commit of a checkpoint on that table: once.
+        let table = fx.table().await;
+        let files = [file(&table, "a")];
+        assert!(matches!(
+            fx.commit(1, 1, &files).await.unwrap(),
+            Outcome::Committed(_)
+        ));
+        assert!(matches!(
+            fx.commit(1, 1, &files).await.unwrap(),
+            Outcome::Replay
+        ));
+        assert_eq!(fx.snapshots().await, 2);
     }
 
     #[tokio::test]

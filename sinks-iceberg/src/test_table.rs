@@ -71,6 +71,29 @@ pub async fn fixture() -> Fixture {
     }
 }
 
+/// A table in a namespace of its own in the REST test catalog
+/// (`scripts/with-seaweedfs`), or `None` (the test skipped, saying so)
+/// without it.
+#[cfg(feature = "rest")]
+pub async fn rest_fixture() -> Option<Fixture> {
+    let server = sink_testkit::servers::iceberg_rest()?;
+    let catalog = crate::catalog::RestCatalog::new(&server.uri, server.properties())
+        .unwrap()
+        .open()
+        .await
+        .unwrap();
+    let namespace = format!("unit_{:016x}", fastrand::u64(..));
+    let ident = TableIdent::from_strs([namespace.as_str(), "events"]).unwrap();
+    load_or_create(catalog.as_ref(), &ident, &schema(), None)
+        .await
+        .unwrap();
+    Some(Fixture {
+        _dir: tempfile::tempdir().unwrap(),
+        catalog,
+        ident,
+    })
+}
+
 impl Fixture {
     pub async fn table(&self) -> Table {
         self.catalog.load_table(&self.ident).await.unwrap()

@@ -25,10 +25,11 @@
 
 use std::marker::PhantomData;
 
+use arrow_array::RecordBatch;
 use arrow_json::reader::Decoder;
 use async_trait::async_trait;
 use iceberg::arrow::RecordBatchPartitionSplitter;
-use iceberg::spec::DataFileFormat;
+use iceberg::spec::{DataFile, DataFileFormat};
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
 use iceberg::writer::file_writer::location_generator::{
@@ -69,8 +70,10 @@ type FileWriterBuilder =
 type FileWriter =
     DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
-/// The files being written since the last checkpoint.
-enum OpenFiles {
+/// The data files being written for one table: since the last checkpoint
+/// (the writer's), or of one file rewritten under the table's current spec
+/// (the `rewrite` module's).
+pub(crate) enum OpenFiles {
     /// An unpartitioned table's: one file at a time, rolled at the size.
     One(FileWriter),
     /// A partitioned table's: a file per partition value met.
@@ -78,6 +81,80 @@ enum OpenFiles {
         splitter: RecordBatchPartitionSplitter,
         files: FanoutWriter<FileWriterBuilder>,
     },
+}
+
+impl OpenFiles {
+    /// Files of `table`, under its default partition spec, named by `names`
+    /// and rolled at `target_file_size` bytes.
+    pub(crate) async fn open(
+        table: &Table,
+        properties: &WriterProperties,
+        names: &DefaultFileNameGenerator,
+        target_file_size: usize,
+    ) -> Result<OpenFiles, SinkError> {
+        let metadata = table.metadata();
+        let locations = DefaultLocationGenerator::new(metadata)
+            .map_err(|e| iceberg_error("placing the data files", e))?;
+        let parquet =
+            ParquetWriterBuilder::new(properties.clone(), metadata.current_schema().clone());
+        let rolling = RollingFileWriterBuilder::new(
+            parquet,
+            target_file_size,
+            table.file_io().clone(),
+            locations,
+            names.clone(),
+        );
+        let builder = DataFileWriterBuilder::new(rolling);
+        let spec = metadata.default_partition_spec();
+        if spec.is_unpartitioned() {
+            let file = builder
+                .build(None)
+                .await
+                .map_err(|e| iceberg_error("opening a data file", e))?;
+            return Ok(OpenFiles::One(file));
+        }
+        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
+            metadata.current_schema().clone(),
+            spec.clone(),
+        )
+        .map_err(|e| {
+            iceberg_error(
+                format!("partitioning rows by the spec of {}", table.identifier()),
+                e,
+            )
+            .permanent()
+        })?;
+        Ok(OpenFiles::Partitioned {
+            splitter,
+            files: FanoutWriter::new(builder),
+        })
+    }
+
+    /// Writes `batch`, split by partition value on a partitioned table.
+    pub(crate) async fn write(&mut self, batch: RecordBatch) -> Result<(), SinkError> {
+        let writing = |e| iceberg_error("writing records into a Parquet data file", e);
+        match self {
+            OpenFiles::One(file) => file.write(batch).await.map_err(writing),
+            OpenFiles::Partitioned { splitter, files } => {
+                let parts = splitter.split(&batch).map_err(|e| {
+                    iceberg_error("computing the rows' partition values", e).permanent()
+                })?;
+                for (key, rows) in parts {
+                    files.write(key, rows).await.map_err(writing)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Closes every file, durable once closed, and describes them.
+    pub(crate) async fn close(self) -> Result<Vec<DataFile>, SinkError> {
+        let closing = |e| iceberg_error("closing the Parquet data files", e);
+        match self {
+            OpenFiles::One(mut file) => file.close().await.map_err(closing),
+            OpenFiles::Partitioned { files, .. } => files.close().await.map_err(closing),
+        }
+    }
 }
 
 /// Writes one subtask's records into Parquet data files of the table.
@@ -147,42 +224,13 @@ impl<T> IcebergSinkWriter<T> {
             })?;
             self.stale = false;
         }
-        let metadata = self.table.metadata();
-        let locations = DefaultLocationGenerator::new(metadata)
-            .map_err(|e| iceberg_error("placing the data files", e))?;
-        let parquet =
-            ParquetWriterBuilder::new(self.properties.clone(), metadata.current_schema().clone());
-        let rolling = RollingFileWriterBuilder::new(
-            parquet,
+        OpenFiles::open(
+            &self.table,
+            &self.properties,
+            &self.names,
             self.target_file_size,
-            self.table.file_io().clone(),
-            locations,
-            self.names.clone(),
-        );
-        let builder = DataFileWriterBuilder::new(rolling);
-        let spec = metadata.default_partition_spec();
-        if spec.is_unpartitioned() {
-            let file = builder
-                .build(None)
-                .await
-                .map_err(|e| iceberg_error("opening a data file", e))?;
-            return Ok(OpenFiles::One(file));
-        }
-        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
-            metadata.current_schema().clone(),
-            spec.clone(),
         )
-        .map_err(|e| {
-            iceberg_error(
-                format!("partitioning rows by the spec of {}", self.ident()),
-                e,
-            )
-            .permanent()
-        })?;
-        Ok(OpenFiles::Partitioned {
-            splitter,
-            files: FanoutWriter::new(builder),
-        })
+        .await
     }
 }
 
@@ -216,20 +264,7 @@ where
             Some(open) => open,
             None => self.open_files().await?,
         };
-        let open = self.open.insert(open);
-        let writing = |e| iceberg_error("writing records into a Parquet data file", e);
-        match open {
-            OpenFiles::One(file) => file.write(batch).await.map_err(writing),
-            OpenFiles::Partitioned { splitter, files } => {
-                let parts = splitter.split(&batch).map_err(|e| {
-                    iceberg_error("computing the rows' partition values", e).permanent()
-                })?;
-                for (key, rows) in parts {
-                    files.write(key, rows).await.map_err(writing)?;
-                }
-                Ok(())
-            }
-        }
+        self.open.insert(open).write(batch).await
     }
 
     /// Closes the open files (a Parquet file cannot be resumed), durable
@@ -239,12 +274,8 @@ where
             return Ok(Vec::new());
         };
         self.stale = true;
-        let closing = |e| iceberg_error("closing the Parquet data files", e);
-        let files = match open {
-            OpenFiles::One(mut file) => file.close().await.map_err(closing)?,
-            OpenFiles::Partitioned { files, .. } => files.close().await.map_err(closing)?,
-        };
-        files
+        open.close()
+            .await?
             .into_iter()
             .map(|file| {
                 let file = IcebergDataFile::new(&self.app_id, file, &self.table)?;

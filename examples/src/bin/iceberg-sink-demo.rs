@@ -408,7 +408,10 @@ async fn main() -> anyhow::Result<()> {
     let (out, state) = match sqlite.map(|sqlite| (sqlite, sqlite.table_dir(&args.table))) {
         None => {
             let dir = PathBuf::from("iceberg-demo-state").join(args.table.to_string());
-            (Location::Local(dir.clone()), Location::Local(dir.join(".state")))
+            (
+                Location::Local(dir.clone()),
+                Location::Local(dir.join(".state")),
+            )
         }
         Some((_, Some(dir))) => {
             let parent = dir.parent().map(PathBuf::from).unwrap_or_default();

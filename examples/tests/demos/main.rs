@@ -16,6 +16,10 @@ mod file_sink_demo_s3;
 mod groups_across_hosts;
 #[cfg(feature = "iceberg")]
 mod iceberg_sink_demo;
+#[cfg(feature = "iceberg")]
+mod iceberg_sink_demo_partitioned;
+#[cfg(feature = "iceberg")]
+mod iceberg_sink_demo_rest;
 #[cfg(feature = "kafka")]
 mod kafka_sink_demo;
 #[cfg(feature = "kafka")]

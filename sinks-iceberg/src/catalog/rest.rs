@@ -164,13 +164,19 @@ mod tests {
         .unwrap();
         let shown = format!("{catalog:?}");
         assert!(!shown.contains("hunter"), "{shown}");
-        assert!(shown.contains("s3://wh") && shown.contains("credential"), "{shown}");
+        assert!(
+            shown.contains("s3://wh") && shown.contains("credential"),
+            "{shown}"
+        );
         assert_eq!(catalog.uri(), "http://127.0.0.1:8181");
         assert_eq!(catalog.property("credential"), None);
         assert_eq!(catalog.property("warehouse"), Some("s3://wh"));
         for uri in ["127.0.0.1:8181", "ftp://host/x", "http://"] {
             let error = RestCatalog::new(uri, []).unwrap_err();
-            assert!(error.is_permanent() && error.to_string().contains(uri), "{error}");
+            assert!(
+                error.is_permanent() && error.to_string().contains(uri),
+                "{error}"
+            );
         }
         let twice = RestCatalog::new(
             "http://h",

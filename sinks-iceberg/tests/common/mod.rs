@@ -280,7 +280,11 @@ impl Destination for RestTable {
             return Some(0);
         };
         let live = read::live_files(&table).await.expect("the manifests read");
-        let location = table.metadata().location().trim_end_matches('/').to_string();
+        let location = table
+            .metadata()
+            .location()
+            .trim_end_matches('/')
+            .to_string();
         let (bucket, key) = location
             .trim_start_matches("s3://")
             .split_once('/')
@@ -288,7 +292,10 @@ impl Destination for RestTable {
         let options = vec![
             ("endpoint".to_string(), self.server.s3_endpoint.clone()),
             ("allow_http".to_string(), "true".to_string()),
-            ("access_key_id".to_string(), self.server.access_key_id.clone()),
+            (
+                "access_key_id".to_string(),
+                self.server.access_key_id.clone(),
+            ),
             (
                 "secret_access_key".to_string(),
                 self.server.secret_access_key.clone(),
