@@ -39,14 +39,18 @@ pub enum Destination {
     /// created if missing; needs the `delta` feature.
     Delta,
     /// An Apache Iceberg table with one column `event` (the JSON text),
-    /// created if missing, in an SQL catalog on SQLite over the warehouse
+    /// created if missing: in an SQL catalog on SQLite over the warehouse
     /// [`Config::data_location`](super::Config::data_location) (a
-    /// directory or `s3://…`); needs the `iceberg` feature.
+    /// directory or `s3://…`), or in a REST catalog, which places it;
+    /// needs the `iceberg` feature.
     Iceberg {
-        /// The catalog's SQLite database (a local file); for a local
-        /// warehouse `<warehouse>/catalog.db` when `None`, needed with
-        /// one on S3.
-        catalog: Option<std::path::PathBuf>,
+        /// The catalog as `--catalog` names it: `sqlite:PATH` (a local
+        /// file; for a local warehouse `sqlite:<warehouse>/catalog.db` when
+        /// `None`, needed with one on S3) or `rest:URL`.
+        catalog: Option<String>,
+        /// A REST catalog's properties (`--catalog-property KEY=VALUE`):
+        /// `credential`, `token`, `warehouse`, `s3.*`, … Never printed.
+        catalog_properties: Vec<(String, String)>,
         /// The table, as `NAMESPACE.NAME`.
         table: String,
     },

@@ -4,7 +4,8 @@
 //! global committer in one snapshot per checkpoint. The table is in an SQL
 //! catalog on SQLite (the one PyIceberg's `SqlCatalog("default", …)`
 //! reads, a local file), its files in the data directory or under the
-//! `s3://` data location.
+//! `s3://` data location; or in a REST catalog (`--catalog rest:URL`),
+//! which places it.
 //!
 //! [`EventTable`] is the Iceberg sink taking events ([`EventSink`]): each
 //! event becomes an [`EventRow`], every other call is passed through, so
@@ -15,7 +16,7 @@
 use sink_api::SinkError;
 use sinks_iceberg::iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use sinks_iceberg::iceberg::TableIdent;
-use sinks_iceberg::{IcebergSink, SqliteCatalog};
+use sinks_iceberg::{IcebergCatalog, IcebergSink};
 
 use crate::event_sink::{EventRow, EventSink};
 
@@ -41,7 +42,10 @@ impl EventSink<IcebergSink<EventRow>> {
     /// The sink the service writes with: the table `table` of `catalog`
     /// with [`schema`], the Iceberg sink's defaults otherwise. Called by
     /// `IngestService::start`.
-    pub fn new(catalog: SqliteCatalog, table: TableIdent) -> Result<EventTable, SinkError> {
+    pub fn new(
+        catalog: impl Into<IcebergCatalog>,
+        table: TableIdent,
+    ) -> Result<EventTable, SinkError> {
         Ok(EventSink(
             IcebergSink::<EventRow>::builder(catalog, table, schema()?).build()?,
         ))

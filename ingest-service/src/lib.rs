@@ -527,22 +527,33 @@ impl IngestService {
                  `cargo build --release -p examples --features delta`"
             ),
             #[cfg(feature = "iceberg")]
-            Destination::Iceberg { catalog, table } => {
-                let catalog = match (&data, catalog) {
-                    (Location::Local(warehouse), catalog) => {
-                        let database = catalog
-                            .clone()
-                            .unwrap_or_else(|| warehouse.join("catalog.db"));
-                        sinks_iceberg::SqliteCatalog::new(&database, warehouse)?
-                    }
-                    (Location::S3(url), Some(database)) => {
-                        sinks_iceberg::SqliteCatalog::s3(database, url, &config.s3_options)?
-                    }
+            Destination::Iceberg {
+                catalog,
+                catalog_properties,
+                table,
+            } => {
+                let (flag, warehouse) = match (&data, catalog) {
+                    (Location::Local(warehouse), catalog) => (
+                        catalog.clone().unwrap_or_else(|| {
+                            format!("sqlite:{}", warehouse.join("catalog.db").display())
+                        }),
+                        warehouse.display().to_string(),
+                    ),
+                    (Location::S3(url), Some(catalog)) => (catalog.clone(), url.clone()),
                     (Location::S3(url), None) => anyhow::bail!(
-                        "--sink iceberg with the warehouse {url} needs --catalog sqlite:PATH: \
-                         the catalog is a local SQLite database"
+                        "--sink iceberg with the warehouse {url} needs --catalog sqlite:PATH \
+                         (the SQL catalog is a local SQLite database) or rest:URL"
                     ),
                 };
+                // A REST catalog places its tables: the data location holds
+                // the checkpoints only.
+                let warehouse = (!flag.starts_with("rest:")).then_some(warehouse.as_str());
+                let catalog = sinks_iceberg::IcebergCatalog::from_flags(
+                    &flag,
+                    catalog_properties,
+                    warehouse,
+                    &config.s3_options,
+                )?;
                 let table = sinks_iceberg::parse_table_name(table)?;
                 let sink = iceberg::EventTable::new(catalog, table)
                     .context("configuring the Iceberg sink")?;

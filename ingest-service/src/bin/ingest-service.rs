@@ -118,11 +118,19 @@ struct Args {
     /// `event string` (default ingest.events).
     #[arg(long)]
     table: Option<String>,
-    /// With --sink iceberg: the SQL catalog, as sqlite:PATH (a local file,
-    /// created when missing). Default: sqlite:WAREHOUSE/catalog.db for a
-    /// local warehouse; needed with an s3:// --out.
+    /// With --sink iceberg: the catalog, as sqlite:PATH (an SQL catalog in
+    /// a local file, created when missing) or rest:URL (a catalog speaking
+    /// the Iceberg REST protocol, which places the table; the data
+    /// directory then holds the checkpoints only). Default:
+    /// sqlite:WAREHOUSE/catalog.db for a local warehouse.
     #[arg(long)]
     catalog: Option<String>,
+    /// With --catalog rest:URL: a catalog property, as KEY=VALUE
+    /// (repeatable), named as PyIceberg names them: credential, token,
+    /// warehouse, s3.endpoint, s3.access-key-id, s3.secret-access-key,
+    /// s3.region, s3.path-style-access. Secrets are never printed.
+    #[arg(long = "catalog-property", value_name = "KEY=VALUE", value_parser = sink_cli::flags::parse_property)]
+    catalog_properties: Vec<(String, String)>,
     /// Time between checkpoints (commits), such as 1s or 200ms; or
     /// `on-demand`: a checkpoint as soon as events wait for one and none is
     /// in flight (answers in about one checkpoint's duration).
@@ -252,23 +260,32 @@ impl Args {
         if self.table.is_some() && !matches!(self.sink, SinkKind::Postgres | SinkKind::Iceberg) {
             bail!("--table goes with --sink postgres or --sink iceberg");
         }
-        if self.catalog.is_some() && self.sink != SinkKind::Iceberg {
-            bail!("--catalog goes with --sink iceberg");
+        if (self.catalog.is_some() || !self.catalog_properties.is_empty())
+            && self.sink != SinkKind::Iceberg
+        {
+            bail!("--catalog and --catalog-property go with --sink iceberg");
         }
         let destination = match (self.sink, &url) {
             (SinkKind::Files, None) => Destination::Files,
             (SinkKind::Delta, None) => Destination::Delta,
             (SinkKind::Iceberg, None) => {
-                let catalog = match self.catalog.as_deref() {
-                    None => None,
-                    Some(text) => match text.strip_prefix("sqlite:") {
-                        Some(path) if !path.is_empty() => Some(PathBuf::from(path)),
-                        _ => bail!(
+                let catalog = self.catalog.clone();
+                if let Some(text) = &catalog {
+                    let known = ["sqlite:", "rest:"]
+                        .iter()
+                        .any(|scheme| text.len() > scheme.len() && text.starts_with(scheme));
+                    if !known {
+                        bail!(
                             "--catalog {text}: give the catalog as sqlite:PATH (an SQLite \
-                             database, created when missing)"
-                        ),
-                    },
-                };
+                             database, created when missing) or rest:URL (a REST catalog)"
+                        );
+                    }
+                }
+                if !self.catalog_properties.is_empty()
+                    && !catalog.as_deref().is_some_and(|c| c.starts_with("rest:"))
+                {
+                    bail!("--catalog-property goes with --catalog rest:URL");
+                }
                 let table = self
                     .table
                     .clone()
@@ -284,7 +301,11 @@ impl Args {
                          or write files, Delta or Kafka with several"
                     );
                 }
-                Destination::Iceberg { catalog, table }
+                Destination::Iceberg {
+                    catalog,
+                    catalog_properties: self.catalog_properties.clone(),
+                    table,
+                }
             }
             (SinkKind::Kafka, None) => {
                 if self.out.is_some() {

@@ -166,6 +166,20 @@ impl Service {
                     .arg(dir)
                     .args(["--sink", "iceberg"]);
             }
+            #[cfg(feature = "iceberg")]
+            Output::IcebergRest { dir, server, table } => {
+                command
+                    .arg("--output-dir")
+                    .arg(dir)
+                    .args(["--sink", "iceberg", "--table", table])
+                    .arg("--catalog")
+                    .arg(format!("rest:{}", server.uri));
+                for (key, value) in server.properties() {
+                    command
+                        .arg("--catalog-property")
+                        .arg(format!("{key}={value}"));
+                }
+            }
         }
         if !extra.contains(&"--checkpoint-interval") {
             command.args(["--checkpoint-interval", "100ms"]);
@@ -370,6 +384,14 @@ enum Output {
     Iceberg {
         dir: PathBuf,
     },
+    /// Events in the table `table` of the REST test catalog
+    /// (`scripts/with-seaweedfs`), checkpoints in `<dir>/checkpoints`.
+    #[cfg(feature = "iceberg")]
+    IcebergRest {
+        dir: PathBuf,
+        server: sink_testkit::servers::IcebergRestServer,
+        table: String,
+    },
 }
 
 impl Output {
@@ -422,6 +444,25 @@ impl Output {
                     sinks_iceberg::SqliteCatalog::new(&warehouse.join("catalog.db"), &warehouse)
                         .unwrap();
                 let ident = sinks_iceberg::parse_table_name("ingest.events").unwrap();
+                let opened = catalog.open().await.expect("the catalog opens");
+                let mut ids = BTreeMap::new();
+                let Some(table) = sinks_iceberg::read::table(opened.as_ref(), &ident)
+                    .await
+                    .expect("the catalog reads")
+                else {
+                    return ids;
+                };
+                let events = sinks_iceberg::read::string_column(&table, "event")
+                    .await
+                    .expect("the table reads");
+                count_ids("ingest.events", &events.join("\n"), &mut ids);
+                ids
+            }
+            #[cfg(feature = "iceberg")]
+            Output::IcebergRest { server, table, .. } => {
+                let catalog = sinks_iceberg::RestCatalog::new(&server.uri, server.properties())
+                    .expect("a REST catalog");
+                let ident = sinks_iceberg::parse_table_name(table).unwrap();
                 let opened = catalog.open().await.expect("the catalog opens");
                 let mut ids = BTreeMap::new();
                 let Some(table) = sinks_iceberg::read::table(opened.as_ref(), &ident)
@@ -1688,6 +1729,29 @@ async fn on_iceberg_on_demand_sigkill_under_load_then_retries_store_everything_o
         out,
         "i",
         &["--parallelism", "2", "--checkpoint-interval", "on-demand"],
+    )
+    .await;
+}
+
+/// Into a table of a REST catalog (SeaweedFS's, `scripts/with-seaweedfs`),
+/// with 200 ms checkpoints: killed under load, started again, the requests
+/// without a 200 retried with their keys: every event is in the table once.
+#[cfg(feature = "iceberg")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_iceberg_rest_sigkill_under_load_then_retries_store_everything_once() {
+    let Some(server) = sink_testkit::servers::iceberg_rest() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = Output::IcebergRest {
+        dir: dir.path().to_path_buf(),
+        server,
+        table: format!("ingest{:016x}.events", fastrand::u64(..)),
+    };
+    sigkill_then_retries_with(
+        out,
+        "r",
+        &["--parallelism", "2", "--checkpoint-interval", "200ms"],
     )
     .await;
 }
