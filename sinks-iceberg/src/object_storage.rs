@@ -56,6 +56,7 @@ enum Clients {
     /// A client per bucket, made from the file IO properties (as
     /// `object_store` options) when first needed, and kept for every table
     /// with the same properties.
+    #[cfg_attr(not(feature = "rest"), allow(dead_code))]
     PerBucket {
         options: Vec<(String, String)>,
         made: Arc<Mutex<ClientCache>>,

@@ -73,6 +73,8 @@ type FileWriter =
 /// The data files being written for one table: since the last checkpoint
 /// (the writer's), or of one file rewritten under the table's current spec
 /// (the `rewrite` module's).
+// One value per writer: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum OpenFiles {
     /// An unpartitioned table's: one file at a time, rolled at the size.
     One(FileWriter),

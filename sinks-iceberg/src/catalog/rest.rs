@@ -25,7 +25,7 @@ use sink_api::SinkError;
 use crate::errors::iceberg_error;
 use crate::object_storage::ObjectStorageFactory;
 
-use super::CATALOG_NAME;
+use super::sqlite::CATALOG_NAME;
 
 /// Properties whose values are secrets: never printed.
 const SECRETS: &[&str] = &[
