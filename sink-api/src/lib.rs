@@ -46,7 +46,7 @@ pub use committer::{CommitOutcome, CommitRequest, Committer};
 pub use context::{CheckpointId, Generation, InitContext, Lineage, SubtaskIndex};
 pub use direct::{NoCommittable, NoCommitter};
 pub use error::{ErrorClass, SinkError};
-pub use global_committer::{GlobalCommitter, GlobalCommitterFactory};
+pub use global_committer::{CommitSchedule, GlobalCommitter, GlobalCommitterFactory};
 pub use metrics::{Counter, CounterValue, SinkMetrics};
 pub use positions::{
     CommittedPositions, PositionAdvance, PositionConflict, PositionTable, SplitKey,

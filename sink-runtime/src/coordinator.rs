@@ -554,6 +554,7 @@ where
         .with_clock(spec.clock.clone())
         .with_metrics(metrics.sink.clone());
         let committer = factory(&context);
+        let schedule = committer.schedule();
         let mut ledger = CommitLedger::new(0..spec.parallelism);
         if let Some(restored) = plan.restored {
             ledger.expect_until(restored, 0..plan.restored_parallelism);
@@ -576,6 +577,9 @@ where
             end_of_input_called: false,
             restored: plan.restored,
             recommitted: Default::default(),
+            schedule,
+            deferred: Vec::new(),
+            last_commit: tokio::time::Instant::now(),
             progress: global_progress
                 .take()
                 .unwrap_or_else(|| watch::channel(CheckpointId::NONE).0),

@@ -2,6 +2,12 @@
 //! subtask's data files of that checkpoint, recognised on replay by reading
 //! the table (the `table_commit` module decides each commit).
 //!
+//! On a commit schedule (`IcebergSinkBuilder::commit_every`) the runtime
+//! hands it several checkpoints at once: their files go in one fast
+//! append, whose marks record the newest; delivered again after a restart,
+//! possibly grouped otherwise, only the files of checkpoints newer than the
+//! table's mark are appended.
+//!
 //! Each start of the job claims the table for its generation before its
 //! first commit ([`IcebergGlobalCommitter::claim`]): an append with no
 //! files that sets the lineage's owner mark. Every later append of that
@@ -19,7 +25,7 @@
 
 use async_trait::async_trait;
 use iceberg::TableIdent;
-use sink_api::{CheckpointId, GlobalCommitter, InitContext, SinkError};
+use sink_api::{CheckpointId, CommitSchedule, GlobalCommitter, InitContext, SinkError};
 use tracing::info;
 
 use crate::catalog::Connection;
@@ -46,6 +52,8 @@ pub struct IcebergGlobalCommitter {
     claimed: bool,
     /// The newest checkpoint committed (or found committed) by this start.
     last_checkpoint: Option<u64>,
+    /// When the runtime hands it what completed.
+    schedule: CommitSchedule,
 }
 
 impl IcebergGlobalCommitter {
@@ -83,7 +91,14 @@ impl IcebergGlobalCommitter {
             restored,
             claimed: false,
             last_checkpoint: None,
+            schedule: CommitSchedule::every_checkpoint(),
         }
+    }
+
+    /// The same committer, asking the runtime for `schedule`.
+    pub(crate) fn on_schedule(mut self, schedule: CommitSchedule) -> IcebergGlobalCommitter {
+        self.schedule = schedule;
+        self
     }
 
     /// Claims the table for this start's generation (see the module
@@ -142,13 +157,30 @@ impl GlobalCommitter for IcebergGlobalCommitter {
         checkpoint_id: CheckpointId,
         committables: Vec<IcebergDataFile>,
     ) -> Result<(), SinkError> {
+        self.commit_checkpoints(vec![(checkpoint_id, committables)])
+            .await
+    }
+
+    /// One fast append of every checkpoint's files, its marks at the
+    /// newest (see the module documentation).
+    async fn commit_checkpoints(
+        &mut self,
+        checkpoints: Vec<(CheckpointId, Vec<IcebergDataFile>)>,
+    ) -> Result<(), SinkError> {
         self.claim().await?;
-        if committables.is_empty() {
+        let Some(newest) = checkpoints.iter().map(|(id, _)| id.0).max() else {
+            return Ok(());
+        };
+        let files: Vec<(u64, IcebergDataFile)> = checkpoints
+            .into_iter()
+            .flat_map(|(id, files)| files.into_iter().map(move |file| (id.0, file)))
+            .collect();
+        if files.is_empty() {
             // Nothing to append: the table's metadata does not grow with
             // checkpoints that wrote nothing.
             return Ok(());
         }
-        if let Some(other) = committables.iter().find(|file| file.app_id != self.app_id) {
+        if let Some((_, other)) = files.iter().find(|(_, file)| file.app_id != self.app_id) {
             return Err(SinkError::msg(format!(
                 "the data file {} was written by {}, not by {}: the checkpoint holds another \
                  job's files",
@@ -159,9 +191,9 @@ impl GlobalCommitter for IcebergGlobalCommitter {
         let work = Commit {
             app_id: &self.app_id,
             generation: self.generation,
-            checkpoint: Some(checkpoint_id.0),
+            checkpoint: Some(newest),
             restored: None,
-            files: &committables,
+            files: &files,
             end_of_input: false,
         };
         match commit(
@@ -173,15 +205,19 @@ impl GlobalCommitter for IcebergGlobalCommitter {
         {
             Outcome::Fenced { newer } => return Err(self.fenced(newer)),
             Outcome::Replay => {
-                info!(table = %self.ident, checkpoint = checkpoint_id.0, "checkpoint already in the table: nothing appended");
+                info!(table = %self.ident, checkpoint = newest, "checkpoint already in the table: nothing appended");
             }
             Outcome::Committed(table) => {
                 let snapshot = table.metadata().current_snapshot_id();
-                info!(table = %self.ident, checkpoint = checkpoint_id.0, files = committables.len(), snapshot, "checkpoint appended");
+                info!(table = %self.ident, checkpoint = newest, files = files.len(), snapshot, "checkpoint appended");
             }
         }
-        self.last_checkpoint = Some(checkpoint_id.0);
+        self.last_checkpoint = Some(newest);
         Ok(())
+    }
+
+    fn schedule(&self) -> CommitSchedule {
+        self.schedule
     }
 
     async fn end_of_input(&mut self) -> Result<(), SinkError> {
@@ -315,6 +351,45 @@ mod tests {
         assert!(error.to_string().contains("checkpoint 3"), "{error}");
         let mut current = committer(&fx, 2, Some(3));
         current.claim().await.unwrap();
+    }
+
+    /// On a commit schedule: several checkpoints' files in one snapshot,
+    /// marked at the newest; delivered again after a restart grouped
+    /// otherwise, the files of checkpoints the mark covers are left out and
+    /// the others appended, once.
+    #[tokio::test]
+    async fn checkpoints_committed_together_are_recognised_when_replayed_grouped_otherwise() {
+        let fx = fixture().await;
+        let (a, b, c) = (
+            carried(&fx, "a").await,
+            carried(&fx, "b").await,
+            carried(&fx, "c").await,
+        );
+        let mut first = committer(&fx, 1, None);
+        first
+            .commit_checkpoints(vec![
+                (CheckpointId(1), vec![a.clone()]),
+                (CheckpointId(2), vec![b.clone()]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(fx.snapshots().await, 2, "the claim and one append");
+        assert_eq!(fx.files().await.len(), 2);
+        let mut again = committer(&fx, 2, Some(3));
+        again
+            .commit_checkpoints(vec![(CheckpointId(2), vec![b]), (CheckpointId(3), vec![c])])
+            .await
+            .unwrap();
+        assert_eq!(fx.files().await.len(), 3, "b once, c added");
+        let table = fx.table().await;
+        let marks =
+            crate::marks::Marks::read(table.metadata().properties(), "job/lineage").unwrap();
+        assert_eq!(marks.checkpoint, Some(3));
+        again
+            .commit_checkpoints(vec![(CheckpointId(1), vec![a])])
+            .await
+            .unwrap();
+        assert_eq!(fx.files().await.len(), 3, "a replay of 1 adds nothing");
     }
 
     /// The end of input recorded at a checkpoint older than the table's

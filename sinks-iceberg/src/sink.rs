@@ -2,6 +2,8 @@
 //! how large files grow.
 
 use std::marker::PhantomData;
+use std::num::NonZeroU32;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use iceberg::spec::Schema;
@@ -10,7 +12,9 @@ use iceberg::TableIdent;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use serde::Serialize;
-use sink_api::{GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, SinkMetrics};
+use sink_api::{
+    CommitSchedule, GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, SinkMetrics,
+};
 
 use crate::catalog::{load_or_create, Connection, IcebergCatalog};
 use crate::committable::IcebergDataFile;
@@ -45,6 +49,8 @@ pub struct IcebergSink<T> {
     /// an existing table must have it.
     partition: Option<Vec<PartitionBy>>,
     target_file_size: usize,
+    /// When the global committer commits.
+    schedule: CommitSchedule,
     counters: WriterCounters,
     _records: PhantomData<fn(T)>,
 }
@@ -75,6 +81,7 @@ impl<T> IcebergSink<T> {
                 schema,
                 partition: None,
                 target_file_size: 128 << 20,
+                schedule: CommitSchedule::every_checkpoint(),
                 counters: WriterCounters::default(),
                 _records: PhantomData,
             },
@@ -120,6 +127,27 @@ impl<T> IcebergSinkBuilder<T> {
     /// a row group of unencoded rows in memory.
     pub fn roll_files_at_checkpoints_and_at_size(mut self, bytes: usize) -> Self {
         self.sink.target_file_size = bytes;
+        self
+    }
+
+    /// Commits once per `checkpoints` completed checkpoints, their files in
+    /// one snapshot (the table's marks record the newest), instead of a
+    /// snapshot per checkpoint: at 1 s checkpoints, `commit_every(60)`
+    /// makes a snapshot a minute. Writers still close their files at every
+    /// checkpoint; the files wait, in the job's checkpoints, for the
+    /// commit. Records become visible, and a pipeline's tickets resolve, at
+    /// that commit. Everything is committed at end of input. Default 1.
+    pub fn commit_every(mut self, checkpoints: NonZeroU32) -> Self {
+        self.sink.schedule = self.sink.schedule.with_checkpoints(checkpoints);
+        self
+    }
+
+    /// Commits no sooner than `interval` after the previous commit (the
+    /// first counted from the start), at the first checkpoint completed
+    /// after it; with [`commit_every`](Self::commit_every), once both
+    /// hold. Default: no least interval.
+    pub fn commit_at_most_every(mut self, interval: Duration) -> Self {
+        self.sink.schedule = self.sink.schedule.with_at_most_every(interval);
         self
     }
 
@@ -252,15 +280,16 @@ where
         ))
     }
 
-    /// The Iceberg global committer: one fast append per checkpoint.
+    /// The Iceberg global committer: one fast append per checkpoint, or per
+    /// several on the sink's commit schedule.
     fn global_committer(&self) -> Option<GlobalCommitterFactory<IcebergDataFile>> {
-        let (connection, ident) = (self.connection.clone(), self.ident.clone());
+        let (connection, ident, schedule) =
+            (self.connection.clone(), self.ident.clone(), self.schedule);
         Some(Box::new(move |context: &InitContext| {
-            Box::new(IcebergGlobalCommitter::new(
-                connection.clone(),
-                ident.clone(),
-                context,
-            ))
+            Box::new(
+                IcebergGlobalCommitter::new(connection.clone(), ident.clone(), context)
+                    .on_schedule(schedule),
+            )
         }))
     }
 }

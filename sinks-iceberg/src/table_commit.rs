@@ -74,10 +74,12 @@ pub(crate) struct Commit<'a> {
     /// than the table, and the start would take newer checkpoints for
     /// replays.
     pub restored: Option<u64>,
-    /// The data files, decoded against the table each append is built on
-    /// (only when the marks do not decide the commit first); none with
-    /// `end_of_input`.
-    pub files: &'a [IcebergDataFile],
+    /// The data files, each with the checkpoint that wrote it (several
+    /// checkpoints' files in one commit on a commit schedule; `checkpoint`
+    /// is then the newest), decoded against the table each append is built
+    /// on, and only those of checkpoints the table's mark does not cover
+    /// (a replay regrouped after a restart); none with `end_of_input`.
+    pub files: &'a [(u64, IcebergDataFile)],
     /// Whether to record the end of input at `checkpoint` (a commit with
     /// no files, after the last checkpoint's).
     pub end_of_input: bool,
@@ -201,7 +203,10 @@ pub(crate) async fn commit(
         // the job ran) are written again under the current one: the fast
         // append takes the default spec's files only.
         let mut files = Vec::with_capacity(commit.files.len());
-        for file in commit.files {
+        let not_in_table = |(checkpoint, _): &&(u64, IcebergDataFile)| {
+            found.checkpoint.is_none_or(|done| *checkpoint > done)
+        };
+        for (_, file) in commit.files.iter().filter(not_in_table) {
             if file.partition_spec_id == table.metadata().default_partition_spec_id() {
                 files.push(file.data_file(&table)?);
             } else {
@@ -569,7 +574,7 @@ mod tests {
             inner: fx.catalog.clone(),
             lose: AtomicBool::new(true),
         };
-        let files = [file(&table, "a")];
+        let files = [(1, file(&table, "a"))];
         let work = Commit {
             app_id: "job/lineage",
             generation: 1,

@@ -105,12 +105,13 @@ impl Fixture {
         checkpoint: u64,
         files: &[IcebergDataFile],
     ) -> Result<Outcome, SinkError> {
+        let files: Vec<_> = files.iter().map(|f| (checkpoint, f.clone())).collect();
         let work = Commit {
             app_id: "job/lineage",
             generation,
             checkpoint: Some(checkpoint),
             restored: None,
-            files,
+            files: &files,
             end_of_input: false,
         };
         commit(self.catalog.as_ref(), &self.ident, &work).await

@@ -79,6 +79,11 @@ struct Args {
     /// table's own spec, or unpartitioned for a new table.
     #[arg(long, value_name = "SPEC", value_parser = parse_partitioning)]
     partition_by: Option<Partitioning>,
+    /// Commit once per N completed checkpoints (their files in one
+    /// snapshot) instead of at every checkpoint: with 1s checkpoints, 60
+    /// makes a snapshot a minute. Everything is committed at the end.
+    #[arg(long, value_name = "N", default_value = "1")]
+    commit_every: std::num::NonZeroU32,
     /// The first id: the records are ids `first-id..first-id+records`, so
     /// that two jobs writing one table can write rows apart.
     #[arg(long, default_value_t = 0)]
@@ -294,6 +299,7 @@ async fn run(
     catalog: &IcebergCatalog,
     ident: &TableIdent,
     partition_by: Option<&[PartitionBy]>,
+    commit_every: std::num::NonZeroU32,
     first_id: u64,
     show_progress: bool,
 ) -> anyhow::Result<Outcome> {
@@ -336,7 +342,8 @@ async fn run(
                 .with_context(|| format!("dropping {ident} for --fresh"))?;
         }
     }
-    let mut sink = IcebergSink::<DemoRow>::builder(catalog.clone(), ident.clone(), schema()?);
+    let mut sink = IcebergSink::<DemoRow>::builder(catalog.clone(), ident.clone(), schema()?)
+        .commit_every(commit_every);
     if let Some(fields) = partition_by {
         sink = sink.partition_by(fields.to_vec());
     }
@@ -434,6 +441,7 @@ async fn main() -> anyhow::Result<()> {
         &catalog,
         &args.table,
         args.partition_by.as_ref().map(|p| p.0.as_slice()),
+        args.commit_every,
         args.first_id,
         !args.job.json,
     )

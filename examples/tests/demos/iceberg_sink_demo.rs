@@ -459,3 +459,70 @@ fn after_its_snapshots_expired_the_finished_demo_still_checks_out() {
         text(&again)
     );
 }
+
+/// `--commit-every 10` with 100 ms checkpoints: the table gains one
+/// snapshot per ten checkpoints (and one at the end), not one per
+/// checkpoint; killed at random and resumed on that schedule, every id is
+/// in the table once.
+#[test]
+fn committing_every_ten_checkpoints_makes_a_snapshot_per_ten_and_a_kill_loop_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().join("wh");
+    let scheduled = [
+        "--commit-every",
+        "10",
+        "--checkpoint-interval",
+        "100ms",
+        "--json",
+    ];
+    let steady: Vec<&str> = ["--records", "200000", "--rate", "20000"]
+        .into_iter()
+        .chain(scheduled)
+        .collect();
+    let report = summary(&demo(&warehouse, &steady));
+    assert_eq!(report["status"], "Finished", "{report}");
+    assert_eq!(report["distinct_ids"], 200_000, "{report}");
+    let checkpoints = report["checkpoints_completed"].as_u64().unwrap();
+    let appends = report["iceberg_appends"].as_u64().unwrap();
+    println!("--commit-every 10: {checkpoints} checkpoints, {appends} appends");
+    assert!(checkpoints >= 20, "{report}");
+    assert!(
+        appends >= 2 && appends <= checkpoints / 10 + 1,
+        "{appends} appends for {checkpoints} checkpoints: {report}"
+    );
+
+    let killed = dir.path().join("killed");
+    let looped: Vec<&str> = ["--records", "200000", "--rate", "50000"]
+        .into_iter()
+        .chain(scheduled)
+        .collect();
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut kills = 0;
+    for attempt in 0..20 {
+        let mut child = spawn(&killed, &looped);
+        if attempt < 4 {
+            std::thread::sleep(Duration::from_millis(rng.u64(300..2_000)));
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                kills += 1;
+                continue;
+            }
+        }
+        let report = summary(&child.wait_with_output().unwrap());
+        assert!(
+            report["status"] == "Finished" || (kills > 0 && report["status"] == "AlreadyFinished"),
+            "seed {seed}: {report}"
+        );
+        assert_eq!(report["distinct_ids"], 200_000, "seed {seed}: {report}");
+        assert_eq!(report["table_rows"], 200_000, "seed {seed}: {report}");
+        assert_eq!(
+            report["checkpoints_appended_twice"], 0,
+            "seed {seed}: {report}"
+        );
+        assert!(kills >= 1, "seed {seed}: the demo finished before any kill");
+        return;
+    }
+    panic!("seed {seed}: the demo never finished");
+}

@@ -8,6 +8,13 @@
 //! committed before the barriers), and ends when every subtask ended its
 //! stream.
 //!
+//! A global committer that asks for a [`CommitSchedule`] other than every
+//! checkpoint has the checkpoints that completed held back here until the
+//! schedule is due: they stay in this task's state (its snapshots hold
+//! them, so a restart delivers them again), and the subtasks' readers hear
+//! of their commit only when it happens. Checkpoints up to the restored
+//! one, and every one at end of input, are committed at once.
+//!
 //! Each subtask sends its end of stream only after forwarding its final
 //! committables (see `SubtaskLifecycle`), so nothing can arrive after the
 //! global committer was told the input ended. Should it happen anyway, the
@@ -16,7 +23,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use sink_api::{CheckpointId, GlobalCommitter, SubtaskIndex, VersionedSerializer};
+use sink_api::{CheckpointId, CommitSchedule, GlobalCommitter, SubtaskIndex, VersionedSerializer};
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info};
 
@@ -24,7 +31,7 @@ use super::calls::CommitCalls;
 use super::{GlobalMessage, TaskEvent, TaskState};
 use crate::core::alignment::{Aligned, AlignerInput, BarrierAligner};
 use crate::core::checkpoints::TaskId;
-use crate::core::ledger::CommitLedger;
+use crate::core::ledger::{CommitLedger, ReadyCheckpoint};
 use crate::error::JobError;
 use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
@@ -56,6 +63,12 @@ pub(crate) struct GlobalTask<C: Send + 'static> {
     /// Subtasks that forwarded what they re-committed of it (sent only by
     /// the subtasks of a source with a position scope).
     pub recommitted: BTreeSet<SubtaskIndex>,
+    /// The committer's schedule, read when it was made.
+    pub schedule: CommitSchedule,
+    /// Completed checkpoints the schedule holds back, oldest first.
+    pub deferred: Vec<ReadyCheckpoint<C>>,
+    /// When the last commit was made (or the task started).
+    pub last_commit: tokio::time::Instant,
 }
 
 impl<C: Send + 'static> GlobalTask<C> {
@@ -125,6 +138,9 @@ impl<C: Send + 'static> GlobalTask<C> {
                         ),
                     ));
                 }
+                // Whatever the schedule: everything is committed before the
+                // end of input.
+                self.commit_deferred().await?;
                 info!("end of input");
                 self.end_of_input_called = true;
                 let mut committer = self.take_committer()?;
@@ -151,58 +167,98 @@ impl<C: Send + 'static> GlobalTask<C> {
         }
     }
 
+    /// Takes the checkpoints that are ready (completed and complete) and
+    /// commits them with those held back, once the schedule is due, or at
+    /// once for those up to the restored checkpoint.
     async fn act_on_ready(&mut self) -> Result<(), JobError> {
         while let Some(ready) = self.ledger.take_ready() {
-            let committables: Vec<C> = ready
-                .parts
-                .into_iter()
-                .flat_map(|part| part.committables)
-                .collect();
-            if committables.is_empty() {
-                self.progress.send_replace(ready.checkpoint_id);
-                continue;
-            }
-            // A call of its own, run to its end even if this task is
-            // stopped: see `CommitCalls`.
-            let mut committer = self.take_committer()?;
-            let id = ready.checkpoint_id;
-            let (committer, result) = self
-                .calls
-                .run(TASK, async move {
-                    let result = committer.commit_checkpoint(id, committables).await;
-                    (committer, result)
-                })
-                .await?;
-            self.committer = Some(committer);
-            match result {
-                Ok(()) => {}
-                Err(source) if source.is_superseded() => {
-                    metrics::add(&self.metrics.commits_superseded, 1);
-                    if self.restored.is_none_or(|restored| id > restored) {
-                        return Err(JobError::Sink {
-                            task: TASK.into(),
-                            action: "commit_checkpoint",
-                            source,
-                        });
-                    }
-                    // A recovery: what the restored checkpoint's subtasks
-                    // read was committed by another owner, and they read
-                    // from the destination's positions next.
-                    info!(checkpoint = %id, reason = %source,
-                        "a restored checkpoint's commit was superseded in part; going on");
-                }
-                Err(source) => {
+            self.deferred.push(ready);
+        }
+        let Some(oldest) = self.deferred.first().map(|ready| ready.checkpoint_id) else {
+            return Ok(());
+        };
+        // Up to the restored checkpoint, the subtasks wait for the commit
+        // before they read: no schedule holds it back.
+        let recovering = self.restored.is_some_and(|restored| oldest <= restored);
+        let due = self
+            .schedule
+            .is_due(self.deferred.len(), self.last_commit.elapsed());
+        if recovering || due {
+            self.commit_deferred().await?;
+        }
+        Ok(())
+    }
+
+    /// Commits every checkpoint held back, in one call: `commit_checkpoint`
+    /// for one, `commit_checkpoints` for several. Checkpoints with nothing
+    /// to commit are not handed over; the subtasks hear of all of them.
+    async fn commit_deferred(&mut self) -> Result<(), JobError> {
+        let Some(newest) = self.deferred.last().map(|ready| ready.checkpoint_id) else {
+            return Ok(());
+        };
+        let mut checkpoints: Vec<(CheckpointId, Vec<C>)> = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .map(|ready| {
+                let committables = ready
+                    .parts
+                    .into_iter()
+                    .flat_map(|part| part.committables)
+                    .collect::<Vec<C>>();
+                (ready.checkpoint_id, committables)
+            })
+            .filter(|(_, committables)| !committables.is_empty())
+            .collect();
+        self.last_commit = tokio::time::Instant::now();
+        let Some(id) = checkpoints.last().map(|(id, _)| *id) else {
+            self.progress.send_replace(newest);
+            return Ok(());
+        };
+        // A call of its own, run to its end even if this task is
+        // stopped: see `CommitCalls`.
+        let mut committer = self.take_committer()?;
+        let (action, call) = match checkpoints.len() {
+            1 => ("commit_checkpoint", checkpoints.pop()),
+            _ => ("commit_checkpoints", None),
+        };
+        let (committer, result) = self
+            .calls
+            .run(TASK, async move {
+                let result = match call {
+                    Some((id, committables)) => committer.commit_checkpoint(id, committables).await,
+                    None => committer.commit_checkpoints(checkpoints).await,
+                };
+                (committer, result)
+            })
+            .await?;
+        self.committer = Some(committer);
+        match result {
+            Ok(()) => {}
+            Err(source) if source.is_superseded() => {
+                metrics::add(&self.metrics.commits_superseded, 1);
+                if self.restored.is_none_or(|restored| id > restored) {
                     return Err(JobError::Sink {
                         task: TASK.into(),
-                        action: "commit_checkpoint",
+                        action,
                         source,
-                    })
+                    });
                 }
+                // A recovery: what the restored checkpoint's subtasks
+                // read was committed by another owner, and they read
+                // from the destination's positions next.
+                info!(checkpoint = %id, reason = %source,
+                    "a restored checkpoint's commit was superseded in part; going on");
             }
-            metrics::add(&self.metrics.global_commits, 1);
-            self.progress.send_replace(ready.checkpoint_id);
-            failpoint!("after-global-commit");
+            Err(source) => {
+                return Err(JobError::Sink {
+                    task: TASK.into(),
+                    action,
+                    source,
+                })
+            }
         }
+        metrics::add(&self.metrics.global_commits, 1);
+        self.progress.send_replace(newest);
+        failpoint!("after-global-commit");
         Ok(())
     }
 
@@ -250,12 +306,18 @@ impl<C: Send + 'static> GlobalTask<C> {
     }
 
     fn acknowledge(&self, checkpoint_id: CheckpointId) -> Result<(), JobError> {
-        let pending = encode_pending(self.ledger.pending_parts(), self.serializer.as_ref())
-            .map_err(|source| JobError::Serialization {
-                task: TASK.into(),
-                what: "encoding a committable",
-                source,
-            })?;
+        // The checkpoints held back first: they are older than any the
+        // ledger still waits for.
+        let held_back = self.deferred.iter().flat_map(|ready| ready.parts.iter());
+        let pending = encode_pending(
+            held_back.chain(self.ledger.pending_parts()),
+            self.serializer.as_ref(),
+        )
+        .map_err(|source| JobError::Serialization {
+            task: TASK.into(),
+            what: "encoding a committable",
+            source,
+        })?;
         self.events
             .send(TaskEvent::Ack {
                 task: TaskId::GlobalCommitter,
