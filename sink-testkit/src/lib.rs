@@ -23,6 +23,7 @@
 //! | `contract/nothing-visible-before-commit` | `prepare_commit` does not make data visible |
 //! | `contract/commit-makes-visible` | after the commit, every record is visible once |
 //! | `contract/commit-is-idempotent` | a replayed commit, by the committer of a restored start, is recognised (`already committed`) and duplicates nothing; for a sink that brings a global committer (which the kit's hand-run commits call after the committers), the replay through both duplicates nothing |
+//! | `contract/global-replay-regrouped` | for a sink that brings a global committer: checkpoints handed to it several at once (`commit_checkpoints`, as on a commit schedule), then by later starts again grouped otherwise (overlapping what was committed together): every record once after each |
 //! | `contract/restore-keeps-written-records` | a writer restored from its checkpointed state loses nothing |
 //! | `contract/no-transaction-after-end-of-input` | nothing is opened after `flush(true)` (needs [`Destination::open_transactions`]) |
 //! | `contract/damaged-state-is-an-error` | stored committables and writer states, damaged (flipped, cut, inserted bytes, hostile length fields), decode to a value or an error, never a panic |
@@ -251,6 +252,26 @@ where
         },
     )
     .await;
+    // Only a sink with a global committer is handed checkpoints grouped.
+    if new_destination()
+        .await
+        .sink()
+        .await
+        .global_committer()
+        .is_some()
+    {
+        kit.check(
+            "contract/global-replay-regrouped",
+            "checkpoints handed to the global committer together, then again grouped otherwise: \
+             every record once",
+            async {
+                contract::global_replay_regrouped(&new_destination().await, &record, records)
+                    .await
+                    .into()
+            },
+        )
+        .await;
+    }
     kit.check(
         "contract/restore-keeps-written-records",
         "a writer restored from its checkpointed state loses nothing",

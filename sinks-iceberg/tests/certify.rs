@@ -20,6 +20,33 @@ async fn the_iceberg_sink_on_local_tables_is_certified() {
     report.assert_passed();
 }
 
+/// Committing once per 3 checkpoints (`IcebergSinkBuilder::commit_every`):
+/// the checkpoints held back in the job's state, delivered again after
+/// each crash grouped otherwise, are each in the table once. Every
+/// property, with a quarter of the simulation's seeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_iceberg_sink_committing_every_three_checkpoints_is_certified() {
+    let knobs = sink_testkit::Knobs {
+        seeds: 4,
+        ..sink_testkit::Knobs::default()
+    };
+    let report = sink_testkit::certify_with(
+        knobs,
+        || async {
+            let mut table = LocalTable::new();
+            table.commit_every = 3;
+            table
+        },
+        Event::new,
+    )
+    .await;
+    println!(
+        "Iceberg sink committing every 3 checkpoints, certified in {:.1} s:\n{report}",
+        report.duration().as_secs_f64()
+    );
+    report.assert_passed();
+}
+
 /// On S3: every property, with a quarter of the simulation's seeds (they
 /// vary timing, crash points and parallelism, which the certification on
 /// local tables runs in full; here they show those scenarios hold over

@@ -1,7 +1,9 @@
 //! A sink whose data becomes visible only through the global committer it
 //! brings (as a table format's sink does): certified when its global
 //! committer recognises replays from the destination, caught by
-//! `unknown-outcome/global-commit` when it recognises them from memory.
+//! `unknown-outcome/global-commit` when it recognises them from memory, and
+//! by `contract/global-replay-regrouped` when it recognises checkpoints
+//! handed over together by the newest alone.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -24,9 +26,20 @@ struct Store {
 #[derive(Clone)]
 struct TableLike {
     store: Arc<Mutex<Store>>,
-    /// The flaw: the global committer remembers applied checkpoints itself,
-    /// and a restart forgets them.
-    forgetful: bool,
+    flaw: Flaw,
+}
+
+/// How the global committer recognises what it applied.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flaw {
+    /// From the destination, each checkpoint: right.
+    None,
+    /// From its own memory, which a restart forgets.
+    Forgetful,
+    /// Checkpoints handed over together are marked, and recognised, by the
+    /// newest alone: a later delivery grouped otherwise applies again the
+    /// ones it shares with the earlier group.
+    NewestOfAGroupOnly,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Clone)]
@@ -62,12 +75,13 @@ impl Sink for TableLike {
     }
 
     fn global_committer(&self) -> Option<GlobalCommitterFactory<Staged>> {
-        let (store, forgetful) = (self.store.clone(), self.forgetful);
+        let (store, flaw) = (self.store.clone(), self.flaw);
         Some(Box::new(move |context: &InitContext| {
             Box::new(Publisher {
                 store: store.clone(),
                 job: format!("{}/{}", context.job_name, context.lineage),
-                forgetful,
+                forgetful: flaw == Flaw::Forgetful,
+                newest_only: flaw == Flaw::NewestOfAGroupOnly,
                 remembered: BTreeSet::new(),
             })
         }))
@@ -123,6 +137,7 @@ struct Publisher {
     store: Arc<Mutex<Store>>,
     job: String,
     forgetful: bool,
+    newest_only: bool,
     remembered: BTreeSet<u64>,
 }
 
@@ -150,6 +165,28 @@ impl GlobalCommitter for Publisher {
         }
         Ok(())
     }
+
+    async fn commit_checkpoints(
+        &mut self,
+        checkpoints: Vec<(CheckpointId, Vec<Staged>)>,
+    ) -> Result<(), SinkError> {
+        if !self.newest_only {
+            for (checkpoint, batches) in checkpoints {
+                self.commit_checkpoint(checkpoint, batches).await?;
+            }
+            return Ok(());
+        }
+        let newest = checkpoints.iter().map(|(id, _)| id.0).max().unwrap_or(0);
+        let mut store = self.store.lock().unwrap();
+        if store.applied.insert((self.job.clone(), newest)) {
+            for (_, batches) in checkpoints {
+                for batch in batches {
+                    store.visible.extend(batch.ids);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 struct Dest(TableLike);
@@ -167,7 +204,7 @@ impl Destination for Dest {
     }
 }
 
-async fn certify_table_like(forgetful: bool) -> Report {
+async fn certify_table_like(flaw: Flaw) -> Report {
     let knobs = Knobs {
         records: 200,
         seeds: 4,
@@ -178,7 +215,7 @@ async fn certify_table_like(forgetful: bool) -> Report {
         move || async move {
             Dest(TableLike {
                 store: Arc::default(),
-                forgetful,
+                flaw,
             })
         },
         |id| id,
@@ -188,7 +225,7 @@ async fn certify_table_like(forgetful: bool) -> Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_committer_recognising_replays_from_the_destination_passes() {
-    let report = certify_table_like(false).await;
+    let report = certify_table_like(Flaw::None).await;
     assert!(
         matches!(
             report.verdict("unknown-outcome/global-commit"),
@@ -208,11 +245,22 @@ async fn a_global_committer_recognising_replays_from_the_destination_passes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_committer_recognising_replays_from_memory_is_caught() {
-    let report = certify_table_like(true).await;
+    let report = certify_table_like(Flaw::Forgetful).await;
     match report.verdict("unknown-outcome/global-commit") {
         Some(Verdict::Failed(why)) => assert!(why.contains("outcome was lost"), "{why}"),
         other => {
             panic!("unknown-outcome/global-commit should have failed, got {other:?}:\n{report}")
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_committer_recognising_grouped_checkpoints_by_the_newest_only_is_caught() {
+    let report = certify_table_like(Flaw::NewestOfAGroupOnly).await;
+    match report.verdict("contract/global-replay-regrouped") {
+        Some(Verdict::Failed(why)) => assert!(why.contains("grouped"), "{why}"),
+        other => {
+            panic!("contract/global-replay-regrouped should have failed, got {other:?}:\n{report}")
         }
     }
 }

@@ -42,8 +42,18 @@ fn kit_sink(
     catalog: impl Into<sinks_iceberg::IcebergCatalog>,
     ident: &TableIdent,
 ) -> IcebergSink<Event> {
+    kit_sink_committing_every(catalog, ident, 1)
+}
+
+/// [`kit_sink`] committing once per `checkpoints` checkpoints.
+fn kit_sink_committing_every(
+    catalog: impl Into<sinks_iceberg::IcebergCatalog>,
+    ident: &TableIdent,
+    checkpoints: u32,
+) -> IcebergSink<Event> {
     IcebergSink::builder(catalog, ident.clone(), schema())
         .roll_files_at_checkpoints_and_at_size(1024)
+        .commit_every(std::num::NonZeroU32::new(checkpoints).expect("above zero"))
         .build()
         .expect("a valid sink")
 }
@@ -66,6 +76,8 @@ pub struct LocalTable {
     pub catalog: SqliteCatalog,
     pub ident: TableIdent,
     pub dir: tempfile::TempDir,
+    /// The sink's commit schedule: once per this many checkpoints.
+    pub commit_every: u32,
     /// The catalog as the test reads it, opened once.
     opened: Opened,
 }
@@ -82,6 +94,7 @@ impl LocalTable {
             catalog,
             ident: TableIdent::from_strs(["db", "events"]).expect("a name"),
             dir,
+            commit_every: 1,
             opened: Opened::new(),
         }
     }
@@ -102,7 +115,7 @@ impl Destination for LocalTable {
     type Sink = IcebergSink<Event>;
 
     async fn sink(&self) -> IcebergSink<Event> {
-        kit_sink(self.catalog.clone(), &self.ident)
+        kit_sink_committing_every(self.catalog.clone(), &self.ident, self.commit_every)
     }
 
     async fn committed_ids(&self) -> Vec<u64> {
