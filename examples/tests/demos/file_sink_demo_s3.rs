@@ -40,44 +40,56 @@ fn finished_ids(url: &str) -> Vec<u64> {
     })
 }
 
-/// The multipart uploads in progress under `prefix` of `bucket`, as the
-/// server lists them.
-fn uploads_in_progress(endpoint: &str, bucket: &str, prefix: &str) -> usize {
+/// A signed client of the test server's `bucket` (SeaweedFS checks
+/// signatures), and a runtime to use it on.
+fn test_bucket(
+    endpoint: &str,
+    bucket: &str,
+) -> (sink_object_store::S3Prefix, tokio::runtime::Runtime) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let body = runtime.block_on(async {
-        reqwest::get(format!("{endpoint}/{bucket}?uploads&prefix={prefix}/"))
-            .await
-            .and_then(|r| r.error_for_status())
-            .expect("the server lists uploads")
-            .text()
-            .await
-            .expect("a listing")
+    let s3 = runtime.block_on(async {
+        sink_object_store::s3(
+            &format!("s3://{bucket}"),
+            &[
+                ("endpoint".into(), endpoint.into()),
+                ("allow_http".into(), "true".into()),
+            ],
+        )
+        .expect("a client of the test bucket")
     });
-    body.matches("<Upload>").count()
+    (s3, runtime)
+}
+
+/// The multipart uploads in progress under `prefix` of `bucket`, as the
+/// server lists them.
+fn uploads_in_progress(endpoint: &str, bucket: &str, prefix: &str) -> usize {
+    let (s3, runtime) = test_bucket(endpoint, bucket);
+    let uploads = s3.uploads.expect("an S3 bucket's uploads");
+    runtime
+        .block_on(uploads.list(&object_store::path::Path::from(format!("{prefix}/"))))
+        .expect("the server lists uploads")
+        .len()
 }
 
 /// The keys under `prefix` of `bucket`, as the server lists them.
 fn list_keys(endpoint: &str, bucket: &str, prefix: &str) -> Vec<String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let body = runtime.block_on(async {
-        reqwest::get(format!("{endpoint}/{bucket}?list-type=2&prefix={prefix}"))
-            .await
-            .and_then(|r| r.error_for_status())
-            .expect("the server lists objects")
-            .text()
-            .await
-            .expect("a listing")
-    });
-    body.split("<Key>")
-        .skip(1)
-        .filter_map(|rest| rest.split("</Key>").next())
-        .map(str::to_string)
+    use futures::TryStreamExt as _;
+    use object_store::ObjectStore as _;
+
+    let (s3, runtime) = test_bucket(endpoint, bucket);
+    let listed: Vec<_> = runtime
+        .block_on(
+            s3.store
+                .list(Some(&object_store::path::Path::from(prefix)))
+                .try_collect(),
+        )
+        .expect("the server lists objects");
+    listed
+        .iter()
+        .map(|meta| meta.location.to_string())
         .collect()
 }
 

@@ -33,17 +33,23 @@ fn output(bucket: &str) -> ObjectOutput {
 }
 
 /// The multipart uploads in progress under `prefix` of the server's
-/// bucket, as the server lists them (object_store cannot list uploads).
+/// bucket, as the server lists them (object_store cannot list uploads:
+/// `sink-object-store`'s signed listing).
 async fn uploads_in_progress(endpoint: &str, bucket: &str, prefix: &str) -> usize {
-    let url = format!("{endpoint}/{bucket}?uploads&prefix={prefix}/");
-    let body = reqwest::get(&url)
+    let s3 = sink_object_store::s3(
+        &format!("s3://{bucket}"),
+        &[
+            ("endpoint".into(), endpoint.into()),
+            ("allow_http".into(), "true".into()),
+        ],
+    )
+    .expect("a client of the test bucket");
+    s3.uploads
+        .expect("an S3 bucket's uploads")
+        .list(&object_store::path::Path::from(format!("{prefix}/")))
         .await
-        .and_then(|r| r.error_for_status())
         .expect("the server lists uploads")
-        .text()
-        .await
-        .expect("a listing");
-    body.matches("<Upload>").count()
+        .len()
 }
 
 /// The ids in every finished object of `output`.
