@@ -47,10 +47,22 @@ fn is_permanent(error: &Error) -> bool {
         | ErrorKind::TableNotFound
         | ErrorKind::FeatureUnsupported
         | ErrorKind::PreconditionFailed => true,
+        ErrorKind::Unexpected => refused_credentials(error),
         // A commit race, an unreachable catalog or store, and whatever the
         // library does not class: a restart reads the table again.
         _ => false,
     }
+}
+
+/// Whether a REST catalog answered 401 or 403: credentials it refuses,
+/// which no restart cures. iceberg-catalog-rest reports any unexpected
+/// answer as `Unexpected`, with the status in its context (`status` for a
+/// catalog call, `code` for the token endpoint); only the text shows it.
+fn refused_credentials(error: &Error) -> bool {
+    let text = error.to_string();
+    ["status: 401", "status: 403", "code: 401", "code: 403"]
+        .iter()
+        .any(|answer| text.contains(answer))
 }
 
 #[cfg(test)]
@@ -65,5 +77,20 @@ mod tests {
         assert!(error.to_string().contains("no table db.events"), "{error}");
         let race = Error::new(ErrorKind::CatalogCommitConflicts, "metadata moved");
         assert!(!iceberg_error("committing", race).is_permanent());
+        // A REST catalog refusing the credentials, at a call or at the
+        // token endpoint; a server error stays transient.
+        for (key, value, permanent) in [
+            ("status", "403 Forbidden", true),
+            ("code", "401 Unauthorized", true),
+            ("status", "503 Service Unavailable", false),
+        ] {
+            let answer = Error::new(ErrorKind::Unexpected, "Received unexpected response")
+                .with_context(key, value);
+            assert_eq!(
+                iceberg_error("reading db.events", answer).is_permanent(),
+                permanent,
+                "{value}"
+            );
+        }
     }
 }

@@ -158,7 +158,9 @@ fn a_partition_spec_that_does_not_read_or_fit_is_refused_naming_the_field() {
 /// The table's spec changed (PyIceberg adds `day(ts)` to an unpartitioned
 /// table) while the job runs: the job's files of the checkpoints after the
 /// change are partitioned by day, each holding its day, those before are
-/// not, and every row is in the table once.
+/// not, and every row is in the table once. The job runs slowly until the
+/// table shows a file of the new spec (so that the running job, not a new
+/// start, wrote it), is then killed, and run again to its end.
 #[test]
 fn a_spec_changed_while_the_job_runs_is_written_from_the_next_checkpoint() {
     if sink_testkit::servers::iceberg_reader().is_none() {
@@ -168,29 +170,65 @@ fn a_spec_changed_while_the_job_runs_is_written_from_the_next_checkpoint() {
     let warehouse = dir.path().join("wh");
     let created = summary(&demo(&warehouse, &["--records", "0", "--json"]));
     assert_eq!(created["status"], "Finished", "{created}");
-    let job = Command::new(env!("CARGO_BIN_EXE_iceberg-sink-demo"))
+    let state = dir.path().join("state");
+    let args = |rate: &'static str| {
+        let mut args = vec![
+            "--state".to_string(),
+            state.to_str().expect("a UTF-8 path").to_string(),
+            "--records".to_string(),
+            "300000".to_string(),
+            "--checkpoint-interval".to_string(),
+            "200ms".to_string(),
+            "--json".to_string(),
+        ];
+        if !rate.is_empty() {
+            args.extend(["--rate".to_string(), rate.to_string()]);
+        }
+        args
+    };
+    let mut job = Command::new(env!("CARGO_BIN_EXE_iceberg-sink-demo"))
         .arg("--warehouse")
         .arg(&warehouse)
-        .args([
-            "--state",
-            dir.path().join("state").to_str().expect("a UTF-8 path"),
-            "--records",
-            "200000",
-            "--rate",
-            "25000",
-            "--checkpoint-interval",
-            "200ms",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .args(args("10000"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .expect("the demo starts");
-    // PyIceberg takes a second or two to start: the change lands in the
-    // middle of the job's 8 s.
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(500));
     let evolved = read(&warehouse, &["--evolve-spec", "day(ts)"]).expect("the reader");
-    let report = summary(&job.wait_with_output().unwrap());
+    // Until the running job appended a file of the new spec.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let catalog =
+        sinks_iceberg::SqliteCatalog::new(&warehouse.join("catalog.db"), &warehouse).unwrap();
+    let ident = sinks_iceberg::parse_table_name("demo.events").unwrap();
+    let mut waited = 0;
+    loop {
+        let partitioned = runtime.block_on(async {
+            let opened = catalog.open().await.unwrap();
+            let table = sinks_iceberg::read::table(opened.as_ref(), &ident)
+                .await
+                .unwrap()
+                .expect("the table");
+            let files = sinks_iceberg::read::live_files(&table).await.unwrap();
+            files.iter().any(|path| path.contains("/ts_day="))
+        });
+        if partitioned {
+            break;
+        }
+        assert!(
+            job.try_wait().unwrap().is_none(),
+            "the job ended before it wrote a file of the new spec"
+        );
+        assert!(waited < 600, "no file of the new spec after 60 s");
+        waited += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    job.kill().unwrap(); // SIGKILL
+    job.wait().unwrap();
+    let report = summary(&demo(
+        &warehouse,
+        &args("").iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
     assert_eq!(report["status"], "Finished", "{report}");
     let whole = read(&warehouse, &[]).expect("the reader");
     println!(
@@ -204,7 +242,7 @@ fn a_spec_changed_while_the_job_runs_is_written_from_the_next_checkpoint() {
     );
     assert_eq!(
         (whole["rows"].as_u64(), whole["distinct_ids"].as_u64()),
-        (Some(200_000), Some(200_000)),
+        (Some(300_000), Some(300_000)),
         "{whole}"
     );
     let files = whole["files"].as_array().expect("the live files");

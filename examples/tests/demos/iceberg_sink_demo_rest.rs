@@ -28,6 +28,17 @@ fn fresh_table() -> String {
 
 /// The demo on `table` of the REST catalog, with its checkpoints in `dir`.
 fn spawn(server: &IcebergRestServer, table: &str, dir: &Path, args: &[&str]) -> Child {
+    spawn_with(server, server.properties(), table, dir, args)
+}
+
+/// [`spawn`] with the catalog properties `properties`.
+fn spawn_with(
+    server: &IcebergRestServer,
+    properties: Vec<(String, String)>,
+    table: &str,
+    dir: &Path,
+    args: &[&str],
+) -> Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_iceberg-sink-demo"));
     command
         .current_dir(dir)
@@ -35,7 +46,7 @@ fn spawn(server: &IcebergRestServer, table: &str, dir: &Path, args: &[&str]) -> 
         .arg(format!("rest:{}", server.uri))
         .arg("--table")
         .arg(table);
-    for (key, value) in server.properties() {
+    for (key, value) in properties {
         command
             .arg("--catalog-property")
             .arg(format!("{key}={value}"));
@@ -241,4 +252,76 @@ fn on_a_rest_catalog_a_pyiceberg_append_racing_the_job_keeps_every_row_of_both_o
     );
     assert_eq!(read["rows"], 102_000, "{read}");
     assert_eq!(read["distinct_ids"], 102_000, "{read}");
+}
+
+/// The catalog's requests signed with SigV4 (`rest.sigv4-enabled`, the
+/// REST catalog's signing proxy) instead of an OAuth2 token: the demo
+/// writes every row once, as PyIceberg reads it; with a wrong secret key
+/// the catalog refuses every request, and the demo fails naming the 403
+/// and writes nothing.
+#[test]
+fn on_a_rest_catalog_signed_with_sigv4_every_row_once_and_a_wrong_secret_is_refused() {
+    let Some((server, reader)) = servers() else {
+        return;
+    };
+    let signed = |secret: &str| {
+        let mut properties: Vec<(String, String)> = server
+            .properties()
+            .into_iter()
+            .filter(|(key, _)| key != "credential")
+            .collect();
+        for (key, value) in [
+            ("rest.sigv4-enabled", "true"),
+            ("rest.signing-region", server.region.as_str()),
+            ("rest.signing-name", "s3tables"),
+            ("client.access-key-id", server.access_key_id.as_str()),
+            ("client.secret-access-key", secret),
+        ] {
+            properties.push((key.to_string(), value.to_string()));
+        }
+        properties
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let table = fresh_table();
+    let refused = spawn_with(
+        &server,
+        signed("not-the-secret"),
+        &table,
+        dir.path(),
+        &["--records", "1000", "--json"],
+    )
+    .wait_with_output()
+    .unwrap();
+    let message = crate::output::text(&refused);
+    assert!(!refused.status.success(), "{message}");
+    assert!(message.contains("403"), "{message}");
+    assert!(
+        !message.contains("not-the-secret"),
+        "the secret was printed: {message}"
+    );
+    let report = summary(
+        &spawn_with(
+            &server,
+            signed(&server.secret_access_key),
+            &table,
+            dir.path(),
+            &[
+                "--records",
+                "20000",
+                "--checkpoint-interval",
+                "100ms",
+                "--json",
+            ],
+        )
+        .wait_with_output()
+        .unwrap(),
+    );
+    assert_eq!(report["status"], "Finished", "{report}");
+    assert_eq!(report["distinct_ids"], 20_000, "{report}");
+    let read = read(&reader, &server, &table, &[]);
+    assert_eq!(
+        (read["rows"].as_u64(), read["distinct_ids"].as_u64()),
+        (Some(20_000), Some(20_000)),
+        "{read}"
+    );
 }

@@ -18,6 +18,8 @@
 
 #[cfg(feature = "rest")]
 mod rest;
+#[cfg(feature = "rest")]
+mod sigv4;
 mod sqlite;
 mod table;
 

@@ -11,8 +11,11 @@
 //!
 //! The properties are named as PyIceberg and iceberg-rust name them
 //! (`credential`, `token`, `warehouse`, `scope`, `oauth2-server-uri`,
-//! `header.*`, `s3.endpoint`, `s3.access-key-id`, …). Secrets among them
-//! are never printed: [`RestCatalog`]'s `Debug` shows their keys only.
+//! `header.*`, `s3.endpoint`, `s3.access-key-id`, …, and for AWS's request
+//! signing `rest.sigv4-enabled`, `rest.signing-region`, `rest.signing-name`,
+//! `client.access-key-id`, `client.secret-access-key`: the `sigv4`
+//! module). Secrets among them are never printed: [`RestCatalog`]'s
+//! `Debug` shows their keys only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -27,13 +30,19 @@ use crate::object_storage::ObjectStorageFactory;
 
 use super::sqlite::CATALOG_NAME;
 
-/// Properties whose values are secrets: never printed.
+/// Properties whose values are secrets: never printed (and SigV4's,
+/// `super::sigv4::SECRETS`).
 const SECRETS: &[&str] = &[
     "credential",
     "token",
     "s3.secret-access-key",
     "s3.session-token",
 ];
+
+/// Whether the property `key` holds a secret.
+fn is_secret(key: &str) -> bool {
+    SECRETS.contains(&key) || super::sigv4::SECRETS.contains(&key)
+}
 
 /// A REST catalog: its URI and its properties.
 ///
@@ -54,7 +63,7 @@ impl fmt::Debug for RestCatalog {
             .properties
             .iter()
             .map(|(key, value)| {
-                let shown = if SECRETS.contains(&key.as_str()) {
+                let shown = if is_secret(key) {
                     "<secret>"
                 } else {
                     value.as_str()
@@ -124,7 +133,7 @@ impl RestCatalog {
     /// The property `key`, unless it is a secret (`credential`, `token`,
     /// `s3.secret-access-key`, `s3.session-token`).
     pub fn property(&self, key: &str) -> Option<&str> {
-        if SECRETS.contains(&key) {
+        if is_secret(key) {
             return None;
         }
         self.properties.get(key).map(String::as_str)
@@ -137,7 +146,12 @@ impl RestCatalog {
     /// start and by programs reading the table.
     pub async fn open(&self) -> Result<Arc<dyn Catalog>, SinkError> {
         let mut props: HashMap<String, String> = self.properties.clone().into_iter().collect();
-        props.insert(REST_CATALOG_PROP_URI.to_string(), self.uri.clone());
+        // With SigV4 the catalog talks to a signing proxy (`sigv4`).
+        let uri = match super::sigv4::Signing::from_properties(&self.properties)? {
+            Some(signing) => super::sigv4::proxy_for(&self.uri, &signing)?,
+            None => self.uri.clone(),
+        };
+        props.insert(REST_CATALOG_PROP_URI.to_string(), uri);
         let catalog = RestCatalogBuilder::default()
             .with_storage_factory(Arc::new(ObjectStorageFactory::from_properties()))
             .load(CATALOG_NAME, props)
