@@ -30,6 +30,13 @@ pub trait BucketAssigner<T>: Send + Sync + 'static {
     fn bucket_id(&self, record: &T, context: &BucketContext) -> String;
 }
 
+/// An assigner chosen at run time, such as from a `--bucket-by` flag.
+impl<T: 'static> BucketAssigner<T> for Box<dyn BucketAssigner<T>> {
+    fn bucket_id(&self, record: &T, context: &BucketContext) -> String {
+        (**self).bucket_id(record, context)
+    }
+}
+
 /// Every record in the base path itself.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BasePathBucketAssigner;

@@ -11,7 +11,9 @@
 //!
 //! ```text
 //!  B/S/part-1 part-2 … part-n            sealed segment S of bucket B: n small files, visible
-//!  B/.S.compacting/part-S + .compacted   merged copy (their bytes, in name order) and its manifest, fsynced
+//!  B/.S.compacting/part-S + .compacted   merged copy (their bytes, in name order; for a bulk format
+//!                                        such as Parquet, their records rewritten as one file) and
+//!                                        its manifest, fsynced
 //!        │ renameat2(RENAME_EXCHANGE): B/S ⇄ B/.S.compacting, then fsync B
 //!        ▼
 //!  B/S/part-S + .compacted               what readers see now: one file
@@ -60,6 +62,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use crate::blocking::{assert_blocking, blocking, spawn};
+use crate::bulk::PartMerger;
 use crate::dir_sync::fsync_dir;
 use crate::io_error::io_error;
 use crate::segments::{
@@ -181,6 +184,9 @@ pub(crate) struct Round {
     pub base: PathBuf,
     pub prefix: String,
     pub suffix: String,
+    /// A bulk format's merge (Parquet's row groups rewritten through
+    /// arrow); `None`: a row format's files, concatenated.
+    pub merger: Option<Arc<dyn PartMerger>>,
     pub lineage: Lineage,
     pub generation: Generation,
     pub stats: Arc<FileSinkStats>,
@@ -497,7 +503,17 @@ impl Round {
         let mut merged = File::create_new(&merged_path)
             .map_err(|e| io_error(format!("creating {}", merged_path.display()), e))?;
         let mut sources = Vec::with_capacity(files.len());
-        for (name, bytes) in files {
+        if let Some(merger) = &self.merger {
+            let paths: Vec<(PathBuf, u64)> = (files.iter())
+                .map(|(name, bytes)| (dir.join(name), *bytes))
+                .collect();
+            merger.merge(&paths, &mut merged)?;
+            sources.extend(files.iter().map(|(name, bytes)| Source {
+                name: name.clone(),
+                bytes: *bytes,
+            }));
+        }
+        for (name, bytes) in files.iter().filter(|_| self.merger.is_none()) {
             let path = dir.join(name);
             let mut source = File::open(&path)
                 .map_err(|e| io_error(format!("opening {}", path.display()), e))?;
@@ -829,6 +845,7 @@ mod tests {
             base: base.to_path_buf(),
             prefix: "part".into(),
             suffix: ".txt".into(),
+            merger: None,
             lineage: lineage(),
             generation: Generation(generation),
             stats: Arc::default(),

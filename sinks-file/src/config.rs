@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::bulk::PartMerger;
 use crate::clock::Clock;
 use crate::compaction::Compaction;
 use crate::dir_sync::DirSyncs;
@@ -64,4 +65,7 @@ pub(crate) struct FileSinkConfig<E, B> {
     pub parts_in_flight: usize,
     /// On a local output: the compaction of committed files, if on.
     pub compaction: Option<Arc<Compaction>>,
+    /// With compaction of a bulk format's parts: how they merge (set by
+    /// the builder); `None`: merged by concatenating their bytes.
+    pub merger: Option<Arc<dyn PartMerger>>,
 }

@@ -1,8 +1,10 @@
-//! Row encoders: how one record becomes bytes in a part file.
+//! Encoders: how records become the bytes of a part file.
 //!
-//! An [`Encoder`] appends one record to a buffer the writer reuses for every
+//! A row encoder appends one record to a buffer the writer reuses for every
 //! record, so encoding allocates nothing per record once the buffer has grown
-//! to the size of the largest one.
+//! to the size of the largest one. A bulk format (Parquet, the `parquet`
+//! module) is an encoder too: its [`Encoder::bulk`] hands the writer a
+//! [`BulkFormat`], which writes each part as a whole (the `bulk` module).
 
 use std::fmt::Display;
 use std::io::Write;
@@ -10,6 +12,8 @@ use std::marker::PhantomData;
 
 use serde::Serialize;
 use sink_api::SinkError;
+
+use crate::bulk::BulkFormat;
 
 /// Turns a record into the bytes of one row.
 ///
@@ -21,9 +25,30 @@ use sink_api::SinkError;
 ///   format has one) and leaves what was in `out` before untouched.
 /// - On error, the writer drops what the call appended; the record is not
 ///   written and the job fails with the error.
+/// - A bulk format returns itself from [`bulk`](Self::bulk), and the writer
+///   then never calls [`encode`](Self::encode).
 pub trait Encoder<T>: Send + Sync + 'static {
     /// Appends `record` to `out`.
     fn encode(&self, record: &T, out: &mut Vec<u8>) -> Result<(), SinkError>;
+
+    /// For a bulk format, such as [`ParquetEncoder`](crate::ParquetEncoder):
+    /// the format, which writes each part as a whole (the `bulk` module).
+    /// `None`, the default, for a row format. Asked once by the sink's
+    /// builder, then by the writer for each part it opens.
+    fn bulk(&self) -> Option<&dyn BulkFormat<T>> {
+        None
+    }
+}
+
+/// An encoder chosen at run time, such as from a `--format` flag.
+impl<T: 'static> Encoder<T> for Box<dyn Encoder<T>> {
+    fn encode(&self, record: &T, out: &mut Vec<u8>) -> Result<(), SinkError> {
+        (**self).encode(record, out)
+    }
+
+    fn bulk(&self) -> Option<&dyn BulkFormat<T>> {
+        (**self).bulk()
+    }
 }
 
 /// One line per record: its `Display` form and a newline.

@@ -10,7 +10,9 @@
 //! | module | holds |
 //! |---|---|
 //! | [`encoder`] | how a record becomes a row: lines, JSON lines, CSV |
-//! | [`bucket`] | which directory a record goes to: the base path, date-time, a closure |
+//! | [`bulk`], `parquet` | formats written a part at a time: the contract, and Parquet (feature `parquet`), its parts finished at every checkpoint |
+//! | [`bucket`] | which directory a record goes to: the base path, the writer's date-time, a closure |
+//! | [`hive`] | Hive-style `key=value` directories from the record itself: its event time, its fields |
 //! | [`rolling`] | when a part rolls: size, age, inactivity, every checkpoint |
 //! | `part_file` | the life of one part file on disk |
 //! | `blocking` | fsyncs, renames and creations on tokio's blocking threads, never on the async workers |
@@ -56,6 +58,7 @@
 
 mod blocking;
 pub mod bucket;
+pub mod bulk;
 pub mod clock;
 mod committer;
 mod compaction;
@@ -65,6 +68,7 @@ pub mod encoder;
 mod format;
 mod group_set;
 mod hidden_name;
+pub mod hive;
 mod identity;
 mod io_error;
 #[cfg(feature = "object-store")]
@@ -75,6 +79,8 @@ mod object_output;
 mod orphans;
 mod outcome;
 mod output;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 #[cfg(feature = "object-store")]
 mod part_buffers;
 mod part_file;
@@ -102,10 +108,14 @@ mod writer;
 pub use bucket::{
     BasePathBucketAssigner, BucketAssigner, BucketContext, DateTimeBucketAssigner, FnBucketAssigner,
 };
+pub use bulk::{BulkFormat, BulkPart, PartMerger};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::FileCommitter;
 pub use compaction::CompactionPolicy;
 pub use encoder::{CsvEncoder, Encoder, JsonLinesEncoder, LineEncoder};
+pub use hive::{
+    escape_hive_value, EventTimeBucketAssigner, FieldsBucketAssigner, HIVE_DEFAULT_PARTITION,
+};
 #[cfg(feature = "object-store")]
 pub use memory_store::MemoryObjectStore;
 pub use multipart_limits::S3_MINIMUM_PART_SIZE;
@@ -114,6 +124,8 @@ pub use object_output::{ObjectOutput, ObjectOutputStore};
 pub use output::{finished_files, read_finished};
 #[cfg(feature = "object-store")]
 pub use output::{finished_objects, read_object};
+#[cfg(feature = "parquet")]
+pub use parquet::{read_parquet, ParquetCompression, ParquetEncoder};
 pub use position_group::{PositionGroupId, PositionMember};
 pub use rolling::{PartInfo, RollingPolicy};
 pub use sink::{FileSink, FileSinkBuilder};

@@ -200,14 +200,20 @@ impl InProgressPart {
         })
     }
 
-    /// Appends one encoded record.
-    pub(crate) fn write_record(&mut self, bytes: &[u8], now_ms: u64) -> Result<(), SinkError> {
+    /// Appends `bytes` holding `records` more records: one encoded record
+    /// of a row format, or what a bulk format handed out.
+    pub(crate) fn write(
+        &mut self,
+        bytes: &[u8],
+        records: u64,
+        now_ms: u64,
+    ) -> Result<(), SinkError> {
         self.file
             .write_all(bytes)
             .map_err(|e| io_error(format!("writing the part file {}", self.path.display()), e))?;
         self.info.size_bytes += bytes.len() as u64;
         self.info.last_write_ms = now_ms;
-        self.records += 1;
+        self.records += records;
         self.unsynced_bytes += bytes.len() as u64;
         if self.unsynced_bytes >= WRITE_BEHIND_BYTES {
             self.write_behind()?;

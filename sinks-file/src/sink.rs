@@ -125,6 +125,7 @@ impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
                 part_size: S3_MINIMUM_PART_SIZE,
                 parts_in_flight: 2,
                 compaction: None,
+                merger: None,
             },
             _record: PhantomData,
         }
@@ -137,7 +138,7 @@ pub struct FileSinkBuilder<T, E, B> {
     _record: PhantomData<fn(T)>,
 }
 
-impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
+impl<T: 'static, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
     /// Which directory under the base path each record goes to.
     pub fn bucket_assigner<B2: BucketAssigner<T>>(
         self,
@@ -158,6 +159,7 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
                 part_size: c.part_size,
                 parts_in_flight: c.parts_in_flight,
                 compaction: c.compaction,
+                merger: c.merger,
             },
             _record: PhantomData,
         }
@@ -222,9 +224,24 @@ impl<T, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
     /// Checks the names (and, on an object store, the part size) and
     /// returns the sink. On an object store, parts roll at the latest when
     /// they reach 10 000 uploaded parts (S3's limit), whatever the rolling
-    /// policy says.
-    #[cfg_attr(not(feature = "object-store"), allow(unused_mut))]
+    /// policy says. With a bulk format ([`Encoder::bulk`], such as
+    /// Parquet), parts also roll at every checkpoint, whatever the policy
+    /// says (a bulk part cannot be resumed), and compaction is refused for
+    /// a format that cannot merge its parts.
     pub fn build(mut self) -> Result<FileSink<T, E, B>, SinkError> {
+        if let Some(bulk) = self.config.encoder.bulk() {
+            self.config.rolling.roll_on_checkpoint = true;
+            if self.config.compaction.is_some() {
+                self.config.merger = Some(bulk.merger().ok_or_else(|| {
+                    SinkError::msg(
+                        "compaction cannot merge the parts of this bulk format (its \
+                         BulkFormat::merger is None): leave FileSinkBuilder::compaction out, or \
+                         roll larger parts",
+                    )
+                    .permanent()
+                })?);
+            }
+        }
         #[cfg(feature = "object-store")]
         if let (Output::Object(object), Some(_)) = (&self.config.output, &self.config.compaction) {
             return Err(SinkError::msg(format!(
@@ -538,12 +555,14 @@ where
             self.config.part_prefix.clone(),
             self.config.part_suffix.clone(),
         );
+        let merger = self.config.merger.clone();
         Some(Box::new(move |context: &InitContext| {
             let round = Round {
                 compaction: compaction.clone(),
                 base: base.clone(),
                 prefix: prefix.clone(),
                 suffix: suffix.clone(),
+                merger: merger.clone(),
                 lineage: context.lineage.clone(),
                 generation: context.generation,
                 stats: stats.clone(),

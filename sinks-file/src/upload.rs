@@ -173,9 +173,11 @@ impl UploadPart {
         })
     }
 
-    /// Appends one encoded record: to the tail, and each time the tail
-    /// reaches the part size, it is cut there (a record may straddle two
-    /// parts) and uploaded in the background.
+    /// Appends `bytes` holding `records` more records (one encoded record
+    /// of a row format, or a piece of what a bulk format handed out): to
+    /// the tail, and each time the tail reaches the part size, it is cut
+    /// there (a record may straddle two parts) and uploaded in the
+    /// background.
     ///
     /// A record that completes a part first waits for room among the parts
     /// in flight, so the writer never holds more than its parts in flight
@@ -190,9 +192,10 @@ impl UploadPart {
     /// record that cut more parts than there is room for) has appended its
     /// record. The runtime awaits `write_batch` to its end; it never drops
     /// it midway.
-    pub(crate) async fn write_record(
+    pub(crate) async fn write(
         &mut self,
         bytes: &[u8],
+        records: u64,
         now_ms: u64,
     ) -> Result<(), SinkError> {
         if self.tail.len() + bytes.len() >= self.part_size {
@@ -209,7 +212,7 @@ impl UploadPart {
         self.tail.extend_from_slice(rest);
         self.info.size_bytes += bytes.len() as u64;
         self.info.last_write_ms = now_ms;
-        self.records += 1;
+        self.records += records;
         self.upload_full_parts().await
     }
 
@@ -469,7 +472,7 @@ mod tests {
         for record in 0..200u32 {
             // Records of 3 to 29 bytes: many straddle two parts.
             let bytes: Vec<u8> = (0..3 + record % 27).map(|i| (record + i) as u8).collect();
-            upload.write_record(&bytes, 0).await.unwrap();
+            upload.write(&bytes, 1, 0).await.unwrap();
             expected.extend_from_slice(&bytes);
         }
         let committable = upload.close_for_commit(&output).await.unwrap();

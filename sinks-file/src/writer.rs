@@ -47,6 +47,7 @@ use sink_api::{
 
 use crate::blocking::{blocking, spawn};
 use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
+use crate::bulk::{BulkFormat, BulkPart};
 use crate::config::{FileSinkConfig, Output};
 use crate::encoder::Encoder;
 use crate::identity::{self, OutputIdentity};
@@ -124,7 +125,7 @@ pub struct FileWriter<T, E, B> {
     /// in checkpoints.
     advances: Option<Vec<PositionAdvance>>,
     next_counter: u64,
-    parts: BTreeMap<String, Part>,
+    parts: BTreeMap<String, OpenPart<T>>,
     pending: Vec<FileCommittable>,
     /// The fsyncs of the parts closed or persisted since the last
     /// checkpoint's durability work, started on blocking threads when the
@@ -137,6 +138,19 @@ pub struct FileWriter<T, E, B> {
     part_buffers: PartBuffers,
     _record: PhantomData<fn(T)>,
 }
+
+/// A part in progress, with the bulk format's writer of it (`None` for a
+/// row format).
+pub(crate) struct OpenPart<T> {
+    part: Part,
+    bulk: Option<Box<dyn BulkPart<T>>>,
+}
+
+/// Bulk formats hand their bytes to a part in pieces of at most this: an
+/// upload then cuts at most one part per piece and waits for room among
+/// its parts in flight, rather than holding a whole row group's worth of
+/// part buffers at once.
+const BULK_PIECE_BYTES: usize = 1024 * 1024;
 
 /// A part in progress: a hidden local file, or a multipart upload.
 pub(crate) enum Part {
@@ -154,14 +168,31 @@ impl Part {
         }
     }
 
-    /// Appends one encoded record; an upload starts sending a part once it
-    /// holds one.
-    async fn write_record(&mut self, bytes: &[u8], now_ms: u64) -> Result<(), SinkError> {
+    /// Appends `bytes` holding `records` more records; an upload starts
+    /// sending a part once it holds one.
+    async fn write(&mut self, bytes: &[u8], records: u64, now_ms: u64) -> Result<(), SinkError> {
         match self {
-            Part::File(part) => part.write_record(bytes, now_ms),
+            Part::File(part) => part.write(bytes, records, now_ms),
             #[cfg(feature = "object-store")]
-            Part::Upload(part) => part.write_record(bytes, now_ms).await,
+            Part::Upload(part) => part.write(bytes, records, now_ms).await,
         }
+    }
+
+    /// Appends what a bulk format handed out (`records` more records), in
+    /// pieces of at most [`BULK_PIECE_BYTES`].
+    async fn write_pieces(
+        &mut self,
+        bytes: &[u8],
+        records: u64,
+        now_ms: u64,
+    ) -> Result<(), SinkError> {
+        let mut pieces = bytes.chunks(BULK_PIECE_BYTES);
+        self.write(pieces.next().unwrap_or_default(), records, now_ms)
+            .await?;
+        for piece in pieces {
+            self.write(piece, 0, now_ms).await?;
+        }
+        Ok(())
     }
 }
 
@@ -174,17 +205,25 @@ fn start_sync(unsynced: Unsynced) -> Syncing {
     spawn(move || unsynced.sync())
 }
 
-/// Closes `parts` for good: local files by handing their last bytes to the
-/// operating system and starting their fsyncs (waited for by the
+/// Closes `parts` for good: a bulk format's part first gets the rest of its
+/// file (through `buffer`); then local files by handing their last bytes to
+/// the operating system and starting their fsyncs (waited for by the
 /// checkpoint's durability work, in `syncing`), uploads by sending their
 /// tails.
-async fn close_all(
-    parts: Vec<Part>,
+async fn close_all<T>(
+    parts: Vec<OpenPart<T>>,
     output: &OutputIdentity,
     syncing: &mut Vec<Syncing>,
+    buffer: &mut Vec<u8>,
 ) -> Result<Vec<FileCommittable>, SinkError> {
     let mut closed = Vec::new();
-    for part in parts {
+    for OpenPart { mut part, bulk } in parts {
+        if let Some(bulk) = bulk {
+            buffer.clear();
+            bulk.finish(buffer)?;
+            let at = part.info().last_write_ms;
+            part.write_pieces(buffer, 0, at).await?;
+        }
         match part {
             Part::File(part) => {
                 let (committable, file) = part.close_for_commit(output)?;
@@ -198,7 +237,7 @@ async fn close_all(
     Ok(closed)
 }
 
-impl<T, E, B> FileWriter<T, E, B>
+impl<T: 'static, E, B> FileWriter<T, E, B>
 where
     E: Encoder<T>,
     B: BucketAssigner<T>,
@@ -295,14 +334,14 @@ where
         let due: Vec<String> = self
             .parts
             .iter()
-            .filter(|(_, part)| roll(part.info()))
+            .filter(|(_, open)| roll(open.part.info()))
             .map(|(bucket, _)| bucket.clone())
             .collect();
         if due.is_empty() {
             return Ok(());
         }
-        let parts: Vec<Part> = due.iter().filter_map(|b| self.parts.remove(b)).collect();
-        let closed = close_all(parts, &self.output, &mut self.syncing).await?;
+        let parts: Vec<OpenPart<T>> = due.iter().filter_map(|b| self.parts.remove(b)).collect();
+        let closed = close_all(parts, &self.output, &mut self.syncing, &mut self.buffer).await?;
         self.pending.extend(closed);
         Ok(())
     }
@@ -332,36 +371,90 @@ where
                 .iter_mut()
                 .next()
                 .filter(|(open, _)| same_bucket(open, &bucket))
-                .map(|(_, part)| part),
-            _ => self.parts.get_mut(&bucket),
+                .map(|(_, open)| &mut open.part),
+            _ => self.parts.get_mut(&bucket).map(|open| &mut open.part),
         };
         let roll = match part {
             Some(part) if !rolling.should_roll_before_write(part.info(), next_bytes) => {
-                return part.write_record(&self.buffer, now_ms).await;
+                return part.write(&self.buffer, 1, now_ms).await;
             }
             Some(_) => true,
             None => false,
         };
-        let replaced = match roll {
-            true => self.parts.remove(&bucket),
-            false => None,
+        if roll {
+            // A row format's part: no bytes to finish it with (the buffer
+            // holds the record).
+            self.close_part(&bucket, &mut Vec::new()).await?;
+        }
+        let mut part = self.open_part(&bucket, now_ms).await?;
+        part.write(&self.buffer, 1, now_ms).await?;
+        self.parts.insert(bucket, OpenPart { part, bulk: None });
+        Ok(())
+    }
+
+    /// Writes `record` into its bucket's part of the bulk format `format`,
+    /// opening one when the bucket has none; rolls the part once its bytes
+    /// and what the format holds reach the policy's size.
+    async fn write_bulk(
+        &mut self,
+        format: &dyn BulkFormat<T>,
+        record: T,
+        now_ms: u64,
+    ) -> Result<(), SinkError> {
+        let context = BucketContext { now_ms };
+        let bucket = self.config.bucket_assigner.bucket_id(&record, &context);
+        if !self.parts.contains_key(&bucket) {
+            let part = self.open_part(&bucket, now_ms).await?;
+            let bulk = Some(format.open_part()?);
+            self.parts.insert(bucket.clone(), OpenPart { part, bulk });
+        }
+        let Some(OpenPart {
+            part,
+            bulk: Some(bulk),
+        }) = self.parts.get_mut(&bucket)
+        else {
+            return Err(SinkError::msg(format!(
+                "the bucket '{bucket}' has a part of a row format open in a writer of a bulk                  format"
+            )));
         };
-        check_bucket_id(&bucket)?;
+        self.buffer.clear();
+        bulk.add(&record, &mut self.buffer)?;
+        drop(record);
+        part.write_pieces(&self.buffer, 1, now_ms).await?;
+        let size = part.info().size_bytes + bulk.buffered_bytes();
+        if (self.config.rolling.max_part_size_bytes).is_some_and(|limit| size >= limit) {
+            let mut buffer = std::mem::take(&mut self.buffer);
+            self.close_part(&bucket, &mut buffer).await?;
+            self.buffer = buffer;
+        }
+        Ok(())
+    }
+
+    /// Closes `bucket`'s part, if it has one (through `buffer`, for a bulk
+    /// format's end); it becomes pending.
+    async fn close_part(&mut self, bucket: &str, buffer: &mut Vec<u8>) -> Result<(), SinkError> {
+        if let Some(open) = self.parts.remove(bucket) {
+            let closed = close_all(vec![open], &self.output, &mut self.syncing, buffer).await?;
+            self.pending.extend(closed);
+        }
+        Ok(())
+    }
+
+    /// Opens a new part in `bucket`: a hidden file or a multipart upload,
+    /// off the async workers.
+    async fn open_part(&mut self, bucket: &str, now_ms: u64) -> Result<Part, SinkError> {
+        check_bucket_id(bucket)?;
         let counter = self.next_counter;
         self.next_counter += 1;
         let (path, target) = part_paths(
-            Path::new(&bucket),
+            Path::new(bucket),
             &self.config.part_prefix,
             &self.writer_id,
             counter,
             &self.config.part_suffix,
             &self.lineage,
         );
-        if let Some(replaced) = replaced {
-            let closed = close_all(vec![replaced], &self.output, &mut self.syncing).await?;
-            self.pending.extend(closed);
-        }
-        let mut part = match &self.config.output {
+        Ok(match &self.config.output {
             Output::Local(base) => {
                 let (syncs, base) = (self.config.syncs.clone(), base.clone());
                 let part =
@@ -386,10 +479,7 @@ where
                     .await?,
                 )
             }
-        };
-        part.write_record(&self.buffer, now_ms).await?;
-        self.parts.insert(bucket, part);
-        Ok(())
+        })
     }
 }
 
@@ -439,10 +529,20 @@ where
         let rolling = self.config.rolling;
         self.roll_where(|part| rolling.should_roll_on_time(part, now_ms))
             .await?;
-        for record in records {
-            let bucket = self.encode(&record, now_ms)?;
-            drop(record);
-            self.write_encoded(bucket, now_ms).await?;
+        let config = self.config.clone();
+        match config.encoder.bulk() {
+            None => {
+                for record in records {
+                    let bucket = self.encode(&record, now_ms)?;
+                    drop(record);
+                    self.write_encoded(bucket, now_ms).await?;
+                }
+            }
+            Some(format) => {
+                for record in records {
+                    self.write_bulk(format, record, now_ms).await?;
+                }
+            }
         }
         Ok(())
     }
@@ -453,8 +553,8 @@ where
         if end_of_input {
             return self.roll_where(|_| true).await;
         }
-        for part in self.parts.values_mut() {
-            match part {
+        for open in self.parts.values_mut() {
+            match &mut open.part {
                 Part::File(part) => part.flush()?,
                 // An upload's bytes leave with its parts.
                 #[cfg(feature = "object-store")]
@@ -533,8 +633,15 @@ where
         _checkpoint_id: CheckpointId,
     ) -> Result<Vec<FileWriterState>, SinkError> {
         let mut in_progress = Vec::with_capacity(self.parts.len());
-        for part in self.parts.values_mut() {
-            match part {
+        for (bucket, open) in self.parts.iter_mut() {
+            if open.bulk.is_some() {
+                // The builder makes bulk formats roll at every checkpoint.
+                return Err(SinkError::msg(format!(
+                    "the bucket '{bucket}' has a part of a bulk format in progress at a checkpoint: \
+                     such parts cannot be resumed, and roll at every checkpoint"
+                )));
+            }
+            match &mut open.part {
                 Part::File(part) => {
                     let (state, unsynced) = part.persist()?;
                     in_progress.push(state);
@@ -574,11 +681,11 @@ where
     /// Drops the open files. Hidden files stay: an in-progress file recorded
     /// in the last checkpoint is needed by a restore.
     async fn close(&mut self) -> Result<(), SinkError> {
-        for part in self.parts.values_mut() {
+        for open in self.parts.values_mut() {
             // Best effort: the data matters only if a checkpoint recorded it,
             // and then it was already persisted. Parts of uploads still in
             // flight are abandoned (their tasks end with the part).
-            match part {
+            match &mut open.part {
                 Part::File(part) => drop(part.flush()),
                 #[cfg(feature = "object-store")]
                 Part::Upload(_) => {}

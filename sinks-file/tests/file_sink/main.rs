@@ -9,6 +9,7 @@ mod common;
 mod end_to_end;
 mod lifecycle;
 mod object_commit;
+mod parquet;
 mod positions;
 mod power_loss;
 mod relocation;
