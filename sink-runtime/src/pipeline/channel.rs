@@ -25,6 +25,7 @@ use tracing::debug;
 use super::key_log::KeyLog;
 use super::keys::{
     partition_of, IdempotencyKey, KeyNamespaces, KeyPartition, KeyRetention, KeyTable, Seen,
+    MAX_KEY_PARTITIONS,
 };
 use super::ticket::{TicketError, Waiter};
 use crate::source::{
@@ -113,9 +114,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
-
-/// The most key partitions a pipeline may have.
-pub(crate) const MAX_KEY_PARTITIONS: u32 = 65_536;
 
 /// The source of a pipeline's job.
 pub(crate) struct ChannelSource<R> {

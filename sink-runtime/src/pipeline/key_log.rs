@@ -2,6 +2,12 @@
 //! them: sealed segments shared between checkpoints, so that a checkpoint
 //! costs the keys added since the last one, not every key retained.
 //!
+//! This module keeps a reader's log ([`KeyLog`]: which segments it seals,
+//! merges, writes again and drops) and stores it ([`KeyCodec`], format 4).
+//! A segment, its records and the log's state as a checkpoint holds it
+//! (`Segment`, `LogState`) are module `keys`'s, with the key partitions
+//! that read their keys from them.
+//!
 //! At each barrier the reader seals the keys its partitions assigned to the
 //! checkpoint into one segment: a [`Chunk`], which checkpoint storage
 //! writes once and later checkpoints name (`storage::shared`). A segment's
@@ -44,7 +50,7 @@
 //! checked against the bytes, and every record decoded bounded.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sink_api::{
@@ -52,12 +58,12 @@ use sink_api::{
     SerializerError, VersionedSerializer,
 };
 
-use super::keys::{encode_key, Entry, KeyPartition, KeyTable, StoredKey, StoredKeyRef};
+use super::keys::{
+    decode_records, encode_key, KeyPartition, KeyTable, LogState, Segment, SegmentId, StoredKey,
+    StoredKeyRef, RECORD_ENCODING,
+};
 use crate::source::SplitCodec;
 use crate::storage::{Chunk, Piece, StateBytes};
-
-/// A segment's number in its log: increasing as segments are sealed.
-pub(crate) type SegmentId = u64;
 
 /// How many segments of one level merge into one of the next.
 pub(crate) const FANOUT: usize = 8;
@@ -83,168 +89,6 @@ const MIN_REWRITE: u32 = 64;
 
 /// The envelope version of format 4 (version 1: the default codec's).
 const LOG_VERSION: u32 = 2;
-
-/// The bincode configuration of records: fixed, so that every build reads
-/// what another wrote.
-const RECORD_ENCODING: bincode::config::Configuration = bincode::config::standard();
-
-/// Appends the record of `key` of `partition`, assigned to `checkpoint`,
-/// to `out`.
-pub(super) fn encode_record(
-    out: &mut Vec<u8>,
-    partition: u32,
-    key: &str,
-    checkpoint: CheckpointId,
-    entry: &Entry,
-) {
-    // Encoding into a vector fails only for types serde cannot describe.
-    let _ = bincode::encode_into_std_write(partition, out, RECORD_ENCODING);
-    encode_key(
-        out,
-        StoredKeyRef {
-            key,
-            checkpoint: checkpoint.0,
-            accepted_at_ms: entry.accepted_at_ms,
-            fingerprint: entry.fingerprint,
-        },
-    );
-}
-
-/// The `count` records of `bytes`; an error for bytes that do not hold
-/// exactly that many.
-fn decode_records(count: u64, bytes: &[u8]) -> Result<Vec<(u32, StoredKey)>, String> {
-    let mut records = Vec::new();
-    let mut offset = 0;
-    while offset < bytes.len() {
-        if records.len() as u64 == count {
-            return Err(format!(
-                "{} bytes follow the {count} keys it says it holds",
-                bytes.len() - offset
-            ));
-        }
-        // Bounded: a damaged length cannot claim more memory than the bytes
-        // left could hold.
-        let (record, read): ((u32, StoredKey), usize) = decode_bincode_bounded(&bytes[offset..])
-            .map_err(|e| format!("key {} cannot be read: {e}", records.len() + 1))?;
-        records.push(record);
-        offset += read;
-    }
-    if records.len() as u64 != count {
-        return Err(format!(
-            "it says it holds {count} keys, and its bytes hold {}",
-            records.len()
-        ));
-    }
-    Ok(records)
-}
-
-/// A sealed segment of a log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Segment {
-    pub id: SegmentId,
-    pub chunk: Chunk,
-    /// How many records it holds.
-    pub keys: u32,
-    /// The oldest and newest checkpoint of its keys.
-    pub first: CheckpointId,
-    pub last: CheckpointId,
-}
-
-/// A log as one checkpoint stores it, shared by the partitions of its
-/// reader: made by the reader at a snapshot, or read back by a restore.
-#[derive(Debug)]
-pub(crate) struct LogState {
-    /// The reader's partitions.
-    pub partitions: BTreeSet<u32>,
-    /// Checkpoints whose keys are not to come back.
-    pub forgotten: BTreeSet<CheckpointId>,
-    pub segments: Vec<Segment>,
-    /// Every partition's keys in the segments, oldest first, with their
-    /// segment: read once, when a partition's keys are first asked for.
-    keys: OnceLock<Result<KeysByPartition, String>>,
-}
-
-/// Each partition's keys in a log's segments, oldest first, with their
-/// segment.
-type KeysByPartition = HashMap<u32, Vec<(StoredKey, SegmentId)>>;
-
-impl PartialEq for LogState {
-    fn eq(&self, other: &LogState) -> bool {
-        self.partitions == other.partitions
-            && self.forgotten == other.forgotten
-            && self.segments == other.segments
-    }
-}
-
-impl Eq for LogState {}
-
-impl LogState {
-    fn new(
-        partitions: BTreeSet<u32>,
-        forgotten: BTreeSet<CheckpointId>,
-        segments: Vec<Segment>,
-    ) -> LogState {
-        LogState {
-            partitions,
-            forgotten,
-            segments,
-            keys: OnceLock::new(),
-        }
-    }
-
-    /// The keys of partition `partition` the segments hold, oldest first,
-    /// with their segment: of a key stored twice (forgotten and accepted
-    /// again) the later copy, and no key whose later copy is of a
-    /// forgotten checkpoint.
-    ///
-    /// Every segment is read at the first call (a restore makes it while
-    /// it reads the checkpoint): damaged bytes are an error, and so is a
-    /// segment whose keys are not of the checkpoints it says it holds
-    /// (they decide which lost checkpoints the log keeps).
-    pub(super) fn keys_of(&self, partition: u32) -> Result<&[(StoredKey, SegmentId)], String> {
-        let keys = self.keys.get_or_init(|| {
-            let mut by_partition: HashMap<u32, Vec<Option<(StoredKey, SegmentId)>>> =
-                HashMap::new();
-            let mut newest: HashMap<(u32, String), usize> = HashMap::new();
-            for segment in &self.segments {
-                let records = decode_records(u64::from(segment.keys), segment.chunk.bytes())
-                    .map_err(|why| format!("segment {} of the stored keys: {why}", segment.id))?;
-                let checkpoints = records.iter().map(|(_, key)| CheckpointId(key.checkpoint));
-                let (first, last) = checkpoints
-                    .fold((CheckpointId(u64::MAX), CheckpointId::NONE), |(f, l), c| {
-                        (f.min(c), l.max(c))
-                    });
-                if (first, last) != (segment.first, segment.last) {
-                    return Err(format!(
-                        "segment {} says it holds checkpoints {} to {}, and holds {first} to {last}",
-                        segment.id, segment.first, segment.last
-                    ));
-                }
-                for (partition, key) in records {
-                    let keys = by_partition.entry(partition).or_default();
-                    if let Some(earlier) = newest.insert((partition, key.key.clone()), keys.len()) {
-                        keys[earlier] = None;
-                    }
-                    keys.push(Some((key, segment.id)));
-                }
-            }
-            let forgotten =
-                |key: &StoredKey| self.forgotten.contains(&CheckpointId(key.checkpoint));
-            Ok((by_partition.into_iter())
-                .map(|(partition, keys)| {
-                    let keys = (keys.into_iter().flatten())
-                        .filter(|(key, _)| !forgotten(key))
-                        .collect();
-                    (partition, keys)
-                })
-                .collect())
-        });
-        match keys {
-            Ok(keys) => Ok(keys.get(&partition).map_or(&[], Vec::as_slice)),
-            Err(why) => Err(why.clone()),
-        }
-    }
-}
 
 /// The segments of one reader's keys, with how many live keys each holds.
 #[derive(Debug, Default)]
@@ -507,6 +351,15 @@ struct StoredSegment {
 /// documentation); reads formats 1 to 3 (the default codec's) too.
 #[derive(Debug, Default)]
 pub(crate) struct KeyCodec;
+
+impl KeyPartition {
+    /// How the pipeline stores a reader's key partitions in checkpoints
+    /// (format 4; formats 1 to 3 are read): its source's [`SplitCodec`],
+    /// for tools and tests that read stored state.
+    pub fn codec() -> Arc<dyn SplitCodec<KeyPartition>> {
+        Arc::new(KeyCodec)
+    }
+}
 
 impl SplitCodec<KeyPartition> for KeyCodec {
     fn encode(&self, splits: &[KeyPartition]) -> Result<StateBytes, SerializerError> {

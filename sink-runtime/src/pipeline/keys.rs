@@ -47,10 +47,17 @@
 //! 3 copied them all: about 4 MB at 100 000 keys). A partition's serde form
 //! stays format 3, for a source that stores the splits with the default
 //! codec.
+//!
+//! A partition taken at a snapshot, or read back from format 4, holds its
+//! keys in those segments: it refers to its reader's log as the checkpoint
+//! stores it ([`LogState`]), and reads its keys from its [`Segment`]s,
+//! whose records (the partition's index, then the key as format 3 encodes
+//! it) are written and read here. Which segments a reader keeps (sealing,
+//! merging, writing again) and format 4 itself are module `key_log`'s.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::de::{Error as _, SeqAccess, Visitor};
@@ -58,12 +65,13 @@ use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sink_api::CheckpointId;
 
-use super::key_log::{LogState, SegmentId};
+use crate::storage::Chunk;
+
+/// The most key partitions a pipeline may have.
+pub(crate) const MAX_KEY_PARTITIONS: u32 = 65_536;
 
 /// The first field of a stored partition from format 2 on: no format-1
 /// partition index can be this (they are below [`MAX_KEY_PARTITIONS`]).
-///
-/// [`MAX_KEY_PARTITIONS`]: super::channel::MAX_KEY_PARTITIONS
 const FORMAT_MARKER: u32 = u32::MAX;
 
 /// The format [`KeyPartition`] is written in: 2 since keys carry
@@ -255,7 +263,8 @@ impl KeyNamespaces {
 /// pipeline's source.
 ///
 /// Made and read only by the runtime, stored by the pipeline source's codec
-/// (format 4, module `key_log`). Its serde form is the versioned tuple
+/// ([`KeyPartition::codec`]: format 4, module `key_log`, where that
+/// function is defined with the codec). Its serde form is the versioned tuple
 /// described in the module documentation, for the default bincode codec:
 /// format 3 is written; formats 1 to 3 are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -469,14 +478,6 @@ impl<'de> Visitor<'de> for PartitionVisitor {
 }
 
 impl KeyPartition {
-    /// How the pipeline stores a reader's key partitions in checkpoints
-    /// (format 4; formats 1 to 3 are read): its source's
-    /// [`SplitCodec`](crate::source::SplitCodec), for tools and tests that
-    /// read stored state.
-    pub fn codec() -> Arc<dyn crate::source::SplitCodec<KeyPartition>> {
-        Arc::new(super::key_log::KeyCodec)
-    }
-
     /// How many keys it holds (a restore brings them back); 0 for a
     /// partition whose keys cannot be read, which the codec refuses when
     /// it reads a checkpoint. For tools that report stored state.
@@ -543,6 +544,175 @@ impl KeyPartition {
             all[position] = None;
         }
         Ok(all.into_iter().flatten().collect())
+    }
+}
+
+/// A segment's number in its log: increasing as segments are sealed.
+pub(crate) type SegmentId = u64;
+
+/// The bincode configuration of records: fixed, so that every build reads
+/// what another wrote.
+pub(super) const RECORD_ENCODING: bincode::config::Configuration = bincode::config::standard();
+
+/// Appends the record of `key` of `partition`, assigned to `checkpoint`,
+/// to `out`.
+pub(super) fn encode_record(
+    out: &mut Vec<u8>,
+    partition: u32,
+    key: &str,
+    checkpoint: CheckpointId,
+    entry: &Entry,
+) {
+    // Encoding into a vector fails only for types serde cannot describe.
+    let _ = bincode::encode_into_std_write(partition, out, RECORD_ENCODING);
+    encode_key(
+        out,
+        StoredKeyRef {
+            key,
+            checkpoint: checkpoint.0,
+            accepted_at_ms: entry.accepted_at_ms,
+            fingerprint: entry.fingerprint,
+        },
+    );
+}
+
+/// The `count` records of `bytes`; an error for bytes that do not hold
+/// exactly that many.
+pub(super) fn decode_records(count: u64, bytes: &[u8]) -> Result<Vec<(u32, StoredKey)>, String> {
+    let mut records = Vec::new();
+    let mut offset = 0;
+    while offset < bytes.len() {
+        if records.len() as u64 == count {
+            return Err(format!(
+                "{} bytes follow the {count} keys it says it holds",
+                bytes.len() - offset
+            ));
+        }
+        // Bounded: a damaged length cannot claim more memory than the bytes
+        // left could hold.
+        let (record, read): ((u32, StoredKey), usize) =
+            sink_api::decode_bincode_bounded(&bytes[offset..])
+                .map_err(|e| format!("key {} cannot be read: {e}", records.len() + 1))?;
+        records.push(record);
+        offset += read;
+    }
+    if records.len() as u64 != count {
+        return Err(format!(
+            "it says it holds {count} keys, and its bytes hold {}",
+            records.len()
+        ));
+    }
+    Ok(records)
+}
+
+/// A sealed segment of a log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub id: SegmentId,
+    pub chunk: Chunk,
+    /// How many records it holds.
+    pub keys: u32,
+    /// The oldest and newest checkpoint of its keys.
+    pub first: CheckpointId,
+    pub last: CheckpointId,
+}
+
+/// A log as one checkpoint stores it, shared by the partitions of its
+/// reader: made by the reader at a snapshot, or read back by a restore.
+#[derive(Debug)]
+pub(crate) struct LogState {
+    /// The reader's partitions.
+    pub partitions: BTreeSet<u32>,
+    /// Checkpoints whose keys are not to come back.
+    pub forgotten: BTreeSet<CheckpointId>,
+    pub segments: Vec<Segment>,
+    /// Every partition's keys in the segments, oldest first, with their
+    /// segment: read once, when a partition's keys are first asked for.
+    keys: OnceLock<Result<KeysByPartition, String>>,
+}
+
+/// Each partition's keys in a log's segments, oldest first, with their
+/// segment.
+type KeysByPartition = HashMap<u32, Vec<(StoredKey, SegmentId)>>;
+
+impl PartialEq for LogState {
+    fn eq(&self, other: &LogState) -> bool {
+        self.partitions == other.partitions
+            && self.forgotten == other.forgotten
+            && self.segments == other.segments
+    }
+}
+
+impl Eq for LogState {}
+
+impl LogState {
+    /// The state of a log of `segments`, for the reader's `partitions`,
+    /// leaving out the keys of the `forgotten` checkpoints; its segments
+    /// are read at the first [`keys_of`](Self::keys_of).
+    pub(super) fn new(
+        partitions: BTreeSet<u32>,
+        forgotten: BTreeSet<CheckpointId>,
+        segments: Vec<Segment>,
+    ) -> LogState {
+        LogState {
+            partitions,
+            forgotten,
+            segments,
+            keys: OnceLock::new(),
+        }
+    }
+
+    /// The keys of partition `partition` the segments hold, oldest first,
+    /// with their segment: of a key stored twice (forgotten and accepted
+    /// again) the later copy, and no key whose later copy is of a
+    /// forgotten checkpoint.
+    ///
+    /// Every segment is read at the first call (a restore makes it while
+    /// it reads the checkpoint): damaged bytes are an error, and so is a
+    /// segment whose keys are not of the checkpoints it says it holds
+    /// (they decide which lost checkpoints the log keeps).
+    pub(super) fn keys_of(&self, partition: u32) -> Result<&[(StoredKey, SegmentId)], String> {
+        let keys = self.keys.get_or_init(|| {
+            let mut by_partition: HashMap<u32, Vec<Option<(StoredKey, SegmentId)>>> =
+                HashMap::new();
+            let mut newest: HashMap<(u32, String), usize> = HashMap::new();
+            for segment in &self.segments {
+                let records = decode_records(u64::from(segment.keys), segment.chunk.bytes())
+                    .map_err(|why| format!("segment {} of the stored keys: {why}", segment.id))?;
+                let checkpoints = records.iter().map(|(_, key)| CheckpointId(key.checkpoint));
+                let (first, last) = checkpoints
+                    .fold((CheckpointId(u64::MAX), CheckpointId::NONE), |(f, l), c| {
+                        (f.min(c), l.max(c))
+                    });
+                if (first, last) != (segment.first, segment.last) {
+                    return Err(format!(
+                        "segment {} says it holds checkpoints {} to {}, and holds {first} to {last}",
+                        segment.id, segment.first, segment.last
+                    ));
+                }
+                for (partition, key) in records {
+                    let keys = by_partition.entry(partition).or_default();
+                    if let Some(earlier) = newest.insert((partition, key.key.clone()), keys.len()) {
+                        keys[earlier] = None;
+                    }
+                    keys.push(Some((key, segment.id)));
+                }
+            }
+            let forgotten =
+                |key: &StoredKey| self.forgotten.contains(&CheckpointId(key.checkpoint));
+            Ok((by_partition.into_iter())
+                .map(|(partition, keys)| {
+                    let keys = (keys.into_iter().flatten())
+                        .filter(|(key, _)| !forgotten(key))
+                        .collect();
+                    (partition, keys)
+                })
+                .collect())
+        });
+        match keys {
+            Ok(keys) => Ok(keys.get(&partition).map_or(&[], Vec::as_slice)),
+            Err(why) => Err(why.clone()),
+        }
     }
 }
 
@@ -674,7 +844,7 @@ impl KeyTable {
                 continue;
             };
             entry.segment = Some(segment);
-            super::key_log::encode_record(out, self.index, &key, checkpoint, entry);
+            encode_record(out, self.index, &key, checkpoint, entry);
             count += 1;
             first = first.min(checkpoint);
             last = last.max(checkpoint);
@@ -696,7 +866,7 @@ impl KeyTable {
         match self.entries.get_mut(key) {
             Some(entry) if entry.segment == Some(from) && entry.checkpoint == Some(checkpoint) => {
                 entry.segment = Some(to);
-                super::key_log::encode_record(out, self.index, key, checkpoint, entry);
+                encode_record(out, self.index, key, checkpoint, entry);
                 true
             }
             _ => false,

@@ -363,7 +363,7 @@ impl<S: Sink> PipelineBuilder<S> {
         if self.capacity == 0 {
             return Err(invalid("the channel capacity must be at least 1").into());
         }
-        if self.partitions == 0 || self.partitions > channel::MAX_KEY_PARTITIONS {
+        if self.partitions == 0 || self.partitions > keys::MAX_KEY_PARTITIONS {
             return Err(invalid("the key partitions must be between 1 and 65536").into());
         }
         if self.max_in_flight == 0 {

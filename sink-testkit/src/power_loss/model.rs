@@ -29,7 +29,7 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 use super::trace::{At, Base, Op};
-use super::tree::{Entry, Tree};
+use super::tree::{Entry, Tree, Unknowns};
 
 /// A page: the unit a write is torn at.
 const PAGE: usize = 4096;
@@ -104,15 +104,6 @@ pub(crate) struct Model {
     /// Paths (relative to the root) an [`Op::Uncertain`] named: whether
     /// they, and anything under them, exist is not known.
     unsure_entries: BTreeSet<PathBuf>,
-}
-
-/// What the final check against the disk does not compare: the content of
-/// files written through a shared mapping or by an uncertain call, and the
-/// entries at (and under) paths an uncertain call named.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Unknowns {
-    pub content: BTreeSet<PathBuf>,
-    pub entries: BTreeSet<PathBuf>,
 }
 
 impl Model {

@@ -646,8 +646,7 @@ fn shorten(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::Unknowns;
-    use super::super::tree::{Entry, Tree};
+    use super::super::tree::{Entry, Tree, Unknowns};
     use super::*;
 
     fn x(text: &str) -> String {

@@ -1,11 +1,10 @@
-//! A directory tree held in memory: what a run found, what a crash left.
+//! A directory tree held in memory: what a run found, what a crash left,
+//! and what a comparison of two trees leaves out ([`Unknowns`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-
-use super::model::Unknowns;
 
 /// One entry of a [`Tree`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -21,6 +20,16 @@ pub enum Entry {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Tree {
     entries: BTreeMap<PathBuf, Entry>,
+}
+
+/// What the final check against the disk does not compare: the content of
+/// files written through a shared mapping or by an uncertain call, and the
+/// entries at (and under) paths an uncertain call named. Made by the model
+/// (`Model::unknowns`), given to [`Tree::difference`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Unknowns {
+    pub content: BTreeSet<PathBuf>,
+    pub entries: BTreeSet<PathBuf>,
 }
 
 impl Tree {
