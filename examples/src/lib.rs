@@ -5,6 +5,7 @@
 
 pub mod demo_job;
 pub mod demo_line;
+pub mod demo_row;
 #[cfg(feature = "kafka")]
 pub mod kafka_check;
 #[cfg(feature = "kafka")]

@@ -12,9 +12,17 @@
 //! ```
 //!
 //! Each record is one line: its id as 20 zero-padded digits, a comma, filler
-//! up to `--record-size` bytes, a newline. Finished files are every
+//! up to `--record-size` bytes, a newline. With `--format jsonl|csv|parquet`
+//! each record is a row `(id, ts, payload)` instead, `ts` its event time
+//! (2026-01-01T00:00:00Z plus the id in seconds); Parquet needs the
+//! `parquet` feature. `--bucket-by event-hour|event-day` writes into Hive-style
+//! `dt=…/hour=…` directories by that time. Finished files are every
 //! non-hidden file under `--out`; the checkpoints live in `--out/.state`
 //! unless `--state` says where.
+//!
+//! ```text
+//! cargo run --release -p examples --features parquet --bin file-sink-demo -- --format parquet --bucket-by event-hour --records 1000000
+//! ```
 //!
 //! On S3 or an S3-compatible server (credentials and region from the usual
 //! `AWS_*` variables):
@@ -29,14 +37,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use examples::demo_job::{self, JobArgs, JobConfig, Mode, Preset};
-use examples::demo_line::DemoLine;
+use examples::demo_row::{self, BucketBy, Format};
 #[cfg(feature = "kafka")]
 use examples::kafka_input::{KafkaSourceArgs, ValueLine};
 use examples::timeline::{render, Sample};
 use sink_cli::location::{self, Location};
 use sink_runtime::source::Source;
 use sink_runtime::{BuildError, CheckpointConfig, Job, JobReport, JobStatus, RuntimeMode};
-use sinks_file::{Encoder, FileSinkStats, RollingPolicy};
+use sinks_file::{BucketAssigner, Encoder, FileSinkStats, RollingPolicy};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -53,6 +61,36 @@ struct Args {
     /// completed checkpoint, into this SVG file.
     #[arg(long)]
     timeline: Option<PathBuf>,
+    /// How records are written: lines (the default), or rows (id, ts,
+    /// payload) as JSON lines, CSV or Parquet (the `parquet` feature).
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Directories by each record's event time: none (the default),
+    /// event-hour (`dt=…/hour=…`) or event-day (`dt=…`).
+    #[arg(long, value_enum)]
+    bucket_by: Option<BucketBy>,
+}
+
+impl Args {
+    /// True when no flag but the output was given: the write-up's table.
+    fn is_table(&self) -> bool {
+        self.job.is_table()
+            && self.timeline.is_none()
+            && self.format.is_none()
+            && self.bucket_by.is_none()
+    }
+
+    /// The format, refused with another source than the demo's ids.
+    fn format(&self, config: &JobConfig) -> anyhow::Result<Format> {
+        let format = self.format.unwrap_or_default();
+        let rows = format != Format::Lines || self.bucket_by.unwrap_or_default() != BucketBy::None;
+        if rows && config.source.is_kafka() {
+            bail!(
+                "--format and --bucket-by apply to the demo's generated ids; with --source kafka                  each message's value is written as a line"
+            );
+        }
+        Ok(format)
+    }
 }
 
 /// The output directory when --out is not given.
@@ -73,10 +111,11 @@ async fn run(config: &JobConfig, args: &Args, show_progress: bool) -> anyhow::Re
     if config.source.is_kafka() {
         return run_kafka(config, args, show_progress).await;
     }
-    let line = DemoLine {
-        record_size: config.record_size,
-    };
-    run_job(config, config.sequence_source()?, line, show_progress).await
+    let format = args.format(config)?;
+    let encoder = demo_row::encoder(format, config.record_size)?;
+    let buckets = demo_row::bucket_assigner(args.bucket_by.unwrap_or_default());
+    let output = (encoder, buckets, format.suffix());
+    run_job(config, config.sequence_source()?, output, show_progress).await
 }
 
 #[cfg(feature = "kafka")]
@@ -86,7 +125,8 @@ async fn run_kafka(
     show_progress: bool,
 ) -> anyhow::Result<Outcome> {
     let source = args.kafka.source(!config.source.is_unbounded()).await?;
-    let outcome = run_job(config, source, ValueLine, show_progress).await?;
+    let buckets = Box::new(sinks_file::BasePathBucketAssigner);
+    let outcome = run_job(config, source, (ValueLine, buckets, ".txt"), show_progress).await?;
     check_kafka_output(config, args).await?;
     Ok(outcome)
 }
@@ -128,11 +168,12 @@ async fn run_kafka(_: &JobConfig, _: &Args, _: bool) -> anyhow::Result<Outcome> 
     )
 }
 
-/// Runs `source` into the file sink through `encoder`, as `config` says.
+/// Runs `source` into the file sink through `encoder`, into the buckets
+/// `buckets` gives, part names ending with `suffix`, as `config` says.
 async fn run_job<Src, E>(
     config: &JobConfig,
     source: Src,
-    encoder: E,
+    (encoder, buckets, suffix): (E, Box<dyn BucketAssigner<Src::Record>>, &str),
     show_progress: bool,
 ) -> anyhow::Result<Outcome>
 where
@@ -141,13 +182,14 @@ where
     E: Encoder<Src::Record>,
 {
     let sink = location::file_sink_builder(&config.out, encoder, &config.options)?
+        .bucket_assigner(buckets)
         // Every checkpoint commits everything written before it (parts also
         // roll at 128 MiB): committed output lags by one checkpoint at most.
         .rolling_policy(RollingPolicy {
             max_part_size_bytes: Some(128 * 1024 * 1024),
             ..RollingPolicy::on_checkpoint()
         })
-        .part_suffix(".txt")
+        .part_suffix(suffix)
         .build()?;
     let stats: std::sync::Arc<FileSinkStats> = sink.stats();
     let storage = demo_job::open_state(config).await?;
@@ -300,7 +342,7 @@ fn row(label: &str, source: &str, checkpoint: &str, outcome: &Outcome) -> String
 async fn main() -> anyhow::Result<()> {
     sink_cli::flags::init_tracing();
     let args = Args::parse();
-    if args.job.is_table() && args.timeline.is_none() {
+    if args.is_table() {
         return table(&args).await;
     }
     let label = args.job.label();

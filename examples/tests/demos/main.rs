@@ -1,6 +1,6 @@
 //! The demos, run as a user runs them. One executable, each file a module;
 //! the demos of other destinations with their features (`s3`,
-//! `postgres`, `delta`, `iceberg`, `kafka`). The custom sink's certification is in
+//! `postgres`, `delta`, `iceberg`, `kafka`, `parquet`). The custom sink's certification is in
 //! `tests/crashes`.
 
 #[cfg(feature = "delta")]
@@ -10,6 +10,8 @@ mod delta_sink_demo_kafka;
 mod file_sink_demo;
 #[cfg(feature = "kafka")]
 mod file_sink_demo_kafka;
+#[cfg(feature = "parquet")]
+mod file_sink_demo_parquet;
 #[cfg(feature = "s3")]
 mod file_sink_demo_s3;
 #[cfg(all(feature = "kafka", feature = "s3"))]
