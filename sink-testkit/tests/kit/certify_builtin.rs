@@ -175,6 +175,80 @@ async fn the_file_sink_with_compaction_is_certified() {
     report.assert_passed();
 }
 
+/// A record of the Parquet certification: the kit's id.
+#[derive(serde::Serialize)]
+struct IdRow {
+    id: u64,
+}
+
+/// The file sink writing Parquet parts, Hive-style by event hour (16 ids
+/// an hour: a checkpoint of a subtask holds several parts).
+struct ParquetFiles(Files);
+
+#[async_trait]
+impl Destination for ParquetFiles {
+    type Sink = FileSink<
+        IdRow,
+        sinks_file::ParquetEncoder<IdRow>,
+        sinks_file::EventTimeBucketAssigner<fn(&IdRow) -> i64>,
+    >;
+
+    async fn sink(&self) -> Self::Sink {
+        let schema = arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "id",
+            arrow_schema::DataType::UInt64,
+            false,
+        )]);
+        let encoder =
+            sinks_file::ParquetEncoder::new(std::sync::Arc::new(schema)).expect("a valid schema");
+        let hour: fn(&IdRow) -> i64 = |row| row.id as i64 * 225_000;
+        FileSink::builder(&self.0.out, encoder)
+            .bucket_assigner(sinks_file::EventTimeBucketAssigner::hourly(hour))
+            .part_suffix(".parquet")
+            .build()
+            .expect("a valid file sink")
+    }
+
+    async fn committed_ids(&self) -> Vec<u64> {
+        use arrow_array::cast::AsArray;
+        let out = self.0.out.clone();
+        let contents = tokio::task::spawn_blocking(move || sinks_file::read_finished(&out))
+            .await
+            .expect("the reading thread ends")
+            .expect("the output can be read");
+        let mut ids = Vec::new();
+        for (path, bytes) in contents {
+            let batches = sinks_file::read_parquet(bytes)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for batch in batches {
+                let column = batch
+                    .column(0)
+                    .as_primitive::<arrow_array::types::UInt64Type>();
+                ids.extend(column.values().iter().copied());
+            }
+        }
+        ids
+    }
+
+    async fn open_transactions(&self) -> Option<usize> {
+        self.0.open_transactions().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parquet_file_sink_is_certified() {
+    let report = certify(
+        || async { ParquetFiles(Files::new(false)) },
+        |id| IdRow { id },
+    )
+    .await;
+    println!(
+        "Parquet file sink, certified in {:.1} s:\n{report}",
+        report.duration().as_secs_f64()
+    );
+    report.assert_passed();
+}
+
 /// The file sink on an object store (in memory, with S3's multipart rules; the
 /// same certification against an S3-compatible server is in
 /// `sinks-file/tests/file_sink/s3.rs`).
