@@ -247,6 +247,8 @@ impl<T: Serialize + 'static> BulkFormat<T> for ParquetEncoder<T> {
             builder,
             rows: 0,
             rows_written: 0,
+            in_progress_bytes: 0,
+            row_bytes: 0,
             writer,
             _record: PhantomData,
         }))
@@ -268,6 +270,11 @@ struct ParquetPart<T> {
     rows: usize,
     /// How many records went to the writer.
     rows_written: u64,
+    /// The writer's row group in progress, encoded, and the encoded bytes
+    /// of one record so far, as of the last batch (asking the writer costs
+    /// a walk over its columns: once per batch, not per record).
+    in_progress_bytes: u64,
+    row_bytes: u64,
     /// The file: its row group in progress, and the bytes not yet handed
     /// out in its `Vec`.
     writer: ArrowWriter<Vec<u8>>,
@@ -294,17 +301,27 @@ impl<T> ParquetPart<T> {
         self.writer
             .write(&batch)
             .map_err(|e| SinkError::other("encoding a batch of a Parquet part", e))?;
-        if self.writer.in_progress_size() >= self.inner.row_group_bytes {
+        let mut in_progress = self.writer.in_progress_size();
+        if in_progress >= self.inner.row_group_bytes {
             self.writer
                 .flush()
                 .map_err(|e| SinkError::other("flushing a row group of a Parquet part", e))?;
+            in_progress = 0;
         }
+        self.in_progress_bytes = in_progress as u64;
+        let encoded = self.writer.bytes_written() as u64 + self.in_progress_bytes;
+        self.row_bytes = encoded.checked_div(self.rows_written).unwrap_or(0);
         Ok(())
     }
 
-    /// Moves the bytes the writer finished into `out`.
+    /// Moves the bytes the writer finished into `out`: without a copy
+    /// when `out` is empty (the writer then fills `out`'s old buffer).
     fn hand_out(&mut self, out: &mut Vec<u8>) {
-        out.append(self.writer.inner_mut());
+        let finished = self.writer.inner_mut();
+        match out.is_empty() {
+            true => std::mem::swap(out, finished),
+            false => out.append(finished),
+        }
     }
 }
 
@@ -328,10 +345,7 @@ impl<T: Serialize + 'static> BulkPart<T> for ParquetPart<T> {
     /// The row group in progress, encoded, and the records still in the
     /// builder at the size of those encoded so far.
     fn buffered_bytes(&self) -> u64 {
-        let in_progress = self.writer.in_progress_size() as u64;
-        let encoded = self.writer.bytes_written() as u64 + in_progress;
-        let per_row = encoded.checked_div(self.rows_written).unwrap_or(0);
-        in_progress + per_row * self.rows as u64
+        self.in_progress_bytes + self.row_bytes * self.rows as u64
     }
 
     fn finish(mut self: Box<Self>, out: &mut Vec<u8>) -> Result<(), SinkError> {

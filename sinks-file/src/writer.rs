@@ -146,6 +146,15 @@ pub(crate) struct OpenPart<T> {
     bulk: Option<Box<dyn BulkPart<T>>>,
 }
 
+/// Records of one bucket in a row, written into its part of a bulk format
+/// (the format's writer taken out of the part meanwhile).
+struct Run<T> {
+    bucket: String,
+    bulk: Box<dyn BulkPart<T>>,
+    /// The records added so far.
+    records: u64,
+}
+
 /// Bulk formats hand their bytes to a part in pieces of at most this: an
 /// upload then cuts at most one part per piece and waits for room among
 /// its parts in flight, rather than holding a whole row group's worth of
@@ -392,39 +401,98 @@ where
         Ok(())
     }
 
-    /// Writes `record` into its bucket's part of the bulk format `format`,
-    /// opening one when the bucket has none; rolls the part once its bytes
+    /// Writes `records` into their buckets' parts of the bulk format
+    /// `format`, opening one for a bucket that has none. Records of one
+    /// bucket in a row are a run: one lookup of the part, and its bytes
+    /// handed to it once; a part rolls at the end of a run once its bytes
     /// and what the format holds reach the policy's size.
     async fn write_bulk(
         &mut self,
         format: &dyn BulkFormat<T>,
-        record: T,
+        records: Vec<T>,
         now_ms: u64,
     ) -> Result<(), SinkError> {
         let context = BucketContext { now_ms };
-        let bucket = self.config.bucket_assigner.bucket_id(&record, &context);
-        if !self.parts.contains_key(&bucket) {
-            let part = self.open_part(&bucket, now_ms).await?;
-            let bulk = Some(format.open_part()?);
-            self.parts.insert(bucket.clone(), OpenPart { part, bulk });
+        let mut run: Option<Run<T>> = None;
+        for record in records {
+            let bucket = self.config.bucket_assigner.bucket_id(&record, &context);
+            let same = matches!(&run, Some(run) if same_bucket(&run.bucket, &bucket));
+            if !same {
+                if let Some(done) = run.take() {
+                    self.end_run(done, now_ms).await?;
+                }
+                run = Some(self.start_run(format, bucket, now_ms).await?);
+            }
+            let Some(current) = run.as_mut() else {
+                continue;
+            };
+            if let Err(error) = current.bulk.add(&record, &mut self.buffer) {
+                // The part is abandoned: the job restarts from its last
+                // checkpoint, which never holds a bulk part in progress.
+                self.parts.remove(&current.bucket);
+                return Err(error);
+            }
+            current.records += 1;
         }
-        let Some(OpenPart {
-            part,
-            bulk: Some(bulk),
-        }) = self.parts.get_mut(&bucket)
-        else {
+        match run {
+            Some(done) => self.end_run(done, now_ms).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Starts a run of records into `bucket`: its part (opened if the
+    /// bucket has none), with the format's writer taken out of it for the
+    /// run.
+    async fn start_run(
+        &mut self,
+        format: &dyn BulkFormat<T>,
+        bucket: String,
+        now_ms: u64,
+    ) -> Result<Run<T>, SinkError> {
+        self.buffer.clear();
+        if let Some(open) = self.parts.get_mut(&bucket) {
+            let Some(bulk) = open.bulk.take() else {
+                return Err(SinkError::msg(format!(
+                    "the bucket '{bucket}' has a part of a row format open in a writer of a bulk \
+                     format"
+                )));
+            };
+            return Ok(Run {
+                bucket,
+                bulk,
+                records: 0,
+            });
+        }
+        let part = self.open_part(&bucket, now_ms).await?;
+        let bulk = format.open_part()?;
+        self.parts
+            .insert(bucket.clone(), OpenPart { part, bulk: None });
+        Ok(Run {
+            bucket,
+            bulk,
+            records: 0,
+        })
+    }
+
+    /// Ends a run: hands what its records made to the part, puts the
+    /// format's writer back, and rolls the part if it reached the policy's
+    /// size.
+    async fn end_run(&mut self, run: Run<T>, now_ms: u64) -> Result<(), SinkError> {
+        let Some(open) = self.parts.get_mut(&run.bucket) else {
             return Err(SinkError::msg(format!(
-                "the bucket '{bucket}' has a part of a row format open in a writer of a bulk                  format"
+                "the part of the bucket '{}' vanished during a run of records",
+                run.bucket
             )));
         };
+        open.part
+            .write_pieces(&self.buffer, run.records, now_ms)
+            .await?;
         self.buffer.clear();
-        bulk.add(&record, &mut self.buffer)?;
-        drop(record);
-        part.write_pieces(&self.buffer, 1, now_ms).await?;
-        let size = part.info().size_bytes + bulk.buffered_bytes();
+        let size = open.part.info().size_bytes + run.bulk.buffered_bytes();
+        open.bulk = Some(run.bulk);
         if (self.config.rolling.max_part_size_bytes).is_some_and(|limit| size >= limit) {
             let mut buffer = std::mem::take(&mut self.buffer);
-            self.close_part(&bucket, &mut buffer).await?;
+            self.close_part(&run.bucket, &mut buffer).await?;
             self.buffer = buffer;
         }
         Ok(())
@@ -538,11 +606,7 @@ where
                     self.write_encoded(bucket, now_ms).await?;
                 }
             }
-            Some(format) => {
-                for record in records {
-                    self.write_bulk(format, record, now_ms).await?;
-                }
-            }
+            Some(format) => self.write_bulk(format, records, now_ms).await?,
         }
         Ok(())
     }

@@ -13,6 +13,7 @@
 //! | checkpoint cost | the file-sink job with 100 ms checkpoints | the same with checkpointing off |
 //! | durability cost | the file-sink job with 100 ms checkpoints | two threads writing the same bytes, making them durable every 100 ms as a careful plain writer would: fsync the file, rename it to its final name, fsync the directory, start the next file |
 //! | peak RSS, start-up | the file-sink job, alone in its process | - |
+//! | Parquet, memory by buckets | see the `parquet` module: the demo's rows as Parquet | `ArrowWriter`, one file per checkpoint interval |
 //!
 //! Each job runs in a child process of its own (the same binary, with
 //! `--child`), so that its peak resident set size and its start-up are its
@@ -35,6 +36,8 @@ use sink_api::{
 use sink_benches::{measurement, peak_rss_bytes};
 use sink_runtime::{CheckpointConfig, Job, SequenceSource};
 use sinks_file::{FileSink, RollingPolicy};
+
+mod parquet;
 
 #[derive(Debug, Parser)]
 #[command(about = "Benchmarks the runtime and the file sink against plain baselines")]
@@ -143,6 +146,8 @@ impl sinks_file::Encoder<u64> for TimedLine {
 }
 
 const LINE: DemoLine = DemoLine { record_size: 100 };
+/// The buckets of the Parquet memory figures: parts in progress per subtask.
+const BUCKETS: [u64; 4] = [1, 10, 100, 1000];
 /// Records of the runtime-overhead figure at scale 1: enough that the
 /// job's fixed costs (its final checkpoint, the tasks' ends) are a few
 /// percent of its time.
@@ -151,6 +156,7 @@ const COUNT_RECORDS: u64 = 1_000_000_000;
 /// and used by the loop.
 const BATCH: u64 = 4096;
 
+/// The jobs' tokio runtime: two workers, as the machine has two cores.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -383,6 +389,22 @@ fn child(what: &str, records: u64, dir: &Path) -> anyhow::Result<Value> {
         "file-job-off" => file_job(records, dir, None),
         "file-loop" => file_loop(records, dir),
         "file-loop-synced-100ms" => file_loop_synced(records, dir, Duration::from_millis(100)),
+        "parquet-job" => parquet::job(records, dir, 1),
+        "parquet-plain" => {
+            parquet::plain(records, dir, Duration::from_secs(1), parquet::Arrays::Serde)
+        }
+        "parquet-plain-builders" => parquet::plain(
+            records,
+            dir,
+            Duration::from_secs(1),
+            parquet::Arrays::Builders,
+        ),
+        buckets if buckets.starts_with("parquet-buckets-") => {
+            let count = buckets["parquet-buckets-".len()..]
+                .parse()
+                .context("the buckets of a parquet-buckets measurement")?;
+            parquet::job(records, dir, count)
+        }
         other => bail!("unknown measurement '{other}'"),
     }
 }
@@ -430,6 +452,15 @@ fn main() -> anyhow::Result<()> {
     let file_100ms = measure("file-job-100ms", file_records, &dir)?;
     let file_off = measure("file-job-off", file_records, &dir)?;
     let synced_100ms = measure("file-loop-synced-100ms", file_records, &dir)?;
+    let parquet_plain = measure("parquet-plain", file_records, &dir)?;
+    let parquet_builders = measure("parquet-plain-builders", file_records, &dir)?;
+    let parquet_job = measure("parquet-job", file_records, &dir)?;
+    let mut by_buckets = serde_json::Map::new();
+    for buckets in BUCKETS {
+        let job = measure(&format!("parquet-buckets-{buckets}"), file_records, &dir)?;
+        let mib = job["peak_rss_bytes"].as_f64().unwrap_or(0.0) / (1024.0 * 1024.0);
+        by_buckets.insert(buckets.to_string(), json!(mib));
+    }
 
     let rate = |records: u64, v: &Value| records as f64 / seconds(v);
     let batches = count_records.div_ceil(BATCH) as f64;
@@ -464,6 +495,19 @@ fn main() -> anyhow::Result<()> {
             "records_per_s_plain_synced_100ms": rate(file_records, &synced_100ms),
             "plain_fsyncs": synced_100ms["fsyncs"],
             "ratio": seconds(&synced_100ms) / seconds(&file_100ms),
+        },
+        "parquet": {
+            "records": file_records,
+            "job_records_per_s": rate(file_records, &parquet_job),
+            "plain_records_per_s": rate(file_records, &parquet_plain),
+            "job_bytes": parquet_job["bytes"],
+            "plain_bytes": parquet_plain["bytes"],
+            "ratio": seconds(&parquet_plain) / seconds(&parquet_job),
+            "target": 0.8,
+            "plain_arrow_builders_records_per_s": rate(file_records, &parquet_builders),
+            "ratio_to_arrow_builders": seconds(&parquet_builders) / seconds(&parquet_job),
+            "peak_rss_mib": parquet_job["peak_rss_bytes"].as_f64().unwrap_or(0.0) / (1024.0 * 1024.0),
+            "peak_rss_mib_by_buckets": by_buckets,
         },
         "peak_rss_mib": file_job["peak_rss_bytes"].as_f64().unwrap_or(0.0) / (1024.0 * 1024.0),
         "peak_rss_target_mib": 64,
