@@ -153,6 +153,8 @@ struct Run<T> {
     bulk: Box<dyn BulkPart<T>>,
     /// The records added so far.
     records: u64,
+    /// The part's size when the run started.
+    size_before: u64,
 }
 
 /// Bulk formats hand their bytes to a part in pieces of at most this: an
@@ -404,8 +406,8 @@ where
     /// Writes `records` into their buckets' parts of the bulk format
     /// `format`, opening one for a bucket that has none. Records of one
     /// bucket in a row are a run: one lookup of the part, and its bytes
-    /// handed to it once; a part rolls at the end of a run once its bytes
-    /// and what the format holds reach the policy's size.
+    /// handed to it once. A run ends early, and its part rolls, once the
+    /// part's bytes and what the format holds reach the policy's size.
     async fn write_bulk(
         &mut self,
         format: &dyn BulkFormat<T>,
@@ -433,6 +435,13 @@ where
                 return Err(error);
             }
             current.records += 1;
+            let size = current.size_before + self.buffer.len() as u64;
+            let size = size + current.bulk.buffered_bytes();
+            if (self.config.rolling.max_part_size_bytes).is_some_and(|limit| size >= limit) {
+                if let Some(done) = run.take() {
+                    self.end_run(done, now_ms).await?;
+                }
+            }
         }
         match run {
             Some(done) => self.end_run(done, now_ms).await,
@@ -457,10 +466,12 @@ where
                      format"
                 )));
             };
+            let size_before = open.part.info().size_bytes;
             return Ok(Run {
                 bucket,
                 bulk,
                 records: 0,
+                size_before,
             });
         }
         let part = self.open_part(&bucket, now_ms).await?;
@@ -471,6 +482,7 @@ where
             bucket,
             bulk,
             records: 0,
+            size_before: 0,
         })
     }
 
