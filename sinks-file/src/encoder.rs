@@ -31,7 +31,7 @@ pub trait Encoder<T>: Send + Sync + 'static {
     /// Appends `record` to `out`.
     fn encode(&self, record: &T, out: &mut Vec<u8>) -> Result<(), SinkError>;
 
-    /// For a bulk format, such as [`ParquetEncoder`](crate::ParquetEncoder):
+    /// For a bulk format, such as `ParquetEncoder` (feature `parquet`):
     /// the format, which writes each part as a whole (the `bulk` module).
     /// `None`, the default, for a row format. Asked once by the sink's
     /// builder, then by the writer for each part it opens.

@@ -431,7 +431,7 @@ impl PartMerger for ParquetMerger {
 /// The records of one Parquet file, as Arrow batches: for checks of what
 /// a Parquet sink wrote (tests, the demos' end checks), with the file's
 /// bytes from [`read_finished`](crate::read_finished) or
-/// [`read_object`](crate::read_object). Fails on anything but a complete
+/// `read_object` (feature `object-store`). Fails on anything but a complete
 /// Parquet file.
 pub fn read_parquet(bytes: Vec<u8>) -> Result<Vec<RecordBatch>, SinkError> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
