@@ -31,6 +31,9 @@ fn the_benchmark_smoke_run_reports_every_figure() {
         ["file_sink", "ratio"],
         ["file_sink", "job_bytes_per_s"],
         ["checkpoint_cost", "ratio"],
+        ["parquet", "ratio"],
+        ["parquet", "ratio_to_arrow_builders"],
+        ["parquet", "peak_rss_mib"],
     ] {
         let value = report[path[0]][path[1]].as_f64();
         assert!(
