@@ -47,17 +47,55 @@ impl<T> BucketAssigner<T> for BasePathBucketAssigner {
     }
 }
 
+/// A `strftime` pattern parsed once, into the items each time is formatted
+/// with: the date-time assigners format a time per record, and parsing the
+/// pattern each time was about 30 % of that (266 against 189 ns for
+/// `dt=%Y-%m-%d/hour=%H`).
+#[derive(Debug, Clone)]
+pub(crate) struct TimeFormat {
+    items: Vec<Item<'static>>,
+}
+
+impl TimeFormat {
+    /// `pattern`, refused (naming the `what` bucket format) when it has an
+    /// unknown specifier.
+    pub(crate) fn parse(pattern: &str, what: &str) -> Result<TimeFormat, SinkError> {
+        let format = TimeFormat::known(pattern);
+        if format.items.iter().any(|item| matches!(item, Item::Error)) {
+            return Err(SinkError::msg(format!(
+                "the {what} bucket format '{pattern}' has an unknown specifier; use strftime \
+                 specifiers such as %Y, %m, %d, %H"
+            )));
+        }
+        Ok(format)
+    }
+
+    /// One of this crate's own patterns, known to be valid.
+    pub(crate) fn known(pattern: &str) -> TimeFormat {
+        TimeFormat {
+            items: StrftimeItems::new(pattern).map(Item::to_owned).collect(),
+        }
+    }
+
+    /// `time_ms` (milliseconds since the Unix epoch, UTC) formatted;
+    /// `None` for a time chrono cannot represent.
+    pub(crate) fn format(&self, time_ms: i64) -> Option<String> {
+        let time = DateTime::<Utc>::from_timestamp_millis(time_ms)?;
+        Some(time.format_with_items(self.items.iter()).to_string())
+    }
+}
+
 /// Buckets by the writer's current time (UTC), formatted with a `strftime`
 /// pattern: by default `%Y-%m-%d--%H`, one directory per hour.
 #[derive(Debug, Clone)]
 pub struct DateTimeBucketAssigner {
-    format: String,
+    format: TimeFormat,
 }
 
 impl Default for DateTimeBucketAssigner {
     fn default() -> DateTimeBucketAssigner {
         DateTimeBucketAssigner {
-            format: "%Y-%m-%d--%H".into(),
+            format: TimeFormat::known("%Y-%m-%d--%H"),
         }
     }
 }
@@ -66,22 +104,18 @@ impl DateTimeBucketAssigner {
     /// Buckets named by `format`, a `strftime` pattern. Fails when the
     /// pattern has an unknown specifier.
     pub fn new(format: impl Into<String>) -> Result<DateTimeBucketAssigner, SinkError> {
-        let format = format.into();
-        if StrftimeItems::new(&format).any(|item| matches!(item, Item::Error)) {
-            return Err(SinkError::msg(format!(
-                "the date-time bucket format '{format}' has an unknown specifier; use strftime \
-                 specifiers such as %Y, %m, %d, %H"
-            )));
-        }
-        Ok(DateTimeBucketAssigner { format })
+        Ok(DateTimeBucketAssigner {
+            format: TimeFormat::parse(&format.into(), "date-time")?,
+        })
     }
 }
 
 impl<T> BucketAssigner<T> for DateTimeBucketAssigner {
     fn bucket_id(&self, _record: &T, context: &BucketContext) -> String {
-        let time =
-            DateTime::<Utc>::from_timestamp_millis(context.now_ms as i64).unwrap_or_default();
-        time.format(&self.format).to_string()
+        let now_ms = i64::try_from(context.now_ms).unwrap_or(i64::MAX);
+        (self.format.format(now_ms))
+            .or_else(|| self.format.format(0))
+            .unwrap_or_default()
     }
 }
 

@@ -9,18 +9,16 @@
 //!
 //! ```text
 //!  EventTimeBucketAssigner::hourly(ts)                 dt=2026-01-01/hour=13
-//!  FieldsBucketAssigner: country, city                 country=FR/city=Saint-%C3… (escaped as Hive does)
+//!  FieldsBucketAssigner: country, city                 country=FR/city=Saint-Étienne%2FLoire (escaped as Hive does)
 //! ```
 //!
 //! Readers that know Hive partitioning (Spark, Trino, Athena, DuckDB's
 //! `hive_partitioning`, pyarrow's `partitioning="hive"`) read the keys back
 //! as columns.
 
-use chrono::format::{Item, StrftimeItems};
-use chrono::{DateTime, Utc};
 use sink_api::SinkError;
 
-use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext};
+use crate::bucket::{check_bucket_id, BucketAssigner, BucketContext, TimeFormat};
 
 /// The value Hive gives a partition whose value is null or empty.
 pub const HIVE_DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
@@ -82,7 +80,7 @@ pub fn escape_hive_value(value: &str) -> String {
 /// ```
 #[derive(Debug, Clone)]
 pub struct EventTimeBucketAssigner<F> {
-    format: String,
+    format: TimeFormat,
     /// The bucket of a time out of range.
     out_of_range: String,
     event_time: F,
@@ -96,31 +94,33 @@ impl<F> EventTimeBucketAssigner<F> {
         format: impl Into<String>,
         event_time: F,
     ) -> Result<EventTimeBucketAssigner<F>, SinkError> {
-        let format = format.into();
-        if StrftimeItems::new(&format).any(|item| matches!(item, Item::Error)) {
-            return Err(SinkError::msg(format!(
-                "the event-time bucket format '{format}' has an unknown specifier; use strftime \
-                 specifiers such as %Y, %m, %d, %H"
-            ))
-            .permanent());
-        }
-        check_bucket_id(&DateTime::<Utc>::UNIX_EPOCH.format(&format).to_string())?;
-        Ok(EventTimeBucketAssigner::with_checked(&format, event_time))
+        let pattern = format.into();
+        let format =
+            TimeFormat::parse(&pattern, "event-time").map_err(|error| error.permanent())?;
+        check_bucket_id(&format.format(0).unwrap_or_default())?;
+        Ok(EventTimeBucketAssigner::with_format(
+            &pattern, format, event_time,
+        ))
     }
 
     /// One directory per hour of event time: `dt=%Y-%m-%d/hour=%H`.
     pub fn hourly(event_time: F) -> EventTimeBucketAssigner<F> {
-        EventTimeBucketAssigner::with_checked("dt=%Y-%m-%d/hour=%H", event_time)
+        EventTimeBucketAssigner::with_known("dt=%Y-%m-%d/hour=%H", event_time)
     }
 
     /// One directory per day of event time: `dt=%Y-%m-%d`.
     pub fn daily(event_time: F) -> EventTimeBucketAssigner<F> {
-        EventTimeBucketAssigner::with_checked("dt=%Y-%m-%d", event_time)
+        EventTimeBucketAssigner::with_known("dt=%Y-%m-%d", event_time)
     }
 
-    /// The assigner of `format`, a pattern known to be valid.
-    fn with_checked(format: &str, event_time: F) -> EventTimeBucketAssigner<F> {
-        let out_of_range = format
+    /// The assigner of `pattern`, one of this crate's own.
+    fn with_known(pattern: &str, event_time: F) -> EventTimeBucketAssigner<F> {
+        EventTimeBucketAssigner::with_format(pattern, TimeFormat::known(pattern), event_time)
+    }
+
+    /// The assigner of `pattern`, parsed as `format`.
+    fn with_format(pattern: &str, format: TimeFormat, event_time: F) -> EventTimeBucketAssigner<F> {
+        let out_of_range = pattern
             .split('/')
             .map(|level| match level.split_once('=') {
                 Some((key, _)) => format!("{key}={HIVE_DEFAULT_PARTITION}"),
@@ -129,7 +129,7 @@ impl<F> EventTimeBucketAssigner<F> {
             .collect::<Vec<_>>()
             .join("/");
         EventTimeBucketAssigner {
-            format: format.to_string(),
+            format,
             out_of_range,
             event_time,
         }
@@ -141,10 +141,7 @@ where
     F: Fn(&T) -> i64 + Send + Sync + 'static,
 {
     fn bucket_id(&self, record: &T, _context: &BucketContext) -> String {
-        match DateTime::<Utc>::from_timestamp_millis((self.event_time)(record)) {
-            Some(time) => time.format(&self.format).to_string(),
-            None => self.out_of_range.clone(),
-        }
+        (self.format.format((self.event_time)(record))).unwrap_or_else(|| self.out_of_range.clone())
     }
 }
 

@@ -115,6 +115,7 @@ pub struct ParquetEncoder<T> {
 }
 
 /// What the parts of one encoder share.
+#[derive(Clone)]
 struct Inner {
     schema: SchemaRef,
     fields: Vec<FieldRef>,
@@ -190,14 +191,15 @@ impl<T: Serialize + 'static> ParquetEncoder<T> {
         &self.inner.schema
     }
 
+    /// The writer properties of every part: compression, statistics, no
+    /// row count limit on row groups. A baseline writing the same files
+    /// without the sink (the benchmark's) uses these.
+    pub fn writer_properties(&self) -> &WriterProperties {
+        &self.inner.properties
+    }
+
     fn with(self, change: impl FnOnce(&mut Inner)) -> ParquetEncoder<T> {
-        let mut inner = Inner {
-            schema: self.inner.schema.clone(),
-            fields: self.inner.fields.clone(),
-            properties: self.inner.properties.clone(),
-            row_group_bytes: self.inner.row_group_bytes,
-            compression: self.inner.compression,
-        };
+        let mut inner = Inner::clone(&self.inner);
         change(&mut inner);
         ParquetEncoder {
             inner: Arc::new(inner),

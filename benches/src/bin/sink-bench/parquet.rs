@@ -16,12 +16,11 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use examples::demo_row::{self, event_time_ms, Format};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::properties::WriterProperties;
 use serde_json::{json, Value};
 use sink_benches::peak_rss_bytes;
 use sink_runtime::{CheckpointConfig, Job, SequenceSource};
-use sinks_file::{BucketAssigner, FileSink, FnBucketAssigner, RollingPolicy};
+use sinks_file::{BucketAssigner, FileSink, FnBucketAssigner, ParquetEncoder, RollingPolicy};
 
 use crate::runtime;
 
@@ -83,14 +82,12 @@ fn schema() -> Arc<Schema> {
     ]))
 }
 
-/// The file sink's default writer properties for zstd: statistics per
-/// page, row groups by size only.
-fn properties() -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .set_statistics_enabled(EnabledStatistics::Page)
-        .set_max_row_group_row_count(None)
-        .build()
+/// The file sink's own writer properties (zstd, statistics per page, row
+/// groups by size only), taken from its encoder: the baseline writes the
+/// same files.
+fn properties() -> anyhow::Result<WriterProperties> {
+    let encoder = ParquetEncoder::<demo_row::DemoRow>::new(schema())?;
+    Ok(encoder.writer_properties().clone())
 }
 
 /// How the baseline turns rows into Arrow arrays.
@@ -165,7 +162,7 @@ pub fn plain(
                     let hidden = |part: u64| dir.join(format!(".plain-{i}-{part}"));
                     let open = |part: u64| -> anyhow::Result<ArrowWriter<std::fs::File>> {
                         let file = std::fs::File::create(hidden(part))?;
-                        Ok(ArrowWriter::try_new(file, schema(), Some(properties()))?)
+                        Ok(ArrowWriter::try_new(file, schema(), Some(properties()?))?)
                     };
                     let mut seal = |writer: ArrowWriter<std::fs::File>, part: u64| {
                         let file = writer.into_inner()?;
