@@ -423,9 +423,15 @@ fn after_its_snapshots_expired_the_finished_demo_still_checks_out() {
     };
     let dir = tempfile::tempdir().unwrap();
     let warehouse = dir.path().join("wh");
+    // At 1000 records a second per subtask the run takes 1.5 s: many
+    // checkpoints commit before the end, however loaded the machine. As
+    // fast as it can go, the job once ended in 0.3 s with one checkpoint
+    // before its last, which found nothing to commit (one snapshot).
     let args = [
         "--records",
         "3000",
+        "--rate",
+        "1000",
         "--checkpoint-interval",
         "20ms",
         "--json",
