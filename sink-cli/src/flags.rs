@@ -218,6 +218,10 @@ pub fn fail_if_output_lost(report: &JobReport) -> anyhow::Result<()> {
 /// (`info`, `warn,sink_runtime=debug`): `tracing_subscriber`'s `Targets`,
 /// which needs no regular expressions (the demos build none). A value it
 /// cannot read is named on stderr, and `default` applies.
+///
+/// delta-rs and its kernel log whole snapshots at INFO: they stay at WARN
+/// unless the filter names them (`RUST_LOG=info,deltalake_core=info` shows
+/// them), and below a filter quieter than WARN.
 pub fn init_tracing_or(default: &str) {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::prelude::*;
@@ -231,6 +235,7 @@ pub fn init_tracing_or(default: &str) {
         }),
         Err(_) => fallback,
     };
+    let filter = quiet_libraries(filter);
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
@@ -241,6 +246,37 @@ pub fn init_tracing_or(default: &str) {
         .init();
 }
 
+/// The libraries whose INFO output is a dump of their state rather than news
+/// (delta-rs printed 62 KB of snapshots at INFO in a one-second job).
+const QUIET_LIBRARIES: [&str; 2] = ["deltalake_core", "buoyant_kernel"];
+
+/// `filter` with each of [`QUIET_LIBRARIES`] at WARN, unless the filter
+/// names it (or a module of it) or is quieter than WARN for everything.
+fn quiet_libraries(
+    filter: tracing_subscriber::filter::Targets,
+) -> tracing_subscriber::filter::Targets {
+    use tracing_subscriber::filter::LevelFilter;
+    if filter
+        .default_level()
+        .is_none_or(|level| level <= LevelFilter::WARN)
+    {
+        return filter;
+    }
+    QUIET_LIBRARIES.iter().fold(filter, |filter, library| {
+        let named = filter.iter().any(|(target, _)| {
+            target == *library
+                || target
+                    .strip_prefix(library)
+                    .is_some_and(|rest| rest.starts_with("::"))
+        });
+        if named {
+            filter
+        } else {
+            filter.with_target(*library, LevelFilter::WARN)
+        }
+    })
+}
+
 /// `text` (a `RUST_LOG` value) as a filter.
 fn log_filter(text: &str) -> Result<tracing_subscriber::filter::Targets, String> {
     text.trim().parse().map_err(|e| format!("{e}"))
@@ -248,6 +284,35 @@ fn log_filter(text: &str) -> Result<tracing_subscriber::filter::Targets, String>
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn delta_rs_stays_at_warn_unless_the_filter_names_it_or_is_quieter() {
+        use tracing::Level;
+        let quiet = |text: &str| super::quiet_libraries(super::log_filter(text).unwrap());
+        let info = quiet("info");
+        for target in [
+            "deltalake_core::kernel::snapshot",
+            "buoyant_kernel::snapshot",
+        ] {
+            assert!(!info.would_enable(target, &Level::INFO), "{target}");
+            assert!(info.would_enable(target, &Level::WARN), "{target}");
+        }
+        assert!(info.would_enable("sinks_delta::writer", &Level::INFO));
+        assert!(quiet("debug,sink_runtime=trace").would_enable("sink_runtime", &Level::TRACE));
+        // Named, the user's level wins; a module of it counts as named.
+        let named = quiet("info,deltalake_core=debug");
+        assert!(named.would_enable("deltalake_core::kernel", &Level::DEBUG));
+        assert!(!named.would_enable("buoyant_kernel::snapshot", &Level::INFO));
+        let module = quiet("info,buoyant_kernel::log_segment=info");
+        assert!(module.would_enable("buoyant_kernel::log_segment", &Level::INFO));
+        // A crate whose name merely starts like one is not named.
+        let other = quiet("info,deltalake_core_extra=info");
+        assert!(!other.would_enable("deltalake_core::kernel", &Level::INFO));
+        // Quieter than WARN stays quieter.
+        let error = quiet("error");
+        assert!(!error.would_enable("deltalake_core::kernel", &Level::WARN));
+        assert!(!quiet("sink_runtime=info").would_enable("deltalake_core", &Level::WARN));
+    }
 
     #[test]
     fn a_property_is_a_key_and_everything_after_its_first_equals_sign() {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
 use deltalake_core::kernel::StructType;
-use deltalake_core::logstore::{default_logstore, LogStoreRef, StorageConfig};
+use deltalake_core::logstore::{default_logstore, LogStore, LogStoreRef, StorageConfig};
 use deltalake_core::operations::create::CreateBuilder;
 use deltalake_core::protocol::SaveMode;
 use deltalake_core::{DeltaTable, DeltaTableConfig, DeltaTableError};
@@ -128,8 +128,17 @@ impl TableLocation {
 
     /// The table, loaded at its newest version, or `None` if there is no
     /// table here yet.
+    ///
+    /// An empty log is seen by listing it first: delta-kernel logs its
+    /// failure to load one at ERROR ("No files in log segment"), which
+    /// made every new table's first start report a false alarm.
     pub(crate) async fn open(&self) -> Result<Option<DeltaTable>, DeltaTableError> {
-        let mut table = DeltaTable::new(self.log_store(), DeltaTableConfig::default());
+        let log_store = self.log_store();
+        if !log_store.is_delta_table_location().await? {
+            return Ok(None);
+        }
+        let mut table = DeltaTable::new(log_store, DeltaTableConfig::default());
+        // A log removed between the listing and the load.
         match table.load().await {
             Ok(()) => Ok(Some(table)),
             Err(DeltaTableError::NotATable(_)) => Ok(None),

@@ -106,6 +106,48 @@ fn with_no_flags_it_prints_the_table() {
     assert!(out.contains("refused"), "{out}");
 }
 
+/// Logging at INFO, a first start on a new table and a second on the same
+/// table say nothing from delta-rs or its kernel (their INFO output is
+/// whole snapshots), and no ERROR: the kernel's "No files in log segment"
+/// for the new table's empty log was a false alarm. Named in `RUST_LOG`,
+/// the kernel's INFO shows.
+#[test]
+fn at_info_a_new_table_logs_no_delta_rs_dumps_and_no_false_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |log: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_delta-sink-demo"))
+            .env("RUST_LOG", log)
+            .arg("--out")
+            .arg(dir.path().join("table"))
+            .args([
+                "--records",
+                "500",
+                "--checkpoint-interval",
+                "50ms",
+                "--json",
+            ])
+            .output()
+            .expect("the demo runs");
+        // The second start finds the job finished and reads the table.
+        let made = summary(&output);
+        assert!(
+            made["status"] == "Finished" || made["status"] == "AlreadyFinished",
+            "{made}"
+        );
+        assert_eq!(made["table_rows"], 500, "{made}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    for start in ["new table", "existing table"] {
+        let stderr = run("info");
+        assert!(!stderr.contains("ERROR"), "{start}: {stderr}");
+        for library in ["deltalake_core", "buoyant_kernel"] {
+            assert!(!stderr.contains(library), "{start}: {stderr}");
+        }
+    }
+    let named = run("warn,buoyant_kernel=info");
+    assert!(named.contains("buoyant_kernel"), "{named}");
+}
+
 /// Kill -9 at random moments, then run to the end: every id once in the
 /// table, as the `deltalake` Python package reads it, and its history one
 /// streaming update per checkpoint, epochs increasing.
