@@ -220,8 +220,8 @@ pub fn fail_if_output_lost(report: &JobReport) -> anyhow::Result<()> {
 /// cannot read is named on stderr, and `default` applies.
 ///
 /// delta-rs and its kernel log whole snapshots at INFO: they stay at WARN
-/// unless the filter names them (`RUST_LOG=info,deltalake_core=info` shows
-/// them), and below a filter quieter than WARN.
+/// unless the filter names them (`RUST_LOG=info,buoyant_kernel=info` shows
+/// the kernel's), and below a filter quieter than WARN.
 pub fn init_tracing_or(default: &str) {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::prelude::*;
@@ -247,7 +247,7 @@ pub fn init_tracing_or(default: &str) {
 }
 
 /// The libraries whose INFO output is a dump of their state rather than news
-/// (delta-rs printed 62 KB of snapshots at INFO in a one-second job).
+/// (delta-rs' kernel printed 62 KB of snapshots at INFO in a one-second job).
 const QUIET_LIBRARIES: [&str; 2] = ["deltalake_core", "buoyant_kernel"];
 
 /// `filter` with each of [`QUIET_LIBRARIES`] at WARN, unless the filter
