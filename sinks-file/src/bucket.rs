@@ -113,7 +113,8 @@ impl DateTimeBucketAssigner {
 impl<T> BucketAssigner<T> for DateTimeBucketAssigner {
     fn bucket_id(&self, _record: &T, context: &BucketContext) -> String {
         let now_ms = i64::try_from(context.now_ms).unwrap_or(i64::MAX);
-        (self.format.format(now_ms))
+        self.format
+            .format(now_ms)
             .or_else(|| self.format.format(0))
             .unwrap_or_default()
     }

@@ -141,7 +141,9 @@ where
     F: Fn(&T) -> i64 + Send + Sync + 'static,
 {
     fn bucket_id(&self, record: &T, _context: &BucketContext) -> String {
-        (self.format.format((self.event_time)(record))).unwrap_or_else(|| self.out_of_range.clone())
+        self.format
+            .format((self.event_time)(record))
+            .unwrap_or_else(|| self.out_of_range.clone())
     }
 }
 
