@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod bad_record;
 mod clock;
 mod committer;
 mod context;
@@ -41,6 +42,7 @@ mod sink;
 mod start;
 mod writer;
 
+pub use bad_record::BadRecord;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use committer::{CommitOutcome, CommitRequest, Committer};
 pub use context::{CheckpointId, Generation, InitContext, Lineage, SubtaskIndex};

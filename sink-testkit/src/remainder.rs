@@ -7,8 +7,10 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, InputOf};
-use sink_runtime::source::{Boundedness, ReadStatus, Source, SourceError, SplitReader};
+use sink_api::{CheckpointId, InputOf, PositionAdvance};
+use sink_runtime::source::{
+    Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SourceStart, SplitReader,
+};
 use sink_runtime::{CheckpointConfig, Job, MemoryCheckpointStorage};
 
 use crate::modes::describe;
@@ -78,6 +80,20 @@ impl SplitReader for RemainderReader {
             self.barrier_seen = true;
         }
     }
+
+    // Its positions are kept in the job's checkpoints only; nothing is held
+    // outside the process.
+    fn on_commit(&mut self, _: CheckpointId, _: CommitOutcome) {}
+
+    async fn seek_committed(&mut self, _: SourceStart) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn take_advances(&mut self) -> Vec<PositionAdvance> {
+        Vec::new()
+    }
+
+    async fn close(&mut self) {}
 }
 
 impl Source for RemainderSource {
@@ -87,6 +103,10 @@ impl Source for RemainderSource {
 
     fn boundedness(&self) -> Boundedness {
         Boundedness::Bounded
+    }
+
+    fn position_scope(&self) -> Option<String> {
+        None
     }
 
     fn create_splits(&self, parallelism: usize) -> Vec<Range> {

@@ -136,6 +136,10 @@ impl<S: Source> Source for SixSplits<S> {
         self.0.boundedness()
     }
 
+    fn position_scope(&self) -> Option<String> {
+        self.0.position_scope()
+    }
+
     fn split_codec(&self) -> std::sync::Arc<dyn sink_runtime::source::SplitCodec<S::Split>> {
         self.0.split_codec()
     }

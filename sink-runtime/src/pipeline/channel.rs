@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use sink_api::{CheckpointId, SubtaskIndex};
+use sink_api::{CheckpointId, PositionAdvance, SubtaskIndex};
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
@@ -29,7 +29,8 @@ use super::keys::{
 };
 use super::ticket::{TicketError, Waiter};
 use crate::source::{
-    Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SplitCodec, SplitReader,
+    Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SourceStart, SplitCodec,
+    SplitReader,
 };
 
 /// One send: records, their optional idempotency key, and who waits for the
@@ -135,6 +136,12 @@ impl<R: Send + 'static> Source for ChannelSource<R> {
     /// Ends when the pipeline is shut down.
     fn boundedness(&self) -> Boundedness {
         Boundedness::Bounded
+    }
+
+    /// Its positions, the idempotency keys, are kept in the job's
+    /// checkpoints only.
+    fn position_scope(&self) -> Option<String> {
+        None
     }
 
     /// Format 4 of the keys: each reader's keys in sealed segments that
@@ -523,6 +530,18 @@ impl<R: Send + 'static> SplitReader for ChannelReader<R> {
         }
         self.log.release(&mut self.tables);
     }
+
+    // Its positions are the keys, kept in the job's checkpoints; nothing is
+    // held outside the process (a ticket still waiting fails on drop).
+    async fn seek_committed(&mut self, _: SourceStart) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn take_advances(&mut self) -> Vec<PositionAdvance> {
+        Vec::new()
+    }
+
+    async fn close(&mut self) {}
 }
 
 impl<R> Drop for ChannelReader<R> {

@@ -17,28 +17,51 @@
 //! Built-ins: [`SequenceSource`] (the numbers `0..n`, bounded or unbounded),
 //! [`PartitionedSequence`] (the same numbers in fixed partitions whose
 //! positions are committed with the data) and [`VecSource`] (the items of a
-//! vector or an iterator); [`Source::map`] turns any source's records into
-//! another type.
+//! vector or an iterator).
+//!
+//! # Changing a source's records
+//!
+//! [`Source::map`], [`filter`](Source::filter),
+//! [`filter_map`](Source::filter_map), [`flat_map`](Source::flat_map) and
+//! [`try_map`](Source::try_map) change records as they are read, and
+//! [`Source::transform`] takes a [`Transform`] of one's own (a type with
+//! state, such as a parser with its schema). Each forwards the inner
+//! source's splits, positions, checkpoints, commits and close by
+//! construction: use them, not a [`SplitReader`] written around another
+//! reader.
+//!
+//! A reader that wraps another anyway (to add something around reading)
+//! must forward every method that keeps exactly-once: that is why
+//! [`on_checkpoint`](SplitReader::on_checkpoint),
+//! [`on_commit`](SplitReader::on_commit),
+//! [`seek_committed`](SplitReader::seek_committed),
+//! [`take_advances`](SplitReader::take_advances) and
+//! [`close`](SplitReader::close), and the source's
+//! [`position_scope`](Source::position_scope), have no defaults. A wrapper
+//! that forgets one does not compile; a reader of its own input that has
+//! nothing to do there says so with an empty body.
 
 mod codec;
-mod mapped;
 mod partitioned;
 mod positions;
 mod range;
 mod sequence;
+mod transform;
 mod vec;
 
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
-use sink_api::{CheckpointId, PositionAdvance, SubtaskIndex};
+use sink_api::{BadRecord, CheckpointId, PositionAdvance, SubtaskIndex};
 
 pub use codec::{BincodeSplits, SplitCodec};
-pub use mapped::{Mapped, MappedReader};
 pub use partitioned::{PartitionedReader, PartitionedSequence, PartitionedSplit};
 pub use positions::{PositionLookup, PositionTracker, SourceStart};
 pub use range::{RangeReader, RangeRecords, RangeSplit};
 pub use sequence::SequenceSource;
 pub use sequence::{Numbers, SequenceReader};
+pub use transform::{
+    Filter, FilterMap, FlatMap, Map, Transform, Transformed, TransformedReader, TryMap,
+};
 pub use vec::Items;
 pub use vec::VecSource;
 
@@ -110,6 +133,89 @@ impl SourceError {
 /// Reads the splits one subtask owns.
 ///
 /// Created by [`Source::create_reader`], driven by the subtask's runtime task.
+///
+/// # Wrapping another reader
+///
+/// To change records, use the combinators of [`Source`]
+/// ([`map`](Source::map), [`filter`](Source::filter),
+/// [`transform`](Source::transform), …): they forward everything else by
+/// construction. A reader written around another (here, to count reads)
+/// forwards every method but the one it changes; the methods that keep
+/// exactly-once have no defaults, so the compiler names any it forgot:
+///
+/// ```
+/// use sink_api::{async_trait, CheckpointId, PositionAdvance};
+/// use sink_runtime::source::{
+///     CommitOutcome, RangeSplit, ReadStatus, SequenceReader, SourceError, SourceStart,
+///     SplitReader,
+/// };
+///
+/// struct Counted {
+///     inner: SequenceReader,
+///     reads: u64,
+/// }
+///
+/// #[async_trait]
+/// impl SplitReader for Counted {
+///     type Record = u64;
+///     type Split = RangeSplit;
+///
+///     async fn read_batch(&mut self, max: usize, out: &mut Vec<u64>) -> Result<ReadStatus, SourceError> {
+///         self.reads += 1;
+///         self.inner.read_batch(max, out).await
+///     }
+///     fn snapshot_splits(&self) -> Vec<RangeSplit> {
+///         self.inner.snapshot_splits()
+///     }
+///     async fn wait_for_input(&mut self) {
+///         self.inner.wait_for_input().await
+///     }
+///     fn on_checkpoint(&mut self, checkpoint: CheckpointId) {
+///         self.inner.on_checkpoint(checkpoint)
+///     }
+///     fn on_commit(&mut self, checkpoint: CheckpointId, outcome: CommitOutcome) {
+///         self.inner.on_commit(checkpoint, outcome)
+///     }
+///     async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
+///         self.inner.seek_committed(start).await
+///     }
+///     fn take_advances(&mut self) -> Vec<PositionAdvance> {
+///         self.inner.take_advances()
+///     }
+///     async fn close(&mut self) {
+///         self.inner.close().await
+///     }
+/// }
+/// ```
+///
+/// The same wrapper without the forwarding does not compile (error E0046:
+/// `on_checkpoint`, `on_commit`, `seek_committed`, `take_advances` and
+/// `close` are missing), where a default would have dropped the inner
+/// reader's positions without a word:
+///
+/// ```compile_fail
+/// use sink_api::async_trait;
+/// use sink_runtime::source::{RangeSplit, ReadStatus, SequenceReader, SourceError, SplitReader};
+///
+/// struct Counted {
+///     inner: SequenceReader,
+///     reads: u64,
+/// }
+///
+/// #[async_trait]
+/// impl SplitReader for Counted {
+///     type Record = u64;
+///     type Split = RangeSplit;
+///
+///     async fn read_batch(&mut self, max: usize, out: &mut Vec<u64>) -> Result<ReadStatus, SourceError> {
+///         self.reads += 1;
+///         self.inner.read_batch(max, out).await
+///     }
+///     fn snapshot_splits(&self) -> Vec<RangeSplit> {
+///         self.inner.snapshot_splits()
+///     }
+/// }
+/// ```
 #[async_trait]
 pub trait SplitReader: Send + 'static {
     /// The records read.
@@ -149,11 +255,10 @@ pub trait SplitReader: Send + 'static {
     ///
     /// Called by the subtask at each barrier before
     /// [`snapshot_splits`](Self::snapshot_splits), and once at end of input.
-    /// The default does nothing; a reader that answers its producers when
-    /// their records are committed starts tracking them here.
-    fn on_checkpoint(&mut self, checkpoint_id: CheckpointId) {
-        let _ = checkpoint_id;
-    }
+    /// A reader that answers its producers when their records are committed
+    /// starts tracking them here; one that does not has an empty body; a
+    /// reader that wraps another forwards it.
+    fn on_checkpoint(&mut self, checkpoint_id: CheckpointId);
 
     /// This subtask's share of checkpoint `checkpoint_id`, and of every
     /// earlier one, has been committed, with `outcome`.
@@ -163,11 +268,9 @@ pub trait SplitReader: Send + 'static {
     /// global committer, only once it committed the checkpoint too (its
     /// data becomes visible only then, as a Delta table's files do). Called once per
     /// checkpoint that held anything of this subtask; a checkpoint in which
-    /// the subtask prepared nothing may be covered by a later call. The
-    /// default does nothing.
-    fn on_commit(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome) {
-        let _ = (checkpoint_id, outcome);
-    }
+    /// the subtask prepared nothing may be covered by a later call. A reader
+    /// that wraps another forwards it.
+    fn on_commit(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome);
 
     /// Where the destination's data of each split of the source's
     /// [scope](Source::position_scope) ends (`start.committed`): read every
@@ -177,19 +280,17 @@ pub trait SplitReader: Send + 'static {
     ///
     /// Called by the subtask once per start, after the restored
     /// checkpoint's committables were committed again and before the first
-    /// `read_batch`; only for a source with a scope. The default does
-    /// nothing.
-    async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
-        let _ = start;
-        Ok(())
-    }
+    /// `read_batch`; only for a source with a scope (a reader of a source
+    /// without one returns `Ok(())`). A reader that wraps another forwards
+    /// it.
+    async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError>;
 
     /// Releases what the reader holds outside the process, such as its
     /// membership of a consumer group, so that others need not wait for it
     /// to time out. Called once by the subtask when it closes (the job
     /// finished, failed or was cancelled), after the writer closed; must
-    /// end in bounded time. The default does nothing.
-    async fn close(&mut self) {}
+    /// end in bounded time. A reader that wraps another forwards it.
+    async fn close(&mut self);
 
     /// What the records read since the last call advance, per split (see
     /// [`PositionTracker::take_advances`]): handed to the writer with the
@@ -197,10 +298,11 @@ pub trait SplitReader: Send + 'static {
     ///
     /// Called by the subtask at every barrier and at end of input, before
     /// `prepare_commit` and [`on_checkpoint`](Self::on_checkpoint); only
-    /// for a source with a scope. The default has none.
-    fn take_advances(&mut self) -> Vec<PositionAdvance> {
-        Vec::new()
-    }
+    /// for a source with a scope (a reader of a source without one returns
+    /// none). A reader that wraps another forwards it: advances it drops
+    /// are positions never committed, and a split that moves is read again
+    /// from an older one.
+    fn take_advances(&mut self) -> Vec<PositionAdvance>;
 }
 
 /// How the commit reported to [`SplitReader::on_commit`] went.
@@ -230,8 +332,9 @@ pub trait Source: Send + Sync + 'static {
     fn boundedness(&self) -> Boundedness;
 
     /// The scope its positions are committed under in the destination,
-    /// with the data (see the `positions` module), or `None` (the default):
-    /// its positions are kept in the job's checkpoints only.
+    /// with the data (see the `positions` module), or `None`: its positions
+    /// are kept in the job's checkpoints only. No default: a source that
+    /// wraps another returns the other's.
     ///
     /// Read by the job builder (the sink must
     /// [commit positions](sink_api::Sink::commits_positions)) and by every
@@ -240,9 +343,7 @@ pub trait Source: Send + Sync + 'static {
     /// the same in every instance that shares the input: without it, each
     /// instance reads from its own checkpoint, and two instances duplicate
     /// records.
-    fn position_scope(&self) -> Option<String> {
-        None
-    }
+    fn position_scope(&self) -> Option<String>;
 
     /// How its splits are stored in checkpoints. Called once per start of
     /// a job. The default, [`BincodeSplits`], stores them whole in every
@@ -270,12 +371,69 @@ pub trait Source: Send + Sync + 'static {
     /// read, for a sink whose input is another type: for example
     /// `SequenceSource::bounded(n).map(Order::with_id)`. `f` must be
     /// deterministic: a restore reads and maps the same records again.
-    fn map<T, F>(self, f: F) -> Mapped<Self, F>
+    fn map<T, F>(self, f: F) -> Transformed<Self, Map<F>>
     where
         Self: Sized,
         F: Fn(Self::Record) -> T + Send + Sync + 'static,
         T: Send + 'static,
     {
-        Mapped::new(self, f)
+        Transformed::new(self, Map(f))
+    }
+
+    /// This source with only the records `keep` returns `true` for. The
+    /// others are read and dropped: their positions are committed with the
+    /// records around them, so a restart does not read them again.
+    fn filter<F>(self, keep: F) -> Transformed<Self, Filter<F>>
+    where
+        Self: Sized,
+        F: Fn(&Self::Record) -> bool + Send + Sync + 'static,
+    {
+        Transformed::new(self, Filter(keep))
+    }
+
+    /// This source with each record turned into another by `f`, or dropped
+    /// where `f` returns `None` (as [`filter`](Self::filter) drops).
+    fn filter_map<T, F>(self, f: F) -> Transformed<Self, FilterMap<F>>
+    where
+        Self: Sized,
+        F: Fn(Self::Record) -> Option<T> + Send + Sync + 'static,
+        T: Send + 'static,
+    {
+        Transformed::new(self, FilterMap(f))
+    }
+
+    /// This source with each record turned into every item `f` returns for
+    /// it, in order (none drops it, as [`filter`](Self::filter) drops).
+    fn flat_map<I, F>(self, f: F) -> Transformed<Self, FlatMap<F>>
+    where
+        Self: Sized,
+        F: Fn(Self::Record) -> I + Send + Sync + 'static,
+        I: IntoIterator,
+        I::Item: Send + 'static,
+    {
+        Transformed::new(self, FlatMap(f))
+    }
+
+    /// This source with each record parsed by `f` into another, or refused
+    /// with a [`BadRecord`] saying why, what and where: the job then fails
+    /// at once with that message.
+    fn try_map<T, F>(self, f: F) -> Transformed<Self, TryMap<F>>
+    where
+        Self: Sized,
+        F: Fn(Self::Record) -> Result<T, BadRecord> + Send + Sync + 'static,
+        T: Send + 'static,
+    {
+        Transformed::new(self, TryMap(f))
+    }
+
+    /// This source with its records passed through `transform`: for a
+    /// transform with state of its own (a parser holding its schema), or
+    /// one a library ships. See [`Transform`].
+    fn transform<T>(self, transform: T) -> Transformed<Self, T>
+    where
+        Self: Sized,
+        T: Transform<Self::Record>,
+    {
+        Transformed::new(self, transform)
     }
 }

@@ -4,11 +4,12 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sink_api::{PositionAdvance, SubtaskIndex};
+use sink_api::{CheckpointId, PositionAdvance, SubtaskIndex};
 
 use super::sequence::Pace;
 use super::{
-    Boundedness, PositionTracker, ReadStatus, Source, SourceError, SourceStart, SplitReader,
+    Boundedness, CommitOutcome, PositionTracker, ReadStatus, Source, SourceError, SourceStart,
+    SplitReader,
 };
 
 /// The numbers `0..count` in `partitions` partitions: partition `p` holds
@@ -196,6 +197,14 @@ impl SplitReader for PartitionedReader {
     fn snapshot_splits(&self) -> Vec<PartitionedSplit> {
         self.splits.iter().map(|(split, _)| *split).collect()
     }
+
+    // Its positions go with the data (below); nothing else is tracked per
+    // checkpoint or commit, nothing is held outside the process.
+    fn on_checkpoint(&mut self, _: CheckpointId) {}
+
+    fn on_commit(&mut self, _: CheckpointId, _: CommitOutcome) {}
+
+    async fn close(&mut self) {}
 
     async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
         let committed = start.committed;

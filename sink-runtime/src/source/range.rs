@@ -4,7 +4,9 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::{Boundedness, ReadStatus, SourceError, SplitReader};
+use sink_api::{CheckpointId, PositionAdvance};
+
+use super::{Boundedness, CommitOutcome, ReadStatus, SourceError, SourceStart, SplitReader};
 
 /// The indices `next..end` still to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +91,23 @@ impl<R: RangeRecords> SplitReader for RangeReader<R> {
     fn snapshot_splits(&self) -> Vec<RangeSplit> {
         self.splits.clone()
     }
+
+    // A reader of its own input: nothing is tracked per checkpoint or
+    // commit, no position is committed with the data, nothing is held
+    // outside the process.
+    fn on_checkpoint(&mut self, _: CheckpointId) {}
+
+    fn on_commit(&mut self, _: CheckpointId, _: CommitOutcome) {}
+
+    async fn seek_committed(&mut self, _: SourceStart) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn take_advances(&mut self) -> Vec<PositionAdvance> {
+        Vec::new()
+    }
+
+    async fn close(&mut self) {}
 }
 
 #[cfg(test)]

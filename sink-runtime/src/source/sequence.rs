@@ -3,10 +3,12 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sink_api::SubtaskIndex;
+use sink_api::{CheckpointId, PositionAdvance, SubtaskIndex};
 
 use super::range::{RangeReader, RangeRecords, RangeSplit};
-use super::{Boundedness, ReadStatus, Source, SourceError, SplitReader};
+use super::{
+    Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SourceStart, SplitReader,
+};
 
 /// Produces the records `0..n` (as `u64`), cut into one contiguous range per
 /// subtask.
@@ -120,6 +122,27 @@ impl SplitReader for SequenceReader {
     fn snapshot_splits(&self) -> Vec<RangeSplit> {
         self.inner.snapshot_splits()
     }
+
+    // Wraps a range reader: everything but the pace is the inner reader's.
+    fn on_checkpoint(&mut self, checkpoint_id: CheckpointId) {
+        self.inner.on_checkpoint(checkpoint_id);
+    }
+
+    fn on_commit(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome) {
+        self.inner.on_commit(checkpoint_id, outcome);
+    }
+
+    async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
+        self.inner.seek_committed(start).await
+    }
+
+    fn take_advances(&mut self) -> Vec<PositionAdvance> {
+        self.inner.take_advances()
+    }
+
+    async fn close(&mut self) {
+        self.inner.close().await;
+    }
 }
 
 /// The records of [`SequenceSource`]: each index is its own record.
@@ -137,6 +160,11 @@ impl Source for SequenceSource {
     type Record = u64;
     type Split = RangeSplit;
     type Reader = SequenceReader;
+
+    /// Its positions are kept in the job's checkpoints only.
+    fn position_scope(&self) -> Option<String> {
+        None
+    }
 
     fn boundedness(&self) -> Boundedness {
         self.boundedness

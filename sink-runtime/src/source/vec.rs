@@ -52,6 +52,11 @@ impl<T: Clone + Send + Sync + 'static> Source for VecSource<T> {
     type Split = RangeSplit;
     type Reader = RangeReader<Items<T>>;
 
+    /// Its positions are kept in the job's checkpoints only.
+    fn position_scope(&self) -> Option<String> {
+        None
+    }
+
     fn boundedness(&self) -> Boundedness {
         Boundedness::Bounded
     }

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sink_api::{CheckpointId, Generation, SubtaskIndex};
+use sink_api::{CheckpointId, Generation, PositionAdvance, SubtaskIndex};
 use sink_runtime::source::{
-    Boundedness, RangeSplit, ReadStatus, SequenceReader, SequenceSource, Source, SourceError,
-    SplitReader,
+    Boundedness, CommitOutcome, RangeSplit, ReadStatus, SequenceReader, SequenceSource, Source,
+    SourceError, SourceStart, SplitReader,
 };
 use sink_runtime::storage::{
     CheckpointStorage, CompletedCheckpoint, FinishedMarker, MemoryCheckpointStorage, StorageError,
@@ -72,6 +72,26 @@ impl SplitReader for ThrottledReader {
     fn snapshot_splits(&self) -> Vec<RangeSplit> {
         self.inner.snapshot_splits()
     }
+
+    fn on_checkpoint(&mut self, checkpoint_id: CheckpointId) {
+        self.inner.on_checkpoint(checkpoint_id);
+    }
+
+    fn on_commit(&mut self, checkpoint_id: CheckpointId, outcome: CommitOutcome) {
+        self.inner.on_commit(checkpoint_id, outcome);
+    }
+
+    async fn seek_committed(&mut self, start: SourceStart) -> Result<(), SourceError> {
+        self.inner.seek_committed(start).await
+    }
+
+    fn take_advances(&mut self) -> Vec<PositionAdvance> {
+        self.inner.take_advances()
+    }
+
+    async fn close(&mut self) {
+        self.inner.close().await;
+    }
 }
 
 impl Source for ThrottledSource {
@@ -81,6 +101,10 @@ impl Source for ThrottledSource {
 
     fn boundedness(&self) -> Boundedness {
         self.inner.boundedness()
+    }
+
+    fn position_scope(&self) -> Option<String> {
+        self.inner.position_scope()
     }
 
     fn create_splits(&self, parallelism: usize) -> Vec<RangeSplit> {

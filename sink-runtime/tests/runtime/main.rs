@@ -21,4 +21,5 @@ mod source_errors;
 mod start_hook;
 mod state_directory;
 mod uncommitted_lifetime;
+mod user_transforms;
 mod write_up_modes;

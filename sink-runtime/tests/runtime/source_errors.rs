@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sink_api::SubtaskIndex;
-use sink_runtime::source::{Boundedness, ReadStatus, Source, SourceError, SplitReader};
+use sink_api::{CheckpointId, PositionAdvance, SubtaskIndex};
+use sink_runtime::source::{
+    Boundedness, CommitOutcome, ReadStatus, Source, SourceError, SourceStart, SplitReader,
+};
 use sink_runtime::{Job, JobError, RestartStrategy};
 use sinks_memory::{MemorySink, MemoryStore};
 
@@ -39,6 +41,20 @@ impl SplitReader for FailingReader {
     fn snapshot_splits(&self) -> Vec<()> {
         vec![()]
     }
+
+    fn on_checkpoint(&mut self, _: CheckpointId) {}
+
+    fn on_commit(&mut self, _: CheckpointId, _: CommitOutcome) {}
+
+    async fn seek_committed(&mut self, _: SourceStart) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn take_advances(&mut self) -> Vec<PositionAdvance> {
+        Vec::new()
+    }
+
+    async fn close(&mut self) {}
 }
 
 impl Source for Failing {
@@ -48,6 +64,10 @@ impl Source for Failing {
 
     fn boundedness(&self) -> Boundedness {
         Boundedness::Bounded
+    }
+
+    fn position_scope(&self) -> Option<String> {
+        None
     }
 
     fn create_splits(&self, parallelism: usize) -> Vec<()> {
