@@ -100,6 +100,7 @@ pub(crate) async fn run<Src, S>(
     spec: JobSpec<Src, S>,
     metrics: Arc<Metrics>,
     mut cancelled: watch::Receiver<bool>,
+    mut stopped: watch::Receiver<bool>,
 ) -> Result<JobReport, JobError>
 where
     Src: Source<Record = InputOf<S>>,
@@ -114,8 +115,11 @@ where
         let calls = CommitCalls::new();
         loop {
             let mut tasks = JoinSet::new();
-            let result =
-                run_attempt(&spec, metrics.clone(), &mut cancelled, &mut tasks, &calls).await;
+            let signals = Signals {
+                cancelled: &mut cancelled,
+                stopped: &mut stopped,
+            };
+            let result = run_attempt(&spec, metrics.clone(), signals, &mut tasks, &calls).await;
             let Err(error) = result else {
                 drop(tasks);
                 calls.settle(CLOSE_GRACE).await;
@@ -161,10 +165,20 @@ where
     .await
 }
 
+/// What the job's handle and its controls ask of an attempt.
+struct Signals<'a> {
+    /// Raised by a cancel.
+    cancelled: &'a mut watch::Receiver<bool>,
+    /// Raised by a stop: the input ends, then the final checkpoint and its
+    /// commit. Kept raised across restarts, so that an attempt started
+    /// after it ends its input at once.
+    stopped: &'a mut watch::Receiver<bool>,
+}
+
 async fn run_attempt<Src, S>(
     spec: &JobSpec<Src, S>,
     metrics: Arc<Metrics>,
-    cancelled: &mut watch::Receiver<bool>,
+    signals: Signals<'_>,
     tasks: &mut JoinSet<(TaskId, Result<(), JobError>)>,
     calls: &CommitCalls,
 ) -> Result<JobReport, JobError>
@@ -266,10 +280,18 @@ where
         last_completed: restored_id.unwrap_or(CheckpointId::NONE),
     };
 
+    let Signals { cancelled, stopped } = signals;
+    // A stop asked before this attempt (or during its restart's pause)
+    // ends the input as soon as the subtasks run.
+    let mut stopping = *stopped.borrow_and_update();
+    if stopping {
+        coordinator.end_input();
+    }
     let outcome: Result<JobStatus, JobError> = async {
         let mut running = tasks.len();
         let mut status = JobStatus::Finished;
         let mut cancel_watch_open = true;
+        let mut stop_watch_open = true;
         // Set once cancelled: tasks still running then (a commit stuck in its
         // retries, say) are stopped. What they were committing is either done or
         // replayed after a restore; commits are idempotent.
@@ -292,6 +314,17 @@ where
                         Ok(()) => {}
                         // The handle was dropped: nobody can cancel any more.
                         Err(_) => cancel_watch_open = false,
+                    }
+                }
+                changed = stopped.changed(), if stop_watch_open => {
+                    match changed {
+                        Ok(()) if *stopped.borrow() && !stopping && status != JobStatus::Cancelled => {
+                            info!("stopping: the input ends, then the final checkpoint and its commit");
+                            stopping = true;
+                            coordinator.end_input();
+                        }
+                        Ok(()) => {}
+                        Err(_) => stop_watch_open = false,
                     }
                 }
                 joined = tasks.join_next() => {
@@ -339,7 +372,12 @@ where
         coordinator.cancel_tasks();
     }
     coordinator.settle_store().await;
-    let status = outcome?;
+    let status = match outcome? {
+        // Everything read was committed, but the input did not end by
+        // itself: the storage stays resumable.
+        JobStatus::Finished if stopping => JobStatus::Stopped,
+        status => status,
+    };
     let last = Some(coordinator.last_completed).filter(|&id| id > CheckpointId::NONE);
     let metrics = coordinator.metrics.snapshot();
     if status == JobStatus::Finished && spec.mark_finished {
@@ -733,6 +771,15 @@ impl Coordinator {
                     let _ = tx.send(control);
                 }
             }
+        }
+    }
+
+    /// Tells every subtask to end its input now (a stop).
+    fn end_input(&self) {
+        for control in &self.controls {
+            // A subtask that is gone has ended or failed; the job's end
+            // says which.
+            let _ = control.send(Control::EndInput);
         }
     }
 

@@ -112,21 +112,25 @@ where
     pub fn start(self) -> JobHandle {
         let metrics = Arc::new(Metrics::default());
         let (cancel, cancelled) = watch::channel(false);
+        let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(crate::coordinator::run(
             self.spec,
             metrics.clone(),
             cancelled,
+            stopped,
         ));
         JobHandle {
             metrics,
-            cancel,
+            control: JobControl {
+                signals: Arc::new(Signals { cancel, stop }),
+            },
             task,
         }
     }
 
     /// Runs the job to its end: until a bounded input is committed, or
-    /// forever for an unbounded one (use [`start`](Self::start) and
-    /// [`JobHandle::cancel`] to stop it).
+    /// forever for an unbounded one (use [`start`](Self::start), and
+    /// [`JobControl::stop`] or [`JobHandle::cancel`] to end it).
     pub async fn run(self) -> Result<JobReport, JobError> {
         self.start().join().await
     }
@@ -358,11 +362,76 @@ where
 }
 
 /// A running job. Made by [`Job::start`].
+///
+/// [`join`](Self::join) takes the handle; to stop or cancel the job from
+/// elsewhere while a task awaits it (a signal handler, an admin endpoint),
+/// take a [`JobControl`] first with [`control`](Self::control).
 #[derive(Debug)]
 pub struct JobHandle {
     metrics: Arc<Metrics>,
-    cancel: watch::Sender<bool>,
+    control: JobControl,
     task: JoinHandle<Result<JobReport, JobError>>,
+}
+
+/// Stops or cancels a running job from anywhere. Made by
+/// [`JobHandle::control`]; cheap to clone, `Send` and `Sync`, usable after
+/// the handle was given to a task that [`join`](JobHandle::join)s it, and
+/// harmless after the job ended.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use sink_runtime::{CheckpointConfig, Job, JobStatus, SequenceSource};
+/// # use sinks_memory::{MemorySink, MemoryStore};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let store = MemoryStore::<u64>::new();
+/// let handle = Job::builder("events", SequenceSource::unbounded(u64::MAX).paced(1000), MemorySink::new(store.clone()))
+///     .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
+///     .build()?
+///     .start();
+/// let control = handle.control();
+/// let job = tokio::spawn(handle.join());
+/// // In a signal handler (`tokio::signal::ctrl_c().await`), say:
+/// # tokio::time::sleep(Duration::from_millis(100)).await;
+/// control.stop();
+/// let report = job.await??;
+/// assert_eq!(report.status, JobStatus::Stopped);
+/// assert_eq!(report.metrics.records_committed, store.committed().len() as u64);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct JobControl {
+    signals: Arc<Signals>,
+}
+
+#[derive(Debug)]
+struct Signals {
+    cancel: watch::Sender<bool>,
+    stop: watch::Sender<bool>,
+}
+
+impl JobControl {
+    /// Asks the job to stop cleanly: every subtask's input ends at its
+    /// next record (records read are written; nothing more is read), the
+    /// final checkpoint is taken and committed as at an end of input, the
+    /// writers close, and [`join`](JobHandle::join) returns a report with
+    /// [`JobStatus::Stopped`](crate::JobStatus::Stopped).
+    ///
+    /// The checkpoint storage is left resumable (not marked finished): a
+    /// start of the job on it restores the final checkpoint and reads on
+    /// from where this one stopped. A job that is restarting after a
+    /// failure stops once its next attempt has started. Returns at once;
+    /// calling it again, or after the job ended, does nothing.
+    pub fn stop(&self) {
+        self.signals.stop.send_replace(true);
+    }
+
+    /// Asks the job to stop at once, committing nothing more: see
+    /// [`JobHandle::cancel`]. Overrides a stop under way.
+    pub fn cancel(&self) {
+        self.signals.cancel.send_replace(true);
+    }
 }
 
 impl JobHandle {
@@ -382,9 +451,17 @@ impl JobHandle {
     /// held open). What was prepared but not committed stays in the last
     /// completed checkpoint, for a restart on the same storage.
     /// [`join`](Self::join) then returns a report with
-    /// [`JobStatus::Cancelled`](crate::JobStatus::Cancelled).
+    /// [`JobStatus::Cancelled`](crate::JobStatus::Cancelled). For a stop
+    /// that commits what was read, see [`JobControl::stop`].
     pub fn cancel(&self) {
-        self.cancel.send_replace(true);
+        self.control.cancel();
+    }
+
+    /// A control of this job, to [stop](JobControl::stop) or
+    /// [cancel](JobControl::cancel) it from another task while this handle
+    /// is [joined](Self::join).
+    pub fn control(&self) -> JobControl {
+        self.control.clone()
     }
 
     /// The job's live counters, readable after the handle was given away

@@ -52,7 +52,7 @@ pub use crate::core::checkpoints::{CheckpointConfig, TriggerMode};
 pub use crate::core::restart::RestartStrategy;
 pub use crate::core::retry::RetryPolicy;
 pub use error::{BuildError, JobError};
-pub use job::{Job, JobBuilder, JobHandle};
+pub use job::{Job, JobBuilder, JobControl, JobHandle};
 pub use metrics::{KnownCommitFailure, Metrics, MetricsSnapshot, MAX_KEPT_FAILURES};
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use report::{JobReport, JobStatus};

@@ -13,6 +13,11 @@ pub enum JobStatus {
     /// [`JobHandle::cancel`](crate::JobHandle::cancel) stopped it; uncommitted output stays
     /// uncommitted.
     Cancelled,
+    /// [`JobControl::stop`](crate::JobControl::stop) ended its input early:
+    /// everything read before the stop was committed, as at an end of
+    /// input, and the checkpoint storage was left resumable: a start on it
+    /// goes on from where this one stopped.
+    Stopped,
     /// The checkpoint storage says this job finished before: nothing was
     /// read, written or committed.
     AlreadyFinished,

@@ -50,6 +50,10 @@ pub(crate) enum Control {
     },
     /// Stop now, committing nothing more.
     Cancel,
+    /// End the input now, as if the reader had returned `Finished`: a
+    /// stop ([`JobControl::stop`](crate::JobControl::stop)). Ignored once
+    /// the input ended.
+    EndInput,
 }
 
 /// A task's state for one checkpoint.

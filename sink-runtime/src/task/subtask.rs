@@ -508,6 +508,11 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
                 self.close().await?;
                 Ok(Flow::Exit)
             }
+            Control::EndInput if self.lifecycle.accepts_input() => {
+                info!(subtask = self.index, "stopping: the input ends here");
+                self.on_end_of_input().await
+            }
+            Control::EndInput => Ok(Flow::Continue),
         }
     }
 

@@ -11,6 +11,7 @@ mod direct_sink;
 mod durability;
 mod end_of_input;
 mod golden;
+mod job_control;
 mod object_storage;
 mod pipeline;
 mod positions;
