@@ -126,6 +126,13 @@ pub struct InitContext {
     pub clock: Arc<dyn Clock>,
     /// The job's registry of sink counters.
     pub metrics: SinkMetrics,
+    /// Whether the job promises that a commit's records are visible to the
+    /// destination's readers once it returns (a pipeline's tickets do). A
+    /// sink that may keep committed records out of sight for a while (a
+    /// file sink rolling parts by size or time) then publishes at every
+    /// commit instead, unless its user chose otherwise, in which case the
+    /// job was refused at build ([`Sink::deferred_visibility`](crate::Sink::deferred_visibility)).
+    pub visible_commits: bool,
 }
 
 impl InitContext {
@@ -150,6 +157,7 @@ impl InitContext {
             job_name: job_name.into(),
             clock: Arc::new(SystemClock),
             metrics: SinkMetrics::new(),
+            visible_commits: false,
         }
     }
 
@@ -174,6 +182,13 @@ impl InitContext {
     /// The same context with the job's counter registry `metrics`.
     pub fn with_metrics(mut self, metrics: SinkMetrics) -> InitContext {
         self.metrics = metrics;
+        self
+    }
+
+    /// The same context in a job that does (`true`) or does not promise
+    /// [visible commits](Self::visible_commits).
+    pub fn with_visible_commits(mut self, visible_commits: bool) -> InitContext {
+        self.visible_commits = visible_commits;
         self
     }
 

@@ -130,6 +130,22 @@ pub trait Sink: Send + Sync + 'static {
     /// Creates the committer of one subtask.
     async fn create_committer(&self, context: &InitContext) -> Result<Self::Committer, SinkError>;
 
+    /// Why some records may still be out of the destination's readers'
+    /// sight after their commit returned, in a job that promises
+    /// [visible commits](crate::InitContext::visible_commits), with the fix
+    /// in words; `None` (the default) when every commit makes what it
+    /// covers visible, as a transaction's commit does.
+    ///
+    /// Read by the job builder of such a job (a pipeline, whose tickets
+    /// mean "visible"), which refuses the sink with this message. A sink
+    /// that defers visibility only by default (a file sink's rolling
+    /// policy left unset) returns `None` and publishes at every commit
+    /// when its [context](crate::InitContext::visible_commits) asks; a
+    /// sink that wraps another returns the other's.
+    fn deferred_visibility(&self) -> Option<String> {
+        None
+    }
+
     /// The serializer for committables in checkpoints.
     fn committable_serializer(&self) -> Arc<dyn VersionedSerializer<CommittableOf<Self>>> {
         Arc::new(BincodeSerializer::<CommittableOf<Self>>::default())

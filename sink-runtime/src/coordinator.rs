@@ -492,7 +492,8 @@ where
         )
         .restored_from(plan.restored)
         .with_clock(spec.clock.clone())
-        .with_metrics(metrics.sink.clone());
+        .with_metrics(metrics.sink.clone())
+        .with_visible_commits(spec.visible_commits);
         let sink_error = |action| {
             let task = name.clone();
             move |source| JobError::Sink {
@@ -590,7 +591,8 @@ where
         )
         .restored_from(plan.restored)
         .with_clock(spec.clock.clone())
-        .with_metrics(metrics.sink.clone());
+        .with_metrics(metrics.sink.clone())
+        .with_visible_commits(spec.visible_commits);
         let committer = factory(&context);
         let schedule = committer.schedule();
         let mut ledger = CommitLedger::new(0..spec.parallelism);

@@ -100,6 +100,7 @@ where
                 notification_faults: None,
                 mark_finished: true,
                 clock: Arc::new(SystemClock),
+                visible_commits: false,
             },
             mode: RuntimeMode::Streaming,
             allow_uncommitted: false,
@@ -257,6 +258,21 @@ where
         self
     }
 
+    /// Promises that a commit's records are visible to the destination's
+    /// readers once it returns, as a service that answers its clients after
+    /// the commit needs: the sink is told
+    /// ([`InitContext::visible_commits`](sink_api::InitContext::visible_commits);
+    /// a file sink with its default rolling policy then rolls its parts at
+    /// every checkpoint), and [`build`](Self::build) refuses a sink that
+    /// would still keep committed records out of sight
+    /// ([`Sink::deferred_visibility`]), with its fix. A
+    /// [`Pipeline`](crate::Pipeline) promises it unless told
+    /// [otherwise](crate::PipelineBuilder::acknowledge_before_visible).
+    pub fn visible_commits(mut self) -> Self {
+        self.spec.visible_commits = true;
+        self
+    }
+
     /// Checks the configuration and returns the job, or the reason it could
     /// never work and how to fix it.
     pub fn build(mut self) -> Result<Job<Src, S>, BuildError> {
@@ -270,6 +286,15 @@ where
         }
         if self.spec.batch_size == 0 {
             return Err(invalid("batch size must be at least 1"));
+        }
+        if self.spec.visible_commits {
+            if let Some(why) = self.spec.sink.deferred_visibility() {
+                return Err(invalid(&format!(
+                    "the job promises that each commit makes its records visible (a pipeline's \
+                     tickets do), but {why}. For acknowledgements that mean durable, not yet \
+                     visible, call PipelineBuilder::acknowledge_before_visible"
+                )));
+            }
         }
         if self.second_global_committer {
             return Err(invalid(

@@ -46,6 +46,9 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     pub mark_finished: bool,
     /// The clock sinks see ([`sink_api::InitContext::clock`]).
     pub clock: Arc<dyn Clock>,
+    /// Whether the job promises that commits make their records visible
+    /// ([`sink_api::InitContext::visible_commits`]).
+    pub visible_commits: bool,
 }
 
 /// What happens to one completion notice, in a simulation (feature

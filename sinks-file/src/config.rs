@@ -49,6 +49,11 @@ pub(crate) struct FileSinkConfig<E, B> {
     pub encoder: E,
     pub bucket_assigner: B,
     pub rolling: RollingPolicy,
+    /// Whether the user chose the rolling policy
+    /// ([`FileSinkBuilder::rolling_policy`](crate::FileSinkBuilder::rolling_policy)):
+    /// a default one rolls at every checkpoint too in a job that promises
+    /// visible commits.
+    pub rolling_chosen: bool,
     pub part_prefix: String,
     pub part_suffix: String,
     /// The builder's clock; `None`: the runtime's, from the writer's
@@ -68,4 +73,36 @@ pub(crate) struct FileSinkConfig<E, B> {
     /// With compaction of a bulk format's parts: how they merge (set by
     /// the builder); `None`: merged by concatenating their bytes.
     pub merger: Option<Arc<dyn PartMerger>>,
+}
+
+impl<E, B> FileSinkConfig<E, B> {
+    /// When a writer's parts roll: the policy, rolling at every checkpoint
+    /// too when the job promises visible commits and the user did not
+    /// choose the policy (a chosen one that does not roll there was
+    /// refused at build: [`deferred_visibility`](Self::deferred_visibility)).
+    pub fn rolling_for(&self, visible_commits: bool) -> RollingPolicy {
+        let mut rolling = self.rolling;
+        if visible_commits && !self.rolling_chosen {
+            rolling.roll_on_checkpoint = true;
+        }
+        rolling
+    }
+
+    /// Why a commit may leave records out of sight with the policy the
+    /// user chose, and the fix; `None` when every commit publishes them
+    /// (the policy rolls at checkpoints, the format is a bulk one, or the
+    /// policy is the default, which rolls at checkpoints when asked).
+    pub fn deferred_visibility(&self) -> Option<String> {
+        if !self.rolling_chosen || self.rolling.roll_on_checkpoint {
+            return None;
+        }
+        Some(format!(
+            "the file sink's rolling policy does not roll parts at checkpoints ({:?}): its records \
+             stay in a hidden in-progress part, committed but out of sight, until the part rolls \
+             by size or time. Roll at every checkpoint (FileSinkBuilder::rolling_policy with \
+             RollingPolicy::on_checkpoint(), to which size and time limits may be added), or \
+             leave the rolling policy unset: the default rolls at every checkpoint in such a job",
+            self.rolling
+        ))
+    }
 }

@@ -117,6 +117,7 @@ impl<T, E: Encoder<T>> FileSink<T, E, BasePathBucketAssigner> {
                 encoder,
                 bucket_assigner: BasePathBucketAssigner,
                 rolling: RollingPolicy::default(),
+                rolling_chosen: false,
                 part_prefix: "part".into(),
                 part_suffix: String::new(),
                 clock: None,
@@ -151,6 +152,7 @@ impl<T: 'static, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
                 encoder: c.encoder,
                 bucket_assigner,
                 rolling: c.rolling,
+                rolling_chosen: c.rolling_chosen,
                 part_prefix: c.part_prefix,
                 part_suffix: c.part_suffix,
                 clock: c.clock,
@@ -165,9 +167,16 @@ impl<T: 'static, E: Encoder<T>, B: BucketAssigner<T>> FileSinkBuilder<T, E, B> {
         }
     }
 
-    /// When part files roll.
+    /// When part files roll. Default: [`RollingPolicy::default`] (128 MiB,
+    /// 60 s), which also rolls at every checkpoint in a job that promises
+    /// visible commits ([`InitContext::visible_commits`]: a `Pipeline`'s
+    /// tickets do). There, a chosen policy that does not roll at
+    /// checkpoints is refused ([`Sink::deferred_visibility`]), unless the
+    /// pipeline acknowledges before visible
+    /// (`PipelineBuilder::acknowledge_before_visible`).
     pub fn rolling_policy(mut self, rolling: RollingPolicy) -> Self {
         self.config.rolling = rolling;
+        self.config.rolling_chosen = true;
         self
     }
 
@@ -504,6 +513,15 @@ where
     /// committer) only merges what the committers committed.
     fn commits_positions(&self) -> bool {
         true
+    }
+
+    /// With a rolling policy the user chose that does not roll at
+    /// checkpoints, records stay out of sight after their commit, until
+    /// their part rolls; with the default policy, writers roll at every
+    /// checkpoint when the job promises visible commits, and a bulk format
+    /// always does.
+    fn deferred_visibility(&self) -> Option<String> {
+        self.config.deferred_visibility()
     }
 
     /// Reads the output's position log and rolls it forward (every

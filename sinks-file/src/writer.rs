@@ -57,7 +57,7 @@ use crate::object_output::ObjectOutput;
 use crate::part_buffers::PartBuffers;
 use crate::part_file::{part_paths, recover_for_commit, InProgressPart, Unsynced};
 use crate::position_group::{PositionGroupId, PositionMember};
-use crate::rolling::PartInfo;
+use crate::rolling::{PartInfo, RollingPolicy};
 use crate::state::{FileCommittable, InProgressState};
 #[cfg(feature = "object-store")]
 use crate::upload::{self, UploadPart};
@@ -87,6 +87,9 @@ pub(crate) struct WriterStart {
     pub generation: Generation,
     /// [`PositionGroupId::writer`] of its groups.
     pub groups: String,
+    /// Whether the job promises visible commits
+    /// ([`InitContext::visible_commits`]).
+    pub visible_commits: bool,
 }
 
 impl WriterStart {
@@ -96,6 +99,7 @@ impl WriterStart {
             lineage: context.lineage.clone(),
             generation: context.generation,
             groups: PositionGroupId::writer_of(context),
+            visible_commits: context.visible_commits,
         }
     }
 }
@@ -104,6 +108,9 @@ impl WriterStart {
 /// [`FileSink`](crate::FileSink) for the runtime.
 pub struct FileWriter<T, E, B> {
     config: Arc<FileSinkConfig<E, B>>,
+    /// When its parts roll: the configured policy, rolling at every
+    /// checkpoint too in a job that promises visible commits.
+    rolling: RollingPolicy,
     /// The base directory's identity, put into committables and states.
     output: OutputIdentity,
     /// Unique per writer (subtask and start of the job): part names never
@@ -320,6 +327,7 @@ where
                 config.part_size,
                 config.parts_in_flight.saturating_add(1),
             ),
+            rolling: config.rolling_for(start.visible_commits),
             config,
             output,
             writer_id: uuid::Uuid::new_v4().to_string(),
@@ -375,7 +383,7 @@ where
         // The common case, in one lookup: the bucket has a part with room.
         // With one bucket open (the base path's, an hour's), its part is
         // found without a search.
-        let rolling = self.config.rolling;
+        let rolling = self.rolling;
         let part = match self.parts.len() {
             1 => self
                 .parts
@@ -437,7 +445,7 @@ where
             current.records += 1;
             let size = current.size_before + self.buffer.len() as u64;
             let size = size + current.bulk.buffered_bytes();
-            if (self.config.rolling.max_part_size_bytes).is_some_and(|limit| size >= limit) {
+            if (self.rolling.max_part_size_bytes).is_some_and(|limit| size >= limit) {
                 if let Some(done) = run.take() {
                     self.end_run(done, now_ms).await?;
                 }
@@ -502,7 +510,7 @@ where
         self.buffer.clear();
         let size = open.part.info().size_bytes + run.bulk.buffered_bytes();
         open.bulk = Some(run.bulk);
-        if (self.config.rolling.max_part_size_bytes).is_some_and(|limit| size >= limit) {
+        if (self.rolling.max_part_size_bytes).is_some_and(|limit| size >= limit) {
             let mut buffer = std::mem::take(&mut self.buffer);
             self.close_part(&run.bucket, &mut buffer).await?;
             self.buffer = buffer;
@@ -606,7 +614,7 @@ where
     /// Rolls parts due by time once per batch, then writes each record.
     async fn write_batch(&mut self, records: Vec<T>) -> Result<(), SinkError> {
         let now_ms = self.clock.now_ms();
-        let rolling = self.config.rolling;
+        let rolling = self.rolling;
         self.roll_where(|part| rolling.should_roll_on_time(part, now_ms))
             .await?;
         let config = self.config.clone();
@@ -656,7 +664,7 @@ where
         checkpoint_id: sink_api::CheckpointId,
     ) -> Result<Vec<FileCommittable>, SinkError> {
         let now_ms = self.clock.now_ms();
-        let rolling = self.config.rolling;
+        let rolling = self.rolling;
         let Some(advances) = self.advances.take() else {
             self.roll_where(|part| rolling.should_roll_on_checkpoint(part, now_ms))
                 .await?;

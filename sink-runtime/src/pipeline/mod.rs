@@ -165,6 +165,8 @@ pub struct PipelineBuilder<S: Sink> {
     namespaces: KeyNamespaces,
     max_in_flight: usize,
     checkpointing: bool,
+    /// Whether a ticket may resolve before its records are visible.
+    before_visible: bool,
 }
 
 impl<S: Sink> std::fmt::Debug for PipelineBuilder<S> {
@@ -243,6 +245,7 @@ impl<R: Send + 'static> Pipeline<R> {
             namespaces: KeyNamespaces::default(),
             max_in_flight: 16_384,
             checkpointing: false,
+            before_visible: false,
         }
     }
 }
@@ -263,6 +266,19 @@ impl<S: Sink> PipelineBuilder<S> {
     /// How many subtasks read, write and commit. Default 1.
     pub fn parallelism(mut self, parallelism: usize) -> Self {
         self.parallelism = parallelism;
+        self
+    }
+
+    /// Lets tickets resolve when their records are committed but not yet
+    /// visible to the destination's readers: for a sink that keeps
+    /// committed records out of sight for a while on purpose (a file sink
+    /// rolling large parts by size or time, whose records appear when
+    /// their part rolls). Without it, a pipeline asks its sink to publish
+    /// at every commit ([`JobBuilder::visible_commits`]) and refuses one
+    /// that would not; a ticket's "committed" then means "durable, and
+    /// visible after the part rolls".
+    pub fn acknowledge_before_visible(mut self) -> Self {
+        self.before_visible = true;
         self
     }
 
@@ -383,6 +399,10 @@ impl<S: Sink> PipelineBuilder<S> {
         let mut job = Job::builder(self.name.clone(), source, self.sink)
             .parallelism(parallelism)
             .resumable_after_finish();
+        // A ticket's answer means visible, unless the user said otherwise.
+        if !self.before_visible {
+            job = job.visible_commits();
+        }
         for setting in self.settings {
             job = setting(job);
         }

@@ -76,6 +76,12 @@ pub enum TicketError {
 /// What a send returns: a future that resolves once its records are
 /// committed.
 ///
+/// "Committed" means durable and visible to the destination's readers
+/// (each shipped sink's meaning: `docs/embedding.md`, "What committed
+/// means, sink by sink"), unless the pipeline was built with
+/// [`acknowledge_before_visible`](crate::PipelineBuilder::acknowledge_before_visible):
+/// then durable, visible later.
+///
 /// Awaiting it is optional: dropping a ticket does not withdraw the records.
 #[derive(Debug)]
 #[must_use = "a ticket tells whether the records were committed"]

@@ -10,6 +10,7 @@ mod end_to_end;
 mod lifecycle;
 mod object_commit;
 mod parquet;
+mod pipeline_visibility;
 mod positions;
 mod power_loss;
 mod relocation;
