@@ -46,6 +46,18 @@ pub struct CounterValue {
     pub value: u64,
 }
 
+impl CounterValue {
+    /// A counter's reading: for a runtime that shows counters of its own
+    /// beside a sink's.
+    pub fn new(name: impl Into<String>, help: impl Into<String>, value: u64) -> CounterValue {
+        CounterValue {
+            name: name.into(),
+            help: help.into(),
+            value,
+        }
+    }
+}
+
 /// Where a sink registers its counters. Made by the runtime, one per job,
 /// shared by every start, writer and committer of it (clones share the
 /// registry). Holds no process-global state: two jobs have two.

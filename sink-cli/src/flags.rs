@@ -181,6 +181,16 @@ pub fn losses_json(report: &JobReport) -> serde_json::Value {
     })
 }
 
+/// The job's own counters ([`JobCounter`](sink_runtime::JobCounter)), as a
+/// JSON object of name to value, for a program's `--json` summary: each
+/// record counted once across restarts. Called by the demos.
+pub fn counters_json(report: &JobReport) -> serde_json::Value {
+    (report.metrics.counters.iter())
+        .map(|c| (c.name.clone(), serde_json::Value::from(c.value)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 /// `Ok` when the job lost nothing; otherwise an error that says how much was
 /// lost and names every known commit failure (the sink's reason names the
 /// file or transaction). Called by the demos after their summary, so that a

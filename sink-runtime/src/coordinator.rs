@@ -36,6 +36,7 @@ use crate::core::checkpoints::{
 use crate::core::ledger::CommitLedger;
 use crate::core::lifecycle::SubtaskLifecycle;
 use crate::core::restart::{SupersededRestarts, SUPERSEDED_DELAY};
+use crate::counters::SubtaskCounts;
 use crate::error::JobError;
 use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
@@ -64,6 +65,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 struct Collecting {
     subtasks: BTreeMap<usize, SubtaskSnapshot>,
     global: Option<GlobalCommitterSnapshot>,
+    /// The subtasks' job counters at their barriers, summed.
+    counts: BTreeMap<String, u64>,
 }
 
 type StoreTask = (CheckpointId, JoinHandle<Result<(), StorageError>>);
@@ -225,6 +228,12 @@ where
     }
     let generation = spec.storage.begin().await?;
     let latest = spec.storage.latest().await?;
+    // The job counters start from the totals of the checkpoint restored;
+    // what the attempt before counted after it is counted again.
+    let restored_counts = latest.as_ref().map(|c| c.counters.clone());
+    let counts = metrics
+        .counts
+        .start_attempt(restored_counts.unwrap_or_default(), spec.parallelism);
     let mut plan = restore::plan(
         &spec.name,
         &spec.source,
@@ -250,7 +259,7 @@ where
         controls,
         mut events,
         cancel: cancel_tx,
-    } = start_tasks(spec, plan, &metrics, &serializers, tasks, calls).await?;
+    } = start_tasks(spec, plan, &metrics, &serializers, tasks, calls, counts).await?;
 
     let mut coordinator = Coordinator {
         name: spec.name.clone(),
@@ -441,6 +450,7 @@ async fn start_tasks<Src, S>(
     serializers: &Serializers<S, Src>,
     tasks: &mut JoinSet<(TaskId, Result<(), JobError>)>,
     calls: &CommitCalls,
+    counts: Vec<Arc<SubtaskCounts>>,
 ) -> Result<Started, JobError>
 where
     Src: Source<Record = InputOf<S>>,
@@ -573,9 +583,12 @@ where
             global_progress: global_progress.as_ref().map(watch::Sender::subscribe),
             notices: VecDeque::new(),
             positions: positions.clone(),
+            counts: counts[index].clone(),
         };
+        let counts = counts[index].clone();
         tasks.spawn(
-            async move { (TaskId::Subtask(index), task.run().await) }
+            counts
+                .scope(async move { (TaskId::Subtask(index), task.run().await) })
                 .instrument(info_span!("subtask", index)),
         );
     }
@@ -817,7 +830,8 @@ impl Coordinator {
                 }
                 let collecting = self.collecting.entry(checkpoint_id).or_default();
                 match state {
-                    TaskState::Subtask(snapshot) => {
+                    TaskState::Subtask(snapshot, counts) => {
+                        crate::counters::add_into(&mut collecting.counts, &counts);
                         collecting.subtasks.insert(snapshot.subtask, snapshot);
                     }
                     TaskState::GlobalCommitter(snapshot) => collecting.global = Some(snapshot),
@@ -834,6 +848,7 @@ impl Coordinator {
                         subtasks: collected.subtasks.into_values().collect(),
                         global_committer: collected.global,
                         is_final,
+                        counters: self.metrics.counts.totals(&collected.counts),
                     });
                     self.start_next_store();
                 }

@@ -101,6 +101,7 @@ where
                 mark_finished: true,
                 clock: Arc::new(SystemClock),
                 visible_commits: false,
+                counters: Vec::new(),
             },
             mode: RuntimeMode::Streaming,
             allow_uncommitted: false,
@@ -112,6 +113,9 @@ where
     /// Starts the job on the current tokio runtime and returns its handle.
     pub fn start(self) -> JobHandle {
         let metrics = Arc::new(Metrics::default());
+        for counter in &self.spec.counters {
+            metrics.counts.register(counter);
+        }
         let (cancel, cancelled) = watch::channel(false);
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(crate::coordinator::run(
@@ -255,6 +259,15 @@ where
     /// simulations that move time by hand. Default: [`SystemClock`].
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.spec.clock = Arc::new(clock);
+        self
+    }
+
+    /// Registers `counter`, a counter of the job's own, so that the job's
+    /// metrics show it from the start (at 0) with its help: see
+    /// [`JobCounter`]. Its counts are kept in checkpoints and restored with
+    /// them.
+    pub fn counter(mut self, counter: &crate::JobCounter) -> Self {
+        self.spec.counters.push(counter.clone());
         self
     }
 

@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod coordinator;
+mod counters;
 // The decision core and the crash points are internals: public only to this
 // project's own tests and the kit, through the `testing` and `failpoints`
 // features, so that no production build can reach them.
@@ -51,6 +52,7 @@ mod task;
 pub use crate::core::checkpoints::{CheckpointConfig, TriggerMode};
 pub use crate::core::restart::RestartStrategy;
 pub use crate::core::retry::RetryPolicy;
+pub use counters::JobCounter;
 pub use error::{BuildError, JobError};
 pub use job::{Job, JobBuilder, JobControl, JobHandle};
 pub use metrics::{KnownCommitFailure, Metrics, MetricsSnapshot, MAX_KEPT_FAILURES};

@@ -126,6 +126,20 @@ pub struct MetricsSnapshot {
     /// [`SourceStart::metrics`](crate::source::SourceStart::metrics), by
     /// name.
     pub sink: Vec<CounterValue>,
+    /// The job's own counters ([`JobCounter`](crate::JobCounter)), by
+    /// name: each record counted once across restarts.
+    pub counters: Vec<CounterValue>,
+}
+
+impl MetricsSnapshot {
+    /// The value of the job counter named `name`
+    /// ([`counters`](Self::counters)), if it is registered or counted.
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        self.counters
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.value)
+    }
 }
 
 /// A job's live counters, shared by its tasks.
@@ -154,6 +168,8 @@ pub struct Metrics {
     pub(crate) restarts: AtomicU64,
     /// The sink's counters, handed to it in every context.
     pub(crate) sink: SinkMetrics,
+    /// The job's own counters.
+    pub(crate) counts: crate::counters::JobCounts,
 }
 
 /// How many reported failures are remembered to count each once.
@@ -245,6 +261,7 @@ impl Metrics {
             global_commits: get(&self.global_commits),
             restarts: get(&self.restarts),
             sink: self.sink.read(),
+            counters: self.counts.read(),
         }
     }
 }

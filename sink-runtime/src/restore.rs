@@ -240,6 +240,7 @@ mod tests {
             subtasks,
             global_committer: None,
             is_final: false,
+            counters: std::collections::BTreeMap::new(),
         }
     }
 

@@ -49,6 +49,8 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     /// Whether the job promises that commits make their records visible
     /// ([`sink_api::InitContext::visible_commits`]).
     pub visible_commits: bool,
+    /// The job counters registered with the builder.
+    pub counters: Vec<crate::JobCounter>,
 }
 
 /// What happens to one completion notice, in a simulation (feature

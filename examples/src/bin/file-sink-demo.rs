@@ -392,6 +392,7 @@ async fn main() -> anyhow::Result<()> {
             "records_per_s": if wall_s > 0.0 { m.records_written as f64 / wall_s } else { 0.0 },
             "group_wait_ms": examples::demo_job::group_wait_ms(&outcome.report.metrics),
             "losses": sink_cli::flags::losses_json(&outcome.report),
+            "counters": sink_cli::flags::counters_json(&outcome.report),
         });
         println!("{summary}");
     } else {

@@ -486,6 +486,7 @@ async fn main() -> anyhow::Result<()> {
             "wall_s": wall_s,
             "records_per_s": if wall_s > 0.0 { m.records_written as f64 / wall_s } else { 0.0 },
             "losses": sink_cli::flags::losses_json(&outcome.report),
+            "counters": sink_cli::flags::counters_json(&outcome.report),
         });
         println!("{summary}");
     } else {

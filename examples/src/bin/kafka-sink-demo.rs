@@ -497,6 +497,7 @@ async fn main() -> anyhow::Result<()> {
             "peak_rss_bytes": peak_rss_bytes(),
             "group_wait_ms": examples::demo_job::group_wait_ms(&report.metrics),
             "losses": sink_cli::flags::losses_json(&report),
+            "counters": sink_cli::flags::counters_json(&report),
         });
         println!("{summary}");
     } else {

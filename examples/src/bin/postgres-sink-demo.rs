@@ -420,6 +420,7 @@ async fn main() -> anyhow::Result<()> {
             "baseline_copy_records_per_s": baseline_rate,
             "group_wait_ms": examples::demo_job::group_wait_ms(&report.metrics),
             "losses": sink_cli::flags::losses_json(&report),
+            "counters": sink_cli::flags::counters_json(&report),
         });
         println!("{summary}");
     } else {

@@ -19,15 +19,16 @@ use sink_api::{
     VersionedSerializer, MAX_DECODED_PAYLOAD,
 };
 
-use super::shared::{CompletedCheckpointWhole, StoredCheckpoint};
+use super::shared::{CompletedCheckpointWhole, StoredCheckpoint, StoredCheckpointV4};
 use super::{FinishedMarker, GlobalCommitterSnapshot, LostOutput, StorageError};
 
 const MAGIC: &[u8; 6] = b"EOSINK";
 /// The version of the frame and of the payloads this build writes: 2 since
 /// checkpoints carry the job's lineage, 3 since the finished marker keeps
 /// what the job lost, 4 since checkpoints store sealed chunks once and
-/// name them in later checkpoints (the `shared` module).
-pub(super) const FORMAT_VERSION: u32 = 4;
+/// name them in later checkpoints (the `shared` module), 5 since
+/// checkpoints keep the job counters' totals.
+pub(super) const FORMAT_VERSION: u32 = 5;
 /// The oldest version this build reads (format 1: checkpoints without a
 /// lineage; `tests/data/checkpoints/v1` holds files of it).
 const OLDEST_READ_VERSION: u32 = 1;
@@ -307,6 +308,7 @@ impl Framed for StoredCheckpoint {
                 let lineage = old.lineage.clone();
                 StoredCheckpoint::whole(old.checkpoint(), lineage)
             }),
+            4 => decode_read_only::<StoredCheckpointV4>(version, payload).map(Into::into),
             _ => decode_read_only(version, payload),
         }
     }

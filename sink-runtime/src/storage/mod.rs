@@ -17,6 +17,8 @@ mod memory;
 mod object;
 mod shared;
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sink_api::{
@@ -95,6 +97,10 @@ pub struct CompletedCheckpoint {
     /// True for the final checkpoint: every subtask's input had ended, so a
     /// job resumed from it only commits what is pending and ends.
     pub is_final: bool,
+    /// The job counters' totals as of this checkpoint
+    /// ([`JobCounter`](crate::JobCounter)), by name: a restore starts them
+    /// from here. Empty in checkpoints of formats 1 to 4.
+    pub counters: BTreeMap<String, u64>,
 }
 
 /// A failure to store or read checkpoints.
@@ -402,6 +408,7 @@ pub(crate) mod tests {
             }],
             global_committer: None,
             is_final: false,
+            counters: BTreeMap::new(),
         }
     }
 

@@ -336,9 +336,9 @@ struct StoredChunkRef<'a> {
     bytes: &'a Bytes,
 }
 
-/// A checkpoint as a storage reads it (format 4; older formats are read
-/// into it with their splits inline): its pieces name chunks that other
-/// stored checkpoints may hold.
+/// A checkpoint as a storage reads it (format 5; format 4 is read into it
+/// without counters, older formats with their splits inline too): its
+/// pieces name chunks that other stored checkpoints may hold.
 #[derive(Debug, Deserialize)]
 pub(crate) struct StoredCheckpoint {
     checkpoint_id: CheckpointId,
@@ -353,6 +353,41 @@ pub(crate) struct StoredCheckpoint {
     holders: Vec<Holder>,
     /// The chunks this checkpoint stored first.
     chunks: Vec<StoredChunk>,
+    /// The job counters' totals (format 5).
+    counters: BTreeMap<String, u64>,
+}
+
+/// A checkpoint as format 4 stored it: without the job counters.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StoredCheckpointV4 {
+    checkpoint_id: CheckpointId,
+    job_name: String,
+    generation: Generation,
+    lineage: Option<Lineage>,
+    parallelism: usize,
+    subtasks: Vec<StoredSubtask>,
+    global_committer: Option<GlobalCommitterSnapshot>,
+    is_final: bool,
+    holders: Vec<Holder>,
+    chunks: Vec<StoredChunk>,
+}
+
+impl From<StoredCheckpointV4> for StoredCheckpoint {
+    fn from(old: StoredCheckpointV4) -> StoredCheckpoint {
+        StoredCheckpoint {
+            checkpoint_id: old.checkpoint_id,
+            job_name: old.job_name,
+            generation: old.generation,
+            lineage: old.lineage,
+            parallelism: old.parallelism,
+            subtasks: old.subtasks,
+            global_committer: old.global_committer,
+            is_final: old.is_final,
+            holders: old.holders,
+            chunks: old.chunks,
+            counters: BTreeMap::new(),
+        }
+    }
 }
 
 /// A checkpoint to store (the same encoding as [`StoredCheckpoint`]).
@@ -368,6 +403,7 @@ pub(crate) struct StoredCheckpointRef<'a> {
     is_final: bool,
     holders: Vec<Holder>,
     chunks: Vec<StoredChunkRef<'a>>,
+    counters: &'a BTreeMap<String, u64>,
 }
 
 impl StoredCheckpointRef<'_> {
@@ -403,6 +439,7 @@ impl StoredCheckpoint {
             is_final: checkpoint.is_final,
             holders: Vec::new(),
             chunks: Vec::new(),
+            counters: BTreeMap::new(),
         }
     }
 
@@ -507,6 +544,7 @@ impl StoredCheckpoint {
             subtasks,
             global_committer: self.global_committer,
             is_final: self.is_final,
+            counters: self.counters,
         };
         Ok((checkpoint, references))
     }
@@ -639,6 +677,7 @@ pub(crate) fn stored_form<'a>(
         is_final: checkpoint.is_final,
         holders,
         chunks: new_chunks,
+        counters: &checkpoint.counters,
     }
 }
 

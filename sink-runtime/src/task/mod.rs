@@ -59,7 +59,9 @@ pub(crate) enum Control {
 /// A task's state for one checkpoint.
 #[derive(Debug)]
 pub(crate) enum TaskState {
-    Subtask(SubtaskSnapshot),
+    /// A subtask's part, and its job counters' counts at its barrier
+    /// ([`JobCounter`](crate::JobCounter)).
+    Subtask(SubtaskSnapshot, std::collections::BTreeMap<String, u64>),
     GlobalCommitter(GlobalCommitterSnapshot),
 }
 

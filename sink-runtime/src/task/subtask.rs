@@ -50,6 +50,7 @@ use super::{Control, GlobalMessage, TaskEvent, TaskState};
 use crate::core::checkpoints::TaskId;
 use crate::core::ledger::{CommitLedger, CommittableSummary};
 use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
+use crate::counters::SubtaskCounts;
 use crate::error::JobError;
 use crate::failpoints::failpoint;
 use crate::metrics::{self, Metrics};
@@ -191,6 +192,9 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = InputOf<S>>> {
     pub notices: VecDeque<(CheckpointId, CommitOutcome)>,
     /// With a source whose positions are committed with the data.
     pub positions: Option<SourcePositions>,
+    /// This subtask's job counters' counts in this attempt: its task runs
+    /// in them, and each barrier hands them to the coordinator.
+    pub counts: Arc<SubtaskCounts>,
 }
 
 /// Waits until the global committer's progress changes, while `waiting`
@@ -594,7 +598,7 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
         let ack = TaskEvent::Ack {
             task: TaskId::Subtask(self.index),
             checkpoint_id,
-            state: TaskState::Subtask(snapshot),
+            state: TaskState::Subtask(snapshot, self.counts.snapshot()),
         };
         let durability = self.writer.durability(checkpoint_id);
         if durability.is_none() && self.awaiting.is_empty() {

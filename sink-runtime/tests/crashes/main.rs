@@ -7,5 +7,6 @@
 mod common;
 mod crash_matrix;
 mod finished_loss;
+mod job_counters;
 mod pipeline_crashes;
 mod recommit_first;

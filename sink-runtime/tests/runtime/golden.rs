@@ -17,8 +17,10 @@
 //! | `v2` | 2 | checkpoints carry the job's lineage (read from `v1` as none) |
 //! | `v3` | 3 | the finished marker keeps what the job lost (read from `v1` and `v2` as nothing) |
 //! | `v4` | 4 | checkpoints store sealed chunks once and name them later: subtask 0's splits end in a chunk that checkpoint 6, kept for it, holds (read from `v1` to `v3` as inline bytes) |
+//! | `v5` | 5 | checkpoints keep the job counters' totals (read from `v1` to `v4` as none) |
 //! | `keys-v4` | 4 | a pipeline's state directory, its idempotency keys in format 4 of the keys (sealed segments): see [`a_pipeline_restored_from_golden_format_4_keys_knows_every_key`] |
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use sink_api::{
@@ -92,7 +94,8 @@ fn formats() -> Vec<(&'static str, Option<Lineage>, FinishedMarker)> {
         ("v1", None, finished(LostOutput::default())),
         ("v2", Some(lineage.clone()), finished(LostOutput::default())),
         ("v3", Some(lineage.clone()), finished(lost())),
-        ("v4", Some(lineage), finished(lost())),
+        ("v4", Some(lineage.clone()), finished(lost())),
+        ("v5", Some(lineage), finished(lost())),
     ]
 }
 
@@ -111,8 +114,9 @@ fn lost() -> LostOutput {
 
 /// What the golden checkpoint holds: two subtasks of the in-memory sink over
 /// a sequence source, one with a pending committable, and a global
-/// committer's pending part; `lineage` as its format reads.
-fn expected(lineage: Option<Lineage>) -> CompletedCheckpoint {
+/// committer's pending part; `lineage` as its format reads, and the job
+/// counters of `counters` (format 5 keeps them; older formats read none).
+fn expected(lineage: Option<Lineage>, counters: bool) -> CompletedCheckpoint {
     CompletedCheckpoint {
         checkpoint_id: CheckpointId(7),
         job_name: "golden".into(),
@@ -139,6 +143,10 @@ fn expected(lineage: Option<Lineage>) -> CompletedCheckpoint {
             pending: vec![pending(6, 1, vec![committable("g3-s1-t1", 10)])],
         }),
         is_final: false,
+        counters: match counters {
+            true => BTreeMap::from([("events_skipped".into(), 3), ("odd_ids".into(), 40)]),
+            false => BTreeMap::new(),
+        },
     }
 }
 
@@ -163,7 +171,7 @@ async fn golden_checkpoint_files_of_every_format_are_read_back() {
         }
         // Checkpoint 6 stores the chunk; 7 names it, and 6 is kept for it
         // (retaining 1 checkpoint).
-        let mut last = expected(lineage);
+        let mut last = expected(lineage, true);
         let split = sealed_from(last.subtasks[0].source_splits.clone(), 4);
         last.subtasks[0].source_splits = split;
         let mut before = last.clone();
@@ -185,7 +193,7 @@ async fn golden_checkpoint_files_of_every_format_are_read_back() {
             .content
             .as_ref()
             .unwrap_or_else(|e| panic!("format {version} is read: {e}"));
-        if version == "v4" {
+        if version == "v4" || version == "v5" {
             // The chunk is stored once, in checkpoint 6, kept for it.
             assert_eq!(state.checkpoints.len(), 2);
             let splits = &checkpoint.subtasks[0].source_splits;
@@ -194,7 +202,7 @@ async fn golden_checkpoint_files_of_every_format_are_read_back() {
         } else {
             assert_eq!(state.checkpoints.len(), 1, "{version}");
         }
-        assert_eq!(*checkpoint, expected(lineage), "{version}");
+        assert_eq!(*checkpoint, expected(lineage, version == "v5"), "{version}");
 
         // The blobs inside decode with this build's serializers.
         let committables = BincodeSerializer::<MemoryCommittable>::default();
@@ -229,7 +237,7 @@ async fn a_checkpoint_of_an_unknown_format_is_refused_naming_both_versions() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("format version 99") && error.contains("versions 1 to 4"),
+        error.contains("format version 99") && error.contains("versions 1 to 5"),
         "{error}"
     );
 }
