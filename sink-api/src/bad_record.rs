@@ -9,6 +9,11 @@
 
 use std::fmt;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+
 /// One refused record: why, what it was, and where it was read.
 ///
 /// Made by the code that refuses it (a transform of a source's records);
@@ -78,6 +83,22 @@ impl fmt::Display for BadRecord {
 
 impl std::error::Error for BadRecord {}
 
+/// As a JSON object (a dead letter in a file of JSON lines): `error`,
+/// `position`, and the bytes as `payload` when they are UTF-8, as
+/// `payload_base64` otherwise.
+impl Serialize for BadRecord {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("error", &self.error)?;
+        map.serialize_entry("position", &self.position)?;
+        match std::str::from_utf8(&self.payload) {
+            Ok(text) => map.serialize_entry("payload", text)?,
+            Err(_) => map.serialize_entry("payload_base64", &BASE64.encode(&self.payload))?,
+        }
+        map.end()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +114,21 @@ mod tests {
         );
         assert_eq!(bad.payload_bytes(), b"x");
         assert_eq!(BadRecord::new("no").to_string(), "a record was refused: no");
+    }
+
+    #[test]
+    fn as_json_the_bytes_are_text_when_they_are_utf8_and_base64_otherwise() {
+        let text = BadRecord::new("bad json")
+            .payload(&b"{oops"[..])
+            .at("t/1@2");
+        assert_eq!(
+            serde_json::to_string(&text).unwrap(),
+            r#"{"error":"bad json","position":"t/1@2","payload":"{oops"}"#
+        );
+        let binary = BadRecord::new("not utf-8").payload(vec![0xff, 0x00]);
+        assert_eq!(
+            serde_json::to_string(&binary).unwrap(),
+            r#"{"error":"not utf-8","position":"","payload_base64":"/wA="}"#
+        );
     }
 }

@@ -187,6 +187,23 @@ impl<C> CommitRequest<C> {
     pub fn signal_failed_with_unknown_reason(&mut self, reason: impl std::fmt::Display) {
         self.outcome = CommitOutcome::FailedWithUnknownReason(reason.to_string());
     }
+
+    /// Settles this request as `inner` was settled: its outcome and the
+    /// records it lost, and, when `inner`'s committable was
+    /// [updated](Self::update_and_retry_later), the update, turned into
+    /// this request's type by `lift`.
+    ///
+    /// Called by a committer that wraps another (the runtime's dead-letter
+    /// sink, which commits a main and a dead-letter destination): it makes
+    /// `inner` from this request's committable, has the inner committer
+    /// commit it, and settles this request from it.
+    pub fn settle_as<D>(&mut self, inner: CommitRequest<D>, lift: impl FnOnce(D) -> C) {
+        if inner.outcome == CommitOutcome::UpdatedAndRetryLater {
+            self.committable = lift(inner.committable);
+        }
+        self.outcome = inner.outcome;
+        self.records_lost = inner.records_lost;
+    }
 }
 
 /// Makes prepared data visible: the second phase of the two-phase commit.

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use async_trait::async_trait;
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::{CheckpointId, PositionAdvance, SinkError};
+use crate::{BadRecord, CheckpointId, PositionAdvance, SinkError};
 
 /// What is left of a checkpoint after the writer handed out its committables
 /// and its state: work that must be done before the checkpoint may complete,
@@ -188,5 +188,25 @@ pub trait SinkWriter: Send + 'static {
     /// does nothing.
     async fn close(&mut self) -> Result<(), SinkError> {
         Ok(())
+    }
+
+    /// Writes `records`, refused on their way to this sink (a source's
+    /// parse step refused them), to the sink's dead-letter destination,
+    /// to be committed with the records written around them.
+    ///
+    /// Called by the runtime only in a job that sends bad records to a
+    /// dead-letter destination (`JobBuilder::dead_letters`, whose sink
+    /// implements it), between `write_batch` calls, before the barrier
+    /// that follows their read. The default refuses with a permanent
+    /// error: a sink without a dead-letter destination has nowhere to put
+    /// them.
+    async fn write_bad_records(&mut self, records: Vec<BadRecord>) -> Result<(), SinkError> {
+        let first = records.first().map(ToString::to_string).unwrap_or_default();
+        Err(SinkError::msg(format!(
+            "this sink has no dead-letter destination for {} bad records ({first}): build the \
+             job with JobBuilder::dead_letters",
+            records.len()
+        ))
+        .permanent())
     }
 }

@@ -30,6 +30,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use crate::bad_records::Refusals;
 use crate::core::checkpoints::{
     AckStep, CheckpointConfig, CheckpointTracker, FailureVerdict, TaskId, TriggerMode,
 };
@@ -584,11 +585,13 @@ where
             notices: VecDeque::new(),
             positions: positions.clone(),
             counts: counts[index].clone(),
+            refusals: Arc::new(Refusals::new(spec.bad_records, index)),
         };
-        let counts = counts[index].clone();
+        let (counts, refusals) = (counts[index].clone(), task.refusals.clone());
+        let run = async move { (TaskId::Subtask(index), task.run().await) };
         tasks.spawn(
-            counts
-                .scope(async move { (TaskId::Subtask(index), task.run().await) })
+            refusals
+                .scope(counts.scope(run))
                 .instrument(info_span!("subtask", index)),
         );
     }

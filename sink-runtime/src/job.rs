@@ -30,15 +30,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sink_api::{Clock, GlobalCommitter, Sink, SystemClock};
+use sink_api::{BadRecord, Clock, GlobalCommitter, Sink, SystemClock};
 use sink_api::{CommittableOf, InputOf};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
+use crate::bad_records::BadRecordPolicy;
 use crate::core::checkpoints::{CheckpointConfig, TriggerMode};
 use crate::core::restart::RestartStrategy;
 use crate::core::retry::RetryPolicy;
+use crate::dead_letter::DeadLettered;
 use crate::error::{BuildError, JobError};
 use crate::metrics::{KnownCommitFailure, Metrics, MetricsSnapshot};
 use crate::report::JobReport;
@@ -70,6 +72,9 @@ pub struct JobBuilder<Src, S: Sink> {
     /// The global committer was given to the builder, not brought by the
     /// sink.
     user_global_committer: bool,
+    /// A combination of settings found wrong before `build`, which reports
+    /// it.
+    refused: Option<String>,
 }
 
 impl<Src, S> Job<Src, S>
@@ -102,11 +107,13 @@ where
                 clock: Arc::new(SystemClock),
                 visible_commits: false,
                 counters: Vec::new(),
+                bad_records: BadRecordPolicy::Fail,
             },
             mode: RuntimeMode::Streaming,
             allow_uncommitted: false,
             second_global_committer: false,
             user_global_committer: false,
+            refused: None,
         }
     }
 
@@ -264,11 +271,96 @@ where
 
     /// Registers `counter`, a counter of the job's own, so that the job's
     /// metrics show it from the start (at 0) with its help: see
-    /// [`JobCounter`]. Its counts are kept in checkpoints and restored with
+    /// [`JobCounter`](crate::JobCounter). Its counts are kept in checkpoints and restored with
     /// them.
     pub fn counter(mut self, counter: &crate::JobCounter) -> Self {
         self.spec.counters.push(counter.clone());
         self
+    }
+
+    /// Skips the records the source's parse step refuses (a [`BadRecord`]
+    /// from [`Source::try_map`] or a
+    /// [`Transform`](crate::source::Transform)) instead of failing, and
+    /// counts them in the job counter `bad_records_skipped` (kept in
+    /// checkpoints: each refused record counted once across restarts). The
+    /// first ten of each subtask are logged at WARN with their position and
+    /// reason. See [`BadRecordPolicy`].
+    pub fn skip_bad_records(mut self) -> Self {
+        self.spec.bad_records = BadRecordPolicy::Skip;
+        self
+    }
+
+    /// Sends the records the source's parse step refuses to
+    /// `dead_letters`, a second sink, instead of failing: each
+    /// [`BadRecord`] (its bytes, its position and the reason) becomes the
+    /// dead-letter sink's input (a Kafka record, a JSON line of a file
+    /// sink) and is committed exactly once, with the checkpoint that read
+    /// it, before the main output of that checkpoint. Counted in the job
+    /// counter `bad_records_dead_lettered`. See
+    /// [`DeadLettered`](crate::dead_letter::DeadLettered).
+    ///
+    /// Give the dead-letter sink a destination of its own (another topic,
+    /// directory or table); it sees the job as `<name>-dead-letters`, so
+    /// that names derived from the job (a Kafka sink's default
+    /// transactional ids) differ from the main sink's. Refused by
+    /// [`build`](Self::build) with a global committer given to the builder,
+    /// and with a dead-letter sink that brings a global committer of its
+    /// own.
+    pub fn dead_letters<D>(self, dead_letters: D) -> JobBuilder<Src, DeadLettered<S, D>>
+    where
+        D: Sink,
+        InputOf<D>: From<BadRecord>,
+        CommittableOf<S>: Clone,
+        CommittableOf<D>: Clone,
+    {
+        let mut refused = self.refused;
+        if self.user_global_committer {
+            refused.get_or_insert_with(|| {
+                "a global committer given to the builder (JobBuilder::global_committer) cannot be \
+                 combined with dead letters: remove one of them"
+                    .to_string()
+            });
+        }
+        if dead_letters.global_committer().is_some() {
+            refused.get_or_insert_with(|| {
+                "the dead-letter sink brings a global committer (Sink::global_committer), which \
+                 a dead-letter destination cannot have: use a sink whose committers make its \
+                 data visible (the Kafka, file, memory and PostgreSQL sinks; a file sink without \
+                 compaction)"
+                    .to_string()
+            });
+        }
+        let spec = self.spec;
+        let sink = Arc::new(DeadLettered::new(spec.sink, dead_letters));
+        let mut counters = spec.counters;
+        counters.extend(crate::bad_records::counters());
+        JobBuilder {
+            spec: JobSpec {
+                name: spec.name,
+                source: spec.source,
+                global_committer: sink.global_committer(),
+                sink,
+                parallelism: spec.parallelism,
+                checkpointing: spec.checkpointing,
+                restart: spec.restart,
+                storage: spec.storage,
+                retry: spec.retry,
+                batch_size: spec.batch_size,
+                idle_poll: spec.idle_poll,
+                defer_end_of_stream: spec.defer_end_of_stream,
+                notification_faults: spec.notification_faults,
+                mark_finished: spec.mark_finished,
+                clock: spec.clock,
+                visible_commits: spec.visible_commits,
+                counters,
+                bad_records: BadRecordPolicy::DeadLetter,
+            },
+            mode: self.mode,
+            allow_uncommitted: self.allow_uncommitted,
+            second_global_committer: self.second_global_committer,
+            user_global_committer: self.user_global_committer,
+            refused,
+        }
     }
 
     /// Promises that a commit's records are visible to the destination's
@@ -294,8 +386,14 @@ where
             job: job.clone(),
             message: message.to_string(),
         };
+        if let Some(refused) = &self.refused {
+            return Err(invalid(refused));
+        }
         if self.spec.parallelism == 0 {
             return Err(invalid("parallelism must be at least 1"));
+        }
+        if self.spec.bad_records == BadRecordPolicy::Skip {
+            self.spec.counters.extend(crate::bad_records::counters());
         }
         if self.spec.batch_size == 0 {
             return Err(invalid("batch size must be at least 1"));

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod bad_records;
 mod coordinator;
 mod counters;
 // The decision core and the crash points are internals: public only to this
@@ -34,6 +35,7 @@ pub mod core;
 #[cfg(not(feature = "testing"))]
 #[allow(dead_code)]
 mod core;
+pub mod dead_letter;
 mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
@@ -52,6 +54,7 @@ mod task;
 pub use crate::core::checkpoints::{CheckpointConfig, TriggerMode};
 pub use crate::core::restart::RestartStrategy;
 pub use crate::core::retry::RetryPolicy;
+pub use bad_records::BadRecordPolicy;
 pub use counters::JobCounter;
 pub use error::{BuildError, JobError};
 pub use job::{Job, JobBuilder, JobControl, JobHandle};

@@ -51,6 +51,8 @@ pub(crate) struct JobSpec<Src, S: Sink> {
     pub visible_commits: bool,
     /// The job counters registered with the builder.
     pub counters: Vec<crate::JobCounter>,
+    /// What a record the source's parse step refuses does.
+    pub bad_records: crate::BadRecordPolicy,
 }
 
 /// What happens to one completion notice, in a simulation (feature

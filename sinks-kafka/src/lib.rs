@@ -67,7 +67,7 @@ pub use owner::NewerInstance;
 pub use read::{
     open_transactions, read_committed, read_committed_with, CommittedMessage, CommittedTopic,
 };
-pub use record::KafkaRecord;
+pub use record::{KafkaRecord, ERROR_HEADER, POSITION_HEADER};
 pub use sink::KafkaSink;
 pub use sink_kafka_client::fetch::FetchedRecord;
 pub use sink_kafka_client::topic::delete_topic;

@@ -2,6 +2,7 @@
 //! tombstone, headers, timestamp), and the partition it goes to.
 
 use bytes::Bytes;
+use sink_api::BadRecord;
 use sink_kafka_client::Header;
 
 /// One message: an optional key, a value (or none: a tombstone), headers,
@@ -31,6 +32,24 @@ pub struct KafkaRecord {
     /// the record is written.
     pub partition: Option<i32>,
 }
+
+/// A dead letter (`JobBuilder::dead_letters` with a Kafka sink): the
+/// refused bytes as the value, as they were read, and why and where in
+/// the headers `dead_letter.error` and `dead_letter.position`, as Kafka
+/// Connect's dead-letter queues carry their context in headers. Without a
+/// key: dead letters spread over the topic's partitions.
+impl From<BadRecord> for KafkaRecord {
+    fn from(bad: BadRecord) -> KafkaRecord {
+        KafkaRecord::new(bad.payload_bytes())
+            .with_header(ERROR_HEADER, Some(bad.error()))
+            .with_header(POSITION_HEADER, Some(bad.position()))
+    }
+}
+
+/// The header of a dead letter that says why its record was refused.
+pub const ERROR_HEADER: &str = "dead_letter.error";
+/// The header of a dead letter that says where its record was read.
+pub const POSITION_HEADER: &str = "dead_letter.position";
 
 impl KafkaRecord {
     /// A record of `value`, without a key.

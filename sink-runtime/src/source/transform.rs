@@ -64,9 +64,13 @@ pub trait Transform<In>: Send + Sync + 'static {
     /// The records it makes.
     type Out: Send + 'static;
 
-    /// Appends what `record` becomes to `out`, or refuses it: the job then
-    /// fails with the refusal, its position and its reason, as a
-    /// permanent error (a restart would meet the same record again).
+    /// Appends what `record` becomes to `out`, or refuses it (anything it
+    /// appended for the record is then dropped). The job's
+    /// [bad-record policy](crate::BadRecordPolicy) decides what a refusal
+    /// does: by default the job fails with the refusal, its position and
+    /// its reason, as a permanent error (a restart would meet the same
+    /// record again); it may skip and count it, or send it to a
+    /// dead-letter destination.
     fn apply(&self, record: In, out: &mut Vec<Self::Out>) -> Result<(), BadRecord>;
 }
 
@@ -251,9 +255,12 @@ where
         self.scratch.clear();
         let status = self.inner.read_batch(max, &mut self.scratch).await?;
         for record in self.scratch.drain(..) {
-            self.transform
-                .apply(record, out)
-                .map_err(|bad| SourceError::new(bad.to_string()).permanent())?;
+            let before = out.len();
+            if let Err(bad) = self.transform.apply(record, out) {
+                // A refused record becomes nothing, whatever was appended.
+                out.truncate(before);
+                crate::bad_records::refuse(bad)?;
+            }
         }
         Ok(status)
     }
@@ -354,9 +361,12 @@ mod tests {
         });
         let error = read_all(&source).await.unwrap_err();
         assert!(error.is_permanent());
-        assert_eq!(
-            error.message(),
-            "the record at numbers@3 was refused: three is not allowed"
+        assert!(
+            error
+                .message()
+                .starts_with("the record at numbers@3 was refused: three is not allowed."),
+            "{}",
+            error.message()
         );
     }
 }

@@ -47,6 +47,7 @@ use tracing::{debug, info, warn};
 
 use super::committer::{CommitDone, CommitJob, CommitterHandle};
 use super::{Control, GlobalMessage, TaskEvent, TaskState};
+use crate::bad_records::Refusals;
 use crate::core::checkpoints::TaskId;
 use crate::core::ledger::{CommitLedger, CommittableSummary};
 use crate::core::lifecycle::{BarrierAction, SubtaskLifecycle};
@@ -195,6 +196,10 @@ pub(crate) struct SubtaskTask<S: Sink, Src: Source<Record = InputOf<S>>> {
     /// This subtask's job counters' counts in this attempt: its task runs
     /// in them, and each barrier hands them to the coordinator.
     pub counts: Arc<SubtaskCounts>,
+    /// The records this subtask's transforms refused, under the job's
+    /// policy: its task runs in them; dead letters held there go to the
+    /// writer after each read.
+    pub refusals: Arc<Refusals>,
 }
 
 /// Waits until the global committer's progress changes, while `waiting`
@@ -355,6 +360,15 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
                 self.records_since_barrier += count;
                 metrics::add(&self.metrics.records_written, count);
                 failpoint!("after-write");
+            }
+            let refused = self.refusals.take_held();
+            if !refused.is_empty() {
+                // Before the next barrier: committed with the records read
+                // around them.
+                self.writer
+                    .write_bad_records(refused)
+                    .await
+                    .map_err(self.sink_error("write_bad_records"))?;
             }
             let flow = match status {
                 // Other tasks (the coordinator, other subtasks) get their turn

@@ -2,6 +2,7 @@
 //! pipeline, checkpoint storages, the simulation. One executable, each
 //! file a module; the tests that set crash points are in `tests/crashes`.
 
+mod bad_records;
 mod commit_schedule;
 mod commits;
 #[path = "../common/mod.rs"]
