@@ -190,6 +190,26 @@ pub trait SinkWriter: Send + 'static {
         Ok(())
     }
 
+    /// Writes the records of `records` this sink can hold, and returns the
+    /// others, refused, each with why and the record itself (its bytes as
+    /// the sink would show them, JSON for a table row): a record that does
+    /// not fit a table's schema, say. The refused ones are written nowhere;
+    /// the job's bad-record policy skips them or sends them to its
+    /// dead-letter destination.
+    ///
+    /// Called by the runtime instead of [`write_batch`](Self::write_batch)
+    /// in a job that skips or dead-letters bad records
+    /// (`JobBuilder::skip_bad_records`, `JobBuilder::dead_letters`), so
+    /// that one record does not fail the others. The default refuses
+    /// none: it calls `write_batch`, whose failure fails the job.
+    async fn write_batch_refusing(
+        &mut self,
+        records: Vec<Self::Input>,
+    ) -> Result<Vec<BadRecord>, SinkError> {
+        self.write_batch(records).await?;
+        Ok(Vec::new())
+    }
+
     /// Writes `records`, refused on their way to this sink (a source's
     /// parse step refused them), to the sink's dead-letter destination,
     /// to be committed with the records written around them.

@@ -6,6 +6,12 @@
 //! subtask's task. The task carries its [`Refusals`] (a task-local, as the
 //! job counters do), which apply the job's [`BadRecordPolicy`]:
 //!
+//! The same policy applies to records the sink's writer refuses (a row
+//! that does not fit a table's schema): in a job that tolerates bad
+//! records, the subtask writes through
+//! [`SinkWriter::write_batch_refusing`](sink_api::SinkWriter::write_batch_refusing)
+//! and hands what it refused to the policy.
+//!
 //! - **fail**: the read fails with the refusal, as a permanent error;
 //! - **skip**: the record is dropped and counted in the job counter
 //!   `bad_records_skipped`, which checkpoints keep (each record counted
@@ -60,10 +66,14 @@ tokio::task_local! {
 /// show from its start.
 pub(crate) fn counters() -> [JobCounter; 2] {
     [
-        JobCounter::new(SKIPPED, "Records a source's parse step refused, skipped."),
+        JobCounter::new(
+            SKIPPED,
+            "Bad records (refused by the source's parse step or the sink), skipped.",
+        ),
         JobCounter::new(
             DEAD_LETTERED,
-            "Records a source's parse step refused, sent to the dead-letter destination.",
+            "Bad records (refused by the source's parse step or the sink), sent to the \
+             dead-letter destination.",
         ),
     ]
 }
@@ -162,6 +172,21 @@ pub(crate) fn refuse(bad: BadRecord) -> Result<(), SourceError> {
     match REFUSALS.try_with(|refusals| refusals.refuse(bad.take().expect("taken once"))) {
         Ok(result) => result,
         Err(_) => Err(fail(bad.take().expect("not taken outside a subtask"))),
+    }
+}
+
+impl Refusals {
+    /// Whether bad records are skipped or dead-lettered rather than
+    /// failing the job: then the subtask has its writer refuse records
+    /// one by one (`SinkWriter::write_batch_refusing`).
+    pub(crate) fn tolerates(&self) -> bool {
+        self.policy != BadRecordPolicy::Fail
+    }
+
+    /// Applies the policy to records the sink's writer refused. Called by
+    /// the subtask, only when it [tolerates](Self::tolerates) them.
+    pub(crate) fn refused_by_sink(&self, refused: Vec<BadRecord>) -> Result<(), SourceError> {
+        refused.into_iter().try_for_each(|bad| self.refuse(bad))
     }
 }
 

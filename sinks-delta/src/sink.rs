@@ -254,12 +254,7 @@ where
         let files = RecordBatchWriter::for_table(&table)
             .map_err(|e| delta_error("preparing the Parquet writer", e))?
             .with_writer_properties(properties);
-        // Strict: a field the table has no column for is an error, not
-        // silently dropped.
-        let rows = arrow_json::ReaderBuilder::new(files.arrow_schema())
-            .with_strict_mode(true)
-            .build_decoder()
-            .map_err(|e| SinkError::other("preparing the record encoder", e).permanent())?;
+        let rows = crate::writer::row_decoder(files.arrow_schema())?;
         Ok(DeltaSinkWriter::new(
             files,
             rows,

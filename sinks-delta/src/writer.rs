@@ -26,7 +26,9 @@ use arrow_json::reader::Decoder;
 use async_trait::async_trait;
 use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter};
 use serde::{Deserialize, Serialize};
-use sink_api::{CheckpointId, Counter, Durability, PositionAdvance, SinkError, SinkWriter};
+use sink_api::{
+    BadRecord, CheckpointId, Counter, Durability, PositionAdvance, SinkError, SinkWriter,
+};
 
 use crate::committable::{CarriedPositions, DataFile, DeltaCommittable};
 use crate::errors::delta_error;
@@ -108,6 +110,44 @@ impl<T> DeltaSinkWriter<T> {
         }
         Ok(())
     }
+
+    /// A decoder of records into rows of the table's schema.
+    fn decoder(&self) -> Result<Decoder, SinkError> {
+        row_decoder(self.files.arrow_schema())
+    }
+
+    /// Adds the rows the decoder holds to the open files.
+    async fn write_decoded(&mut self) -> Result<(), SinkError> {
+        let unfit = |e| SinkError::other("a record does not fit the table's schema", e).permanent();
+        match self.rows.flush().map_err(unfit)? {
+            Some(batch) => self.write_rows(batch).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Adds `batch` to the open files, and writes them out once they reach
+    /// the target size.
+    async fn write_rows(&mut self, batch: arrow_array::RecordBatch) -> Result<(), SinkError> {
+        self.files
+            .write(batch)
+            .await
+            .map_err(|e| delta_error("encoding records into Parquet", e))?;
+        if self.files.buffer_len() >= self.target_file_size {
+            self.close_files().await?;
+        }
+        Ok(())
+    }
+}
+
+/// A decoder of records (through serde) into rows of `schema`. Strict: a
+/// field the table has no column for is an error, not silently dropped.
+/// Called by the sink for each writer, and by a writer that starts afresh
+/// after a refused record.
+pub(crate) fn row_decoder(schema: arrow_schema::SchemaRef) -> Result<Decoder, SinkError> {
+    arrow_json::ReaderBuilder::new(schema)
+        .with_strict_mode(true)
+        .build_decoder()
+        .map_err(|e| SinkError::other("preparing the record encoder", e).permanent())
 }
 
 #[async_trait]
@@ -132,17 +172,54 @@ where
         }
         let unfit = |e| SinkError::other("a record does not fit the table's schema", e).permanent();
         self.rows.serialize(&records).map_err(unfit)?;
-        let Some(batch) = self.rows.flush().map_err(unfit)? else {
-            return Ok(());
-        };
-        self.files
-            .write(batch)
-            .await
-            .map_err(|e| delta_error("encoding records into Parquet", e))?;
-        if self.files.buffer_len() >= self.target_file_size {
-            self.close_files().await?;
+        self.write_decoded().await
+    }
+
+    /// The records that do not fit the table's schema are refused, each
+    /// with the reason and its JSON form; the others are written as
+    /// [`write_batch`](Self::write_batch) writes them. A batch that fits
+    /// costs what `write_batch` costs; one with a refusal is checked a
+    /// record at a time in a decoder of its own, so that the writer's
+    /// never holds a part of a refused record.
+    async fn write_batch_refusing(&mut self, records: Vec<T>) -> Result<Vec<BadRecord>, SinkError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(())
+        // Rows are built when the decoder is flushed: that is where most
+        // refusals show (a null in a required column, a value of another
+        // type), so a record fits once it is decoded and flushed.
+        if let Ok(Some(batch)) = self
+            .rows
+            .serialize(&records)
+            .and_then(|()| self.rows.flush())
+        {
+            return self.write_rows(batch).await.map(|()| Vec::new());
+        }
+        // The decoder may hold a part of the refused record: start afresh.
+        self.rows = self.decoder()?;
+        let mut check = self.decoder()?;
+        let (mut fit, mut refused) = (Vec::with_capacity(records.len()), Vec::new());
+        for record in records {
+            let one = std::slice::from_ref(&record);
+            match check.serialize(one).and_then(|()| check.flush()) {
+                Ok(_) => fit.push(record),
+                Err(error) => {
+                    let json = serde_json::to_vec(&record).unwrap_or_default();
+                    refused.push(
+                        BadRecord::new(format!("it does not fit the table's schema: {error}"))
+                            .payload(json),
+                    );
+                    check = self.decoder()?;
+                }
+            }
+        }
+        if !fit.is_empty() {
+            let unfit =
+                |e| SinkError::other("a record does not fit the table's schema", e).permanent();
+            self.rows.serialize(&fit).map_err(unfit)?;
+            self.write_decoded().await?;
+        }
+        Ok(refused)
     }
 
     /// Kept for the next `prepare_commit`, which hands them out with the

@@ -40,6 +40,15 @@ where
         self.main.write_batch(records).await
     }
 
+    /// The main writer's refusals; they come back to the runtime, which
+    /// hands them to [`write_bad_records`](Self::write_bad_records).
+    async fn write_batch_refusing(
+        &mut self,
+        records: Vec<M::Input>,
+    ) -> Result<Vec<BadRecord>, SinkError> {
+        self.main.write_batch_refusing(records).await
+    }
+
     /// Each bad record, turned into the dead-letter sink's input, goes to
     /// its writer.
     async fn write_bad_records(&mut self, records: Vec<BadRecord>) -> Result<(), SinkError> {

@@ -340,12 +340,27 @@ impl<S: Sink, Src: Source<Record = InputOf<S>>> SubtaskTask<S, Src> {
                     source,
                 })?;
             if !batch.is_empty() {
-                let count = batch.len() as u64;
+                let mut count = batch.len() as u64;
                 let records = std::mem::take(&mut batch);
-                self.writer
-                    .write_batch(records)
-                    .await
-                    .map_err(self.sink_error("write_batch"))?;
+                if self.refusals.tolerates() {
+                    let refused = self
+                        .writer
+                        .write_batch_refusing(records)
+                        .await
+                        .map_err(self.sink_error("write_batch_refusing"))?;
+                    count -= refused.len() as u64;
+                    self.refusals
+                        .refused_by_sink(refused)
+                        .map_err(|source| JobError::Source {
+                            subtask: self.index,
+                            source,
+                        })?;
+                } else {
+                    self.writer
+                        .write_batch(records)
+                        .await
+                        .map_err(self.sink_error("write_batch"))?;
+                }
                 // The next batch's buffer is taken only now: a writer that
                 // is done with its batch has freed it, and the allocator
                 // hands the same memory back, still in the cache.

@@ -539,3 +539,76 @@ async fn a_record_with_a_field_the_table_lacks_is_a_permanent_error() {
     assert!(error.is_permanent(), "{error}");
     assert!(error.to_string().contains("does not fit"), "{error}");
 }
+
+/// In a job that sends bad records to a dead-letter sink, a record the
+/// table's schema refuses (here a null in the required `day` column) goes
+/// there, as the JSON of the record with the reason, and the rest of its
+/// batch is written: every other record once in the table, every refused
+/// one once among the dead letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_the_schema_refuses_go_to_the_dead_letters_and_the_rest_to_the_table() {
+    #[derive(Debug, Clone, serde::Serialize)]
+    struct Loose {
+        id: i64,
+        day: Option<String>,
+        payload: String,
+    }
+    #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    struct Letter {
+        error: String,
+        json: String,
+    }
+    impl From<sink_api::BadRecord> for Letter {
+        fn from(bad: sink_api::BadRecord) -> Letter {
+            Letter {
+                error: bad.error().to_string(),
+                json: String::from_utf8_lossy(bad.payload_bytes()).into_owned(),
+            }
+        }
+    }
+    let (_dir, location) = local();
+    let sink = DeltaSink::<Loose>::builder(location.clone(), schema())
+        .build()
+        .unwrap();
+    let letters = sinks_memory::MemoryStore::<Letter>::new();
+    let source = SequenceSource::bounded(300).map(|id| Loose {
+        id: id as i64,
+        day: (id % 10 != 0).then(|| "2026-12-01".to_string()),
+        payload: format!("event {id}"),
+    });
+    let report = Job::builder("loose", source, sink)
+        .parallelism(2)
+        .batch_size(16)
+        .checkpointing(CheckpointConfig::every(Duration::from_millis(20)))
+        .dead_letters(sinks_memory::MemorySink::new(letters.clone()))
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    let mut table = ids(&location, None).await;
+    table.sort_unstable();
+    let fit: Vec<i64> = (0..300).filter(|id| id % 10 != 0).collect();
+    assert_eq!(table, fit, "every record that fits, once");
+    let dead = letters.committed();
+    assert_eq!(dead.len(), 30, "{dead:?}");
+    assert!(
+        letters.violations().is_empty(),
+        "{:?}",
+        letters.violations()
+    );
+    let mut refused: Vec<i64> = (dead.iter())
+        .map(|l| {
+            assert!(l.error.contains("does not fit the table's schema"), "{l:?}");
+            let row: serde_json::Value = serde_json::from_str(&l.json).unwrap();
+            row["id"].as_i64().unwrap()
+        })
+        .collect();
+    refused.sort_unstable();
+    assert_eq!(refused, (0..300).step_by(10).collect::<Vec<i64>>());
+    assert_eq!(
+        report.metrics.counter("bad_records_dead_lettered"),
+        Some(30)
+    );
+}
