@@ -6,6 +6,7 @@
 mod commit_checks;
 #[path = "../common/mod.rs"]
 mod common;
+mod dead_letters;
 mod end_to_end;
 mod lifecycle;
 mod object_commit;
