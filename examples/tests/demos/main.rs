@@ -1,12 +1,14 @@
 //! The demos, run as a user runs them. One executable, each file a module;
 //! the demos of other destinations with their features (`s3`,
-//! `postgres`, `delta`, `iceberg`, `kafka`, `parquet`). The custom sink's certification is in
+//! `postgres`, `delta`, `iceberg`, `kafka`, `parquet`, `http`). The custom sink's certification is in
 //! `tests/crashes`.
 
 #[cfg(feature = "delta")]
 mod delta_sink_demo;
 #[cfg(all(feature = "delta", feature = "kafka"))]
 mod delta_sink_demo_kafka;
+#[cfg(feature = "http")]
+mod events_service_demo;
 mod file_sink_demo;
 #[cfg(feature = "kafka")]
 mod file_sink_demo_kafka;
