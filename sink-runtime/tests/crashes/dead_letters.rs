@@ -10,12 +10,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sink_api::BadRecord;
 use sink_runtime::source::Source;
-use sink_runtime::{
-    CheckpointConfig, Job, JobError, JobStatus, LocalCheckpointStorage, RestartStrategy,
-};
+use sink_runtime::{CheckpointConfig, Job, LocalCheckpointStorage, RestartStrategy};
 use sinks_memory::{MemorySink, MemoryStore};
 
 use crate::common::ThrottledSource;
+use crate::crash_twice::crashed_twice_then_finished;
 
 const RECORDS: u64 = 2_000;
 
@@ -57,23 +56,7 @@ async fn dead_letters_are_committed_once_across_crashes() {
             .build()
             .unwrap()
     };
-    fail::cfg("after-write", "15*off->1*return->off").unwrap();
-    let survived = job(true).start();
-    let control = survived.control();
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    control.stop();
-    let report = survived.join().await.unwrap();
-    assert_eq!(report.status, JobStatus::Stopped);
-    assert_eq!(report.metrics.restarts, 1, "one crash survived");
-    fail::cfg("after-write", "10*off->1*return->off").unwrap();
-    let crashed = job(false).run().await;
-    fail::remove("after-write");
-    assert!(
-        matches!(crashed, Err(JobError::Crash { .. })),
-        "the second run crashed: {crashed:?}"
-    );
-    let report = job(false).run().await.unwrap();
-    assert_eq!(report.status, JobStatus::Finished);
+    let report = crashed_twice_then_finished(job, Duration::from_millis(150)).await;
 
     assert!(store.violations().is_empty(), "{:?}", store.violations());
     assert!(

@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sink_runtime::source::Source;
-use sink_runtime::{
-    CheckpointConfig, Job, JobCounter, JobError, JobStatus, LocalCheckpointStorage, RestartStrategy,
-};
+use sink_runtime::{CheckpointConfig, Job, JobCounter, LocalCheckpointStorage, RestartStrategy};
 use sinks_memory::{MemorySink, MemoryStore};
 
 use crate::common::ThrottledSource;
+use crate::crash_twice::crashed_twice_then_finished;
 
 const RECORDS: u64 = 2_000;
 
@@ -54,27 +53,7 @@ async fn a_counter_in_a_filter_counts_each_record_once_across_crashes() {
         .unwrap()
     };
 
-    // A crash the process survives (the restart strategy), then one it
-    // does not (the run ends with it).
-    fail::cfg("after-write", "15*off->1*return->off").unwrap();
-    let survived = job(true).start();
-    let control = survived.control();
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    control.stop();
-    let report = survived.join().await.unwrap();
-    assert_eq!(report.status, JobStatus::Stopped);
-    assert_eq!(report.metrics.restarts, 1, "one crash survived");
-    fail::cfg("after-write", "10*off->1*return->off").unwrap();
-    let crashed = job(false).run().await;
-    fail::remove("after-write");
-    assert!(
-        matches!(crashed, Err(JobError::Crash { .. })),
-        "the second run crashed: {crashed:?}"
-    );
-
-    // A new process on the same state directory finishes.
-    let report = job(false).run().await.unwrap();
-    assert_eq!(report.status, JobStatus::Finished);
+    let report = crashed_twice_then_finished(job, Duration::from_millis(250)).await;
     let mut committed = store.committed();
     committed.sort_unstable();
     let evens: Vec<u64> = (0..RECORDS).filter(|n| n % 2 == 0).collect();

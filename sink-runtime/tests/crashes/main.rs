@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod crash_matrix;
+mod crash_twice;
 mod dead_letters;
 mod finished_loss;
 mod job_counters;
