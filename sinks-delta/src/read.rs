@@ -210,6 +210,31 @@ pub async fn int64_column(
     .await
 }
 
+/// The values of the 64-bit integer column `column` in each file of the
+/// table's newest version, by the file's path in the table (which names its
+/// partition: `day=2026-12-01/part-….parquet`), in no given order.
+pub async fn int64_column_by_file(
+    location: &TableLocation,
+    column: &str,
+) -> Result<Vec<(String, Vec<i64>)>, SinkError> {
+    let store = location.table_store();
+    let mut by_file = Vec::new();
+    for path in active_files(location).await? {
+        let values = file_column(
+            store.as_ref(),
+            &path,
+            column,
+            &|array: &dyn arrow_array::Array| {
+                let ints = array.as_any().downcast_ref::<arrow_array::Int64Array>()?;
+                Some(ints.iter().flatten().collect::<Vec<i64>>())
+            },
+        )
+        .await?;
+        by_file.push((path, values));
+    }
+    Ok(by_file)
+}
+
 /// The values of the string column `column` in every file of the table's
 /// version `version` (the newest if `None`), in no given order.
 pub async fn string_column(

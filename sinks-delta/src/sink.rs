@@ -19,12 +19,13 @@ use sink_api::{
 use crate::committable::DeltaCommittable;
 use crate::committer::DeltaFileCommitter;
 use crate::compaction::Compaction;
+use crate::derived::{Derivation, Derived, DerivedColumn};
 use crate::errors::delta_error;
 use crate::format::CommittableFormat;
 use crate::global_committer::DeltaGlobalCommitter;
 use crate::location::TableLocation;
 use crate::positions;
-use crate::writer::{DeltaSinkWriter, NoResume, WriterCounters};
+use crate::writer::{DeltaSinkWriter, NoResume, RowShape, WriterCounters};
 
 /// Rows per Parquet row group: bounds the memory of an open file's
 /// unencoded rows.
@@ -45,6 +46,11 @@ pub struct DeltaSink<T> {
     location: TableLocation,
     schema: SchemaRef,
     partition_by: Vec<String>,
+    /// Columns computed from others (in `schema` and `partition_by` once
+    /// built); `None` without any.
+    derived: Option<Arc<Derived>>,
+    /// The derived columns asked for, made part of the schema by `build`.
+    deriving: Vec<DerivedColumn>,
     target_file_size: usize,
     compaction: Option<Compaction>,
     counters: WriterCounters,
@@ -86,6 +92,8 @@ impl<T> DeltaSink<T> {
                 location,
                 schema: Arc::new(schema),
                 partition_by: Vec::new(),
+                derived: None,
+                deriving: Vec::new(),
                 target_file_size: 128 << 20,
                 compaction: None,
                 counters: WriterCounters::default(),
@@ -113,6 +121,22 @@ impl<T> DeltaSinkBuilder<T> {
         self
     }
 
+    /// Partitions the table by `column`, the day of the timestamp (or
+    /// date) column `of`, which the records carry: `partition_by_day("day",
+    /// "ts")` files each row under `day=2026-12-01/`. The records need no
+    /// field for it: each writer computes it from `of` (the UTC date, for
+    /// a timestamp with a time zone). `column` is a `date` column of the
+    /// table, added to the schema by [`build`](Self::build), after the
+    /// partition columns [`partition_by`](Self::partition_by) names.
+    pub fn partition_by_day(mut self, column: impl Into<String>, of: impl Into<String>) -> Self {
+        self.sink.deriving.push(DerivedColumn {
+            name: column.into(),
+            source: of.into(),
+            derivation: Derivation::Day,
+        });
+        self
+    }
+
     /// A writer's open Parquet files are closed at every checkpoint (a
     /// Parquet file cannot be resumed), and earlier once their encoded
     /// sizes, summed over the writer's open files (one per partition it
@@ -137,8 +161,31 @@ impl<T> DeltaSinkBuilder<T> {
     /// from the schema, every column a partition column, a target size of
     /// zero, or compaction limits of zero.
     pub fn build(self) -> Result<DeltaSink<T>, SinkError> {
-        let sink = self.sink;
+        let mut sink = self.sink;
         let invalid = |what: String| SinkError::msg(what).permanent();
+        if !sink.deriving.is_empty() {
+            let mut fields: Vec<_> = sink.schema.fields().iter().cloned().collect();
+            for derived in &sink.deriving {
+                if sink.schema.field_with_name(&derived.name).is_ok() {
+                    return Err(invalid(format!(
+                        "the derived partition column {} is a column of the schema already: \
+                         name it otherwise, or partition by the column itself (partition_by)",
+                        derived.name
+                    )));
+                }
+                let source = sink.schema.field_with_name(&derived.source).map_err(|_| {
+                    invalid(format!(
+                        "the partition column {} is derived from {}, which is not in the schema",
+                        derived.name, derived.source
+                    ))
+                })?;
+                fields.push(Arc::new(derived.field(source).map_err(invalid)?));
+                sink.partition_by.push(derived.name.clone());
+            }
+            sink.schema = Arc::new(Schema::new(fields));
+            let deriving = std::mem::take(&mut sink.deriving);
+            sink.derived = Some(Arc::new(Derived::new(deriving, sink.schema.clone())));
+        }
         for column in &sink.partition_by {
             if sink.schema.field_with_name(column).is_err() {
                 return Err(invalid(format!(
@@ -254,15 +301,21 @@ where
         let files = RecordBatchWriter::for_table(&table)
             .map_err(|e| delta_error("preparing the Parquet writer", e))?
             .with_writer_properties(properties);
-        let rows = crate::writer::row_decoder(files.arrow_schema())?;
-        Ok(DeltaSinkWriter::new(
+        let shape = RowShape {
+            records: match &self.derived {
+                Some(derived) => derived.record_schema(),
+                None => files.arrow_schema(),
+            },
+            derived: self.derived.clone(),
+        };
+        DeltaSinkWriter::new(
             files,
-            rows,
+            shape,
             app_id(context),
             self.target_file_size,
             self.location.clone(),
             self.counters.clone(),
-        ))
+        )
     }
 
     async fn create_committer(&self, _: &InitContext) -> Result<DeltaFileCommitter, SinkError> {

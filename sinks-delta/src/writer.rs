@@ -21,6 +21,7 @@
 //! removes them.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use arrow_json::reader::Decoder;
 use async_trait::async_trait;
@@ -31,6 +32,7 @@ use sink_api::{
 };
 
 use crate::committable::{CarriedPositions, DataFile, DeltaCommittable};
+use crate::derived::Derived;
 use crate::errors::delta_error;
 use crate::location::TableLocation;
 
@@ -57,6 +59,7 @@ pub(crate) struct WriterCounters {
 pub struct DeltaSinkWriter<T> {
     files: RecordBatchWriter,
     rows: Decoder,
+    shape: RowShape,
     app_id: String,
     target_file_size: usize,
     finished: Vec<DataFile>,
@@ -70,18 +73,28 @@ pub struct DeltaSinkWriter<T> {
     _records: PhantomData<fn(T)>,
 }
 
+/// What records are decoded into, and what is added to them before they
+/// are written: the table's schema, or, with derived partition columns,
+/// the table's without them, and how to compute them.
+#[derive(Debug, Clone)]
+pub(crate) struct RowShape {
+    pub records: arrow_schema::SchemaRef,
+    pub derived: Option<Arc<Derived>>,
+}
+
 impl<T> DeltaSinkWriter<T> {
     pub(crate) fn new(
         files: RecordBatchWriter,
-        rows: Decoder,
+        shape: RowShape,
         app_id: String,
         target_file_size: usize,
         location: TableLocation,
         counters: WriterCounters,
-    ) -> DeltaSinkWriter<T> {
-        DeltaSinkWriter {
+    ) -> Result<DeltaSinkWriter<T>, SinkError> {
+        Ok(DeltaSinkWriter {
             files,
-            rows,
+            rows: row_decoder(shape.records.clone())?,
+            shape,
             app_id,
             target_file_size,
             finished: Vec::new(),
@@ -90,7 +103,7 @@ impl<T> DeltaSinkWriter<T> {
             advances: Vec::new(),
             counters,
             _records: PhantomData,
-        }
+        })
     }
 
     /// Writes every open file to the table's location and keeps their
@@ -113,7 +126,7 @@ impl<T> DeltaSinkWriter<T> {
 
     /// A decoder of records into rows of the table's schema.
     fn decoder(&self) -> Result<Decoder, SinkError> {
-        row_decoder(self.files.arrow_schema())
+        row_decoder(self.shape.records.clone())
     }
 
     /// Adds the rows the decoder holds to the open files.
@@ -128,6 +141,10 @@ impl<T> DeltaSinkWriter<T> {
     /// Adds `batch` to the open files, and writes them out once they reach
     /// the target size.
     async fn write_rows(&mut self, batch: arrow_array::RecordBatch) -> Result<(), SinkError> {
+        let batch = match &self.shape.derived {
+            Some(derived) => derived.complete(batch)?,
+            None => batch,
+        };
         self.files
             .write(batch)
             .await

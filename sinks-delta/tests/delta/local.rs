@@ -612,3 +612,77 @@ async fn records_the_schema_refuses_go_to_the_dead_letters_and_the_rest_to_the_t
         Some(30)
     );
 }
+
+/// A table partitioned by the day of a timestamp the records carry
+/// (`partition_by_day("day", "ts")`): the records have no day field; every
+/// row is filed under the UTC day of its `ts`, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_partitioned_by_the_day_of_a_timestamp_files_each_row_under_its_day() {
+    use sinks_delta::arrow_schema::TimeUnit;
+    #[derive(Debug, Clone, serde::Serialize)]
+    struct Click {
+        id: i64,
+        ts: String,
+        page: String,
+    }
+    let (_dir, location) = local();
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("page", DataType::Utf8, false),
+    ]);
+    let sink = DeltaSink::<Click>::builder(location.clone(), schema.clone())
+        .partition_by_day("day", "ts")
+        .build()
+        .unwrap();
+    // Event n is n hours after 2026-12-01T00:00Z: day n / 24.
+    let source = SequenceSource::bounded(300).map(|n| Click {
+        id: n as i64,
+        ts: format!("2026-12-{:02}T{:02}:30:00Z", 1 + n / 24, n % 24),
+        page: format!("/p/{n}"),
+    });
+    let report = Job::builder("by-day", source, sink)
+        .parallelism(2)
+        .checkpointing(CheckpointConfig::every(Duration::from_millis(20)))
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    let by_file = sinks_delta::read::int64_column_by_file(&location, "id")
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for (path, file_ids) in &by_file {
+        let day = path
+            .split('/')
+            .find_map(|part| part.strip_prefix("day="))
+            .unwrap_or_else(|| panic!("{path} is under no day"));
+        for id in file_ids {
+            assert_eq!(
+                day,
+                format!("2026-12-{:02}", 1 + id / 24),
+                "id {id} in {path}"
+            );
+        }
+        ids.extend(file_ids);
+    }
+    exactly_once(&ids, 300).unwrap();
+
+    // The derivation needs a timestamp or a date, named in the error.
+    let error = DeltaSink::<Click>::builder(location.clone(), schema)
+        .partition_by_day("day", "page")
+        .build()
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        error.contains("the day of page, which is of type Utf8"),
+        "{error}"
+    );
+}
