@@ -51,8 +51,9 @@ impl DerivedColumn {
 }
 
 /// The derived columns of a table, and the two schemas: the table's, and
-/// the records' (the table's without the derived columns). Shared by the
-/// sink's writers.
+/// the records' (the table's without the derived columns, and with the
+/// records' own types where they differ: a time in milliseconds where the
+/// table keeps microseconds). Shared by the sink's writers.
 #[derive(Debug)]
 pub(crate) struct Derived {
     columns: Vec<DerivedColumn>,
@@ -61,12 +62,24 @@ pub(crate) struct Derived {
 }
 
 impl Derived {
-    /// The derived `columns` of `table` (which holds them).
-    pub(crate) fn new(columns: Vec<DerivedColumn>, table: SchemaRef) -> Derived {
+    /// The derived `columns` of `table` (which holds them), the records
+    /// carrying the fields of `record_types` in those types.
+    pub(crate) fn new(
+        columns: Vec<DerivedColumn>,
+        table: SchemaRef,
+        record_types: &[(String, DataType)],
+    ) -> Derived {
         let records = Arc::new(Schema::new(
             (table.fields().iter())
                 .filter(|f| !columns.iter().any(|c| &c.name == f.name()))
-                .cloned()
+                .map(
+                    |f| match record_types.iter().find(|(name, _)| name == f.name()) {
+                        Some((_, data_type)) => {
+                            Arc::new(f.as_ref().clone().with_data_type(data_type.clone()))
+                        }
+                        None => f.clone(),
+                    },
+                )
                 .collect::<Vec<_>>(),
         ));
         Derived {
@@ -98,10 +111,16 @@ impl Derived {
                     })?;
                     arrow_cast::cast(source, field.data_type()).map_err(failed)?
                 }
-                None => batch.column_by_name(field.name()).cloned().ok_or_else(|| {
-                    SinkError::msg(format!("the records have no column {}", field.name()))
-                        .permanent()
-                })?,
+                None => {
+                    let column = batch.column_by_name(field.name()).ok_or_else(|| {
+                        SinkError::msg(format!("the records have no column {}", field.name()))
+                            .permanent()
+                    })?;
+                    match column.data_type() == field.data_type() {
+                        true => column.clone(),
+                        false => arrow_cast::cast(column, field.data_type()).map_err(failed)?,
+                    }
+                }
             };
             columns.push(column);
         }
@@ -132,7 +151,7 @@ mod tests {
             ts.clone(),
             day.field(&ts).unwrap(),
         ]));
-        let derived = Derived::new(vec![day.clone()], table.clone());
+        let derived = Derived::new(vec![day.clone()], table.clone(), &[]);
         assert_eq!(derived.record_schema().fields().len(), 2);
         let hour = 3_600_000_000;
         let micros = TimestampMicrosecondArray::from(vec![0, 23 * hour, 24 * hour, 50 * hour])

@@ -36,6 +36,7 @@ mod global_committer;
 mod location;
 mod positions;
 pub mod read;
+mod schema;
 mod sink;
 mod table_log;
 mod writer;

@@ -4,12 +4,13 @@
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::{DataType, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use deltalake_core::parquet::basic::Compression;
 use deltalake_core::parquet::file::properties::WriterProperties;
 use deltalake_core::writer::RecordBatchWriter;
 use deltalake_core::DeltaTable;
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sink_api::{
     CommittedPositions, GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError,
@@ -51,6 +52,9 @@ pub struct DeltaSink<T> {
     derived: Option<Arc<Derived>>,
     /// The derived columns asked for, made part of the schema by `build`.
     deriving: Vec<DerivedColumn>,
+    /// With [`DeltaSink::builder_from_type`]: how `build` traces the
+    /// schema from the record type, and the fields it makes timestamps.
+    from_type: Option<(TraceSchema, Vec<(String, TimeUnit)>)>,
     target_file_size: usize,
     compaction: Option<Compaction>,
     counters: WriterCounters,
@@ -77,6 +81,10 @@ impl StartTable {
     }
 }
 
+/// How a record type's fields are traced into a schema, with the fields
+/// made timestamps ([`crate::schema::traced`] for the sink's type).
+type TraceSchema = fn(&[(String, TimeUnit)]) -> Result<Schema, SinkError>;
+
 /// Configures a [`DeltaSink`]. Made by [`DeltaSink::builder`].
 pub struct DeltaSinkBuilder<T> {
     sink: DeltaSink<T>,
@@ -94,6 +102,7 @@ impl<T> DeltaSink<T> {
                 partition_by: Vec::new(),
                 derived: None,
                 deriving: Vec::new(),
+                from_type: None,
                 target_file_size: 128 << 20,
                 compaction: None,
                 counters: WriterCounters::default(),
@@ -101,6 +110,24 @@ impl<T> DeltaSink<T> {
                 _records: PhantomData,
             },
         }
+    }
+
+    /// A sink writing to the table at `location`, whose columns are the
+    /// fields of the record type `T`, traced through its serde
+    /// `Deserialize`: the struct is declared once. A field that has no
+    /// column type of its own (a `chrono::DateTime`, an unsigned integer,
+    /// a `serde_json::Value`) is refused by [`build`](DeltaSinkBuilder::build),
+    /// naming it and the fix; a time is stored as an integer
+    /// (`#[serde(with = "chrono::serde::ts_milliseconds")]`) and declared
+    /// with [`timestamp`](DeltaSinkBuilder::timestamp). Otherwise as
+    /// [`builder`](Self::builder).
+    pub fn builder_from_type(location: TableLocation) -> DeltaSinkBuilder<T>
+    where
+        T: DeserializeOwned,
+    {
+        let mut builder = DeltaSink::builder(location, Schema::empty());
+        builder.sink.from_type = Some((crate::schema::traced::<T>, Vec::new()));
+        builder
     }
 
     /// Where the table is.
@@ -118,6 +145,17 @@ impl<T> DeltaSinkBuilder<T> {
         S: Into<String>,
     {
         self.sink.partition_by = columns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// With [`DeltaSink::builder_from_type`]: the record's field `field`
+    /// (an integer, such as a `chrono::DateTime` with
+    /// `#[serde(with = "chrono::serde::ts_milliseconds")]`) is a timestamp
+    /// column of `unit`, in UTC. Ignored with a schema given by hand.
+    pub fn timestamp(mut self, field: impl Into<String>, unit: TimeUnit) -> Self {
+        if let Some((_, timestamps)) = &mut self.sink.from_type {
+            timestamps.push((field.into(), unit));
+        }
         self
     }
 
@@ -163,7 +201,21 @@ impl<T> DeltaSinkBuilder<T> {
     pub fn build(self) -> Result<DeltaSink<T>, SinkError> {
         let mut sink = self.sink;
         let invalid = |what: String| SinkError::msg(what).permanent();
-        if !sink.deriving.is_empty() {
+        // Times the records carry in another unit than Delta's microseconds.
+        let mut record_types = Vec::new();
+        if let Some((trace, timestamps)) = sink.from_type.take() {
+            sink.schema = Arc::new(trace(&timestamps)?);
+            record_types = (timestamps.iter())
+                .filter(|(_, unit)| *unit != TimeUnit::Microsecond)
+                .map(|(field, unit)| {
+                    (
+                        field.clone(),
+                        DataType::Timestamp(*unit, Some("UTC".into())),
+                    )
+                })
+                .collect();
+        }
+        if !sink.deriving.is_empty() || !record_types.is_empty() {
             let mut fields: Vec<_> = sink.schema.fields().iter().cloned().collect();
             for derived in &sink.deriving {
                 if sink.schema.field_with_name(&derived.name).is_ok() {
@@ -184,7 +236,11 @@ impl<T> DeltaSinkBuilder<T> {
             }
             sink.schema = Arc::new(Schema::new(fields));
             let deriving = std::mem::take(&mut sink.deriving);
-            sink.derived = Some(Arc::new(Derived::new(deriving, sink.schema.clone())));
+            sink.derived = Some(Arc::new(Derived::new(
+                deriving,
+                sink.schema.clone(),
+                &record_types,
+            )));
         }
         for column in &sink.partition_by {
             if sink.schema.field_with_name(column).is_err() {

@@ -686,3 +686,68 @@ async fn a_table_partitioned_by_the_day_of_a_timestamp_files_each_row_under_its_
         "{error}"
     );
 }
+
+/// The struct declared once: the table's columns traced from the record
+/// type, its time stored as milliseconds and declared a timestamp, the
+/// table partitioned by the day of it. A time left undeclared is refused at
+/// build, naming the field and the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tables_columns_come_from_the_record_type() {
+    use chrono::{DateTime, TimeZone, Utc};
+    use sinks_delta::arrow_schema::TimeUnit;
+    #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+    struct Click {
+        id: i64,
+        #[serde(with = "chrono::serde::ts_milliseconds")]
+        ts: DateTime<Utc>,
+        page: Option<String>,
+    }
+    let (_dir, location) = local();
+    let sink = DeltaSink::<Click>::builder_from_type(location.clone())
+        .timestamp("ts", TimeUnit::Millisecond)
+        .partition_by_day("day", "ts")
+        .build()
+        .unwrap();
+    let start = Utc.with_ymd_and_hms(2026, 12, 1, 0, 30, 0).unwrap();
+    let source = SequenceSource::bounded(100).map(move |n| Click {
+        id: n as i64,
+        ts: start + chrono::Duration::hours(n as i64),
+        page: (n % 2 == 0).then(|| format!("/p/{n}")),
+    });
+    let report = Job::builder("typed", source, sink)
+        .checkpointing(CheckpointConfig::every(Duration::from_millis(20)))
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    let mut ids = Vec::new();
+    for (path, file_ids) in sinks_delta::read::int64_column_by_file(&location, "id")
+        .await
+        .unwrap()
+    {
+        for id in &file_ids {
+            let day = format!("day=2026-12-{:02}", 1 + id / 24);
+            assert!(path.contains(&day), "id {id} in {path}");
+        }
+        ids.extend(file_ids);
+    }
+    exactly_once(&ids, 100).unwrap();
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Undeclared {
+        id: i64,
+        ts: DateTime<Utc>,
+    }
+    let (_dir, other) = local();
+    let error = DeltaSink::<Undeclared>::builder_from_type(other)
+        .build()
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        error.contains("its field ts") && error.contains("ts_milliseconds"),
+        "{error}"
+    );
+}
