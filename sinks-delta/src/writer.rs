@@ -133,18 +133,31 @@ impl<T> DeltaSinkWriter<T> {
     async fn write_decoded(&mut self) -> Result<(), SinkError> {
         let unfit = |e| SinkError::other("a record does not fit the table's schema", e).permanent();
         match self.rows.flush().map_err(unfit)? {
-            Some(batch) => self.write_rows(batch).await,
+            Some(batch) => {
+                let rows = self.table_rows(batch)?;
+                self.write_rows(rows).await
+            }
             None => Ok(()),
         }
     }
 
-    /// Adds `batch` to the open files, and writes them out once they reach
-    /// the target size.
+    /// The decoded `batch` as rows of the table: with the derived columns
+    /// added and the records' times converted, when there are any. Fails
+    /// for a value the table cannot hold (a time past microseconds'
+    /// range).
+    fn table_rows(
+        &self,
+        batch: arrow_array::RecordBatch,
+    ) -> Result<arrow_array::RecordBatch, SinkError> {
+        match &self.shape.derived {
+            Some(derived) => derived.complete(batch),
+            None => Ok(batch),
+        }
+    }
+
+    /// Adds `batch` (rows of the table's schema) to the open files, and
+    /// writes them out once they reach the target size.
     async fn write_rows(&mut self, batch: arrow_array::RecordBatch) -> Result<(), SinkError> {
-        let batch = match &self.shape.derived {
-            Some(derived) => derived.complete(batch)?,
-            None => batch,
-        };
         self.files
             .write(batch)
             .await
@@ -202,15 +215,18 @@ where
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        // Rows are built when the decoder is flushed: that is where most
-        // refusals show (a null in a required column, a value of another
-        // type), so a record fits once it is decoded and flushed.
-        if let Ok(Some(batch)) = self
+        // Rows are built when the decoder is flushed, and completed for the
+        // table after: that is where refusals show (a null in a required
+        // column, a value of another type, a time out of the table's
+        // range), so a record fits once it is decoded and completed.
+        let decoded = self
             .rows
             .serialize(&records)
-            .and_then(|()| self.rows.flush())
-        {
-            return self.write_rows(batch).await.map(|()| Vec::new());
+            .and_then(|()| self.rows.flush());
+        if let Ok(Some(batch)) = decoded {
+            if let Ok(rows) = self.table_rows(batch) {
+                return self.write_rows(rows).await.map(|()| Vec::new());
+            }
         }
         // The decoder may hold a part of the refused record: start afresh.
         self.rows = self.decoder()?;
@@ -218,8 +234,13 @@ where
         let (mut fit, mut refused) = (Vec::with_capacity(records.len()), Vec::new());
         for record in records {
             let one = std::slice::from_ref(&record);
-            match check.serialize(one).and_then(|()| check.flush()) {
-                Ok(_) => fit.push(record),
+            let checked = match check.serialize(one).and_then(|()| check.flush()) {
+                Ok(Some(batch)) => self.table_rows(batch).map(drop).map_err(|e| e.to_string()),
+                Ok(None) => Ok(()),
+                Err(error) => Err(error.to_string()),
+            };
+            match checked {
+                Ok(()) => fit.push(record),
                 Err(error) => {
                     let json = serde_json::to_vec(&record).unwrap_or_default();
                     refused.push(

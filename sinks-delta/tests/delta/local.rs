@@ -751,3 +751,62 @@ async fn the_tables_columns_come_from_the_record_type() {
         "{error}"
     );
 }
+
+/// A time the records carry in milliseconds that the table cannot hold in
+/// microseconds (past their range) is refused by the sink, in a job that
+/// sends bad records to a dead-letter sink; the rest of its batch is
+/// written, every other record once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_past_the_tables_range_goes_to_the_dead_letters() {
+    use sinks_delta::arrow_schema::TimeUnit;
+    #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+    struct Reading {
+        id: i64,
+        ts: i64,
+    }
+    #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    struct Letter(String);
+    impl From<sink_api::BadRecord> for Letter {
+        fn from(bad: sink_api::BadRecord) -> Letter {
+            Letter(String::from_utf8_lossy(bad.payload_bytes()).into_owned())
+        }
+    }
+    let (_dir, location) = local();
+    let sink = DeltaSink::<Reading>::builder_from_type(location.clone())
+        .timestamp("ts", TimeUnit::Millisecond)
+        .build()
+        .unwrap();
+    let letters = sinks_memory::MemoryStore::<Letter>::new();
+    let source = SequenceSource::bounded(100).map(|n| Reading {
+        id: n as i64,
+        // 1 Dec 2026 in milliseconds; every 25th past what microseconds hold.
+        ts: if n % 25 == 7 {
+            i64::MAX / 10
+        } else {
+            1_795_996_800_000 + n as i64
+        },
+    });
+    let report = Job::builder("ranges", source, sink)
+        .batch_size(10)
+        .checkpointing(CheckpointConfig::every(Duration::from_millis(20)))
+        .dead_letters(sinks_memory::MemorySink::new(letters.clone()))
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    let mut table = ids(&location, None).await;
+    table.sort_unstable();
+    let fit: Vec<i64> = (0..100).filter(|n| n % 25 != 7).collect();
+    assert_eq!(table, fit);
+    let mut refused: Vec<i64> = (letters.committed().iter())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(&l.0).unwrap()["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    refused.sort_unstable();
+    assert_eq!(refused, vec![7, 32, 57, 82]);
+}
