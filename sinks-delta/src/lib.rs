@@ -36,7 +36,6 @@ mod global_committer;
 mod location;
 mod positions;
 pub mod read;
-mod schema;
 mod sink;
 mod table_log;
 mod writer;

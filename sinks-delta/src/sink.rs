@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use arrow_schema::{DataType, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{FieldRef, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use deltalake_core::parquet::basic::Compression;
 use deltalake_core::parquet::file::properties::WriterProperties;
@@ -16,6 +16,7 @@ use sink_api::{
     CommittedPositions, GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError,
     SinkMetrics, VersionedSerializer,
 };
+use sink_arrow::Format;
 
 use crate::committable::DeltaCommittable;
 use crate::committer::DeltaFileCommitter;
@@ -81,9 +82,17 @@ impl StartTable {
     }
 }
 
-/// How a record type's fields are traced into a schema, with the fields
-/// made timestamps ([`crate::schema::traced`] for the sink's type).
-type TraceSchema = fn(&[(String, TimeUnit)]) -> Result<Schema, SinkError>;
+/// How a record type's fields are traced into columns, with the fields
+/// made timestamps ([`sink_arrow::fields_of`] for the sink's type).
+type TraceSchema = fn(&[(String, TimeUnit)], Format) -> Result<Vec<FieldRef>, SinkError>;
+
+/// What Delta stores: times in microseconds, no unsigned integers.
+const DELTA: Format = Format {
+    name: "Delta",
+    timestamp_method: "DeltaSinkBuilder::timestamp",
+    time_unit: Some(TimeUnit::Microsecond),
+    unsigned: false,
+};
 
 /// Configures a [`DeltaSink`]. Made by [`DeltaSink::builder`].
 pub struct DeltaSinkBuilder<T> {
@@ -126,7 +135,7 @@ impl<T> DeltaSink<T> {
         T: DeserializeOwned,
     {
         let mut builder = DeltaSink::builder(location, Schema::empty());
-        builder.sink.from_type = Some((crate::schema::traced::<T>, Vec::new()));
+        builder.sink.from_type = Some((sink_arrow::fields_of::<T>, Vec::new()));
         builder
     }
 
@@ -204,16 +213,8 @@ impl<T> DeltaSinkBuilder<T> {
         // Times the records carry in another unit than Delta's microseconds.
         let mut record_types = Vec::new();
         if let Some((trace, timestamps)) = sink.from_type.take() {
-            sink.schema = Arc::new(trace(&timestamps)?);
-            record_types = (timestamps.iter())
-                .filter(|(_, unit)| *unit != TimeUnit::Microsecond)
-                .map(|(field, unit)| {
-                    (
-                        field.clone(),
-                        DataType::Timestamp(*unit, Some("UTC".into())),
-                    )
-                })
-                .collect();
+            sink.schema = Arc::new(Schema::new(trace(&timestamps, DELTA)?));
+            record_types = sink_arrow::record_types(&timestamps, DELTA);
         }
         if !sink.deriving.is_empty() || !record_types.is_empty() {
             let mut fields: Vec<_> = sink.schema.fields().iter().cloned().collect();

@@ -129,6 +129,9 @@ pub use parquet::{read_parquet, ParquetCompression, ParquetEncoder};
 pub use position_group::{PositionGroupId, PositionMember};
 pub use rolling::{PartInfo, RollingPolicy};
 pub use sink::{FileSink, FileSinkBuilder};
+#[cfg(feature = "parquet")]
+/// Time units for [`ParquetEncoder::timestamp`] (re-exported from `arrow-schema`).
+pub use sink_arrow::TimeUnit;
 pub use state::{FileCommittable, InProgressState, Upload, UploadedPart};
 pub use stats::{FileSinkStats, FileSinkStatsSnapshot};
 #[cfg(feature = "object-store")]

@@ -26,14 +26,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{FieldRef, Schema, SchemaRef};
+use arrow_schema::{FieldRef, Schema, SchemaRef, TimeUnit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_arrow::ArrayBuilder;
 use sink_api::SinkError;
+use sink_arrow::Format;
 
 use crate::bulk::{BulkFormat, BulkPart, PartMerger};
 use crate::encoder::Encoder;
@@ -114,9 +116,24 @@ pub struct ParquetEncoder<T> {
     _record: PhantomData<fn(&T)>,
 }
 
+/// How a record type's fields are traced into columns, with the fields
+/// made timestamps ([`sink_arrow::fields_of`] for the encoder's type).
+type TraceFields = fn(&[(String, TimeUnit)], Format) -> Result<Vec<FieldRef>, SinkError>;
+
+/// What Parquet stores: times in the records' own unit, unsigned integers.
+const PARQUET: Format = Format {
+    name: "Parquet",
+    timestamp_method: "ParquetEncoder::timestamp",
+    time_unit: None,
+    unsigned: true,
+};
+
 /// What the parts of one encoder share.
 #[derive(Clone)]
 struct Inner {
+    /// The record type's tracing and the timestamps declared so far, for
+    /// an encoder made by [`ParquetEncoder::from_type`].
+    traced: Option<(TraceFields, Vec<(String, TimeUnit)>)>,
     schema: SchemaRef,
     fields: Vec<FieldRef>,
     properties: WriterProperties,
@@ -152,15 +169,11 @@ impl<T: Serialize + 'static> ParquetEncoder<T> {
     /// (the error names it).
     pub fn new(schema: SchemaRef) -> Result<ParquetEncoder<T>, SinkError> {
         let fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
-        ArrayBuilder::from_arrow(&fields).map_err(|e| {
-            SinkError::msg(format!(
-                "the Parquet schema cannot be built from serde records: {e}"
-            ))
-            .permanent()
-        })?;
+        check_builds(&fields)?;
         let compression = ParquetCompression::default();
         Ok(ParquetEncoder {
             inner: Arc::new(Inner {
+                traced: None,
                 properties: properties(compression),
                 schema,
                 fields,
@@ -169,6 +182,76 @@ impl<T: Serialize + 'static> ParquetEncoder<T> {
             }),
             _record: PhantomData,
         })
+    }
+
+    /// Parquet parts whose columns are the fields of the record type `T`,
+    /// traced through its serde `Deserialize`: the struct is declared once.
+    /// A field's Rust type gives its column's type, `Option` makes it
+    /// nullable; a time stored as an integer is declared with
+    /// [`timestamp`](Self::timestamp).
+    ///
+    /// ```
+    /// use sinks_file::{FileSink, ParquetEncoder, TimeUnit};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Order { id: u64, ts: i64, note: Option<String> }
+    ///
+    /// let encoder = ParquetEncoder::<Order>::from_type()?.timestamp("ts", TimeUnit::Millisecond)?;
+    /// let sink = FileSink::builder("/tmp/orders", encoder).part_suffix(".parquet").build()?;
+    /// # Ok::<(), sink_api::SinkError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A permanent error naming the field and the fix, for a field with no
+    /// column type: a `chrono::DateTime` (serde shows it as a string; store
+    /// it with `#[serde(with = "chrono::serde::ts_milliseconds")]` and
+    /// declare it a timestamp) or a `serde_json::Value`.
+    pub fn from_type() -> Result<ParquetEncoder<T>, SinkError>
+    where
+        T: DeserializeOwned,
+    {
+        ParquetEncoder::traced((sink_arrow::fields_of::<T>, Vec::new()))
+    }
+
+    /// With [`from_type`](Self::from_type): the record's field `field`, an
+    /// integer count of `unit` since the epoch (such as a
+    /// `chrono::DateTime` with
+    /// `#[serde(with = "chrono::serde::ts_milliseconds")]`), is a UTC
+    /// timestamp column of that unit.
+    ///
+    /// # Errors
+    /// A permanent error when the encoder was given its schema by hand
+    /// ([`new`](Self::new): declare the column's type there), or when
+    /// `field` is not a field of the record type.
+    pub fn timestamp(
+        self,
+        field: impl Into<String>,
+        unit: TimeUnit,
+    ) -> Result<ParquetEncoder<T>, SinkError> {
+        let Some((trace, mut timestamps)) = self.inner.traced.clone() else {
+            return Err(SinkError::msg(
+                "ParquetEncoder::timestamp is for an encoder made by from_type: with a schema \
+                 given to ParquetEncoder::new, give the column its timestamp type there",
+            )
+            .permanent());
+        };
+        timestamps.push((field.into(), unit));
+        let traced = ParquetEncoder::<T>::traced((trace, timestamps))?;
+        Ok(self.with(|inner| {
+            inner.traced = traced.inner.traced.clone();
+            inner.schema = traced.inner.schema.clone();
+            inner.fields = traced.inner.fields.clone();
+        }))
+    }
+
+    /// The encoder of the fields `traced` gives.
+    fn traced(
+        traced: (TraceFields, Vec<(String, TimeUnit)>),
+    ) -> Result<ParquetEncoder<T>, SinkError> {
+        let fields = (traced.0)(&traced.1, PARQUET)?;
+        let mut encoder = ParquetEncoder::new(Arc::new(Schema::new(fields)))?;
+        Arc::make_mut(&mut encoder.inner).traced = Some(traced);
+        Ok(encoder)
     }
 
     /// The compression of the pages (default zstd).
@@ -206,6 +289,17 @@ impl<T: Serialize + 'static> ParquetEncoder<T> {
             _record: PhantomData,
         }
     }
+}
+
+/// Checks that serde_arrow can build records into `fields`.
+fn check_builds(fields: &[FieldRef]) -> Result<(), SinkError> {
+    ArrayBuilder::from_arrow(fields).map_err(|e| {
+        SinkError::msg(format!(
+            "the Parquet schema cannot be built from serde records: {e}"
+        ))
+        .permanent()
+    })?;
+    Ok(())
 }
 
 /// The writer properties of `compression`: statistics per page (and so

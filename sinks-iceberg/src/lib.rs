@@ -55,6 +55,8 @@ pub use errors::TableFenced;
 pub use global_committer::IcebergGlobalCommitter;
 pub use partition::{parse_partition_spec, PartitionBy};
 pub use sink::{IcebergSink, IcebergSinkBuilder};
+/// Time units for [`IcebergSinkBuilder::timestamp`] (re-exported from `arrow-schema`).
+pub use sink_arrow::TimeUnit;
 pub use writer::{IcebergSinkWriter, NoResume};
 
 /// Re-exported: the crate the table's schema and names are given in

@@ -3,18 +3,23 @@
 
 use std::marker::PhantomData;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
+use arrow_schema::{DataType, FieldRef, Schema as ArrowSchema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
+use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
 use iceberg::spec::Schema;
 use iceberg::table::Table;
 use iceberg::TableIdent;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sink_api::{
     CommitSchedule, GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, SinkMetrics,
 };
+use sink_arrow::Format;
 
 use crate::catalog::{load_or_create, Connection, IcebergCatalog};
 use crate::committable::IcebergDataFile;
@@ -24,7 +29,7 @@ use crate::global_committer::IcebergGlobalCommitter;
 #[cfg(doc)]
 use crate::partition::parse_partition_spec;
 use crate::partition::PartitionBy;
-use crate::writer::{IcebergSinkWriter, NoResume, WriterCounters};
+use crate::writer::{IcebergSinkWriter, NoResume, Rows, WriterCounters};
 
 /// Rows per Parquet row group: bounds the memory of an open file's
 /// unencoded rows.
@@ -45,6 +50,12 @@ pub struct IcebergSink<T> {
     connection: Connection,
     ident: TableIdent,
     schema: Schema,
+    /// For a sink made by [`IcebergSink::builder_from_type`]: the record
+    /// type's tracing and the timestamps declared, until `build`.
+    from_type: Option<(TraceFields, Vec<(String, TimeUnit)>)>,
+    /// The columns the records carry in another type than the table's (a
+    /// time in milliseconds): decoded so, then cast.
+    record_types: Vec<(String, DataType)>,
     /// The partition spec given, if any: the table is created with it, and
     /// an existing table must have it.
     partition: Option<Vec<PartitionBy>>,
@@ -54,6 +65,19 @@ pub struct IcebergSink<T> {
     counters: WriterCounters,
     _records: PhantomData<fn(T)>,
 }
+
+/// How a record type's fields are traced into columns, with the fields
+/// made timestamps ([`sink_arrow::fields_of`] for the sink's type).
+type TraceFields = fn(&[(String, TimeUnit)], Format) -> Result<Vec<FieldRef>, SinkError>;
+
+/// What Iceberg stores: times in microseconds (`timestamptz`), no unsigned
+/// integers.
+const ICEBERG: Format = Format {
+    name: "Iceberg",
+    timestamp_method: "IcebergSinkBuilder::timestamp",
+    time_unit: Some(TimeUnit::Microsecond),
+    unsigned: false,
+};
 
 /// Configures an [`IcebergSink`]. Made by [`IcebergSink::builder`].
 pub struct IcebergSinkBuilder<T> {
@@ -79,6 +103,8 @@ impl<T> IcebergSink<T> {
                 connection: Connection::new(catalog.into()),
                 ident: table,
                 schema,
+                from_type: None,
+                record_types: Vec::new(),
                 partition: None,
                 target_file_size: 128 << 20,
                 schedule: CommitSchedule::every_checkpoint(),
@@ -86,6 +112,35 @@ impl<T> IcebergSink<T> {
                 _records: PhantomData,
             },
         }
+    }
+
+    /// A sink writing to the table `table` of `catalog`, whose columns are
+    /// the fields of the record type `T`, traced through its serde
+    /// `Deserialize`: the struct is declared once. A field's Rust type
+    /// gives its column's type, `Option` makes it optional. A field that
+    /// has no column type of its own (a `chrono::DateTime`, an unsigned
+    /// integer, a `serde_json::Value`) is refused by
+    /// [`build`](IcebergSinkBuilder::build), naming it and the fix; a time
+    /// is stored as an integer
+    /// (`#[serde(with = "chrono::serde::ts_milliseconds")]`) and declared
+    /// with [`timestamp`](IcebergSinkBuilder::timestamp). Partitions come
+    /// from transforms of a column:
+    /// `partition_by(parse_partition_spec("day(ts)")?)`. Otherwise as
+    /// [`builder`](Self::builder).
+    pub fn builder_from_type(
+        catalog: impl Into<IcebergCatalog>,
+        table: TableIdent,
+    ) -> IcebergSinkBuilder<T>
+    where
+        T: DeserializeOwned,
+    {
+        // Replaced by the traced columns at `build`.
+        let none = Schema::builder()
+            .build()
+            .expect("a schema with no field and no identifier is valid");
+        let mut builder = IcebergSink::builder(catalog, table, none);
+        builder.sink.from_type = Some((sink_arrow::fields_of::<T>, Vec::new()));
+        builder
     }
 
     /// The table's name in its catalog.
@@ -104,6 +159,20 @@ impl<T> IcebergSink<T> {
 }
 
 impl<T> IcebergSinkBuilder<T> {
+    /// With [`IcebergSink::builder_from_type`]: the record's field `field`,
+    /// an integer count of `unit` since the epoch (such as a
+    /// `chrono::DateTime` with
+    /// `#[serde(with = "chrono::serde::ts_milliseconds")]`), is a
+    /// `timestamptz` column. Iceberg keeps microseconds: the writers
+    /// convert, and a time past their range is an error naming the column.
+    /// Ignored with a schema given by hand.
+    pub fn timestamp(mut self, field: impl Into<String>, unit: TimeUnit) -> Self {
+        if let Some((_, timestamps)) = &mut self.sink.from_type {
+            timestamps.push((field.into(), unit));
+        }
+        self
+    }
+
     /// Partitions the table by `fields` (see [`parse_partition_spec`] for
     /// their text form): the sink creates a missing table with this spec,
     /// and refuses an existing table whose spec is another. Each writer
@@ -158,7 +227,22 @@ impl<T> IcebergSinkBuilder<T> {
     /// target size of zero, a partition field whose column is missing or
     /// does not take its transform.
     pub fn build(self) -> Result<IcebergSink<T>, SinkError> {
-        let sink = self.sink;
+        let mut sink = self.sink;
+        if let Some((trace, timestamps)) = sink.from_type.take() {
+            let fields = trace(&timestamps, ICEBERG)?;
+            sink.schema = arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(fields))
+                .map_err(|e| {
+                    iceberg_error(
+                        format!(
+                            "making an Iceberg schema of the record type {}",
+                            std::any::type_name::<T>()
+                        ),
+                        e,
+                    )
+                    .permanent()
+                })?;
+            sink.record_types = sink_arrow::record_types(&timestamps, ICEBERG);
+        }
         if sink.schema.as_struct().fields().is_empty() {
             return Err(SinkError::msg("the table's schema has no column").permanent());
         }
@@ -243,12 +327,23 @@ where
         let table = self.load().await?;
         let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
             .map_err(|e| iceberg_error("mapping the table's schema to Arrow", e))?;
+        let (decoded, conform_to) = match self.record_types.is_empty() {
+            true => (Arc::new(arrow), None),
+            false => {
+                let table = Arc::new(arrow);
+                (with_types(&table, &self.record_types), Some(table))
+            }
+        };
         // Strict: a field the table has no column for is an error, not
         // silently dropped.
-        let rows = arrow_json::ReaderBuilder::new(std::sync::Arc::new(arrow))
+        let decoder = arrow_json::ReaderBuilder::new(decoded)
             .with_strict_mode(true)
             .build_decoder()
             .map_err(|e| SinkError::other("preparing the record encoder", e).permanent())?;
+        let rows = Rows {
+            decoder,
+            conform_to,
+        };
         let properties = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
@@ -292,6 +387,32 @@ where
             )
         }))
     }
+}
+
+/// `table` with the columns named in `types` of those types (their
+/// metadata, the field ids, kept; a time in the table's own zone,
+/// `+00:00`, which arrow-json reads without a zone database).
+fn with_types(table: &SchemaRef, types: &[(String, DataType)]) -> SchemaRef {
+    let fields: Vec<FieldRef> = (table.fields().iter())
+        .map(
+            |field| match types.iter().find(|(name, _)| name == field.name()) {
+                Some((_, data_type)) => {
+                    let data_type = match (data_type, field.data_type()) {
+                        (DataType::Timestamp(unit, _), DataType::Timestamp(_, zone)) => {
+                            DataType::Timestamp(*unit, zone.clone())
+                        }
+                        _ => data_type.clone(),
+                    };
+                    Arc::new(field.as_ref().clone().with_data_type(data_type))
+                }
+                None => field.clone(),
+            },
+        )
+        .collect();
+    Arc::new(ArrowSchema::new_with_metadata(
+        fields,
+        table.metadata().clone(),
+    ))
 }
 
 /// The job identity the table's marks are kept under: its name and

@@ -27,6 +27,7 @@ use std::marker::PhantomData;
 
 use arrow_array::RecordBatch;
 use arrow_json::reader::Decoder;
+use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::{DataFile, DataFileFormat};
@@ -170,7 +171,7 @@ pub struct IcebergSinkWriter<T> {
     table: Table,
     /// Whether to read the table again before the next file is opened.
     stale: bool,
-    rows: Decoder,
+    rows: Rows,
     properties: WriterProperties,
     /// Names every file of this writer: one counter, whatever the spec.
     names: DefaultFileNameGenerator,
@@ -179,6 +180,32 @@ pub struct IcebergSinkWriter<T> {
     app_id: String,
     counters: WriterCounters,
     _records: PhantomData<fn(T)>,
+}
+
+/// Records into Arrow batches of the table's schema: serialized into
+/// arrow-json's decoder, then cast where the records carry a column in
+/// another type than the table's (a time in milliseconds). Made by
+/// `IcebergSink::create_writer`.
+pub(crate) struct Rows {
+    /// The decoder, of the table's schema with the records' own types.
+    pub decoder: Decoder,
+    /// The table's schema, when the decoder's differs from it.
+    pub conform_to: Option<SchemaRef>,
+}
+
+impl Rows {
+    /// `records` as one batch of the table's schema, if there are any.
+    fn batch<T: Serialize>(&mut self, records: &[T]) -> Result<Option<RecordBatch>, SinkError> {
+        let unfit = |e| SinkError::other("a record does not fit the table's schema", e).permanent();
+        self.decoder.serialize(records).map_err(unfit)?;
+        let Some(batch) = self.decoder.flush().map_err(unfit)? else {
+            return Ok(None);
+        };
+        match &self.conform_to {
+            Some(table) => sink_arrow::conform(batch, table).map(Some),
+            None => Ok(Some(batch)),
+        }
+    }
 }
 
 impl<T> IcebergSinkWriter<T> {
@@ -190,7 +217,7 @@ impl<T> IcebergSinkWriter<T> {
     pub(crate) fn new(
         connection: Connection,
         table: Table,
-        rows: Decoder,
+        rows: Rows,
         properties: WriterProperties,
         prefix: String,
         target_file_size: usize,
@@ -257,9 +284,7 @@ where
         if records.is_empty() {
             return Ok(());
         }
-        let unfit = |e| SinkError::other("a record does not fit the table's schema", e).permanent();
-        self.rows.serialize(&records).map_err(unfit)?;
-        let Some(batch) = self.rows.flush().map_err(unfit)? else {
+        let Some(batch) = self.rows.batch(&records)? else {
             return Ok(());
         };
         let open = match self.open.take() {

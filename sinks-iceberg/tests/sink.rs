@@ -269,3 +269,165 @@ async fn the_end_of_input_is_recorded_after_the_final_checkpoints_files() {
     assert!(appends.len() >= 2, "several checkpoints: {snapshots:?}");
     assert!(appends.iter().all(|&c| c <= end), "{appends:?} after {end}");
 }
+
+/// An event as a user declares it once: its columns are traced from the
+/// type, its time is in milliseconds, the table is partitioned by its day.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+struct Timed {
+    id: i64,
+    /// Milliseconds since the epoch.
+    ts: i64,
+    note: Option<String>,
+}
+
+/// 2026-12-01T00:00:00Z, in milliseconds.
+const DEC_1_MS: i64 = 1_796_083_200_000;
+
+fn timed(id: u64) -> Timed {
+    Timed {
+        id: id as i64,
+        // Three days: an event every 129.6 seconds.
+        ts: DEC_1_MS + id as i64 * 129_600,
+        note: id.is_multiple_of(3).then(|| format!("note {id}")),
+    }
+}
+
+fn timed_sink(table: &LocalTable) -> Result<IcebergSink<Timed>, sink_api::SinkError> {
+    IcebergSink::<Timed>::builder_from_type(table.catalog.clone(), table.ident.clone())
+        .timestamp("ts", sinks_iceberg::TimeUnit::Millisecond)
+        .partition_by(sinks_iceberg::parse_partition_spec("day(ts)")?)
+        .build()
+}
+
+/// `builder_from_type`: the table's columns are the type's fields, the
+/// time is kept in microseconds, and its rows are filed by the day of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_traced_from_the_record_type_partitioned_by_the_day_of_a_time_in_milliseconds() {
+    use futures::TryStreamExt as _;
+    use sink_runtime::{CheckpointConfig, Job, SequenceSource, Source as _};
+    use sinks_iceberg::iceberg::spec::{PrimitiveType, Type};
+
+    let table = LocalTable::new();
+    let report = Job::builder(
+        "timed",
+        SequenceSource::bounded(2_000).map(timed),
+        timed_sink(&table).unwrap(),
+    )
+    .parallelism(2)
+    .checkpointing(CheckpointConfig::every(std::time::Duration::from_millis(
+        50,
+    )))
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(report.status, sink_runtime::JobStatus::Finished);
+    let loaded = table.table().await.expect("the table");
+    let schema = loaded.metadata().current_schema();
+    let columns: Vec<(String, Type, bool)> = (schema.as_struct().fields().iter())
+        .map(|f| (f.name.clone(), f.field_type.as_ref().clone(), f.required))
+        .collect();
+    assert_eq!(
+        columns,
+        vec![
+            ("id".into(), Type::Primitive(PrimitiveType::Long), true),
+            (
+                "ts".into(),
+                Type::Primitive(PrimitiveType::Timestamptz),
+                true
+            ),
+            ("note".into(), Type::Primitive(PrimitiveType::String), false),
+        ]
+    );
+    let batches: Vec<arrow_array::RecordBatch> = loaded
+        .scan()
+        .select(["id", "ts"])
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut rows = Vec::new();
+    for batch in &batches {
+        let ids = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>();
+        let times =
+            (batch.column(1).as_any()).downcast_ref::<arrow_array::TimestampMicrosecondArray>();
+        let (ids, times) = (ids.expect("longs"), times.expect("microseconds"));
+        rows.extend(
+            ids.values()
+                .iter()
+                .copied()
+                .zip(times.values().iter().copied()),
+        );
+    }
+    rows.sort_unstable();
+    let expected: Vec<(i64, i64)> = (0..2_000)
+        .map(|id| (id as i64, timed(id).ts * 1_000))
+        .collect();
+    let first_wrong = (rows.iter().zip(&expected)).find(|(row, expected)| row != expected);
+    assert_eq!(
+        (rows.len(), first_wrong),
+        (expected.len(), None),
+        "every event once, its time in microseconds"
+    );
+    // Filed by day: three days, each data file of one.
+    let spec = loaded.metadata().default_partition_spec();
+    let names: Vec<&str> = spec.fields().iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["ts_day"]);
+    let files = read::data_files(&loaded).await.unwrap();
+    let days: std::collections::BTreeSet<String> = files
+        .iter()
+        .map(|file| format!("{:?}", file.partition()))
+        .collect();
+    // Days since the epoch: 2026-12-01 is day 20 788.
+    let expected: std::collections::BTreeSet<String> = (20_788..20_791)
+        .map(|day| format!("Struct {{ fields: [Some(Primitive(Int({day})))] }}"))
+        .collect();
+    assert_eq!(days, expected);
+}
+
+/// What has no Iceberg column type is refused at build, naming the field;
+/// a time past what microseconds hold fails the job naming its column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_with_no_iceberg_type_is_refused_at_build_and_a_time_out_of_range_at_its_record() {
+    use sink_runtime::{Job, SequenceSource, Source as _};
+
+    #[derive(Serialize, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Unsigned {
+        id: u64,
+    }
+    let table = LocalTable::new();
+    let error =
+        IcebergSink::<Unsigned>::builder_from_type(table.catalog.clone(), table.ident.clone())
+            .build()
+            .err()
+            .expect("refused")
+            .to_string();
+    assert!(
+        error.contains("field id") && error.contains("Iceberg"),
+        "{error}"
+    );
+    let error = Job::builder(
+        "far",
+        SequenceSource::bounded(10).map(|id| Timed {
+            ts: if id == 7 { i64::MAX / 10 } else { DEC_1_MS },
+            ..timed(id)
+        }),
+        timed_sink(&table).unwrap(),
+    )
+    .build()
+    .unwrap()
+    .run()
+    .await
+    .expect_err("a time past microseconds' range");
+    let text = format!("{error:#}");
+    assert!(text.contains("column ts"), "{text}");
+}

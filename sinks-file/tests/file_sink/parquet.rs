@@ -13,7 +13,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use parquet::basic::Compression;
 use parquet::file::reader::{FileReader, SerializedFileReader};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sink_api::{CheckpointId, Generation, InitContext, Sink, SinkError, SinkWriter};
 use sink_runtime::source::Source;
 use sink_runtime::{CheckpointConfig, Job, JobStatus, RuntimeMode, SequenceSource};
@@ -29,7 +29,7 @@ const START_US: i64 = 1_767_225_600_000_000;
 
 /// The demo's row: its id, its event time (the start plus the id in
 /// seconds), a payload.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Row {
     id: u64,
     ts: i64,
@@ -293,6 +293,55 @@ async fn compaction_merges_parquet_parts_into_one_parquet_file_per_segment() {
     );
     let ids = check_files(&files);
     assert_eq!(exactly_once_problem(&ids, 20_000), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_columns_traced_from_the_record_type_are_those_written_by_hand() {
+    let traced = ParquetEncoder::<Row>::from_type()
+        .and_then(|encoder| encoder.timestamp("ts", TimeUnit::Microsecond))
+        .unwrap();
+    assert_eq!(traced.schema().fields(), schema().fields());
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FileSink::builder(dir.path(), traced)
+        .bucket_assigner(by_event_hour())
+        .part_suffix(".parquet")
+        .build()
+        .unwrap();
+    let source = SequenceSource::bounded(3_000).map(row);
+    let report = Job::builder("traced", source, sink)
+        .parallelism(2)
+        .checkpointing(CheckpointConfig::every(Duration::from_millis(50)))
+        .build()
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::Finished);
+    let ids = check_files(&finished(dir.path()));
+    assert_eq!(exactly_once_problem(&ids, 3_000), None);
+    // What has no column type is refused when the encoder is made.
+    #[derive(Serialize, Deserialize)]
+    struct Loose {
+        id: u64,
+        extra: serde_json::Value,
+    }
+    let error = ParquetEncoder::<Loose>::from_type()
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("its field extra"), "{error}");
+    let error = ParquetEncoder::<Row>::from_type()
+        .and_then(|encoder| encoder.timestamp("when", TimeUnit::Millisecond))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("ParquetEncoder::timestamp(…) names no field"),
+        "{error}"
+    );
+    let error = encoder()
+        .timestamp("ts", TimeUnit::Millisecond)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("from_type"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
