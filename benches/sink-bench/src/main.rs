@@ -2,8 +2,8 @@
 //! baseline measured in the same run, reported as ratios.
 //!
 //! ```text
-//! cargo run --profile bench -p sink-benches --bin sink-bench -- --json
-//! cargo run --profile bench -p sink-benches --bin sink-bench -- --scale 0.01   # a quick smoke run
+//! cargo run --profile bench -p sink-bench -- --json
+//! cargo run --profile bench -p sink-bench -- --scale 0.01   # a quick smoke run
 //! ```
 //!
 //! | figure | job | baseline |
