@@ -52,3 +52,5 @@ pub use writer::{DeltaSinkWriter, NoResume};
 
 /// Re-exported: the Arrow schema types a table's columns are given in.
 pub use arrow_schema;
+/// Time units for [`DeltaSinkBuilder::timestamp`] (re-exported from `arrow-schema`).
+pub use sink_arrow::TimeUnit;

@@ -16,7 +16,7 @@ use crate::output::{assert_each_once, summary, text};
 const CODECS: [&str; 4] = ["gzip", "snappy", "lz4", "zstd"];
 
 /// Runs the librdkafka client (`$LIBRDKAFKA_CLIENT`) with `args`; its JSON.
-fn librdkafka(args: &[&str]) -> serde_json::Value {
+pub fn librdkafka(args: &[&str]) -> serde_json::Value {
     let client = std::env::var("LIBRDKAFKA_CLIENT").unwrap_or_else(|_| {
         panic!("LIBRDKAFKA_CLIENT is not set: run through scripts/with-librdkafka (./scripts/test-all does)")
     });

@@ -9,6 +9,8 @@ mod delta_sink_demo;
 mod delta_sink_demo_kafka;
 #[cfg(feature = "http")]
 mod events_service_demo;
+#[cfg(all(feature = "delta", feature = "kafka"))]
+mod events_to_delta_demo;
 mod file_sink_demo;
 #[cfg(feature = "kafka")]
 mod file_sink_demo_kafka;
