@@ -49,7 +49,7 @@ pub use context::{CheckpointId, Generation, InitContext, Lineage, SubtaskIndex};
 pub use direct::{NoCommittable, NoCommitter};
 pub use error::{ErrorClass, SinkError};
 pub use global_committer::{CommitSchedule, GlobalCommitter, GlobalCommitterFactory};
-pub use metrics::{Counter, CounterValue, SinkMetrics};
+pub use metrics::{metric_name, Counter, CounterValue, SinkMetrics};
 pub use positions::{
     CommittedPositions, PositionAdvance, PositionConflict, PositionTable, SplitKey,
 };

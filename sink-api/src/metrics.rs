@@ -76,7 +76,7 @@ impl SinkMetrics {
     pub fn counter(&self, name: &str, help: &str) -> Counter {
         let mut counters = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let entry = counters
-            .entry(clean(name))
+            .entry(metric_name(name))
             .or_insert_with(|| (help.to_string(), Counter::new()));
         entry.1.clone()
     }
@@ -86,7 +86,7 @@ impl SinkMetrics {
     /// start.
     pub fn register(&self, name: &str, help: &str, counter: &Counter) {
         let mut counters = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        counters.insert(clean(name), (help.to_string(), counter.clone()));
+        counters.insert(metric_name(name), (help.to_string(), counter.clone()));
     }
 
     /// Registers each `(name, help, counter)` as [`register`](Self::register)
@@ -115,8 +115,10 @@ impl SinkMetrics {
 }
 
 /// `name` in lower case, with anything but ASCII letters, digits and `_`
-/// as `_`: a name every metrics format accepts.
-fn clean(name: &str) -> String {
+/// as `_`: a name every metrics format accepts. Applied to every counter's
+/// name by [`SinkMetrics`], and by the runtime to its job counters, so that
+/// both kinds are named alike.
+pub fn metric_name(name: &str) -> String {
     name.chars()
         .map(|c| match c.is_ascii_alphanumeric() {
             true => c.to_ascii_lowercase(),

@@ -77,7 +77,7 @@ impl JobCounter {
     /// sentence.
     pub fn new(name: &str, help: &str) -> JobCounter {
         JobCounter {
-            name: clean(name).into(),
+            name: sink_api::metric_name(name).into(),
             help: help.into(),
             outside: Arc::default(),
         }
@@ -209,17 +209,6 @@ pub(crate) fn add_into(totals: &mut BTreeMap<String, u64>, counts: &BTreeMap<Str
         let total = totals.entry(name.clone()).or_default();
         *total = total.saturating_add(*count);
     }
-}
-
-/// `name` in lower case, with anything but ASCII letters, digits and `_`
-/// as `_`, as the sink's counters are named.
-fn clean(name: &str) -> String {
-    name.chars()
-        .map(|c| match c.is_ascii_alphanumeric() {
-            true => c.to_ascii_lowercase(),
-            false => '_',
-        })
-        .collect()
 }
 
 #[cfg(test)]
