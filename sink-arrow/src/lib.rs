@@ -18,7 +18,7 @@
 //! microseconds).
 
 mod trace;
-pub use trace::{fields_of, record_types, Format};
+pub use trace::{fields_of, record_types, Format, TraceFields};
 
 #[cfg(feature = "cast")]
 mod conform;

@@ -23,6 +23,11 @@ pub struct Format {
     pub unsigned: bool,
 }
 
+/// [`fields_of`] for one record type, as a function pointer: what a sink's
+/// builder keeps from its `builder_from_type::<T>` until `build`, when the
+/// timestamps declared meanwhile are known.
+pub type TraceFields = fn(&[(String, TimeUnit)], Format) -> Result<Vec<FieldRef>, SinkError>;
+
 /// The columns of the record type `T` in `format`: each field's Rust type
 /// gives its column's type, `Option` makes it nullable, and each of
 /// `timestamps` (a field holding an integer count of its unit since the

@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use arrow_schema::{FieldRef, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use deltalake_core::parquet::basic::Compression;
 use deltalake_core::parquet::file::properties::WriterProperties;
@@ -16,7 +16,7 @@ use sink_api::{
     CommittedPositions, GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError,
     SinkMetrics, VersionedSerializer,
 };
-use sink_arrow::Format;
+use sink_arrow::{Format, TraceFields};
 
 use crate::committable::DeltaCommittable;
 use crate::committer::DeltaFileCommitter;
@@ -55,7 +55,7 @@ pub struct DeltaSink<T> {
     deriving: Vec<DerivedColumn>,
     /// With [`DeltaSink::builder_from_type`]: how `build` traces the
     /// schema from the record type, and the fields it makes timestamps.
-    from_type: Option<(TraceSchema, Vec<(String, TimeUnit)>)>,
+    from_type: Option<(TraceFields, Vec<(String, TimeUnit)>)>,
     target_file_size: usize,
     compaction: Option<Compaction>,
     counters: WriterCounters,
@@ -81,10 +81,6 @@ impl StartTable {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
-
-/// How a record type's fields are traced into columns, with the fields
-/// made timestamps ([`sink_arrow::fields_of`] for the sink's type).
-type TraceSchema = fn(&[(String, TimeUnit)], Format) -> Result<Vec<FieldRef>, SinkError>;
 
 /// What Delta stores: times in microseconds, no unsigned integers.
 const DELTA: Format = Format {

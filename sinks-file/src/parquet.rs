@@ -35,7 +35,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_arrow::ArrayBuilder;
 use sink_api::SinkError;
-use sink_arrow::Format;
+use sink_arrow::{Format, TraceFields};
 
 use crate::bulk::{BulkFormat, BulkPart, PartMerger};
 use crate::encoder::Encoder;
@@ -115,10 +115,6 @@ pub struct ParquetEncoder<T> {
     inner: Arc<Inner>,
     _record: PhantomData<fn(&T)>,
 }
-
-/// How a record type's fields are traced into columns, with the fields
-/// made timestamps ([`sink_arrow::fields_of`] for the encoder's type).
-type TraceFields = fn(&[(String, TimeUnit)], Format) -> Result<Vec<FieldRef>, SinkError>;
 
 /// What Parquet stores: times in the records' own unit, unsigned integers.
 const PARQUET: Format = Format {

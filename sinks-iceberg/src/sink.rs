@@ -19,7 +19,7 @@ use serde::Serialize;
 use sink_api::{
     CommitSchedule, GlobalCommitterFactory, InitContext, JobStart, Sink, SinkError, SinkMetrics,
 };
-use sink_arrow::Format;
+use sink_arrow::{Format, TraceFields};
 
 use crate::catalog::{load_or_create, Connection, IcebergCatalog};
 use crate::committable::IcebergDataFile;
@@ -65,10 +65,6 @@ pub struct IcebergSink<T> {
     counters: WriterCounters,
     _records: PhantomData<fn(T)>,
 }
-
-/// How a record type's fields are traced into columns, with the fields
-/// made timestamps ([`sink_arrow::fields_of`] for the sink's type).
-type TraceFields = fn(&[(String, TimeUnit)], Format) -> Result<Vec<FieldRef>, SinkError>;
 
 /// What Iceberg stores: times in microseconds (`timestamptz`), no unsigned
 /// integers.
