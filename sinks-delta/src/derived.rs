@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 use sink_api::SinkError;
 
 /// How a derived column is computed from its source column.
@@ -95,36 +95,29 @@ impl Derived {
     }
 
     /// `batch`, of the [record schema](Self::record_schema), with the
-    /// derived columns added, in the table's column order.
+    /// derived columns added, then conformed to the table's schema
+    /// ([`sink_arrow::conform`]: its column order, and the table's types
+    /// where the records carry others; a time past what the table's
+    /// microseconds hold is an error naming its column).
     pub(crate) fn complete(&self, batch: RecordBatch) -> Result<RecordBatch, SinkError> {
         let failed = |e| SinkError::other("computing a derived partition column", e).permanent();
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.table.fields().len());
-        for field in self.table.fields() {
-            let column = match self.columns.iter().find(|c| c.name == *field.name()) {
-                Some(derived) => {
-                    let source = batch.column_by_name(&derived.source).ok_or_else(|| {
-                        SinkError::msg(format!(
-                            "the records have no column {} to derive {} from",
-                            derived.source, derived.name
-                        ))
-                        .permanent()
-                    })?;
-                    arrow_cast::cast(source, field.data_type()).map_err(failed)?
-                }
-                None => {
-                    let column = batch.column_by_name(field.name()).ok_or_else(|| {
-                        SinkError::msg(format!("the records have no column {}", field.name()))
-                            .permanent()
-                    })?;
-                    match column.data_type() == field.data_type() {
-                        true => column.clone(),
-                        false => arrow_cast::cast(column, field.data_type()).map_err(failed)?,
-                    }
-                }
-            };
-            columns.push(column);
+        let mut fields: Vec<FieldRef> = batch.schema().fields().iter().cloned().collect();
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        for derived in &self.columns {
+            let source = batch.column_by_name(&derived.source).ok_or_else(|| {
+                SinkError::msg(format!(
+                    "the records have no column {} to derive {} from",
+                    derived.source, derived.name
+                ))
+                .permanent()
+            })?;
+            let field = self.table.field_with_name(&derived.name).map_err(failed)?;
+            columns.push(arrow_cast::cast(source, field.data_type()).map_err(failed)?);
+            fields.push(Arc::new(field.clone()));
         }
-        RecordBatch::try_new(self.table.clone(), columns).map_err(failed)
+        let with_derived =
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(failed)?;
+        sink_arrow::conform(with_derived, &self.table)
     }
 }
 
