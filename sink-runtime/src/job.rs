@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::bad_records::BadRecordPolicy;
+use crate::core::admission::{admit, Admission, JobShape, Refusal};
 use crate::core::checkpoints::{CheckpointConfig, TriggerMode};
 use crate::core::restart::RestartStrategy;
 use crate::core::retry::RetryPolicy;
@@ -433,16 +434,27 @@ where
                 )));
             }
         }
-        let unbounded = self.spec.source.boundedness() == Boundedness::Unbounded;
-        match self.mode {
-            RuntimeMode::Batch if unbounded => {
+        let shape = JobShape {
+            batch: self.mode == RuntimeMode::Batch,
+            unbounded: self.spec.source.boundedness() == Boundedness::Unbounded,
+            checkpointing: self.spec.checkpointing.is_some(),
+            allow_uncommitted: self.allow_uncommitted,
+        };
+        let admission = match admit(shape) {
+            Ok(admission) => admission,
+            Err(Refusal::BatchWithUnboundedSource) => {
                 return Err(BuildError::BatchWithUnboundedSource { job });
             }
-            RuntimeMode::Batch => {
-                // Batch mode commits once at end of input.
-                self.spec.checkpointing = None;
+            Err(Refusal::UnboundedWithoutCheckpointing) => {
+                return Err(BuildError::UnboundedWithoutCheckpointing { job });
             }
-            RuntimeMode::Streaming => {}
+        };
+        if admission != Admission::Checkpoints {
+            // Batch mode ignores the interval: one commit at end of input.
+            self.spec.checkpointing = None;
+        }
+        if admission == Admission::Uncommitted {
+            warn!(job = %job, "the source is unbounded and checkpointing is off: nothing will ever be committed (allowed by allow_uncommitted_output)");
         }
         if let Some(config) = &self.spec.checkpointing {
             if config.interval.is_zero() {
@@ -487,11 +499,6 @@ where
                     )));
                 }
             }
-        } else if unbounded {
-            if !self.allow_uncommitted {
-                return Err(BuildError::UnboundedWithoutCheckpointing { job });
-            }
-            warn!(job = %job, "the source is unbounded and checkpointing is off: nothing will ever be committed (allowed by allow_uncommitted_output)");
         }
         Ok(Job { spec: self.spec })
     }

@@ -14,6 +14,7 @@ use sink_api::{CommittableOf, InputOf, WriterStateOf};
 use tracing::info;
 
 use crate::core::ledger::SubtaskPart;
+use crate::core::placement::{fresh_home, pending_home, Dealer};
 use crate::error::JobError;
 use crate::source::Source;
 use crate::storage::{decode_pending, CompletedCheckpoint};
@@ -70,7 +71,7 @@ where
         .collect();
     let Some(checkpoint) = latest else {
         for (k, split) in source.create_splits(parallelism).into_iter().enumerate() {
-            subtasks[k % parallelism].splits.push(split);
+            subtasks[fresh_home(k, parallelism)].splits.push(split);
         }
         return Ok(StartPlan {
             restored: None,
@@ -96,8 +97,12 @@ where
     let decode = |what: &str, error: sink_api::SerializerError| {
         refuse(format!("cannot decode {what}: {error}"))
     };
-    let rescaled = checkpoint.parallelism != parallelism;
-    if rescaled {
+    // Writer states and splits: see `core::placement`.
+    let (mut states_dealer, mut splits_dealer) = (
+        Dealer::new(checkpoint.parallelism, parallelism),
+        Dealer::new(checkpoint.parallelism, parallelism),
+    );
+    if states_dealer.rescaled() {
         info!(from = checkpoint.parallelism, to = parallelism, checkpoint = %checkpoint_id,
             "restoring with another parallelism: spreading writer states, splits and pending committables");
     }
@@ -106,7 +111,8 @@ where
     // per-split state that its producers route to, such as the pipeline's
     // idempotency keys). Pending committables go to subtask `origin % parallelism`,
     // keeping their origin, so that each is committed exactly once and the
-    // global committer still sees every original subtask's part.
+    // global committer still sees every original subtask's part
+    // (`core::placement`).
     let indices: Vec<usize> = checkpoint.subtasks.iter().map(|s| s.subtask).collect();
     if indices != (0..checkpoint.parallelism).collect::<Vec<_>>() {
         return Err(refuse(format!(
@@ -114,16 +120,6 @@ where
             checkpoint.parallelism
         )));
     }
-    // Where the next writer state or split goes: back to the subtask that
-    // stored it, or dealt round-robin after a rescale.
-    let dealer = |dealt: &mut usize, origin: usize| match rescaled {
-        true => {
-            *dealt += 1;
-            (*dealt - 1) % parallelism
-        }
-        false => origin,
-    };
-    let (mut states_dealt, mut splits_dealt) = (0, 0);
     for snapshot in checkpoint.subtasks {
         let states: Vec<WriterStateOf<S>> = snapshot
             .writer_states
@@ -132,7 +128,7 @@ where
             .collect::<Result<_, _>>()
             .map_err(|e| decode("a writer state", e))?;
         for state in states {
-            subtasks[dealer(&mut states_dealt, snapshot.subtask)]
+            subtasks[states_dealer.next(snapshot.subtask)]
                 .writer_states
                 .push(state);
         }
@@ -154,13 +150,15 @@ where
                     part.committables.len()
                 )));
             }
-            subtasks[summary.subtask % parallelism].pending.push(part);
+            subtasks[pending_home(summary.subtask, parallelism)]
+                .pending
+                .push(part);
         }
         let splits: Vec<Src::Split> = (serializers.splits)
             .decode(&snapshot.source_splits)
             .map_err(|e| decode("the source position", e))?;
         for split in splits {
-            subtasks[dealer(&mut splits_dealt, snapshot.subtask)]
+            subtasks[splits_dealer.next(snapshot.subtask)]
                 .splits
                 .push(split);
         }

@@ -26,11 +26,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 /// How often a waiting member looks at the destination.
-pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(250);
+pub const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// A partition of a bounded input not yet read to its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Unread {
+pub struct Unread {
     /// The partition.
     pub partition: i32,
     /// Where the destination's data of it ends (`None`: nothing of it).
@@ -65,7 +65,7 @@ impl std::fmt::Display for Unread {
 /// returns), or when it holds nothing to read: the destination has no
 /// position of it and its first offset (`log_starts`, 0 where absent) is
 /// at its end.
-pub(crate) fn unread(
+pub fn unread(
     ends: &BTreeMap<i32, i64>,
     committed: &BTreeMap<i32, i64>,
     log_starts: &BTreeMap<i32, i64>,
@@ -90,7 +90,7 @@ pub(crate) fn unread(
 
 /// What a waiting member does after a look.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     /// Every partition is read: the member's input ended.
     Finished,
     /// Others are still reading, or may be: look again later.
@@ -106,7 +106,7 @@ pub(crate) enum Verdict {
 /// The stall clock of one waiting member: what was unread at the last
 /// look, since when, and when to ask for a rebalance next.
 #[derive(Debug, Clone)]
-pub(crate) struct EndWatch {
+pub struct EndWatch {
     rebalance_after: Duration,
     give_up_after: Duration,
     last: Option<Vec<Unread>>,
@@ -119,7 +119,7 @@ impl EndWatch {
     /// A watch that asks for the first rebalance after `rebalance_after`
     /// without a move (then after twice as long each time) and gives up
     /// after `give_up_after`.
-    pub(crate) fn new(rebalance_after: Duration, give_up_after: Duration, now: Instant) -> Self {
+    pub fn new(rebalance_after: Duration, give_up_after: Duration, now: Instant) -> Self {
         EndWatch {
             rebalance_after,
             give_up_after,
@@ -136,18 +136,18 @@ impl EndWatch {
     /// member nothing, or nothing unread, in every generation must still
     /// reach the bound); what the member then reads moves the unread
     /// partitions, which starts the clock over at the next look.
-    pub(crate) fn dealt(&mut self, now: Instant) {
+    pub fn dealt(&mut self, now: Instant) {
         self.asks = 0;
         self.next_ask = now + self.rebalance_after;
     }
 
     /// How long nothing has moved.
-    pub(crate) fn stalled(&self, now: Instant) -> Duration {
+    pub fn stalled(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.since)
     }
 
     /// The verdict on a look at `now` that found `unread`.
-    pub(crate) fn observe(&mut self, now: Instant, unread: Vec<Unread>) -> Verdict {
+    pub fn observe(&mut self, now: Instant, unread: Vec<Unread>) -> Verdict {
         if unread.is_empty() {
             return Verdict::Finished;
         }

@@ -36,6 +36,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+// Where a bounded read ends is pure: public to the model checker
+// (`sink-model`) through the `testing` feature, internal otherwise.
+#[cfg(feature = "testing")]
+pub mod end;
+#[cfg(not(feature = "testing"))]
 mod end;
 mod error;
 mod group;

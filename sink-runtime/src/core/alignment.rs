@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use sink_api::{CheckpointId, SubtaskIndex};
 
 /// What a subtask sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum AlignerInput<M> {
     /// Anything but a barrier.
     Message(M),
@@ -48,7 +48,7 @@ pub struct MisalignedBarrier {
 
 /// Holds back each subtask's messages after its barrier until every subtask
 /// sent that barrier.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BarrierAligner<M> {
     parallelism: usize,
     aligning: Option<CheckpointId>,

@@ -31,7 +31,7 @@ pub enum TaskId {
 }
 
 /// What starts a checkpoint. Part of [`CheckpointConfig`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum TriggerMode {
     /// A checkpoint every [`interval`](CheckpointConfig::interval), whether
@@ -53,7 +53,7 @@ pub enum TriggerMode {
 /// When and how checkpoints are taken. Given to
 /// [`JobBuilder::checkpointing`](crate::JobBuilder::checkpointing); read by the
 /// coordinator's `CheckpointTracker`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CheckpointConfig {
     /// What starts a checkpoint. Default [`TriggerMode::Periodic`].
     pub trigger: TriggerMode,
@@ -179,7 +179,7 @@ pub enum FailureVerdict {
     },
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct InFlight {
     triggered_at: Duration,
     acks: BTreeSet<TaskId>,
@@ -188,7 +188,7 @@ struct InFlight {
 
 /// The coordinator's bookkeeping of checkpoints. Owned by the coordinator
 /// loop, which feeds it events and carries out its answers.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CheckpointTracker {
     policy: CheckpointConfig,
     periodic: bool,

@@ -64,7 +64,7 @@ pub enum CommitFailure {
 }
 
 /// Counts of what happened to the requests of one round.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct CommitTally {
     /// Requests that ended committed.
     pub committed: u64,
@@ -97,7 +97,7 @@ pub enum RoundStep {
 }
 
 /// The commit of one checkpoint's committables, with its retries.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CommitRound<C> {
     checkpoint_id: CheckpointId,
     waiting: Vec<(C, u32)>,

@@ -27,7 +27,7 @@ use sink_api::{CheckpointId, SubtaskIndex};
 
 /// What a subtask announces before its committables of one checkpoint:
 /// how many there are, and how many records they hold (for metrics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CommittableSummary {
     /// The checkpoint the committables belong to.
     pub checkpoint_id: CheckpointId,
@@ -89,7 +89,7 @@ pub enum LedgerError {
 }
 
 /// The committables one subtask delivered for one checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SubtaskPart<C> {
     /// The summary that announced them.
     pub summary: CommittableSummary,
@@ -103,7 +103,7 @@ impl<C> SubtaskPart<C> {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PendingCheckpoint<C> {
     expected: BTreeSet<SubtaskIndex>,
     parts: BTreeMap<SubtaskIndex, SubtaskPart<C>>,
@@ -121,7 +121,7 @@ impl<C> PendingCheckpoint<C> {
 }
 
 /// A checkpoint ready to commit: completed, and complete.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReadyCheckpoint<C> {
     /// The checkpoint.
     pub checkpoint_id: CheckpointId,
@@ -155,7 +155,7 @@ pub struct Held {
 /// Owned by one runtime task (a subtask, which hands what
 /// [`take_ready`](Self::take_ready) returns to its committer task in that
 /// order, or the global committer, which commits it), which feeds it.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CommitLedger<C> {
     expected: BTreeSet<SubtaskIndex>,
     /// Checkpoints up to this one expect other subtasks: those of the
@@ -164,6 +164,9 @@ pub struct CommitLedger<C> {
     pending: BTreeMap<CheckpointId, PendingCheckpoint<C>>,
     completed_through: CheckpointId,
     committed_through: CheckpointId,
+    /// A past bug put back: a checkpoint is handed out once complete,
+    /// whether it completed or not. Only the `testing` feature sets it.
+    ready_before_completion: bool,
 }
 
 impl<C> CommitLedger<C> {
@@ -176,7 +179,19 @@ impl<C> CommitLedger<C> {
             pending: BTreeMap::new(),
             completed_through: CheckpointId::NONE,
             committed_through: CheckpointId::NONE,
+            ready_before_completion: false,
         }
+    }
+
+    /// The same ledger with a past bug put back: a checkpoint is ready as
+    /// soon as every part arrived, before its checkpoint completed, so a
+    /// crash can leave committed output that the restored checkpoint reads
+    /// and writes again. For the model checker's tests, which must find it;
+    /// never in a job.
+    #[cfg(feature = "testing")]
+    pub fn with_commit_before_completion(mut self) -> CommitLedger<C> {
+        self.ready_before_completion = true;
+        self
     }
 
     /// Checkpoints up to `checkpoint_id` expect summaries from `expected`
@@ -315,7 +330,8 @@ impl<C> CommitLedger<C> {
     /// is incomplete (see [`held`](Self::held)).
     pub fn take_ready(&mut self) -> Option<ReadyCheckpoint<C>> {
         let (&checkpoint_id, oldest) = self.pending.first_key_value()?;
-        if checkpoint_id > self.completed_through || !oldest.is_complete() {
+        let completed = checkpoint_id <= self.completed_through || self.ready_before_completion;
+        if !completed || !oldest.is_complete() {
             return None;
         }
         let checkpoint = self.pending.remove(&checkpoint_id)?;

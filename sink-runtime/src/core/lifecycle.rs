@@ -49,12 +49,15 @@ pub enum LifecycleError {
 }
 
 /// The lifecycle of one subtask: which writer calls are allowed now.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SubtaskLifecycle {
     last_barrier: CheckpointId,
     end_of_input_tag: Option<CheckpointId>,
     defer_end_of_stream: bool,
     end_of_stream_sent: bool,
+    /// A past bug put back (FLINK-23473's shape): `prepare_commit` at every
+    /// barrier after end of input too. Only the `testing` feature sets it.
+    prepare_after_end_of_input: bool,
 }
 
 impl SubtaskLifecycle {
@@ -67,7 +70,18 @@ impl SubtaskLifecycle {
             end_of_input_tag: None,
             defer_end_of_stream,
             end_of_stream_sent: false,
+            prepare_after_end_of_input: false,
         }
+    }
+
+    /// The same lifecycle with a past bug put back: every barrier after end
+    /// of input calls `prepare_commit` again, which opens a transaction no
+    /// one will commit (FLINK-23473). For the model checker's tests, which
+    /// must find it; never in a job.
+    #[cfg(feature = "testing")]
+    pub fn with_prepare_after_end_of_input(mut self) -> SubtaskLifecycle {
+        self.prepare_after_end_of_input = true;
+        self
     }
 
     /// Barrier `n` reached the subtask.
@@ -81,6 +95,7 @@ impl SubtaskLifecycle {
         self.last_barrier = n;
         Ok(match self.end_of_input_tag {
             None => BarrierAction::PrepareAndSnapshot,
+            Some(_) if self.prepare_after_end_of_input => BarrierAction::PrepareAndSnapshot,
             Some(tag) if tag == n => BarrierAction::SnapshotOnly,
             Some(_) => BarrierAction::SnapshotWithEmptySummary,
         })
