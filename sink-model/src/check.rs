@@ -31,6 +31,9 @@ pub struct Counterexample {
     pub property: &'static str,
     /// The events in order, one per line, then what the last state shows.
     pub trace: String,
+    /// The same path for stateright's explorer (`--serve ADDR`, then
+    /// `http://ADDR/#/steps/` followed by this).
+    pub explorer_path: String,
 }
 
 /// What a check found.
@@ -88,6 +91,11 @@ impl fmt::Display for Outcome {
         for failure in &self.failures {
             writeln!(f, "\ncounterexample to \"{}\":", failure.property)?;
             f.write_str(&failure.trace)?;
+            writeln!(
+                f,
+                "  in stateright's explorer (the same flags and --serve ADDR): http://ADDR/#/steps/{}",
+                failure.explorer_path
+            )?;
         }
         Ok(())
     }
@@ -168,6 +176,7 @@ where
                 }
                 failures.push(Counterexample {
                     property: property.name,
+                    explorer_path: encode(&model, &steps),
                     trace: render(&model, steps),
                 })
             }
@@ -184,6 +193,30 @@ where
         never_met,
         properties: properties.iter().map(|p| p.name).collect(),
     }
+}
+
+/// A path as stateright's explorer addresses it: the index of its first
+/// state among the initial ones, then of each action among those possible.
+fn encode<M>(model: &M, steps: &[(M::State, Option<M::Action>)]) -> String
+where
+    M: Model,
+    M::State: PartialEq,
+    M::Action: PartialEq,
+{
+    let mut indices = Vec::new();
+    if let Some((first, _)) = steps.first() {
+        let init = model.init_states().iter().position(|s| s == first);
+        indices.push(init.unwrap_or(0));
+    }
+    for (state, action) in steps {
+        if let Some(action) = action {
+            let mut possible = Vec::new();
+            model.actions(state, &mut possible);
+            indices.push(possible.iter().position(|a| a == action).unwrap_or(0));
+        }
+    }
+    let indices: Vec<String> = indices.iter().map(usize::to_string).collect();
+    indices.join("/")
 }
 
 /// The steps of a path, numbered, then what its last state shows.

@@ -44,7 +44,7 @@ use sink_runtime::core::restart::RestartStrategy;
 use sink_runtime::core::retry::RetryPolicy;
 use stateright::{Model, Property};
 
-use crate::world::{Input, JobWorld, PastBug};
+use crate::world::{Destination, Input, JobWorld, PastBug};
 
 /// A record: (split, offset).
 pub type Rec = (u8, u8);
@@ -379,6 +379,9 @@ pub mod rules {
     /// The core's own promises hold (no ledger, lifecycle or alignment
     /// error).
     pub const CORE_INVARIANTS: &str = "the core reports no broken promise";
+    /// A bounded job never stops short of returning: from every state
+    /// something can happen (the hang FLINK-23473 fixed was one).
+    pub const GOES_ON: &str = "a bounded job always goes on until it returns";
     /// Vacuity: some run finishes (bounded), or commits everything
     /// (unbounded).
     pub const SOMETIMES_DONE: &str = "sometimes every record is committed";
@@ -563,10 +566,14 @@ impl JobModel {
         }
     }
 
-    fn make_visible(state: &mut JobState, batch: &Batch) {
+    fn make_visible(&self, state: &mut JobState, batch: &Batch) {
         for &record in &batch.records {
             let count = state.visible.entry((state.lineage, record)).or_insert(0);
-            *count += 1;
+            match self.world.destination {
+                // An upsert by the record's key.
+                Destination::Idempotent => *count = 1,
+                Destination::Transactional => *count += 1,
+            }
             if *count > 1 {
                 state.broken.insert(Rule::ExactlyOnce);
             }
@@ -795,9 +802,11 @@ impl JobModel {
         let mut requests = round.take_requests();
         let mut visible = Vec::new();
         let mut lost = Vec::new();
+        let idempotent = self.world.destination == Destination::Idempotent;
         for request in &mut requests {
             let batch = request.committable().clone();
-            let applied = state.committed.contains(&batch.id);
+            // An idempotent destination keeps no names: it writes again.
+            let applied = !idempotent && state.committed.contains(&batch.id);
             let apply = matches!(
                 answer,
                 Answer::Committed | Answer::LostAnswer | Answer::Unknown
@@ -828,7 +837,7 @@ impl JobModel {
         *newest = (*newest).max(checkpoint);
         state.lost.extend(lost);
         for batch in &visible {
-            Self::make_visible(state, batch);
+            self.make_visible(state, batch);
         }
         state.broken.extend(broken);
         let run = state.run.as_mut().expect("checked above");
@@ -939,7 +948,8 @@ impl JobModel {
                     global.ledger.notify_complete(checkpoint);
                     while let Some(ReadyCheckpoint { parts, .. }) = global.ledger.take_ready() {
                         for batch in parts.into_iter().flat_map(|p| p.committables) {
-                            if state.global_committed.insert(batch.id.clone()) {
+                            let new = state.global_committed.insert(batch.id.clone());
+                            if new || self.world.destination == Destination::Idempotent {
                                 visible.push(batch);
                             }
                         }
@@ -957,7 +967,7 @@ impl JobModel {
             }
         }
         for batch in &visible {
-            Self::make_visible(state, batch);
+            self.make_visible(state, batch);
         }
         state.broken.extend(broken);
         for n in acks {
@@ -1235,6 +1245,14 @@ impl Model for JobModel {
             }),
             Property::always(CORE_INVARIANTS, |_, s: &JobState| {
                 !s.broken.contains(&Rule::CoreInvariant)
+            }),
+            Property::always(GOES_ON, |model, s: &JobState| {
+                if model.world.input != Input::Bounded || s.status != Status::Running {
+                    return true;
+                }
+                let mut actions = Vec::new();
+                model.actions(s, &mut actions);
+                !actions.is_empty()
             }),
             Property::sometimes(SOMETIMES_DONE, |model, s: &JobState| {
                 match model.world.input {

@@ -17,7 +17,7 @@
 //! | [`job`] | the job model: subtasks, committers, the global committer, the coordinator, crashes |
 //! | [`source`] | the bounded group source model: assignments dealt twice, to no one, moving |
 //! | [`suite`] | the worlds the test command checks, and deeper ones |
-//! | [`check`] | running a model, its figures, and counterexamples printed step by step |
+//! | [`mod@check`] | running a model, its figures, and counterexamples printed step by step |
 //!
 //! The model covers the decisions, not the I/O: the destinations are
 //! modelled as the contract lets them be (transactional by name, replays
@@ -37,4 +37,4 @@ pub mod world;
 pub use check::{check, Bounds, Outcome};
 pub use job::JobModel;
 pub use source::{SourceModel, SourceWorld};
-pub use world::{Input, JobWorld, Mode, PastBug};
+pub use world::{Destination, Input, JobWorld, Mode, PastBug};

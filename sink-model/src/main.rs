@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use sink_model::{
-    check, Bounds, Input, JobModel, JobWorld, Mode, PastBug, SourceModel, SourceWorld,
+    check, Bounds, Destination, Input, JobModel, JobWorld, Mode, PastBug, SourceModel, SourceWorld,
 };
 use stateright::Model;
 
@@ -98,6 +98,10 @@ struct Flags {
     /// Job: with a global committer.
     #[arg(long)]
     global_committer: bool,
+    /// Job: the destination writes each record under its own key (an
+    /// upsert) instead of one transaction per committable.
+    #[arg(long)]
+    idempotent: bool,
     /// Source: members of the group.
     #[arg(long, default_value_t = 2)]
     members: usize,
@@ -185,6 +189,10 @@ fn main() -> ExitCode {
                 },
                 allow_uncommitted: flags.allow_uncommitted,
                 global_committer: flags.global_committer,
+                destination: match flags.idempotent {
+                    true => Destination::Idempotent,
+                    false => Destination::Transactional,
+                },
                 bugs,
             };
             if flags.subtasks == 0 || flags.rescale.contains(&0) {

@@ -8,7 +8,7 @@ use std::fmt;
 use crate::check::{check, Bounds, Outcome};
 use crate::job::JobModel;
 use crate::source::{SourceModel, SourceWorld};
-use crate::world::{Input, JobWorld, Mode};
+use crate::world::{Destination, Input, JobWorld, Mode};
 
 /// One world of a suite.
 #[derive(Debug, Clone)]
@@ -71,6 +71,13 @@ pub fn quick() -> Vec<(&'static str, Case)> {
                 w.records = 1;
                 w.faults = 0;
                 w.global_committer = true;
+            }),
+        ),
+        (
+            "idempotent_destination_faults_and_a_crash",
+            job(|w| {
+                w.subtasks = 1;
+                w.destination = Destination::Idempotent;
             }),
         ),
         (

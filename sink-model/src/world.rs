@@ -34,6 +34,19 @@ pub enum Mode {
     Batch,
 }
 
+/// What the destination is, as the contract lets it be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Destination {
+    /// Each committable is a transaction named by its committable's name:
+    /// applied once, a replay recognised from the destination and answered
+    /// "already committed" (PostgreSQL, Kafka, Delta, Iceberg).
+    Transactional,
+    /// Each record is written under its own key: writing it again changes
+    /// nothing, and the committer answers "committed" every time (an
+    /// upsert; files named by their content's position).
+    Idempotent,
+}
+
 /// A past bug of the contract, put back for the checker to find. Each has a
 /// test in `tests/past_bugs.rs` that expects the checker to fail with a
 /// readable counterexample.
@@ -132,6 +145,8 @@ pub struct JobWorld {
     /// A global committer runs after the committers (it makes the output
     /// visible; the committers only stage it).
     pub global_committer: bool,
+    /// What the destination is.
+    pub destination: Destination,
     /// The past bugs put back.
     pub bugs: BTreeSet<PastBug>,
 }
@@ -154,6 +169,7 @@ impl JobWorld {
             mode: Mode::Streaming { checkpoints: true },
             allow_uncommitted: false,
             global_committer: false,
+            destination: Destination::Transactional,
             bugs: BTreeSet::new(),
         }
     }
@@ -228,6 +244,9 @@ impl fmt::Display for JobWorld {
         }
         if self.allow_uncommitted {
             f.write_str(", uncommitted output allowed")?;
+        }
+        if self.destination == Destination::Idempotent {
+            f.write_str(", an idempotent destination")?;
         }
         for bug in &self.bugs {
             write!(f, ", past bug {bug}")?;

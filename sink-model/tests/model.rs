@@ -66,6 +66,11 @@ mod holds {
     }
 
     #[test]
+    fn idempotent_destination_faults_and_a_crash() {
+        holds("idempotent_destination_faults_and_a_crash");
+    }
+
+    #[test]
     fn global_committer_faults_and_a_crash() {
         holds("global_committer_faults_and_a_crash");
     }
