@@ -1075,7 +1075,22 @@ impl Model for JobModel {
         }
         let all_ended = run.subtasks.iter().all(|s| s.ended);
         if let Some(next) = run.tracker.next_trigger_at() {
-            if next <= NOW && (all_ended || run.next_checkpoint <= world.checkpoints) {
+            // Before end of input, the world's checkpoints; after it, the
+            // final one, again after each failure or crash, within a bound:
+            // a tracker that never made one final would otherwise trigger
+            // without end, and the bound turns that into a job that cannot
+            // go on.
+            let bound = match all_ended {
+                false => world.checkpoints,
+                true => {
+                    world.checkpoints
+                        + world.concurrent as u64
+                        + u64::from(world.faults)
+                        + u64::from(world.crashes)
+                        + 1
+                }
+            };
+            if next <= NOW && run.next_checkpoint <= bound {
                 actions.push(Action::Trigger);
             }
         }
