@@ -300,6 +300,9 @@ pub enum Action {
     Deliver(SubtaskIndex),
     /// A completion notice to a subtask is lost.
     LoseNotice(SubtaskIndex),
+    /// A completion notice to a subtask is delayed past the message after
+    /// it (the simulation's `NoticeDelivery::Delay`).
+    DelayNotice(SubtaskIndex),
     /// The coordinator stores an acknowledged checkpoint.
     Store(u64, StoreAnswer),
     /// A checkpoint in flight times out.
@@ -324,6 +327,12 @@ impl fmt::Display for Action {
             Action::EndOfInput(i) => write!(f, "subtask {i} reaches end of input"),
             Action::Deliver(i) => write!(f, "subtask {i} takes its next control message"),
             Action::LoseNotice(i) => write!(f, "a completion notice to subtask {i} is lost"),
+            Action::DelayNotice(i) => {
+                write!(
+                    f,
+                    "a completion notice to subtask {i} is delayed past the next message"
+                )
+            }
             Action::Store(n, StoreAnswer::Stored) => write!(f, "checkpoint {n} is stored"),
             Action::Store(n, StoreAnswer::Failed) => write!(f, "storing checkpoint {n} fails"),
             Action::Store(n, StoreAnswer::StoredReportedFailed) => {
@@ -1149,6 +1158,9 @@ impl Model for JobModel {
                     )
                 {
                     actions.push(Action::LoseNotice(i));
+                    if sub.inbox.len() > 1 {
+                        actions.push(Action::DelayNotice(i));
+                    }
                 }
             }
             if sub.finishing && sub.handed.is_empty() && sub.inbox.is_empty() {
@@ -1181,6 +1193,10 @@ impl Model for JobModel {
             Action::LoseNotice(i) => {
                 state.faults += 1;
                 state.run.as_mut()?.subtasks[i].inbox.pop_front();
+            }
+            Action::DelayNotice(i) => {
+                state.faults += 1;
+                state.run.as_mut()?.subtasks[i].inbox.swap(0, 1);
             }
             Action::Store(n, answer) => {
                 if answer != StoreAnswer::Stored {
@@ -1323,8 +1339,15 @@ impl crate::check::Explained for JobModel {
             },
             Action::Commit(i, answer) => match run.subtasks[i].handed.front() {
                 Some(part) => format!(
-                    "subtask {i}'s committer commits checkpoint {} of subtask {}: {}, answered {answer:?}",
-                    part.summary.checkpoint_id, part.summary.subtask, batch(part)
+                    "subtask {i}'s committer commits checkpoint {} of subtask {}: {}, answered {answer:?}{}",
+                    part.summary.checkpoint_id,
+                    part.summary.subtask,
+                    batch(part),
+                    match answer {
+                        Answer::Unknown => " (applied; the job fails and restarts)",
+                        Answer::LostAnswer => " (applied; retried in place)",
+                        _ => "",
+                    }
                 ),
                 None => action.to_string(),
             },

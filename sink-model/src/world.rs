@@ -132,7 +132,7 @@ pub struct JobWorld {
     /// Faults at most: a commit answered other than "committed" (retry
     /// later, a lost answer, a known failure, an unknown outcome), a
     /// checkpoint that fails or times out, a stored checkpoint reported
-    /// failed, a completion notice lost.
+    /// failed, a completion notice lost or delayed past the next message.
     pub faults: u8,
     /// Runs again on fresh checkpoint storage, at most (a new lineage).
     pub fresh_runs: u8,

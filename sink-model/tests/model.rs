@@ -245,11 +245,12 @@ mod past_bugs {
             ),
             job_rules::UNIQUE_IDS,
         );
-        // The crashed start prepared checkpoint 1 under the name the next
-        // start gives its end-of-input committables, tagged 1 too.
+        // A start prepares a name, the job restarts (a crash, or a commit
+        // that failed), and the next start prepares the same checkpoint
+        // under the same name.
         in_order(
             &trace,
-            &["takes barrier 1", "CRASH", "tagged 1", "UniqueIds"],
+            &["prepare", "restarts", "prepare", "broken: {UniqueIds}"],
         );
     }
 
