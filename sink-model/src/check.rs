@@ -108,9 +108,20 @@ pub struct Bounds {
     pub threads: usize,
     /// Explore to this depth only; `None`: every reachable state.
     pub depth: Option<usize>,
-    /// Stop at the first property that fails (a search for a bug), rather
-    /// than explore every state (a proof).
-    pub first_failure: bool,
+    /// When to stop before every state is explored.
+    pub stop: Stop,
+}
+
+/// When a check stops before every reachable state is explored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Never: a proof over the whole world.
+    Never,
+    /// At the first property that fails: a search for a bug.
+    AnyFailure,
+    /// Once this property failed: a search for one bug's counterexample
+    /// (others it breaks on the way are reported too).
+    Property(&'static str),
 }
 
 impl Bounds {
@@ -120,14 +131,14 @@ impl Bounds {
         Bounds {
             threads: 1,
             depth: None,
-            first_failure: false,
+            stop: Stop::Never,
         }
     }
 
-    /// Until the first failure, on one thread.
-    pub fn first_failure() -> Bounds {
+    /// Until `property` fails, on one thread.
+    pub fn until_broken(property: &'static str) -> Bounds {
         Bounds {
-            first_failure: true,
+            stop: Stop::Property(property),
             ..Bounds::exhaustive()
         }
     }
@@ -147,8 +158,12 @@ where
     if let Some(depth) = bounds.depth {
         builder = builder.target_max_depth(depth);
     }
-    if bounds.first_failure {
-        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    match bounds.stop {
+        Stop::Never => {}
+        Stop::AnyFailure => builder = builder.finish_when(HasDiscoveries::AnyFailures),
+        Stop::Property(name) => {
+            builder = builder.finish_when(HasDiscoveries::AnyOf([name].into_iter().collect()))
+        }
     }
     let checker = builder.spawn_bfs().join();
     let elapsed = started.elapsed();

@@ -17,6 +17,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use sink_model::check::Stop;
 use sink_model::{
     check, Bounds, Destination, Input, JobModel, JobWorld, Mode, PastBug, SourceModel, SourceWorld,
 };
@@ -146,7 +147,10 @@ fn main() -> ExitCode {
     let bounds = Bounds {
         threads: flags.threads,
         depth: flags.depth,
-        first_failure: !flags.bugs.is_empty(),
+        stop: match flags.bugs.is_empty() {
+            true => Stop::Never,
+            false => Stop::AnyFailure,
+        },
     };
     if let Some(suite) = flags.suite {
         let cases = match suite {
@@ -156,7 +160,7 @@ fn main() -> ExitCode {
         let mut held = true;
         for (name, case) in cases {
             let outcome = case.check(Bounds {
-                first_failure: false,
+                stop: Stop::Never,
                 ..bounds
             });
             println!("== {name}\n{outcome}");

@@ -37,8 +37,8 @@ fn holds(name: &str) {
 
 /// Searches `case` with `bug` put back and expects `property` to fail;
 /// returns the counterexample's trace.
-fn finds(name: &str, case: Case, property: &str) -> String {
-    let outcome = case.check(Bounds::first_failure());
+fn finds(name: &str, case: Case, property: &'static str) -> String {
+    let outcome = case.check(Bounds::until_broken(property));
     record(name, &outcome);
     println!("{outcome}");
     let failure = outcome

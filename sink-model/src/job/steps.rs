@@ -455,7 +455,13 @@ impl JobModel {
             }
         }
         let mut broken = Vec::new();
-        if !requests.is_empty() && !Self::completed_at_or_after(state, checkpoint) {
+        // A commit that took effect (committed, or applied before its
+        // answer was lost) of a checkpoint none at or after which completed.
+        let applies = matches!(
+            answer,
+            Answer::Committed | Answer::LostAnswer | Answer::Unknown
+        );
+        if applies && !requests.is_empty() && !Self::completed_at_or_after(state, checkpoint) {
             broken.push(Rule::CommitAfterCompletion);
         }
         let origin = part.summary.subtask;
@@ -569,7 +575,9 @@ impl JobModel {
                     acks.push(n.0);
                 }
                 Aligned::Message(GlobalMsg::Committed(part)) => {
-                    if global.end_of_input {
+                    // Committables after the global committer's end of
+                    // input (an empty part says nothing).
+                    if global.end_of_input && !part.committables.is_empty() {
                         broken.push(Rule::FinalBeforeEndOfStream);
                     }
                     let checkpoint = part.summary.checkpoint_id;
