@@ -31,9 +31,11 @@ fn checkpoint_config(concurrent: usize) -> CheckpointConfig {
         .tolerable_failures(u32::MAX)
 }
 
+/// One retry: a second "retry later" exhausts it and fails the job, so that
+/// a world with two faults reaches that path too.
 fn retry_policy() -> RetryPolicy {
     RetryPolicy {
-        max_retries: 2,
+        max_retries: 1,
         ..RetryPolicy::default()
     }
 }
