@@ -187,12 +187,9 @@ pub fn deep() -> Vec<(&'static str, Case)> {
             }),
         ),
         (
-            "rescale_one_two_three_twice",
+            "rescale_to_one_two_or_three_and_a_fault",
             job(|w| {
-                w.subtasks = 2;
                 w.records = 1;
-                w.faults = 0;
-                w.crashes = 2;
                 w.restart_parallelisms = vec![1, 2, 3];
             }),
         ),
