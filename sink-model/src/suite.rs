@@ -88,6 +88,15 @@ pub fn quick() -> Vec<(&'static str, Case)> {
             }),
         ),
         (
+            "global_committer_rescale_from_two_to_one",
+            job(|w| {
+                w.records = 1;
+                w.faults = 0;
+                w.global_committer = true;
+                w.restart_parallelisms = vec![1];
+            }),
+        ),
+        (
             "rescale_from_two_to_one_or_two",
             job(|w| {
                 w.records = 1;

@@ -76,6 +76,11 @@ mod holds {
     }
 
     #[test]
+    fn global_committer_rescale_from_two_to_one() {
+        holds("global_committer_rescale_from_two_to_one");
+    }
+
+    #[test]
     fn rescale_from_two_to_one_or_two() {
         holds("rescale_from_two_to_one_or_two");
     }

@@ -146,6 +146,10 @@ pub struct Subtask {
     /// first.
     handed: VecDeque<SubtaskPart<Batch>>,
     round: Option<CommitRound<Batch>>,
+    /// Parts of the checkpoint being committed that are done: the
+    /// committer task reports a checkpoint, and the subtask forwards its
+    /// parts, only once every part of it is done.
+    unreported: Vec<SubtaskPart<Batch>>,
     inbox: VecDeque<Control>,
     /// Re-committing what the restored checkpoint holds: nothing else yet.
     recovering: bool,
@@ -194,22 +198,46 @@ impl Run {
     /// through at once, to the global committer too: the committer task
     /// makes no call for them, so no interleaving hides there.
     fn pass_empty_parts(&mut self, i: SubtaskIndex) {
-        let sub = &mut self.subtasks[i];
-        while sub.round.is_none()
-            && sub
-                .handed
-                .front()
-                .is_some_and(|p| p.committables.is_empty())
-        {
+        loop {
+            let sub = &mut self.subtasks[i];
+            let empty = sub.round.is_none()
+                && sub
+                    .handed
+                    .front()
+                    .is_some_and(|p| p.committables.is_empty());
+            if !empty {
+                break;
+            }
             let Some(part) = sub.handed.pop_front() else {
                 break;
             };
-            if let Some(global) = &mut self.global {
-                global.channels[i].push_back(AlignerInput::Message(GlobalMsg::Committed(part)));
-            }
+            self.part_done(i, part);
         }
+        let sub = &mut self.subtasks[i];
         if sub.handed.is_empty() {
             sub.recovering = false;
+        }
+    }
+
+    /// The committer of subtask `i` is done with `part` (the oldest it was
+    /// handed). Once every part of its checkpoint is done, the checkpoint
+    /// is reported and its parts go to the global committer, in order.
+    fn part_done(&mut self, i: SubtaskIndex, part: SubtaskPart<Batch>) {
+        let checkpoint = part.summary.checkpoint_id;
+        let sub = &mut self.subtasks[i];
+        sub.unreported.push(part);
+        if sub
+            .handed
+            .front()
+            .is_some_and(|next| next.summary.checkpoint_id == checkpoint)
+        {
+            return;
+        }
+        let parts = std::mem::take(&mut sub.unreported);
+        if let Some(global) = &mut self.global {
+            for part in parts {
+                global.channels[i].push_back(AlignerInput::Message(GlobalMsg::Committed(part)));
+            }
         }
     }
 }
@@ -318,6 +346,29 @@ pub enum Action {
     Crash(usize),
     /// The job is run again on new checkpoint storage.
     FreshStorage,
+}
+
+impl Action {
+    /// Whether this event is the job's own progress, not a fault, a crash
+    /// or a run again.
+    pub fn is_progress(&self) -> bool {
+        !matches!(
+            self,
+            Action::LoseNotice(_)
+                | Action::DelayNotice(_)
+                | Action::Store(_, StoreAnswer::Failed | StoreAnswer::StoredReportedFailed)
+                | Action::Expire(_)
+                | Action::Commit(
+                    _,
+                    Answer::RetryLater
+                        | Answer::LostAnswer
+                        | Answer::KnownFailure
+                        | Answer::Unknown
+                )
+                | Action::Crash(_)
+                | Action::FreshStorage
+        )
+    }
 }
 
 impl fmt::Display for Action {
@@ -639,7 +690,9 @@ impl Model for JobModel {
             Property::always(UNBOUNDED_REFUSED, |model, s: &JobState| {
                 let shape = model.world.shape();
                 let pitfall = shape.unbounded && !shape.checkpointing && !shape.allow_uncommitted;
-                !pitfall || matches!(s.status, Status::Refused(_))
+                let allowed_commits_nothing =
+                    s.admission != Some(Admission::Uncommitted) || s.visible.is_empty();
+                (!pitfall || matches!(s.status, Status::Refused(_))) && allowed_commits_nothing
             }),
             Property::always(UNIQUE_IDS, |_, s: &JobState| {
                 !s.broken.contains(&Rule::UniqueIds)
@@ -651,9 +704,11 @@ impl Model for JobModel {
                 if model.world.input != Input::Bounded || s.status != Status::Running {
                     return true;
                 }
+                // Faults and crashes do not count: a job that can only
+                // fail or crash is stuck.
                 let mut actions = Vec::new();
                 model.actions(s, &mut actions);
-                !actions.is_empty()
+                actions.iter().any(Action::is_progress)
             }),
             Property::sometimes(SOMETIMES_DONE, |model, s: &JobState| {
                 match model.world.input {

@@ -103,6 +103,7 @@ impl JobModel {
                     ledger,
                     handed: VecDeque::new(),
                     round: None,
+                    unreported: Vec::new(),
                     inbox: VecDeque::new(),
                     recovering: false,
                     ended: false,
@@ -301,8 +302,9 @@ impl JobModel {
             subtask: i,
             splits: sub.splits.clone(),
             pending: sub
-                .handed
+                .unreported
                 .iter()
+                .chain(sub.handed.iter())
                 .cloned()
                 .chain(sub.ledger.pending_parts().cloned())
                 .collect(),
@@ -350,9 +352,6 @@ impl JobModel {
         let Some(run) = state.run.as_mut() else {
             return;
         };
-        if run.tracker.final_completed().is_some() {
-            state.broken.insert(Rule::FirstFinalCompletionEnds);
-        }
         let Some(id) = run.tracker.try_trigger(NOW) else {
             return;
         };
@@ -493,18 +492,17 @@ impl JobModel {
                 };
                 sub.handed.pop_front();
                 let (committables, _) = round.into_committed();
-                if let Some(global) = &mut run.global {
-                    let summary = CommittableSummary {
-                        committable_count: committables.len() as u64,
-                        ..part.summary
-                    };
-                    global.channels[i].push_back(AlignerInput::Message(GlobalMsg::Committed(
-                        SubtaskPart {
-                            summary,
-                            committables,
-                        },
-                    )));
-                }
+                let summary = CommittableSummary {
+                    committable_count: committables.len() as u64,
+                    ..part.summary
+                };
+                run.part_done(
+                    i,
+                    SubtaskPart {
+                        summary,
+                        committables,
+                    },
+                );
                 run.pass_empty_parts(i);
             }
             Err(_) => {
@@ -539,7 +537,11 @@ impl JobModel {
         let global_done = run
             .global
             .as_ref()
-            .is_none_or(|g| g.end_of_input && g.channels.iter().all(VecDeque::is_empty));
+            // As the runtime's global task: it returns once every subtask
+            // is gone and their messages are taken, whether or not its end
+            // of input came; what it holds then is lost, which exactly
+            // once sees.
+            .is_none_or(|g| g.channels.iter().all(VecDeque::is_empty));
         if subtasks_done && global_done {
             state.status = Status::Finished;
             state.run = None;
@@ -557,7 +559,15 @@ impl JobModel {
         let Some(input) = global.channels[i].pop_front() else {
             return;
         };
-        let steps = match global.aligner.push(i, input) {
+        // As the runtime's global task: a committed part is aligned under
+        // the subtask that prepared it (after a rescale, another than the
+        // one that forwarded it), a barrier or end of stream under its
+        // sender.
+        let key = match &input {
+            AlignerInput::Message(GlobalMsg::Committed(part)) => part.summary.subtask,
+            _ => i,
+        };
+        let steps = match global.aligner.push(key, input) {
             Ok(steps) => steps,
             Err(_) => {
                 state.broken.insert(Rule::CoreInvariant);
