@@ -69,6 +69,7 @@ pub fn quick() -> Vec<(&'static str, Case)> {
             "global_committer_two_subtasks_and_a_crash",
             job(|w| {
                 w.records = 1;
+                w.checkpoints = 1;
                 w.faults = 0;
                 w.global_committer = true;
             }),
@@ -108,6 +109,7 @@ pub fn quick() -> Vec<(&'static str, Case)> {
             "rescale_twice_from_one",
             job(|w| {
                 w.subtasks = 1;
+                w.records = 1;
                 w.faults = 0;
                 w.crashes = 2;
                 w.restart_parallelisms = vec![1, 2];
@@ -209,6 +211,15 @@ pub fn deep() -> Vec<(&'static str, Case)> {
                 w.checkpoints = 3;
                 w.concurrent = 2;
                 w.faults = 2;
+            }),
+        ),
+        (
+            "rescale_twice_from_one_two_records",
+            job(|w| {
+                w.subtasks = 1;
+                w.faults = 0;
+                w.crashes = 2;
+                w.restart_parallelisms = vec![1, 2];
             }),
         ),
         (
